@@ -1,0 +1,70 @@
+import { readFile } from "node:fs/promises";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { InvalidInputError } from "../model/errors.ts";
+import { parseSnapshotText, type Cluster } from "../model/cluster.ts";
+
+/** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal. */
+export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3 } as const;
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** Where a command writes; tests pass in-memory streams. */
+export interface Io {
+  readonly out: NodeJS.WritableStream;
+  readonly err: NodeJS.WritableStream;
+}
+
+/** A usage mistake: printed as one line plus a pointer to `--help`, exit code 2. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+export interface Command {
+  readonly summary: string;
+  readonly help: string;
+  run(argv: string[], io: Io): Promise<ExitCode>;
+}
+
+/** `parseArgs` with unknown flags and stray positionals reported as `UsageError`. */
+export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(argv: string[], options: T) {
+  try {
+    return parseArgs({ args: argv, options, allowPositionals: false, strict: true }).values;
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** A number flag such as `--time-limit 2.5`, checked against a minimum. */
+export function numberFlag(name: string, raw: string | undefined, fallback: number, min: number): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min) {
+    throw new UsageError(`--${name} must be a number ≥ ${min}, got "${raw}"`);
+  }
+  return value;
+}
+
+/** Reads and validates a snapshot file; every failure is an `InvalidInputError` naming the file. */
+export async function readSnapshotFile(path: string): Promise<Cluster> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
+    throw new InvalidInputError(`snapshot ${path}`, [{ path: "", message: `cannot read it (${reason})` }]);
+  }
+  return parseSnapshotText(text, `snapshot ${path}`);
+}
+
+/** Writes one JSON document and waits until it is flushed, so pipes never truncate it. */
+export function writeJson(io: Io, value: unknown): Promise<void> {
+  return new Promise((resolve, reject) => {
+    io.out.write(`${JSON.stringify(value, null, 2)}\n`, (error) => (error ? reject(error) : resolve()));
+  });
+}
+
+/** A small fixed-width text table for human output. */
+export function table(header: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
+  const cells = [header, ...rows].map((row) => row.map(String));
+  const widths = header.map((_, c) => Math.max(...cells.map((row) => row[c]?.length ?? 0)));
+  return cells.map((row) => row.map((cell, c) => cell.padStart(widths[c] ?? 0)).join("  ")).join("\n");
+}

@@ -1,0 +1,52 @@
+import { InvalidInputError } from "../model/errors.ts";
+import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
+
+/** Subcommands, loaded on demand so `monkeytree plan` does not pay for the others. */
+const commands: Record<string, () => Promise<Command>> = {
+  plan: async () => (await import("./plan.ts")).command,
+};
+
+function usage(): string {
+  return [
+    "usage: monkeytree <command> [options]",
+    "",
+    "Keeps multi-tenant GPU training clusters congestion-free by migrating workers.",
+    "",
+    "commands:",
+    ...Object.keys(commands).map((name) => `  ${name}`),
+    "",
+    "Run `monkeytree <command> --help` for a command's options.",
+  ].join("\n");
+}
+
+export async function main(argv: string[], io: Io): Promise<ExitCode> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+    io.out.write(`${usage()}\n`);
+    return name === undefined ? ExitCode.usage : ExitCode.ok;
+  }
+  const load = commands[name];
+  if (!load) {
+    io.err.write(`monkeytree: unknown command "${name}"\n${usage()}\n`);
+    return ExitCode.usage;
+  }
+  const command = await load();
+  if (rest.includes("--help") || rest.includes("-h")) {
+    io.out.write(`${command.help}\n`);
+    return ExitCode.ok;
+  }
+  try {
+    return await command.run(rest, io);
+  } catch (error) {
+    if (error instanceof UsageError) {
+      io.err.write(`monkeytree ${name}: ${error.message}\nRun \`monkeytree ${name} --help\` for usage.\n`);
+      return ExitCode.usage;
+    }
+    if (error instanceof InvalidInputError) {
+      io.err.write(`monkeytree ${name}: ${error.message}\n`);
+      return ExitCode.usage;
+    }
+    io.err.write(`monkeytree ${name}: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return ExitCode.internal;
+  }
+}

@@ -1,0 +1,117 @@
+import { fileURLToPath } from "node:url";
+import type { Cluster } from "../model/cluster.ts";
+import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan } from "../plan/index.ts";
+import type { PlanDocument } from "../plan/schema.ts";
+import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+
+/** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
+export const EMBEDDED_SNAPSHOT = fileURLToPath(new URL("../../examples/snapshots/dp-1024gpu-lambda2.json", import.meta.url));
+
+const formulations = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
+
+const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME]
+
+Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
+when the snapshot sets podLambda) within its bound, as concrete host moves in steps.
+
+options:
+  --snapshot FILE     cluster snapshot (JSON, see README); default: the embedded example
+                      ${EMBEDDED_SNAPSHOT}
+  --json              print the plan as one JSON document instead of a summary
+  --time-limit SEC    wall-clock budget (default ${DEFAULT_TIME_LIMIT_MS / 1000}); past it the best valid plan
+                      found is returned with status "feasible"
+  --formulation NAME  ${formulations.join(" | ")} (default monkeytree); "paper" solves the published
+                      program, which only moves fragmented groups
+
+exit codes: 0 a plan (or nothing to do), 1 no plan (infeasible, or none found in time),
+            2 bad usage or snapshot, 3 internal error`;
+
+export const command: Command = {
+  summary: "plan the fewest worker moves that restore the fragmentation bounds",
+  help,
+  async run(argv, io) {
+    const flags = parseFlags(argv, {
+      snapshot: { type: "string" },
+      json: { type: "boolean", default: false },
+      "time-limit": { type: "string" },
+      formulation: { type: "string", default: "monkeytree" },
+    });
+    const formulation = flags.formulation as Formulation;
+    if (!formulations.includes(formulation)) {
+      throw new UsageError(`--formulation must be one of ${formulations.join(", ")}, got "${flags.formulation}"`);
+    }
+    const timeLimitMs = numberFlag("time-limit", flags["time-limit"], DEFAULT_TIME_LIMIT_MS / 1000, 0.001) * 1000;
+    const path = flags.snapshot ?? EMBEDDED_SNAPSHOT;
+    if (flags.snapshot === undefined && !flags.json) io.err.write(`no --snapshot given: planning the embedded example ${path}\n`);
+    const cluster = await readSnapshotFile(path);
+    const planner = await createPlanner();
+    let plan: Plan;
+    try {
+      plan = planner.plan(cluster, { timeLimitMs, formulation });
+    } catch (error) {
+      if (!(error instanceof PlanTimeoutError)) throw error;
+      io.err.write(`monkeytree plan: ${error.message}\n`);
+      return ExitCode.findings;
+    }
+    if (flags.json) await writeJson(io, toDocument(cluster, plan));
+    else io.out.write(`${summary(cluster, plan, path)}\n`);
+    return plan.status === "infeasible" ? ExitCode.findings : ExitCode.ok;
+  },
+};
+
+export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
+  return {
+    status: plan.status,
+    moves: [...plan.moves],
+    moveCount: plan.moveCount,
+    steps: plan.steps,
+    lowerBound: plan.lowerBound,
+    method: plan.method,
+    lambda: cluster.lambda,
+    ...(cluster.podLambda === undefined ? {} : { podLambda: cluster.podLambda }),
+    fragmentation: { before: [...plan.fragmentation.before], after: [...plan.fragmentation.after] },
+    ...(plan.podFragmentation
+      ? { podFragmentation: { before: [...plan.podFragmentation.before], after: [...plan.podFragmentation.after] } }
+      : {}),
+    solveMs: Math.round(plan.solveMs * 1000) / 1000,
+  };
+}
+
+const verdicts: Record<Plan["status"], string> = {
+  unchanged: "every rack is already within its bound; nothing to move",
+  optimal: "proved optimal",
+  feasible: "valid, not proved optimal within the time limit",
+  infeasible: "no placement meets the bounds",
+};
+
+function summary(cluster: Cluster, plan: Plan, path: string): string {
+  const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = cluster.topology;
+  const rack = (host: number) => `r${Math.floor(host / hostsPerRack)}`;
+  const lines = [
+    `snapshot ${path}: ${racks} racks × ${hostsPerRack} hosts × ${gpusPerHost} GPUs, ${uplinksPerRack} uplinks/rack, λ = ${cluster.lambda}` +
+      (cluster.podLambda === undefined ? "" : `, pod λ = ${cluster.podLambda}`),
+    `${plan.status}: ${plan.moveCount} move${plan.moveCount === 1 ? "" : "s"} in ${plan.steps} step${plan.steps === 1 ? "" : "s"} ` +
+      `(${verdicts[plan.status]}; lower bound ${plan.lowerBound}), ${plan.solveMs.toFixed(1)} ms`,
+  ];
+  if (plan.moves.length > 0) {
+    lines.push("", table(["step", "job", "group", "from", "to"], plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`])));
+  }
+  lines.push("", degreeTable("rack", plan.fragmentation, cluster.lambda));
+  if (plan.podFragmentation && cluster.podLambda !== undefined) lines.push("", degreeTable("pod", plan.podFragmentation, cluster.podLambda));
+  return lines.join("\n");
+}
+
+/** Fragmentation of the domains that changed or are over the bound; the rest summarised. */
+function degreeTable(name: string, degrees: Plan["fragmentation"], bound: number): string {
+  const shown = degrees.before.flatMap((before, i) => {
+    const after = degrees.after[i] ?? 0;
+    return before !== after || before > bound || after > bound ? [[`${name[0]}${i}`, before, after, bound, after > bound ? "over" : "ok"]] : [];
+  });
+  const rest = degrees.before.length - shown.length;
+  const max = Math.max(0, ...degrees.after);
+  return [
+    `fragmentation per ${name} (changed or over bound):`,
+    shown.length ? table([name, "before", "after", "bound", ""], shown) : "  (none)",
+    `${rest} other ${name}s unchanged; highest after: ${max}`,
+  ].join("\n");
+}

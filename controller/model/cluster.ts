@@ -1,0 +1,92 @@
+import { InvalidInputError } from "./errors.ts";
+import { SnapshotSchema, type Snapshot, type Topology } from "./snapshot.ts";
+
+/** One DP replica group: a whole pure-DP/FSDP job, or one pipeline stage of a job. */
+export interface Group {
+  readonly job: string;
+  /** Index in the job's `groups`; 0 for a job given as `hosts`. */
+  readonly index: number;
+  /** Cross-rack DP flows this group adds to each rack it fragments (its TP degree). */
+  readonly rings: number;
+}
+
+/** Hosts of every group, indexed like `Cluster.groups`. */
+export type Placement = readonly (readonly number[])[];
+
+/**
+ * A validated snapshot, flattened for the algorithms: groups in snapshot order and the
+ * derived bounds. Pure data; no I/O.
+ */
+export interface Cluster {
+  readonly topology: Topology;
+  readonly hostCount: number;
+  /** Pods in the topology; 0 when the topology has no pod tier. */
+  readonly podCount: number;
+  readonly lambda: number;
+  readonly podLambda: number | undefined;
+  readonly groups: readonly Group[];
+  readonly placement: Placement;
+}
+
+export function clusterFromSnapshot(snapshot: Snapshot): Cluster {
+  const { topology } = snapshot;
+  const groups: Group[] = [];
+  const placement: number[][] = [];
+  for (const job of snapshot.jobs) {
+    const members = job.groups ?? [job.hosts ?? []];
+    members.forEach((hosts, index) => {
+      groups.push({ job: job.id, index, rings: job.rings });
+      placement.push([...hosts]);
+    });
+  }
+  return {
+    topology,
+    hostCount: topology.racks * topology.hostsPerRack,
+    podCount: topology.racksPerPod ? topology.racks / topology.racksPerPod : 0,
+    lambda: snapshot.lambda ?? topology.uplinksPerRack,
+    podLambda: snapshot.podLambda,
+    groups,
+    placement,
+  };
+}
+
+/** Validates a parsed JSON value as a snapshot; throws `InvalidInputError` naming the field. */
+export function parseSnapshot(value: unknown, source = "snapshot"): Cluster {
+  const result = SnapshotSchema.safeParse(value);
+  if (!result.success) throw InvalidInputError.fromZod(source, result.error);
+  return clusterFromSnapshot(result.data);
+}
+
+/** Parses snapshot text (JSON); syntax errors become `InvalidInputError` too. */
+export function parseSnapshotText(text: string, source = "snapshot"): Cluster {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    const detail = error instanceof Error ? error.message : String(error);
+    throw new InvalidInputError(source, [{ path: "", message: `not valid JSON (${detail})` }]);
+  }
+  return parseSnapshot(value, source);
+}
+
+/** The snapshot document for a cluster with another placement (same topology and bounds). */
+export function toSnapshot(cluster: Cluster, placement: Placement = cluster.placement): Snapshot {
+  const jobs = new Map<string, { rings: number; groups: number[][] }>();
+  cluster.groups.forEach((group, g) => {
+    const job = jobs.get(group.job) ?? { rings: group.rings, groups: [] };
+    job.groups[group.index] = [...(placement[g] ?? [])];
+    jobs.set(group.job, job);
+  });
+  return {
+    topology: cluster.topology,
+    lambda: cluster.lambda,
+    ...(cluster.podLambda === undefined ? {} : { podLambda: cluster.podLambda }),
+    jobs: [...jobs].map(([id, job]) =>
+      job.groups.length === 1 ? { id, rings: job.rings, hosts: job.groups[0] } : { id, rings: job.rings, groups: job.groups },
+    ),
+  };
+}
+
+export const rackOf = (cluster: Cluster, host: number): number => Math.floor(host / cluster.topology.hostsPerRack);
+export const podOfRack = (cluster: Cluster, rack: number): number =>
+  cluster.topology.racksPerPod ? Math.floor(rack / cluster.topology.racksPerPod) : 0;

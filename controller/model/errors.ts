@@ -1,0 +1,52 @@
+import type { z } from "zod";
+
+/** One problem in an input document, located by its path. */
+export interface InputIssue {
+  /** Where, as `jobs[3].hosts[2]`; empty for the document itself. */
+  readonly path: string;
+  readonly message: string;
+}
+
+/** A document (snapshot, config, message) that does not match its schema. */
+export class InvalidInputError extends Error {
+  override readonly name = "InvalidInputError";
+  readonly code = "invalid_input";
+  constructor(
+    /** What was being read, as `snapshot cluster.json`. */
+    readonly source: string,
+    readonly issues: readonly InputIssue[],
+  ) {
+    super(InvalidInputError.render(source, issues));
+  }
+
+  /** One line: the first issue, and how many more there are. */
+  static render(source: string, issues: readonly InputIssue[]): string {
+    const first = issues[0];
+    if (!first) return `${source}: invalid`;
+    const where = first.path ? `${source} at ${first.path}` : source;
+    const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : "";
+    return `${where}: ${first.message}${more}`;
+  }
+
+  static fromZod(source: string, error: z.ZodError): InvalidInputError {
+    return new InvalidInputError(source, error.issues.map(toIssue));
+  }
+}
+
+function toIssue(issue: z.core.$ZodIssue): InputIssue {
+  const path = formatPath(issue.path);
+  if (issue.code === "unrecognized_keys") {
+    const keys = issue.keys.map((k) => `"${k}"`).join(", ");
+    return { path, message: `unknown field ${keys}; remove it or check its spelling` };
+  }
+  return { path, message: issue.message };
+}
+
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const key of path) {
+    if (typeof key === "number") out += `[${key}]`;
+    else out += out ? `.${String(key)}` : String(key);
+  }
+  return out;
+}

@@ -1,0 +1,206 @@
+import type { ModelData } from "highs";
+import type { Counts, CountState } from "./counts.ts";
+import { MipBuilder } from "./mip.ts";
+
+/** A placement program: the HiGHS model, and how to read worker counts out of a solution. */
+export interface PlacementProgram {
+  readonly model: ModelData;
+  /** Worker moves = objective × this (the paper counts each move twice, once per side). */
+  readonly movesPerObjective: number;
+  decode(values: Float64Array): Counts;
+  /** A full column vector for a known placement, used as HiGHS's starting incumbent. */
+  encode(counts: Counts): Float64Array;
+}
+
+interface Cell {
+  readonly w: number;
+  readonly x: number;
+  readonly y: number;
+  readonly d: number;
+}
+
+/**
+ * MonkeyTree's program. Every group may move — fragmented or not, in part or whole — so it is
+ * feasible whenever any placement meets the bounds. "Whole on rack t" is linked by
+ * `size·y ≤ w` rather than the paper's `Σ_{t'≠t} x ≤ (T−1)(1−y)`: the same integer points,
+ * a much tighter relaxation. Only workers leaving a rack are paid for (`d ≥ w0 − w`), since
+ * arrivals equal departures.
+ */
+export function monkeytreeProgram(state: CountState): PlacementProgram {
+  const mip = new MipBuilder();
+  const { groups, racks, capacity } = state;
+  const cells: Cell[] = [];
+  for (let g = 0; g < groups; g++) {
+    const size = state.size[g]!;
+    const upper = Math.min(size, capacity);
+    for (let t = 0; t < racks; t++) {
+      const w0 = state.at(g, t);
+      const w = mip.variable(0, 0, upper, true);
+      const x = mip.variable(0, 0, 1, true);
+      const y = size <= capacity ? mip.variable(0, 0, 1, true) : -1;
+      const d = w0 > 0 ? mip.variable(1, 0, w0, false) : -1;
+      cells.push({ w, x, y, d });
+      mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
+      if (y >= 0) mip.row([[y, size], [w, -1]], Number.NEGATIVE_INFINITY, 0);
+      if (d >= 0) mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
+    }
+    mip.row(range(racks, (t) => [cells[g * racks + t]!.w, 1]), size, size);
+  }
+  for (let t = 0; t < racks; t++) {
+    mip.row(range(groups, (g) => [cells[g * racks + t]!.w, 1]), Number.NEGATIVE_INFINITY, capacity);
+    mip.row(fragTerms(state, cells, t), Number.NEGATIVE_INFINITY, state.lambda);
+  }
+  const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
+  return {
+    model: mip.build(),
+    movesPerObjective: 1,
+    decode: (values) => Int32Array.from(cells, (cell) => Math.round(values[cell.w]!)),
+    encode: (counts) => {
+      const start = new Float64Array(mip.columns);
+      cells.forEach((cell, i) => {
+        const g = Math.floor(i / racks);
+        const w = counts[i]!;
+        start[cell.w] = w;
+        start[cell.x] = w > 0 ? 1 : 0;
+        if (cell.y >= 0) start[cell.y] = w === state.size[g] ? 1 : 0;
+        if (cell.d >= 0) start[cell.d] = Math.max(0, state.count[i]! - w);
+      });
+      pods.encode(counts, start);
+      return start;
+    },
+  };
+}
+
+/**
+ * The paper's program (its appendix) as published: only fragmented groups are variables,
+ * everything else is frozen and only reduces rack capacity; `y` is linked by the big-M
+ * `Σ_{t'≠t} x ≤ (T−1)(1−y)` and the objective counts |w − w0| on both sides. Kept as the
+ * baseline the benchmark compares against.
+ */
+export function paperProgram(state: CountState): PlacementProgram {
+  const mip = new MipBuilder();
+  const { groups, racks, capacity } = state;
+  const movable = range(groups, (g) => g).filter((g) => state.spread[g]! >= 2);
+  const free = range(racks, (t) => capacity - sum(groups, (g) => (state.spread[g]! >= 2 ? 0 : state.at(g, t))));
+  const cells = new Map<number, Cell>();
+  for (const g of movable) {
+    const size = state.size[g]!;
+    for (let t = 0; t < racks; t++) {
+      const w0 = state.at(g, t);
+      const upper = Math.max(0, Math.min(size, free[t]!));
+      const w = mip.variable(0, 0, upper, true);
+      const x = mip.variable(0, 0, 1, true);
+      const y = mip.variable(0, 0, 1, true);
+      const d = mip.variable(1, 0, Number.POSITIVE_INFINITY, false);
+      cells.set(g * racks + t, { w, x, y, d });
+      mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
+      mip.row([[d, 1], [w, -1]], -w0, Number.POSITIVE_INFINITY);
+      mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
+      mip.row([[y, 1], [x, -1]], Number.NEGATIVE_INFINITY, 0);
+    }
+    const cell = (t: number) => cells.get(g * racks + t)!;
+    mip.row(range(racks, (t) => [cell(t).w, 1]), size, size);
+    for (let t = 0; t < racks; t++) {
+      const others = range(racks, (u) => u).filter((u) => u !== t);
+      mip.row([...others.map((u) => [cell(u).x, 1] as const), [cell(t).y, racks - 1]], Number.NEGATIVE_INFINITY, racks - 1);
+    }
+  }
+  for (let t = 0; t < racks; t++) {
+    const at = (g: number) => cells.get(g * racks + t)!;
+    mip.row(movable.map((g) => [at(g).w, 1] as const), Number.NEGATIVE_INFINITY, free[t]!);
+    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.lambda);
+  }
+  const pods = addPodBound(mip, state, (g, t) => cells.get(g * racks + t)?.w, movable);
+  return {
+    model: mip.build(),
+    movesPerObjective: 0.5,
+    decode: (values) => {
+      const counts = Int32Array.from(state.count);
+      for (const [i, cell] of cells) counts[i] = Math.round(values[cell.w]!);
+      return counts;
+    },
+    encode: (counts) => {
+      const start = new Float64Array(mip.columns);
+      for (const [i, cell] of cells) {
+        const g = Math.floor(i / racks);
+        const w = counts[i]!;
+        start[cell.w] = w;
+        start[cell.x] = w > 0 ? 1 : 0;
+        start[cell.y] = w === state.size[g] ? 1 : 0;
+        start[cell.d] = Math.abs(state.count[i]! - w);
+      }
+      pods.encode(counts, start);
+      return start;
+    },
+  };
+}
+
+function fragTerms(state: CountState, cells: readonly Cell[], t: number): [number, number][] {
+  const terms: [number, number][] = [];
+  for (let g = 0; g < state.groups; g++) {
+    const cell = cells[g * state.racks + t]!;
+    terms.push([cell.x, state.rings[g]!]);
+    if (cell.y >= 0) terms.push([cell.y, -state.rings[g]!]);
+  }
+  return terms;
+}
+
+/**
+ * The pod-level bound (MonkeyTree3): pods play the part of racks, with presence `z` and
+ * "whole in this pod" `v` per group and pod. Groups for which `column` gives no variable are
+ * frozen and counted as constants.
+ */
+function addPodBound(
+  mip: MipBuilder,
+  state: CountState,
+  column: (g: number, t: number) => number | undefined,
+  groups: readonly number[] = range(state.groups, (g) => g),
+): { encode(counts: Counts, start: Float64Array): void } {
+  const { pods, racks } = state;
+  if (pods === 0) return { encode: () => {} };
+  const podCapacity = state.capacity * (racks / pods);
+  const cells: { g: number; p: number; z: number; v: number }[] = [];
+  for (const g of groups) {
+    const size = state.size[g]!;
+    for (let p = 0; p < pods; p++) {
+      const members = range(racks, (t) => t).filter((t) => state.podOf[t] === p);
+      const upper = Math.min(size, podCapacity);
+      const z = mip.variable(0, 0, 1, true);
+      const v = size <= podCapacity ? mip.variable(0, 0, 1, true) : -1;
+      cells.push({ g, p, z, v });
+      const w = members.map((t) => [column(g, t)!, 1] as const);
+      mip.row([...w, [z, -upper]], Number.NEGATIVE_INFINITY, 0);
+      if (v >= 0) mip.row([[v, size], ...w.map(([c]) => [c, -1] as const)], Number.NEGATIVE_INFINITY, 0);
+    }
+  }
+  const moving = new Set(groups);
+  for (let p = 0; p < pods; p++) {
+    const frozen = sum(state.groups, (g) =>
+      !moving.has(g) && state.podSpread[g]! >= 2 && state.podCount[g * pods + p]! > 0 ? state.rings[g]! : 0,
+    );
+    const terms = cells
+      .filter((cell) => cell.p === p)
+      .flatMap((cell) => [[cell.z, state.rings[cell.g]!] as const, ...(cell.v >= 0 ? [[cell.v, -state.rings[cell.g]!] as const] : [])]);
+    mip.row(terms, Number.NEGATIVE_INFINITY, state.podLambda - frozen);
+  }
+  return {
+    encode: (counts, start) => {
+      for (const cell of cells) {
+        let inPod = 0;
+        for (let t = 0; t < racks; t++) if (state.podOf[t] === cell.p) inPod += counts[cell.g * racks + t]!;
+        start[cell.z] = inPod > 0 ? 1 : 0;
+        if (cell.v >= 0) start[cell.v] = inPod === state.size[cell.g] ? 1 : 0;
+      }
+    },
+  };
+}
+
+function range<T>(n: number, f: (i: number) => T): T[] {
+  return Array.from({ length: n }, (_, i) => f(i));
+}
+
+function sum(n: number, f: (i: number) => number): number {
+  let total = 0;
+  for (let i = 0; i < n; i++) total += f(i);
+  return total;
+}

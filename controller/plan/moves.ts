@@ -1,0 +1,70 @@
+import { rackOf, type Cluster, type Placement } from "../model/cluster.ts";
+import type { Counts } from "./counts.ts";
+
+/** One worker's migration, as in the plan contract of the design page. */
+export interface Move {
+  readonly job: string;
+  /** Index in the job's `groups`; 0 for a job given as `hosts`. */
+  readonly group: number;
+  readonly from: number;
+  readonly to: number;
+  /** Moves run in increasing step; see `PlanError` for what a step guarantees. */
+  readonly step: number;
+}
+
+/**
+ * Turns target worker counts per (group, rack) into concrete host moves.
+ *
+ * Workers leave from the highest-numbered hosts of their group on a rack, so the low hosts of
+ * a long-running job stay put. Arrivals take the rack's free hosts first and only then hosts
+ * vacated by other moves, so as few destinations as possible wait on another worker's
+ * checkpoint. All moves form one step: every source of a step stages into destination DRAM
+ * before any destination loads, so chains, swaps and cycles need no free host in between, and
+ * target counts within rack capacity always fit.
+ */
+export function hostMoves(cluster: Cluster, target: Counts): { moves: Move[]; placement: Placement } {
+  const { racks, hostsPerRack } = cluster.topology;
+  const owner = new Int32Array(cluster.hostCount).fill(-1);
+  cluster.placement.forEach((hosts, g) => hosts.forEach((h) => (owner[h] = g)));
+  const placement = cluster.placement.map((hosts) => [...hosts]);
+  const leaving: number[][] = cluster.groups.map(() => []);
+  const vacated: number[][] = Array.from({ length: racks }, () => []);
+
+  cluster.groups.forEach((_, g) => {
+    const hosts = [...(cluster.placement[g] ?? [])].sort((a, b) => b - a);
+    for (let t = 0; t < racks; t++) {
+      let surplus = hosts.filter((h) => rackOf(cluster, h) === t).length - target[g * racks + t]!;
+      for (const h of hosts) {
+        if (surplus <= 0) break;
+        if (rackOf(cluster, h) !== t) continue;
+        leaving[g]!.push(h);
+        vacated[t]!.push(h);
+        surplus--;
+      }
+    }
+  });
+
+  const arrivals: number[][] = Array.from({ length: racks }, (_, t) => {
+    const first = t * hostsPerRack;
+    const free = Array.from({ length: hostsPerRack }, (_, i) => first + i).filter((h) => owner[h] === -1);
+    return [...free, ...vacated[t]!.sort((a, b) => a - b)];
+  });
+
+  const moves: Move[] = [];
+  cluster.groups.forEach((group, g) => {
+    const sources = leaving[g]!.sort((a, b) => a - b);
+    let next = 0;
+    for (let t = 0; t < racks; t++) {
+      const have = (cluster.placement[g] ?? []).filter((h) => rackOf(cluster, h) === t).length;
+      for (let k = have; k < target[g * racks + t]!; k++) {
+        const from = sources[next++]!;
+        const to = arrivals[t]!.shift()!;
+        moves.push({ job: group.job, group: group.index, from, to, step: 0 });
+        const hosts = placement[g]!;
+        hosts[hosts.indexOf(from)] = to;
+      }
+    }
+  });
+  moves.sort((a, b) => a.step - b.step || a.from - b.from);
+  return { moves, placement };
+}

@@ -1,0 +1,139 @@
+import * as highsModule from "highs";
+import type { Highs, InitOptions } from "highs";
+import type { Cluster, Placement } from "../model/cluster.ts";
+import { podFragmentation, rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import { applyMoves, PlanError } from "./check.ts";
+import { CountState, moveDistance, type Counts } from "./counts.ts";
+import { monkeytreeProgram, paperProgram } from "./ilp.ts";
+import { solveMip } from "./mip.ts";
+import { hostMoves, type Move } from "./moves.ts";
+import { searchMoves, type RackMove } from "./search.ts";
+
+export type Formulation = "monkeytree" | "paper";
+
+export interface PlanOptions {
+  /** Wall-clock budget; past it the best valid plan found is returned as `feasible`. */
+  readonly timeLimitMs?: number;
+  /** "paper" solves the published program (fragmented groups only) for comparison. */
+  readonly formulation?: Formulation;
+}
+
+export const DEFAULT_TIME_LIMIT_MS = 5_000;
+
+export type PlanStatus = "unchanged" | "optimal" | "feasible" | "infeasible";
+
+export interface Plan {
+  /**
+   * `unchanged`: already within bounds. `optimal`: no plan with fewer moves exists.
+   * `feasible`: valid, but the budget ran out before it was proved optimal.
+   * `infeasible`: no placement at all meets the bounds (for "paper": none that moves only
+   * fragmented groups).
+   */
+  readonly status: PlanStatus;
+  readonly moves: readonly Move[];
+  readonly moveCount: number;
+  readonly steps: number;
+  /** Proven lower bound on the number of moves. */
+  readonly lowerBound: number;
+  /** How the plan was found: exact neighbourhood search, or the ILP. */
+  readonly method: "none" | "search" | "ilp";
+  readonly fragmentation: { readonly before: readonly number[]; readonly after: readonly number[] };
+  readonly podFragmentation?: { readonly before: readonly number[]; readonly after: readonly number[] };
+  readonly placement: Placement;
+  readonly solveMs: number;
+}
+
+/** No valid plan was found before the time limit, and infeasibility was not proven either. */
+export class PlanTimeoutError extends Error {
+  override readonly name = "PlanTimeoutError";
+  readonly code = "plan_timeout";
+  constructor(readonly timeLimitMs: number, readonly lowerBound: number) {
+    super(
+      `no plan found within ${timeLimitMs / 1000} s (at least ${lowerBound} moves are needed); ` +
+        "raise --time-limit",
+    );
+  }
+}
+
+/** The exact search handles plans of up to this many moves before the ILP takes over. */
+const SEARCH_DEPTH = 3;
+/** Share of the budget the exact search may spend before the ILP gets the rest. */
+const SEARCH_SHARE = 0.25;
+
+export interface Planner {
+  /** Plans the fewest worker moves that bring every rack (and pod) within its bound. */
+  plan(cluster: Cluster, options?: PlanOptions): Plan;
+}
+
+/**
+ * The package ships CommonJS typings for an ES module build, so TypeScript sees the module
+ * namespace where Node hands us the loader function.
+ */
+const loadHighs = (highsModule as unknown as { default: (options?: InitOptions) => Promise<Highs> }).default;
+
+/** Loads HiGHS once; planning itself is synchronous. */
+export async function createPlanner(): Promise<Planner> {
+  const highs = await loadHighs();
+  return { plan: (cluster, options) => plan(highs, cluster, options) };
+}
+
+function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
+  const start = performance.now();
+  const timeLimitMs = options.timeLimitMs ?? DEFAULT_TIME_LIMIT_MS;
+  const deadline = start + timeLimitMs;
+  const state = new CountState(cluster);
+  const finish = (status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number) =>
+    result(cluster, status, method, target, lowerBound, start);
+
+  if (state.valid) return finish("unchanged", "none", state.count, 0);
+
+  let lowerBound = 1;
+  if (options.formulation !== "paper") {
+    const searchDeadline = start + timeLimitMs * SEARCH_SHARE;
+    const outcome = searchMoves(new CountState(cluster), SEARCH_DEPTH, searchDeadline);
+    if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
+    lowerBound = outcome.depth + 1;
+  }
+
+  const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state);
+  const solved = solveMip(highs, program.model, { timeLimitSec: (deadline - performance.now()) / 1000 });
+  if (solved.status === "infeasible") return finish("infeasible", "ilp", state.count, lowerBound);
+  if (!solved.values) throw new PlanTimeoutError(timeLimitMs, lowerBound);
+  const target = program.decode(solved.values);
+  lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * program.movesPerObjective - 1e-6));
+  const moves = moveDistance(state.count, target);
+  return finish(solved.status === "optimal" || moves <= lowerBound ? "optimal" : "feasible", "ilp", target, Math.min(lowerBound, moves));
+}
+
+function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {
+  const counts = Int32Array.from(state.count);
+  for (const m of moves) {
+    counts[m.group * state.racks + m.from]! -= 1;
+    counts[m.group * state.racks + m.to]! += 1;
+  }
+  return counts;
+}
+
+/** Builds the plan and checks it end to end: a wrong plan is a bug, never an answer. */
+function result(cluster: Cluster, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number): Plan {
+  const { moves, placement } = hostMoves(cluster, target);
+  const after = status === "infeasible" ? cluster.placement : applyMoves(cluster, moves);
+  if (status !== "infeasible" && !withinBounds(cluster, after)) {
+    throw new PlanError("internal: the plan leaves a rack or pod over its bound");
+  }
+  const podBefore = podFragmentation(cluster);
+  const shown = status === "infeasible" ? [] : moves;
+  return {
+    status,
+    moves: shown,
+    moveCount: shown.length,
+    steps: new Set(shown.map((m) => m.step)).size,
+    lowerBound,
+    method,
+    fragmentation: { before: rackFragmentation(cluster), after: rackFragmentation(cluster, after) },
+    ...(cluster.podCount > 0 ? { podFragmentation: { before: podBefore, after: podFragmentation(cluster, after) } } : {}),
+    placement: after,
+    solveMs: performance.now() - start,
+  };
+}
+

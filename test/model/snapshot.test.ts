@@ -1,0 +1,69 @@
+import { describe, expect, it } from "vitest";
+import { InvalidInputError, parseSnapshot, parseSnapshotText, toSnapshot } from "../../controller/model/index.ts";
+
+const topology = { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 2 };
+
+function errorOf(value: unknown): string {
+  try {
+    parseSnapshot(value, "snapshot s.json");
+  } catch (error) {
+    expect(error).toBeInstanceOf(InvalidInputError);
+    return (error as Error).message;
+  }
+  throw new Error("expected the snapshot to be rejected");
+}
+
+describe("snapshot schema", () => {
+  it("accepts the design page's example and applies defaults", () => {
+    const cluster = parseSnapshot({
+      topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 16, racksPerPod: 4 },
+      lambda: 16,
+      jobs: [
+        { id: "a", rings: 1, hosts: [0, 1, 9] },
+        { id: "b", rings: 8, groups: [[2, 3], [10, 11]] },
+      ],
+    });
+    expect(cluster.groups).toEqual([
+      { job: "a", index: 0, rings: 1 },
+      { job: "b", index: 0, rings: 8 },
+      { job: "b", index: 1, rings: 8 },
+    ]);
+    expect(cluster.placement).toEqual([[0, 1, 9], [2, 3], [10, 11]]);
+    expect(cluster.podCount).toBe(4);
+    expect(parseSnapshot({ topology, jobs: [{ id: "x", hosts: [0] }] }).lambda).toBe(2);
+    expect(parseSnapshot({ topology, jobs: [{ id: "x", hosts: [0] }] }).groups[0]?.rings).toBe(1);
+  });
+
+  it("round-trips through toSnapshot", () => {
+    const doc = { topology, lambda: 1, jobs: [{ id: "a", rings: 2, groups: [[0, 4], [1]] }, { id: "b", rings: 1, hosts: [5, 6] }] };
+    expect(toSnapshot(parseSnapshot(doc))).toEqual(doc);
+  });
+
+  it.each([
+    [{ topology, jobs: [], extra: 1 }, 'snapshot s.json: unknown field "extra"; remove it or check its spelling'],
+    [{ topology: { ...topology, spines: 4 }, jobs: [] }, 'snapshot s.json at topology: unknown field "spines"'],
+    [{ topology, jobs: [{ id: "a", hosts: [0, 8] }] }, "snapshot s.json at jobs[0].hosts[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts)"],
+    [{ topology, jobs: [{ id: "a", hosts: [0] }, { id: "b", groups: [[1], [0]] }] }, 'snapshot s.json at jobs[1].groups[1][0]: host 0 is already used by job "a"'],
+    [{ topology, jobs: [{ id: "a", hosts: [-1] }] }, "snapshot s.json at jobs[0].hosts[0]: host indices start at 0"],
+    [{ topology, lambda: -1, jobs: [] }, "snapshot s.json at lambda: lambda must not be negative"],
+    [{ topology: { ...topology, racks: 0 }, jobs: [] }, "snapshot s.json at topology.racks: racks must be at least 1"],
+    [{ topology, jobs: [{ id: "a", rings: 1.5, hosts: [0] }] }, "snapshot s.json at jobs[0].rings: rings must be a whole number"],
+    [{ topology, jobs: [{ id: "a" }] }, "snapshot s.json at jobs[0]: a job lists either `hosts`"],
+    [{ topology, jobs: [{ id: "a", hosts: [0] }, { id: "a", hosts: [1] }] }, 'snapshot s.json at jobs[1].id: job id "a" is used twice'],
+    [{ topology, podLambda: 2, jobs: [] }, "snapshot s.json at podLambda: podLambda needs topology.racksPerPod"],
+    [{ topology: { ...topology, racksPerPod: 3 }, jobs: [] }, "snapshot s.json at topology.racksPerPod: racksPerPod (3) must divide racks (2)"],
+    [{ jobs: [] }, "snapshot s.json at topology:"],
+  ])("rejects %j with one line naming the place", (value, expected) => {
+    const message = errorOf(value);
+    expect(message).toContain(expected);
+    expect(message).not.toContain("\n");
+  });
+
+  it("reports how many more problems there are", () => {
+    expect(errorOf({ topology, jobs: [{ id: "a", hosts: [9, 10] }] })).toMatch(/\(and 1 more\)$/);
+  });
+
+  it("rejects text that is not JSON", () => {
+    expect(() => parseSnapshotText("{ topology: ", "snapshot s.json")).toThrow(/^snapshot s\.json: not valid JSON/);
+  });
+});
