@@ -23,6 +23,33 @@ export function moveDistance(from: Counts, to: Counts): number {
   return moves;
 }
 
+/** A set of small integers with O(1) add, delete and iteration over members. */
+export class IndexSet {
+  readonly items: Int32Array;
+  private readonly position: Int32Array;
+  size = 0;
+
+  constructor(universe: number) {
+    this.items = new Int32Array(universe);
+    this.position = new Int32Array(universe).fill(-1);
+  }
+
+  add(i: number): void {
+    if (this.position[i] !== -1) return;
+    this.position[i] = this.size;
+    this.items[this.size++] = i;
+  }
+
+  delete(i: number): void {
+    const at = this.position[i]!;
+    if (at === -1) return;
+    const last = this.items[--this.size]!;
+    this.items[at] = last;
+    this.position[last] = at;
+    this.position[i] = -1;
+  }
+}
+
 /**
  * Counts with incremental fragmentation, occupancy and bound-violation bookkeeping, so a
  * search can try a worker move and undo it in O(1) (plus O(racks) for the moved group's
@@ -48,9 +75,19 @@ export class CountState {
   readonly podCount: Int32Array;
   readonly podSpread: Int32Array;
   readonly podFrag: Int32Array;
-  overRacks = 0;
-  overPods = 0;
-  overCapacity = 0;
+  /** Racks over their fragmentation bound, pods over theirs, racks over capacity. */
+  readonly overRackSet: IndexSet;
+  readonly overPodSet: IndexSet;
+  readonly fullRackSet: IndexSet;
+  /** Groups with a worker on each rack. */
+  readonly groupsOn: IndexSet[];
+  /** A 53-bit hash of the counts, kept up to date by `move` (see `cellKey`). */
+  hash = 0;
+  /** Counts of the starting placement: a minimal plan never moves a group onto a rack it leaves. */
+  readonly initial: Int32Array;
+  /** Workers lifted off their rack whose destination is not chosen yet, per group. */
+  readonly pending: Int32Array;
+  pendingTotal = 0;
 
   constructor(cluster: Cluster, counts: Counts = countsOf(cluster)) {
     const { racks, hostsPerRack } = cluster.topology;
@@ -64,6 +101,8 @@ export class CountState {
     this.rings = Int32Array.from(cluster.groups, (g) => g.rings);
     this.podOf = Int32Array.from({ length: racks }, (_, t) => podOfRack(cluster, t));
     this.count = Int32Array.from(counts);
+    this.initial = Int32Array.from(counts);
+    this.pending = new Int32Array(this.groups);
     this.spread = new Int32Array(this.groups);
     this.largest = new Int32Array(this.groups);
     this.frag = new Int32Array(racks);
@@ -71,12 +110,18 @@ export class CountState {
     this.podCount = new Int32Array(this.groups * Math.max(this.pods, 1));
     this.podSpread = new Int32Array(this.groups);
     this.podFrag = new Int32Array(Math.max(this.pods, 1));
+    this.overRackSet = new IndexSet(racks);
+    this.overPodSet = new IndexSet(Math.max(this.pods, 1));
+    this.fullRackSet = new IndexSet(racks);
+    this.groupsOn = Array.from({ length: racks }, () => new IndexSet(this.groups));
     for (let g = 0; g < this.groups; g++) {
       for (let t = 0; t < racks; t++) {
         const c = this.count[g * racks + t]!;
         if (c === 0) continue;
         this.size[g]! += c;
         this.spread[g]! += 1;
+        this.groupsOn[t]!.add(g);
+        this.hash = xor53(this.hash, cellKey(g * racks + t, c));
         this.occupancy[t]! += c;
         if (c > this.largest[g]!) this.largest[g] = c;
         if (this.pods > 0) {
@@ -93,14 +138,14 @@ export class CountState {
       }
     }
     for (let t = 0; t < racks; t++) {
-      if (this.frag[t]! > this.lambda) this.overRacks++;
-      if (this.occupancy[t]! > this.capacity) this.overCapacity++;
+      if (this.frag[t]! > this.lambda) this.overRackSet.add(t);
+      if (this.occupancy[t]! > this.capacity) this.fullRackSet.add(t);
     }
-    for (let p = 0; p < this.pods; p++) if (this.podFrag[p]! > this.podLambda) this.overPods++;
+    for (let p = 0; p < this.pods; p++) if (this.podFrag[p]! > this.podLambda) this.overPodSet.add(p);
   }
 
   get valid(): boolean {
-    return this.overRacks === 0 && this.overPods === 0 && this.overCapacity === 0;
+    return this.overRackSet.size === 0 && this.overPodSet.size === 0 && this.fullRackSet.size === 0;
   }
 
   at(g: number, t: number): number {
@@ -109,74 +154,134 @@ export class CountState {
 
   /** Moves one worker of group `g` from rack `s` to rack `d`; `move(g, d, s)` undoes it. */
   move(g: number, s: number, d: number): void {
-    const base = g * this.racks;
-    const cs = this.count[base + s]!;
-    const cd = this.count[base + d]!;
-    const rings = this.rings[g]!;
-    const before = this.spread[g]!;
-    const after = before - (cs === 1 ? 1 : 0) + (cd === 0 ? 1 : 0);
-    this.count[base + s] = cs - 1;
-    this.count[base + d] = cd + 1;
-    this.spread[g] = after;
-    this.refragment(before, after, cs === 1, cd === 0, s, d, rings, this.frag, this.lambda, true);
+    this.lift(g, s);
+    this.drop(g, d);
+  }
+
+  /**
+   * Takes one worker of group `g` off rack `s` into the pending pool: the state then shows the
+   * fragmentation the plan would have wherever the worker lands without adding any (the most
+   * optimistic view), which is what lets a search defer the destination. `drop(g, s)` undoes it.
+   */
+  lift(g: number, s: number): void {
+    const cell = g * this.racks + s;
+    const c = this.count[cell]!;
+    this.count[cell] = c - 1;
+    this.hash = xor53(this.hash, xor53(cellKey(cell, c), cellKey(cell, c - 1)));
+    this.setPending(g, 1);
     this.addOccupancy(s, -1);
-    this.addOccupancy(d, 1);
-    if (cd + 1 > this.largest[g]!) this.largest[g] = cd + 1;
-    else if (cs === this.largest[g]) {
+    if (c === 1) {
+      this.groupsOn[s]!.delete(g);
+      this.spread[g]! -= 1;
+      this.resplit(g, this.spread[g]! + 1, this.frag, this.lambda, true, s, -1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+    }
+    if (c === this.largest[g]) {
       let largest = 0;
-      for (let t = 0; t < this.racks; t++) largest = Math.max(largest, this.count[base + t]!);
+      for (let t = 0; t < this.racks; t++) largest = Math.max(largest, this.count[g * this.racks + t]!);
       this.largest[g] = largest;
     }
     if (this.pods > 0) {
-      const ps = this.podOf[s]!;
-      const pd = this.podOf[d]!;
-      if (ps === pd) return;
-      const pbase = g * this.pods;
-      const pcs = this.podCount[pbase + ps]!;
-      const pcd = this.podCount[pbase + pd]!;
-      const pbefore = this.podSpread[g]!;
-      const pafter = pbefore - (pcs === 1 ? 1 : 0) + (pcd === 0 ? 1 : 0);
-      this.podCount[pbase + ps] = pcs - 1;
-      this.podCount[pbase + pd] = pcd + 1;
-      this.podSpread[g] = pafter;
-      this.refragment(pbefore, pafter, pcs === 1, pcd === 0, ps, pd, rings, this.podFrag, this.podLambda, false);
+      const pcell = g * this.pods + this.podOf[s]!;
+      const pc = this.podCount[pcell]!;
+      this.podCount[pcell] = pc - 1;
+      if (pc === 1) {
+        this.podSpread[g]! -= 1;
+        this.resplit(g, this.podSpread[g]! + 1, this.podFrag, this.podLambda, false, this.podOf[s]!, -1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+      }
+    }
+  }
+
+  /** Puts one pending worker of group `g` on rack `d`; `lift(g, d)` undoes it. */
+  drop(g: number, d: number): void {
+    const cell = g * this.racks + d;
+    const c = this.count[cell]!;
+    this.count[cell] = c + 1;
+    this.hash = xor53(this.hash, xor53(cellKey(cell, c), cellKey(cell, c + 1)));
+    this.setPending(g, -1);
+    this.addOccupancy(d, 1);
+    if (c + 1 > this.largest[g]!) this.largest[g] = c + 1;
+    if (c === 0) {
+      this.groupsOn[d]!.add(g);
+      this.spread[g]! += 1;
+      this.resplit(g, this.spread[g]! - 1, this.frag, this.lambda, true, d, 1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+    }
+    if (this.pods > 0) {
+      const pcell = g * this.pods + this.podOf[d]!;
+      const pc = this.podCount[pcell]!;
+      this.podCount[pcell] = pc + 1;
+      if (pc === 0) {
+        this.podSpread[g]! += 1;
+        this.resplit(g, this.podSpread[g]! - 1, this.podFrag, this.podLambda, false, this.podOf[d]!, 1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+      }
     }
   }
 
   /**
-   * A group is fragmented while it spans two or more domains (racks or pods). Moving one worker
-   * changes only the source and destination domains, except when the group becomes whole (its
-   * last other domain loses it too) or stops being whole.
+   * Group `g` left (`delta` −1) or entered (+1) domain `at`, going from `before` domains to
+   * `before + delta`. A group adds its rings to every domain it spans while it spans two or
+   * more, so only crossing between one and two domains touches a domain other than `at`.
    */
-  private refragment(
-    before: number, after: number, leaves: boolean, enters: boolean,
-    s: number, d: number, rings: number, frag: Int32Array, bound: number, racks: boolean,
+  private resplit(
+    g: number, before: number, frag: Int32Array, bound: number, racks: boolean,
+    at: number, delta: 1 | -1, holds: (i: number) => boolean, domains: number,
   ): void {
+    const rings = this.rings[g]!;
+    const after = before + delta;
     if (before >= 2 && after >= 2) {
-      if (leaves) this.addFrag(frag, s, -rings, bound, racks);
-      if (enters) this.addFrag(frag, d, rings, bound, racks);
-    } else if (before >= 2) {
-      this.addFrag(frag, s, -rings, bound, racks);
-      this.addFrag(frag, d, -rings, bound, racks);
-    } else if (after >= 2) {
-      this.addFrag(frag, s, rings, bound, racks);
-      this.addFrag(frag, d, rings, bound, racks);
+      this.addFrag(frag, at, delta * rings, bound, racks);
+    } else if (Math.max(before, after) === 2) {
+      // 2 → 1: `at` and the one remaining domain stop counting the group; 1 → 2: both start.
+      this.addFrag(frag, at, delta * rings, bound, racks);
+      for (let i = 0; i < domains; i++) {
+        if (i !== at && holds(i)) {
+          this.addFrag(frag, i, delta * rings, bound, racks);
+          break;
+        }
+      }
     }
   }
 
+  private setPending(g: number, delta: number): void {
+    const n = this.pending[g]!;
+    const cell = this.groups * this.racks + g;
+    this.hash = xor53(this.hash, xor53(cellKey(cell, n), cellKey(cell, n + delta)));
+    this.pending[g] = n + delta;
+    this.pendingTotal += delta;
+  }
+
   private addFrag(frag: Int32Array, i: number, delta: number, bound: number, racks: boolean): void {
-    const was = frag[i]! > bound;
     frag[i]! += delta;
-    const now = frag[i]! > bound;
-    if (was === now) return;
-    if (racks) this.overRacks += now ? 1 : -1;
-    else this.overPods += now ? 1 : -1;
+    const over = racks ? this.overRackSet : this.overPodSet;
+    if (frag[i]! > bound) over.add(i);
+    else over.delete(i);
   }
 
   private addOccupancy(t: number, delta: number): void {
-    const was = this.occupancy[t]! > this.capacity;
     this.occupancy[t]! += delta;
-    const now = this.occupancy[t]! > this.capacity;
-    if (was !== now) this.overCapacity += now ? 1 : -1;
+    if (this.occupancy[t]! > this.capacity) this.fullRackSet.add(t);
+    else this.fullRackSet.delete(t);
   }
+}
+
+/**
+ * Zobrist-style key of "cell `cell` holds `count` workers", 53 bits so it stays an exact
+ * JavaScript number; a state's hash is the XOR of its non-empty cells' keys.
+ */
+function cellKey(cell: number, count: number): number {
+  if (count === 0) return 0;
+  const high = mix32(cell * 0x9e3779b1 + count * 0x85ebca6b) & 0x1fffff;
+  const low = mix32((cell ^ 0x5bd1e995) * 0xc2b2ae35 + count);
+  return high * 0x100000000 + low;
+}
+
+function mix32(x: number): number {
+  let h = x >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+function xor53(a: number, b: number): number {
+  const high = ((a / 0x100000000) ^ (b / 0x100000000)) & 0x1fffff;
+  return high * 0x100000000 + ((a ^ b) >>> 0);
 }

@@ -24,9 +24,9 @@ interface Cell {
  * feasible whenever any placement meets the bounds. "Whole on rack t" is linked by
  * `size·y ≤ w` rather than the paper's `Σ_{t'≠t} x ≤ (T−1)(1−y)`: the same integer points,
  * a much tighter relaxation. Only workers leaving a rack are paid for (`d ≥ w0 − w`), since
- * arrivals equal departures.
+ * arrivals equal departures. `minMoves` is a proven lower bound on the optimum.
  */
-export function monkeytreeProgram(state: CountState): PlacementProgram {
+export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementProgram {
   const mip = new MipBuilder();
   const { groups, racks, capacity } = state;
   const cells: Cell[] = [];
@@ -51,6 +51,9 @@ export function monkeytreeProgram(state: CountState): PlacementProgram {
     mip.row(fragTerms(state, cells, t), Number.NEGATIVE_INFINITY, state.lambda);
   }
   const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
+  // A lower bound proven elsewhere (the exact search) lifts the relaxation's bound at once, so
+  // HiGHS can stop as soon as it finds a plan that meets it.
+  if (minMoves > 0) mip.row(cells.flatMap((cell) => (cell.d >= 0 ? [[cell.d, 1] as const] : [])), minMoves, Number.POSITIVE_INFINITY);
   return {
     model: mip.build(),
     movesPerObjective: 1,

@@ -55,10 +55,21 @@ export class PlanTimeoutError extends Error {
   }
 }
 
-/** The exact search handles plans of up to this many moves before the ILP takes over. */
-const SEARCH_DEPTH = 3;
-/** Share of the budget the exact search may spend before the ILP gets the rest. */
-const SEARCH_SHARE = 0.25;
+/**
+ * Share of the budget the exact search may spend before the ILP gets the rest: the search
+ * proves most events optimal in milliseconds, and every level it exhausts raises the lower
+ * bound the ILP starts from.
+ */
+const SEARCH_SHARE = 0.6;
+/** Deeper than this the search's branching outgrows the ILP. */
+const SEARCH_DEPTH = 12;
+/**
+ * When the exact search runs out of time, the same search narrowed to a beam, deepening from
+ * the proven bound, gives HiGHS a valid starting plan, so the budget never ends with nothing.
+ */
+const DIVE_DEPTH = 40;
+const DIVE_BEAM = 2;
+const DIVE_SHARE = 0.75;
 
 export interface Planner {
   /** Plans the fewest worker moves that bring every rack (and pod) within its bound. */
@@ -88,21 +99,28 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   if (state.valid) return finish("unchanged", "none", state.count, 0);
 
   let lowerBound = 1;
+  let incumbent: Counts | undefined;
   if (options.formulation !== "paper") {
-    const searchDeadline = start + timeLimitMs * SEARCH_SHARE;
-    const outcome = searchMoves(new CountState(cluster), SEARCH_DEPTH, searchDeadline);
+    const outcome = searchMoves(new CountState(cluster), SEARCH_DEPTH, start + timeLimitMs * SEARCH_SHARE);
     if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
     lowerBound = outcome.depth + 1;
+    const dive = searchMoves(new CountState(cluster), DIVE_DEPTH, start + timeLimitMs * DIVE_SHARE, { firstDepth: lowerBound, beam: DIVE_BEAM });
+    if (dive.kind === "found") incumbent = applyRackMoves(state, dive.moves);
   }
 
-  const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state);
-  const solved = solveMip(highs, program.model, { timeLimitSec: (deadline - performance.now()) / 1000 });
+  const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state, lowerBound);
+  const solved = solveMip(highs, program.model, {
+    timeLimitSec: Math.max(0, deadline - performance.now()) / 1000,
+    ...(incumbent ? { start: program.encode(incumbent) } : {}),
+  });
   if (solved.status === "infeasible") return finish("infeasible", "ilp", state.count, lowerBound);
-  if (!solved.values) throw new PlanTimeoutError(timeLimitMs, lowerBound);
-  const target = program.decode(solved.values);
+  const found = solved.values ? program.decode(solved.values) : incumbent;
+  if (!found) throw new PlanTimeoutError(timeLimitMs, lowerBound);
   lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * program.movesPerObjective - 1e-6));
+  const target = incumbent && moveDistance(state.count, incumbent) < moveDistance(state.count, found) ? incumbent : found;
   const moves = moveDistance(state.count, target);
-  return finish(solved.status === "optimal" || moves <= lowerBound ? "optimal" : "feasible", "ilp", target, Math.min(lowerBound, moves));
+  const proven = solved.status === "optimal" || moves <= lowerBound;
+  return finish(proven ? "optimal" : "feasible", "ilp", target, Math.min(lowerBound, moves));
 }
 
 function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {

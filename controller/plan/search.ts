@@ -19,136 +19,266 @@ export type SearchOutcome =
  * rack within capacity, by iterative deepening.
  *
  * Each node picks one defect (a rack over its bound, else a pod, else a rack over capacity)
- * and branches only on moves that every completion must contain: a rack's fragmentation falls
- * only when a fragmented group on it leaves the rack entirely or ends up whole on one rack, so
- * the branches are "move a worker of such a group out of the rack" (when it has few enough
- * workers there) and "move a worker of it onto the rack it could be made whole on". Depth d
- * therefore proves that no plan of d or fewer moves exists when it fails. Capacity is only
- * checked at the leaves because all moves of a plan step are staged before any lands, so swaps
- * and cycles need no free host in between.
+ * and branches only on what every repair must do. A rack's fragmentation falls only when a
+ * fragmented group on it leaves the rack or ends up whole on one rack, and either way some
+ * worker of that group must leave a rack it is on; a full rack needs a worker to leave it. So
+ * a branch lifts one worker off one rack — its destination is chosen later, once the bounds
+ * hold, which keeps the branching free of the racks × racks destination choices. Placing
+ * the lifted workers costs nothing more (their moves are already counted); only when every
+ * placement breaks a bound does the search go on from a placement, repairing what it broke.
+ * Depth d therefore proves that no plan of d or fewer moves exists when it fails. With
+ * `firstDepth` > 1 or a `beam` it is a heuristic instead: the first plan it meets, valid but
+ * not proven minimal. Branches are ranked either way (cheap lifts first, placements that keep
+ * every bound first), which only changes how soon a plan is met.
+ *
+ * A minimal plan never moves a worker of a group onto a rack the group leaves, nor off a rack
+ * it gains (the two moves could be one), so neither is tried. Capacity is only checked at
+ * the leaves because all moves of a plan step are staged before any lands.
  */
-export function searchMoves(state: CountState, maxDepth: number, deadline: number): SearchOutcome {
-  const path: RackMove[] = [];
+export interface SearchOptions {
+  /** Start deepening here; above 1 the search is a heuristic (see `searchMoves`). */
+  readonly firstDepth?: number;
+  /** Try only this many of the best-ranked branches at each node (a beam); exact when absent. */
+  readonly beam?: number;
+}
+
+export function searchMoves(state: CountState, maxDepth: number, deadline: number, options: SearchOptions = {}): SearchOutcome {
+  const beam = options.beam ?? Number.POSITIVE_INFINITY;
+  const lifts: [group: number, rack: number][] = [];
+  const drops: [group: number, rack: number][] = [];
+  // Largest budget already proven insufficient from a state, by hash: the same lifts and
+  // drops in another order reach the same state, and would otherwise be searched again.
+  const failed = new Map<number, number>();
   let nodes = 0;
   let timedOut = false;
 
   const dfs = (depth: number): boolean => {
-    if (state.valid) return true;
+    if ((failed.get(state.hash) ?? -1) >= depth) return false;
+    if ((++nodes & 1023) === 0 && performance.now() > deadline) timedOut = true;
+    if (timedOut) return false;
+    const found = hasDefect(state) ? repair(depth) : place(depth);
+    if (!found && !timedOut) failed.set(state.hash, depth);
+    return found;
+  };
+
+  const repair = (depth: number): boolean => {
     if (depth === 0 || !withinReach(state, depth)) return false;
-    if ((++nodes & 1023) === 0 && performance.now() > deadline) {
-      timedOut = true;
-      return false;
-    }
-    for (const move of branches(state, depth)) {
-      state.move(move.group, move.from, move.to);
-      path.push(move);
+    for (const [g, s] of branches(state, depth).slice(0, beam)) {
+      state.lift(g, s);
+      lifts.push([g, s]);
       if (dfs(depth - 1)) return true;
-      path.pop();
-      state.move(move.group, move.to, move.from);
+      lifts.pop();
+      state.drop(g, s);
       if (timedOut) return false;
     }
     return false;
   };
 
-  if (state.valid) return { kind: "found", moves: [] };
-  for (let depth = 1; depth <= maxDepth; depth++) {
-    if (dfs(depth)) return { kind: "found", moves: [...path] };
+  // The bounds hold if the pending workers add nothing: place one of them, trying racks that
+  // already host its group first (no new fragmentation there).
+  const place = (depth: number): boolean => {
+    if (state.pendingTotal === 0) return true;
+    const g = firstPending(state);
+    for (const d of destinations(state, g).slice(0, beam)) {
+      state.drop(g, d);
+      drops.push([g, d]);
+      if (dfs(depth)) return true;
+      drops.pop();
+      state.lift(g, d);
+      if (timedOut) return false;
+    }
+    return false;
+  };
+
+  if (!hasDefect(state)) return { kind: "found", moves: [] };
+  for (let depth = options.firstDepth ?? 1; depth <= maxDepth; depth++) {
+    if (dfs(depth)) return { kind: "found", moves: pair(lifts, drops) };
     if (timedOut) return { kind: "timeout", depth: depth - 1 };
   }
   return { kind: "exhausted", depth: maxDepth };
 }
 
+const hasDefect = (state: CountState) =>
+  state.overRackSet.size > 0 || state.overPodSet.size > 0 || state.fullRackSet.size > 0;
+
+function firstPending(state: CountState): number {
+  for (let g = 0; g < state.groups; g++) if (state.pending[g]! > 0) return g;
+  throw new RangeError("no pending worker");
+}
+
 /**
- * A lower bound check: can `budget` moves possibly repair the state? Each move empties at
- * most one worker slot of an over-full rack, and each rack over its bound needs enough
- * fragmented groups removed from it (leaving or made whole, at their cheapest cost).
+ * Racks a pending worker of `g` may land on (never one its group left), best first: racks
+ * where it breaks no bound — its group's racks with room before new racks with room and
+ * slack — then the rest, which the search must repair after.
+ */
+function destinations(state: CountState, g: number): number[] {
+  const rings = state.rings[g]!;
+  const widens = state.spread[g]! >= 1;
+  const ranked: [rank: number, rack: number][] = [];
+  for (let d = 0; d < state.racks; d++) {
+    const here = state.at(g, d);
+    if (here < state.initial[g * state.racks + d]!) continue;
+    const room = state.occupancy[d]! < state.capacity;
+    const slack = here > 0 || !widens || state.frag[d]! + rings <= state.lambda;
+    ranked.push([(room ? 0 : 2) + (slack ? 0 : 1) + (here > 0 ? 0 : 0.5), d]);
+  }
+  return ranked.sort((a, b) => a[0] - b[0] || a[1] - b[1]).map(([, d]) => d);
+}
+
+/** Lifts and drops of each group, paired into moves (a minimal plan never pairs a rack with itself). */
+function pair(lifts: readonly [number, number][], drops: readonly [number, number][]): RackMove[] {
+  const open = new Map<number, number[]>();
+  for (const [g, d] of drops) open.set(g, [...(open.get(g) ?? []), d]);
+  return lifts.map(([group, from]) => ({ group, from, to: open.get(group)!.shift()! }));
+}
+
+/**
+ * A lower bound check: can `budget` moves possibly repair the state? A rack over its bound
+ * sheds fragmented groups only by moves that start or end on it (a group leaves it, or
+ * gathers on it), and a rack over capacity only by moves that start on it. Each move starts
+ * on one rack and ends on one, so the racks' needs, summed, take at least half as many moves.
  */
 export function withinReach(state: CountState, budget: number): boolean {
-  let excess = 0;
-  for (let t = 0; t < state.racks; t++) excess += Math.max(0, state.occupancy[t]! - state.capacity);
-  if (excess > budget) return false;
-  for (let t = 0; t < state.racks; t++) {
-    const need = state.frag[t]! - state.lambda;
-    if (need > 0 && bestRelief(state, t, budget) < need) return false;
+  // Pending workers land without spending budget, each touching one rack.
+  const free = state.pendingTotal;
+  let total = 0;
+  const over = state.overRackSet;
+  for (let i = 0; i < over.size; i++) {
+    const t = over.items[i]!;
+    const need = Math.max(overCapacity(state, t), touchesToShed(state, t, state.frag[t]! - state.lambda, budget + free));
+    if (need > budget + free) return false;
+    total += need;
   }
-  return true;
+  const full = state.fullRackSet;
+  for (let i = 0; i < full.size; i++) {
+    const t = full.items[i]!;
+    if (state.frag[t]! > state.lambda) continue;
+    const need = overCapacity(state, t);
+    if (need > budget) return false;
+    total += need;
+  }
+  return total <= 2 * budget + free;
 }
 
-/** Largest fragmentation rack `t` can shed with `budget` moves: a 0/1 knapsack over its groups. */
-function bestRelief(state: CountState, t: number, budget: number): number {
-  const best = new Array<number>(budget + 1).fill(0);
-  for (let g = 0; g < state.groups; g++) {
+const overCapacity = (state: CountState, t: number) => Math.max(0, state.occupancy[t]! - state.capacity);
+
+/**
+ * Fewest moves touching rack `t` that shed `excess` rings from it (budget + 1 when more are
+ * needed): a group leaves with all its workers on `t`, or gathers on `t` with all the others.
+ */
+function touchesToShed(state: CountState, t: number, excess: number, budget: number): number {
+  // fewest[r] = fewest touches that shed r rings (capped at `excess`).
+  const fewest = new Array<number>(excess + 1).fill(budget + 1);
+  fewest[0] = 0;
+  const on = state.groupsOn[t]!;
+  for (let i = 0; i < on.size; i++) {
+    const g = on.items[i]!;
+    if (state.spread[g]! < 2) continue;
     const here = state.at(g, t);
-    if (here === 0 || state.spread[g]! < 2) continue;
-    const cost = Math.min(here, state.size[g]! - state.largest[g]!);
+    const size = state.size[g]!;
+    const cost = size <= state.capacity ? Math.min(here, size - here) : here;
     if (cost > budget) continue;
     const rings = state.rings[g]!;
-    for (let b = budget; b >= cost; b--) best[b] = Math.max(best[b]!, best[b - cost]! + rings);
+    for (let r = excess; r > 0; r--) {
+      const from = fewest[Math.max(0, r - rings)]! + cost;
+      if (from < fewest[r]!) fewest[r] = from;
+    }
   }
-  return best[budget]!;
+  return fewest[excess]!;
 }
 
-/** Moves that every repair of the first defect must include (see `searchMoves`). */
-function branches(state: CountState, depth: number): RackMove[] {
-  const seen = new Set<number>();
-  const out: RackMove[] = [];
-  const add = (group: number, from: number, to: number) => {
-    if (from === to || state.at(group, from) === 0) return;
-    const key = (group * state.racks + from) * state.racks + to;
-    if (seen.has(key)) return;
-    seen.add(key);
-    out.push({ group, from, to });
+/**
+ * Lifts that every repair of one defect must begin with (see `searchMoves`), for the defect
+ * with the fewest of them: racks over their bound first, then pods, then racks over capacity.
+ */
+function branches(state: CountState, depth: number): [number, number][] {
+  let best: Lifts | undefined;
+  const consider = (lifts: Lifts) => {
+    if (!best || lifts.size < best.size) best = lifts;
   };
-  const rack = firstOver(state.frag, state.racks, state.lambda);
-  if (rack >= 0) {
-    for (let g = 0; g < state.groups; g++) {
-      const here = state.at(g, rack);
-      if (here === 0 || state.spread[g]! < 2) continue;
-      if (here <= depth) for (let d = 0; d < state.racks; d++) add(g, rack, d);
-      wholeOn(state, g, depth, add);
-    }
-    return out;
+  const over = state.overRackSet;
+  for (let i = 0; i < over.size; i++) consider(rackLifts(state, over.items[i]!, depth));
+  if (!best) {
+    const pods = state.overPodSet;
+    for (let i = 0; i < pods.size; i++) consider(podLifts(state, pods.items[i]!, depth));
   }
-  const pod = firstOver(state.podFrag, state.pods, state.podLambda);
-  if (pod >= 0) {
-    for (let g = 0; g < state.groups; g++) {
-      const here = state.podCount[g * state.pods + pod]!;
-      if (here === 0 || state.podSpread[g]! < 2) continue;
-      if (here <= depth) {
-        for (let s = 0; s < state.racks; s++) {
-          if (state.podOf[s] !== pod) continue;
-          for (let d = 0; d < state.racks; d++) if (state.podOf[d] !== pod) add(g, s, d);
-        }
-      }
-      for (let q = 0; q < state.pods; q++) {
-        if (state.size[g]! - state.podCount[g * state.pods + q]! > depth) continue;
-        for (let s = 0; s < state.racks; s++) {
-          if (state.podOf[s] === q) continue;
-          for (let d = 0; d < state.racks; d++) if (state.podOf[d] === q) add(g, s, d);
-        }
-      }
+  if (!best) {
+    const full = state.fullRackSet;
+    for (let i = 0; i < full.size; i++) {
+      const lifts = new Lifts(state);
+      const t = full.items[i]!;
+      const on = state.groupsOn[t]!;
+      for (let k = 0; k < on.size; k++) lifts.add(on.items[k]!, t);
+      consider(lifts);
     }
-    return out;
   }
-  const full = firstOver(state.occupancy, state.racks, state.capacity);
-  for (let g = 0; g < state.groups; g++) {
-    if (state.at(g, full) === 0) continue;
-    for (let d = 0; d < state.racks; d++) add(g, full, d);
+  return best ? best.ranked() : [];
+}
+
+/**
+ * Rack `t` sheds a fragmented group when it leaves `t` (lift its workers there) or gathers
+ * on one rack `u` (lift its workers elsewhere; pending ones land on `u` for free).
+ */
+function rackLifts(state: CountState, t: number, depth: number): Lifts {
+  const out = new Lifts(state);
+  const on = state.groupsOn[t]!;
+  for (let i = 0; i < on.size; i++) {
+    const g = on.items[i]!;
+    if (state.spread[g]! < 2) continue;
+    if (state.at(g, t) <= depth) out.add(g, t);
+    const size = state.size[g]! - state.pending[g]!;
+    if (state.size[g]! > state.capacity || size - state.largest[g]! > depth) continue;
+    for (let u = 0; u < state.racks; u++) {
+      if (state.at(g, u) === 0 || size - state.at(g, u) > depth) continue;
+      for (let s = 0; s < state.racks; s++) if (s !== u) out.add(g, s);
+    }
   }
   return out;
 }
 
-/** Moves that pull group `g` onto a rack it could be made whole on within `depth` moves. */
-function wholeOn(state: CountState, g: number, depth: number, add: (g: number, s: number, d: number) => void): void {
-  const size = state.size[g]!;
-  if (size > state.capacity || size - state.largest[g]! > depth) return;
-  for (let u = 0; u < state.racks; u++) {
-    if (size - state.at(g, u) > depth) continue;
-    for (let s = 0; s < state.racks; s++) add(g, s, u);
+/** Pod `pod` sheds a group when it leaves the pod or gathers inside one pod. */
+function podLifts(state: CountState, pod: number, depth: number): Lifts {
+  const out = new Lifts(state);
+  for (let g = 0; g < state.groups; g++) {
+    const here = state.podCount[g * state.pods + pod]!;
+    if (here === 0 || state.podSpread[g]! < 2) continue;
+    const size = state.size[g]! - state.pending[g]!;
+    for (let s = 0; s < state.racks; s++) {
+      if (state.at(g, s) === 0) continue;
+      const inPod = state.podOf[s] === pod;
+      const gathers = (q: number) => q !== state.podOf[s] && size - state.podCount[g * state.pods + q]! <= depth;
+      let useful = inPod && here <= depth;
+      for (let q = 0; q < state.pods && !useful; q++) useful = state.podCount[g * state.pods + q]! > 0 && gathers(q);
+      if (useful) out.add(g, s);
+    }
   }
+  return out;
 }
 
-function firstOver(values: Int32Array, length: number, bound: number): number {
-  for (let i = 0; i < length; i++) if (values[i]! > bound) return i;
-  return -1;
+/** Distinct lifts a minimal plan may make, in the order first added (deterministic). */
+class Lifts {
+  readonly list: [number, number][] = [];
+  private readonly seen = new Set<number>();
+
+  constructor(private readonly state: CountState) {}
+
+  get size(): number {
+    return this.list.length;
+  }
+
+  /** Lifts off racks where the group has fewest workers first: cheapest to clear. */
+  ranked(): [number, number][] {
+    const at = ([g, t]: [number, number]) => this.state.at(g, t);
+    return [...this.list].sort((a, b) => at(a) - at(b));
+  }
+
+  add(group: number, rack: number): void {
+    const cell = group * this.state.racks + rack;
+    const here = this.state.count[cell]!;
+    // Never take a worker off a rack its group has gained (a minimal plan would not have
+    // brought it there).
+    if (here === 0 || here > this.state.initial[cell]! || this.seen.has(cell)) return;
+    this.seen.add(cell);
+    this.list.push([group, rack]);
+  }
 }
