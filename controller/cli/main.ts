@@ -4,6 +4,7 @@ import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 /** Subcommands, loaded on demand so `monkeytree plan` does not pay for the others. */
 const commands: Record<string, () => Promise<Command>> = {
   plan: async () => (await import("./plan.ts")).command,
+  routes: async () => (await import("./routes.ts")).command,
 };
 
 function usage(): string {
