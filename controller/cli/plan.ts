@@ -77,12 +77,20 @@ export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
   };
 }
 
-const verdicts: Record<Plan["status"], string> = {
-  unchanged: "every rack is already within its bound; nothing to move",
-  optimal: "proved optimal",
-  feasible: "valid, not proved optimal within the time limit",
-  infeasible: "no placement meets the bounds",
-};
+function headline(plan: Plan): string {
+  const ms = `${plan.solveMs.toFixed(1)} ms`;
+  const moves = `${plan.moveCount} move${plan.moveCount === 1 ? "" : "s"} in ${plan.steps} step${plan.steps === 1 ? "" : "s"}`;
+  switch (plan.status) {
+    case "unchanged":
+      return `unchanged: every rack is already within its bound; nothing to move (${ms})`;
+    case "infeasible":
+      return `infeasible: no placement of these jobs meets the bounds (${ms})`;
+    case "optimal":
+      return `optimal: ${moves}, proved minimal (${ms})`;
+    case "feasible":
+      return `feasible: ${moves}; the time limit ran out before it was proved minimal (at least ${plan.lowerBound} needed) (${ms})`;
+  }
+}
 
 function summary(cluster: Cluster, plan: Plan, path: string): string {
   const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = cluster.topology;
@@ -90,8 +98,7 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
   const lines = [
     `snapshot ${path}: ${racks} racks × ${hostsPerRack} hosts × ${gpusPerHost} GPUs, ${uplinksPerRack} uplinks/rack, λ = ${cluster.lambda}` +
       (cluster.podLambda === undefined ? "" : `, pod λ = ${cluster.podLambda}`),
-    `${plan.status}: ${plan.moveCount} move${plan.moveCount === 1 ? "" : "s"} in ${plan.steps} step${plan.steps === 1 ? "" : "s"} ` +
-      `(${verdicts[plan.status]}; lower bound ${plan.lowerBound}), ${plan.solveMs.toFixed(1)} ms`,
+    headline(plan),
   ];
   if (plan.moves.length > 0) {
     lines.push("", table(["step", "job", "group", "from", "to"], plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`])));
