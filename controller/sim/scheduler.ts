@@ -1,0 +1,53 @@
+/**
+ * The paper's locality-aware, Slurm-like cluster scheduler (§6.1): if one rack can hold the
+ * whole job, it goes on the rack with the fewest free hosts that can; otherwise the rack with
+ * the most free hosts takes as much of the job as it can and the rest is placed the same way.
+ * Within a rack the lowest free host index goes first; ties between racks go to the lowest rack.
+ * This is the scheduler that MonkeyTree sits behind, not part of MonkeyTree: it is what makes
+ * the fragmentation the planner has to repair.
+ *
+ * @param occupied `occupied[h]` is true when global host `h` runs a worker.
+ * @param stageSizes hosts of each group, in stage order; hosts are handed out stage by stage.
+ * @returns the hosts of every group, or `undefined` when the cluster has too few free hosts.
+ */
+export function bestFit(occupied: readonly boolean[], hostsPerRack: number, stageSizes: readonly number[]): number[][] | undefined {
+  const free = freeHostsByRack(occupied, hostsPerRack);
+  let remaining = stageSizes.reduce((sum, size) => sum + size, 0);
+  if (remaining > free.reduce((sum, hosts) => sum + hosts.length, 0)) return undefined;
+  const chosen: number[] = [];
+  while (remaining > 0) {
+    const rack = tightestFit(free, remaining) ?? roomiest(free);
+    const hosts = free[rack] ?? [];
+    const taken = hosts.splice(0, Math.min(remaining, hosts.length));
+    chosen.push(...taken);
+    remaining -= taken.length;
+  }
+  let next = 0;
+  return stageSizes.map((size) => chosen.slice(next, (next += size)));
+}
+
+function freeHostsByRack(occupied: readonly boolean[], hostsPerRack: number): number[][] {
+  const racks = Math.ceil(occupied.length / hostsPerRack);
+  const free = Array.from({ length: racks }, () => [] as number[]);
+  occupied.forEach((busy, host) => {
+    if (!busy) free[Math.floor(host / hostsPerRack)]?.push(host);
+  });
+  return free;
+}
+
+/** The rack with the fewest free hosts that still has `needed`, if any. */
+function tightestFit(free: readonly (readonly number[])[], needed: number): number | undefined {
+  let best: number | undefined;
+  free.forEach((hosts, rack) => {
+    if (hosts.length >= needed && (best === undefined || hosts.length < (free[best]?.length ?? 0))) best = rack;
+  });
+  return best;
+}
+
+function roomiest(free: readonly (readonly number[])[]): number {
+  let best = 0;
+  free.forEach((hosts, rack) => {
+    if (hosts.length > (free[best]?.length ?? 0)) best = rack;
+  });
+  return best;
+}

@@ -1,0 +1,47 @@
+import { describe, expect, it } from "vitest";
+import { bestFit } from "../../controller/sim/scheduler.ts";
+
+/** Occupancy of racks of `hostsPerRack` hosts, given the busy hosts' indices. */
+function occupancy(racks: number, hostsPerRack: number, busy: number[]): boolean[] {
+  const occupied = new Array<boolean>(racks * hostsPerRack).fill(false);
+  for (const h of busy) occupied[h] = true;
+  return occupied;
+}
+
+describe("bestFit", () => {
+  // 4 racks of 4 hosts. Free: rack 0 has 4, rack 1 has 2 (5, 7), rack 2 has 3 (8, 10, 11), rack 3 has 1 (15).
+  const occupied = occupancy(4, 4, [4, 6, 9, 12, 13, 14]);
+
+  it("puts a job that fits in one rack on the fullest rack that fits, lowest hosts first", () => {
+    expect(bestFit(occupied, 4, [1])).toEqual([[15]]);
+    expect(bestFit(occupied, 4, [2])).toEqual([[5, 7]]);
+    expect(bestFit(occupied, 4, [3])).toEqual([[8, 10, 11]]);
+    expect(bestFit(occupied, 4, [4])).toEqual([[0, 1, 2, 3]]);
+  });
+
+  it("breaks ties between equally full racks by the lowest rack", () => {
+    const even = occupancy(3, 4, [0, 4, 8]);
+    expect(bestFit(even, 4, [2])).toEqual([[1, 2]]);
+  });
+
+  it("splits a job that fits nowhere: the emptiest rack first, then the rest by the same rule", () => {
+    // 6 hosts: rack 0 gives 4, the remaining 2 fit best on rack 1.
+    expect(bestFit(occupied, 4, [6])).toEqual([[0, 1, 2, 3, 5, 7]]);
+    // 8 hosts: rack 0 (4), then rack 2 (3, the most free), then 1 host on rack 3 (fullest that fits).
+    expect(bestFit(occupied, 4, [8])).toEqual([[0, 1, 2, 3, 8, 10, 11, 15]]);
+  });
+
+  it("hands hosts to pipeline stages in stage order", () => {
+    expect(bestFit(occupied, 4, [3, 3])).toEqual([
+      [0, 1, 2],
+      [3, 5, 7],
+    ]);
+  });
+
+  it("returns undefined when the cluster has too few free hosts, leaving the input alone", () => {
+    const before = [...occupied];
+    expect(bestFit(occupied, 4, [5, 6])).toBeUndefined();
+    expect(bestFit(occupied, 4, [10])).toEqual([[0, 1, 2, 3, 8, 10, 11, 5, 7, 15]]);
+    expect(occupied).toEqual(before);
+  });
+});
