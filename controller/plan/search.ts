@@ -54,7 +54,7 @@ export function searchMoves(state: CountState, maxDepth: number, deadline: numbe
 
   const dfs = (depth: number): boolean => {
     if ((failed.get(state.hash) ?? -1) >= depth) return false;
-    if ((++nodes & 1023) === 0 && performance.now() > deadline) timedOut = true;
+    if ((++nodes & 127) === 0 && performance.now() > deadline) timedOut = true;
     if (timedOut) return false;
     const found = hasDefect(state) ? repair(depth) : place(depth);
     if (!found && !timedOut) failed.set(state.hash, depth);
