@@ -1,5 +1,6 @@
+import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
-import type { Cluster } from "../model/cluster.ts";
+import { toSnapshot, type Cluster } from "../model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan } from "../plan/index.ts";
 import type { PlanDocument } from "../plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
@@ -9,7 +10,7 @@ export const EMBEDDED_SNAPSHOT = fileURLToPath(new URL("../../examples/snapshots
 
 const formulations = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
 
-const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME]
+const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME] [--output FILE]
 
 Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
 when the snapshot sets podLambda) within its bound, as concrete host moves in steps.
@@ -22,6 +23,7 @@ options:
                       found is returned with status "feasible"
   --formulation NAME  ${formulations.join(" | ")} (default monkeytree); "paper" solves the published
                       program, which only moves fragmented groups
+  --output FILE       also write the snapshot as it stands after the plan (for \`monkeytree routes\`)
 
 exit codes: 0 a plan (or nothing to do), 1 no plan (infeasible, or none found in time),
             2 bad usage or snapshot, 3 internal error`;
@@ -35,6 +37,7 @@ export const command: Command = {
       json: { type: "boolean", default: false },
       "time-limit": { type: "string" },
       formulation: { type: "string", default: "monkeytree" },
+      output: { type: "string" },
     });
     const formulation = flags.formulation as Formulation;
     if (!formulations.includes(formulation)) {
@@ -53,11 +56,20 @@ export const command: Command = {
       io.err.write(`monkeytree plan: ${error.message}\n`);
       return ExitCode.findings;
     }
+    if (flags.output !== undefined) await writeSnapshot(flags.output, toSnapshot(cluster, plan.placement));
     if (flags.json) await writeJson(io, toDocument(cluster, plan));
     else io.out.write(`${summary(cluster, plan, path)}\n`);
     return plan.status === "infeasible" ? ExitCode.findings : ExitCode.ok;
   },
 };
+
+async function writeSnapshot(path: string, snapshot: unknown): Promise<void> {
+  try {
+    await writeFile(path, `${JSON.stringify(snapshot)}\n`);
+  } catch (error) {
+    throw new UsageError(`--output ${path}: cannot write it (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+  }
+}
 
 export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
   return {

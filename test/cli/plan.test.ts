@@ -65,6 +65,15 @@ describe("monkeytree plan", () => {
     expect(stdout).toContain("infeasible: no placement of these jobs meets the bounds");
   });
 
+  it("writes the snapshot after the plan with --output, ready for routes", async () => {
+    const out = join(dir, "after.json");
+    const { code } = await runCli("plan", "--snapshot", "examples/snapshots/tp8-pp-1024gpu.json", "--output", out);
+    expect(code).toBe(0);
+    const routes = await runCli("routes", "--snapshot", out);
+    expect(routes.code).toBe(0);
+    expect((await runCli("plan", "--output", join(dir, "no/such/dir/x.json"))).stderr).toMatch(/--output .*: cannot write it \(ENOENT\)/);
+  });
+
   it("documents itself", async () => {
     const { code, stdout } = await runCli("plan", "--help");
     expect(code).toBe(0);
