@@ -56,20 +56,19 @@ export class PlanTimeoutError extends Error {
 }
 
 /**
- * Share of the budget the exact search may spend before the ILP gets the rest: the search
- * proves most events optimal in milliseconds, and every level it exhausts raises the lower
- * bound the ILP starts from.
+ * How the budget is spent when the exact search does not prove a plan at once, as shares of
+ * the time limit reached by each phase: a first exact pass; a narrow dive for a valid plan;
+ * the exact search again, bounded by that plan; wider dives for shorter plans; HiGHS for the
+ * rest.
  */
-const SEARCH_SHARE = 0.6;
+const FIRST_EXACT_SHARE = 0.15;
+const EXACT_SHARE = 0.6;
+const DIVE_SHARE = 0.75;
 /** Deeper than this the search's branching outgrows the ILP. */
 const SEARCH_DEPTH = 12;
-/**
- * When the exact search runs out of time, the same search narrowed to a beam, deepening from
- * the proven bound, gives HiGHS a valid starting plan, so the budget never ends with nothing.
- */
+/** Longest plan a dive looks for, and its beam widths, narrowest (fastest) first. */
 const DIVE_DEPTH = 40;
-const DIVE_BEAM = 2;
-const DIVE_SHARE = 0.75;
+const DIVE_BEAMS = [2, 3, 4] as const;
 
 export interface Planner {
   /** Plans the fewest worker moves that bring every rack (and pod) within its bound. */
@@ -101,11 +100,31 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   let lowerBound = 1;
   let incumbent: Counts | undefined;
   if (options.formulation !== "paper") {
-    const outcome = searchMoves(new CountState(cluster), SEARCH_DEPTH, start + timeLimitMs * SEARCH_SHARE);
-    if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
-    lowerBound = outcome.depth + 1;
-    const dive = searchMoves(new CountState(cluster), DIVE_DEPTH, start + timeLimitMs * DIVE_SHARE, { firstDepth: lowerBound, beam: DIVE_BEAM });
-    if (dive.kind === "found") incumbent = applyRackMoves(state, dive.moves);
+    const at = (share: number) => start + timeLimitMs * share;
+    const fresh = () => new CountState(cluster);
+    // Most events are proved in milliseconds by the exact search alone.
+    let exact = searchMoves(fresh(), SEARCH_DEPTH, at(FIRST_EXACT_SHARE));
+    if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
+    lowerBound = exact.depth + 1;
+    // A quick plan first, then the exact search again, now only up to one move short of it:
+    // exhausting that proves the plan minimal. Wider dives then look for shorter plans.
+    let best = Number.POSITIVE_INFINITY;
+    const dive = (beam: number, until: number) => {
+      if (best <= lowerBound) return;
+      const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), at(until), { firstDepth: lowerBound, beam });
+      if (outcome.kind !== "found") return;
+      incumbent = applyRackMoves(state, outcome.moves);
+      best = outcome.moves.length;
+    };
+    dive(DIVE_BEAMS[0], EXACT_SHARE);
+    if (best > lowerBound) {
+      exact = searchMoves(fresh(), Math.min(SEARCH_DEPTH, best - 1), at(EXACT_SHARE), { firstDepth: lowerBound });
+      if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
+      if (exact.kind === "exhausted" && best - 1 <= SEARCH_DEPTH && incumbent) return finish("optimal", "search", incumbent, best);
+      lowerBound = Math.max(lowerBound, exact.depth + 1);
+    }
+    for (const beam of DIVE_BEAMS.slice(1)) dive(beam, DIVE_SHARE);
+    if (incumbent && best <= lowerBound) return finish("optimal", "search", incumbent, best);
   }
 
   const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state, lowerBound);

@@ -57,7 +57,12 @@ export function searchMoves(state: CountState, maxDepth: number, deadline: numbe
     if ((++nodes & 127) === 0 && performance.now() > deadline) timedOut = true;
     if (timedOut) return false;
     const found = hasDefect(state) ? repair(depth) : place(depth);
-    if (!found && !timedOut) failed.set(state.hash, depth);
+    if (!found && !timedOut) {
+      // Past the cap the table starts over: it only saves repeated work, and an unbounded
+      // one would outgrow memory (and V8's Map) on long searches.
+      if (failed.size >= MEMO_LIMIT) failed.clear();
+      failed.set(state.hash, depth);
+    }
     return found;
   };
 
@@ -97,6 +102,8 @@ export function searchMoves(state: CountState, maxDepth: number, deadline: numbe
   }
   return { kind: "exhausted", depth: maxDepth };
 }
+
+const MEMO_LIMIT = 1 << 21;
 
 const hasDefect = (state: CountState) =>
   state.overRackSet.size > 0 || state.overPodSet.size > 0 || state.fullRackSet.size > 0;
