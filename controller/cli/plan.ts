@@ -1,7 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { toSnapshot, type Cluster } from "../model/cluster.ts";
-import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan } from "../plan/index.ts";
+import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../plan/index.ts";
 import type { PlanDocument } from "../plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 
@@ -50,7 +50,7 @@ export const command: Command = {
     const planner = await createPlanner();
     let plan: Plan;
     try {
-      plan = planner.plan(cluster, { timeLimitMs, formulation });
+      plan = planner.plan(cluster, { timeLimitMs, formulation, onProgress: (p) => progress(io, p) });
     } catch (error) {
       if (!(error instanceof PlanTimeoutError)) throw error;
       io.err.write(`monkeytree plan: ${error.message}\n`);
@@ -69,6 +69,14 @@ async function writeSnapshot(path: string, snapshot: unknown): Promise<void> {
   } catch (error) {
     throw new UsageError(`--output ${path}: cannot write it (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
   }
+}
+
+/** Long plans say what is proven so far; quick ones (most) print nothing extra. */
+function progress(io: Io, p: PlanProgress): void {
+  if (p.elapsedMs < 500) return;
+  const best = p.best === undefined ? "no plan yet" : `best plan so far ${p.best} moves`;
+  const phase = { search: "exact search", dive: "heuristic dive", ilp: "integer program (HiGHS) next" }[p.phase];
+  io.err.write(`monkeytree plan: ${(p.elapsedMs / 1000).toFixed(1)} s: ${phase}; at least ${p.lowerBound} moves needed, ${best}\n`);
 }
 
 export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {

@@ -16,6 +16,17 @@ export interface PlanOptions {
   readonly timeLimitMs?: number;
   /** "paper" solves the published program (fragmented groups only) for comparison. */
   readonly formulation?: Formulation;
+  /** Told what the planner has established so far, between phases of a long plan. */
+  readonly onProgress?: (progress: PlanProgress) => void;
+}
+
+export interface PlanProgress {
+  readonly phase: "search" | "dive" | "ilp";
+  /** Proven lower bound on the number of moves so far. */
+  readonly lowerBound: number;
+  /** Moves of the best valid plan so far, if any. */
+  readonly best?: number;
+  readonly elapsedMs: number;
 }
 
 export const DEFAULT_TIME_LIMIT_MS = 5_000;
@@ -99,6 +110,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
 
   let lowerBound = 1;
   let incumbent: Counts | undefined;
+  const report = (phase: PlanProgress["phase"], best?: number) =>
+    options.onProgress?.({ phase, lowerBound, ...(best === undefined || !Number.isFinite(best) ? {} : { best }), elapsedMs: performance.now() - start });
   if (options.formulation !== "paper") {
     const at = (share: number) => start + timeLimitMs * share;
     const fresh = () => new CountState(cluster);
@@ -106,6 +119,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     let exact = searchMoves(fresh(), SEARCH_DEPTH, at(FIRST_EXACT_SHARE));
     if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
     lowerBound = exact.depth + 1;
+    report("search");
     // A quick plan first, then the exact search again, now only up to one move short of it:
     // exhausting that proves the plan minimal. Wider dives then look for shorter plans.
     let best = Number.POSITIVE_INFINITY;
@@ -115,6 +129,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
       if (outcome.kind !== "found") return;
       incumbent = applyRackMoves(state, outcome.moves);
       best = outcome.moves.length;
+      report("dive", best);
     };
     dive(DIVE_BEAMS[0], EXACT_SHARE);
     if (best > lowerBound) {
@@ -122,11 +137,13 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
       if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
       if (exact.kind === "exhausted" && best - 1 <= SEARCH_DEPTH && incumbent) return finish("optimal", "search", incumbent, best);
       lowerBound = Math.max(lowerBound, exact.depth + 1);
+      report("search", best);
     }
     for (const beam of DIVE_BEAMS.slice(1)) dive(beam, DIVE_SHARE);
     if (incumbent && best <= lowerBound) return finish("optimal", "search", incumbent, best);
   }
 
+  report("ilp", incumbent ? moveDistance(state.count, incumbent) : undefined);
   const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state, lowerBound);
   const solved = solveMip(highs, program.model, {
     timeLimitSec: ilpSeconds(deadline - performance.now()),
