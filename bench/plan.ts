@@ -1,0 +1,236 @@
+// Planner benchmark: our formulation against the paper's (Appendix A) on the same clusters.
+//
+// Clusters come from `trace`: Poisson arrivals placed by the paper's best-fit scheduler at 90%
+// load, taken each time a placement pushes a rack over its bound. Every event is planned twice,
+// ours and the paper's, and the trace continues from our plan, as the controller would.
+//
+//   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
+import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import type { Cluster } from "../controller/model/cluster.ts";
+import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanStatus } from "../controller/plan/index.ts";
+import { MIXES, trace, type Mix } from "../controller/sim/index.ts";
+
+const HOSTS_PER_RACK = 8;
+const GPUS_PER_HOST = 8;
+const GPUS_PER_RACK = HOSTS_PER_RACK * GPUS_PER_HOST;
+/** λ = uplinksPerRack per mix: 2 for single-ring DP/FSDP jobs, 16 so a rack can hold two fragmented TP=8 groups. */
+const UPLINKS: Record<Mix, number> = { dp: 2, tp8pp: 16 };
+const FORMULATIONS = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
+const MOVE_BUCKETS = ["1", "2", "3", "4", "5+"] as const;
+const STATUSES = ["unchanged", "optimal", "feasible", "infeasible", "timeout"] as const satisfies readonly (PlanStatus | "timeout")[];
+type Status = (typeof STATUSES)[number];
+
+const help = `usage: npm run bench:plan -- [options]
+
+Generates cluster traces and plans every bound violation with our formulation and the paper's.
+
+options:
+  --sizes LIST       GPU counts, multiples of ${GPUS_PER_RACK} (default 1024,2048,4096,8192)
+  --mix NAME         ${MIXES.join(" | ")} | all (default all)
+  --events N         violation events per size and mix (default 40)
+  --seed N           trace seed (default 1)
+  --time-limit SEC   planner budget per plan (default 10)
+  --json             one JSON line per size and mix instead of tables
+  --help             this text`;
+
+interface Outcome {
+  readonly status: Status;
+  readonly moves: number;
+  readonly ms: number;
+  /** How the planner found its answer; `undefined` on a timeout. */
+  readonly method: Plan["method"] | undefined;
+}
+
+interface Event {
+  readonly ours: Outcome;
+  readonly paper: Outcome;
+}
+
+interface Run {
+  readonly mix: Mix;
+  readonly gpus: number;
+  readonly racks: number;
+  readonly lambda: number;
+  readonly events: readonly Event[];
+  /** Time spent generating the trace, planner excluded. */
+  readonly traceMs: number;
+}
+
+function options(argv: string[]) {
+  const flags = parseFlags(argv, {
+    sizes: { type: "string", default: "1024,2048,4096,8192" },
+    mix: { type: "string", default: "all" },
+    events: { type: "string" },
+    seed: { type: "string" },
+    "time-limit": { type: "string" },
+    json: { type: "boolean", default: false },
+    help: { type: "boolean", default: false },
+  });
+  const sizes = flags.sizes.split(",").map((raw) => {
+    const gpus = Number(raw);
+    if (!Number.isInteger(gpus) || gpus <= 0 || gpus % GPUS_PER_RACK !== 0) {
+      throw new UsageError(`--sizes takes multiples of ${GPUS_PER_RACK} GPUs (racks of ${HOSTS_PER_RACK}×${GPUS_PER_HOST}), got "${raw}"`);
+    }
+    return gpus;
+  });
+  const mixes = flags.mix === "all" ? [...MIXES] : MIXES.filter((mix) => mix === flags.mix);
+  if (mixes.length === 0) throw new UsageError(`--mix must be one of ${[...MIXES, "all"].join(", ")}, got "${flags.mix}"`);
+  const events = numberFlag("events", flags.events, 40, 1);
+  const seed = numberFlag("seed", flags.seed, 1, 0);
+  if (!Number.isInteger(events) || !Number.isInteger(seed)) throw new UsageError("--events and --seed take whole numbers");
+  return {
+    help: flags.help,
+    sizes,
+    mixes,
+    events,
+    seed,
+    timeLimitMs: numberFlag("time-limit", flags["time-limit"], 10, 0.001) * 1000,
+    json: flags.json,
+  };
+}
+
+type Options = ReturnType<typeof options>;
+
+function planOnce(planner: Planner, cluster: Cluster, formulation: Formulation, timeLimitMs: number) {
+  const start = performance.now();
+  try {
+    const plan = planner.plan(cluster, { timeLimitMs, formulation });
+    return { outcome: { status: plan.status, moves: plan.moveCount, ms: plan.solveMs, method: plan.method }, placement: plan.placement };
+  } catch (error) {
+    if (!(error instanceof PlanTimeoutError)) throw error;
+    return { outcome: { status: "timeout" as const, moves: 0, ms: performance.now() - start, method: undefined }, placement: undefined };
+  }
+}
+
+function runTrace(planner: Planner, mix: Mix, gpus: number, opts: Options): Run {
+  const racks = gpus / GPUS_PER_RACK;
+  const lambda = UPLINKS[mix];
+  const topology = { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: GPUS_PER_HOST, uplinksPerRack: lambda };
+  const events: Event[] = [];
+  const generator = trace({ seed: opts.seed, topology, lambda, mix, events: opts.events });
+  let traceMs = 0;
+  let lastProgress = performance.now();
+  let started = performance.now();
+  let step = generator.next();
+  traceMs += performance.now() - started;
+  while (!step.done) {
+    const cluster = step.value;
+    // Alternate which formulation runs first so neither always gets the warmer caches.
+    const order = events.length % 2 === 0 ? FORMULATIONS : ([...FORMULATIONS].reverse() as Formulation[]);
+    const results = new Map(order.map((f) => [f, planOnce(planner, cluster, f, opts.timeLimitMs)] as const));
+    const ours = results.get("monkeytree");
+    const paper = results.get("paper");
+    if (!ours || !paper) throw new Error("internal: a formulation was not planned");
+    events.push({ ours: ours.outcome, paper: paper.outcome });
+    if (performance.now() - lastProgress > 5_000 || events.length === opts.events) {
+      lastProgress = performance.now();
+      process.stderr.write(`plan: ${mix} ${gpus} GPUs: ${events.length}/${opts.events} events\n`);
+    }
+    const reply = ours.outcome.status === "optimal" || ours.outcome.status === "feasible" ? ours.placement : undefined;
+    started = performance.now();
+    step = generator.next(reply);
+    traceMs += performance.now() - started;
+  }
+  return { mix, gpus, racks, lambda, events, traceMs };
+}
+
+const planned = (o: Outcome) => o.status === "optimal" || o.status === "feasible";
+
+/** Nearest-rank percentile of an ascending list. */
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN;
+}
+
+function side(outcomes: readonly Outcome[]) {
+  const ms = outcomes.map((o) => o.ms).sort((a, b) => a - b);
+  const withPlan = outcomes.filter(planned);
+  const moves = Object.fromEntries(
+    MOVE_BUCKETS.map((bucket, i) => [bucket, withPlan.filter((o) => (i === MOVE_BUCKETS.length - 1 ? o.moves >= i + 1 : o.moves === i + 1)).length]),
+  ) as Record<(typeof MOVE_BUCKETS)[number], number>;
+  const statuses = Object.fromEntries(STATUSES.map((s) => [s, outcomes.filter((o) => o.status === s).length])) as Record<Status, number>;
+  return {
+    moves,
+    meanMoves: withPlan.length ? withPlan.reduce((sum, o) => sum + o.moves, 0) / withPlan.length : Number.NaN,
+    statuses,
+    bySearch: outcomes.filter((o) => o.method === "search").length,
+    byIlp: outcomes.filter((o) => o.method === "ilp").length,
+    p50Ms: percentile(ms, 50),
+    p90Ms: percentile(ms, 90),
+    maxMs: ms.at(-1) ?? Number.NaN,
+  };
+}
+
+function summarise(run: Run, opts: Options) {
+  const ours = side(run.events.map((e) => e.ours));
+  const paper = side(run.events.map((e) => e.paper));
+  const both = run.events.filter((e) => planned(e.ours) && planned(e.paper));
+  return {
+    mix: run.mix,
+    gpus: run.gpus,
+    racks: run.racks,
+    lambda: run.lambda,
+    seed: opts.seed,
+    timeLimitMs: opts.timeLimitMs,
+    instances: run.events.length,
+    traceMs: run.traceMs,
+    ours,
+    paper,
+    p50Ratio: paper.p50Ms / ours.p50Ms,
+    p90Ratio: paper.p90Ms / ours.p90Ms,
+    paperInfeasibleWhereOursPlanned: run.events.filter((e) => planned(e.ours) && e.paper.status === "infeasible").length,
+    paperMoreMoves: both.filter((e) => e.paper.moves > e.ours.moves).length,
+    paperFewerMoves: both.filter((e) => e.paper.moves < e.ours.moves).length,
+  };
+}
+
+type Summary = ReturnType<typeof summarise>;
+
+const ms = (value: number) => (Number.isNaN(value) ? "-" : value < 10 ? value.toFixed(2) : value.toFixed(0));
+const ratio = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : "-");
+
+function render(s: Summary): string {
+  const rows: (string | number)[][] = [
+    ...MOVE_BUCKETS.map((b) => [`moves ${b}`, s.ours.moves[b], s.paper.moves[b], ""]),
+    ["mean moves", s.ours.meanMoves.toFixed(2), s.paper.meanMoves.toFixed(2), ratio(s.paper.meanMoves / s.ours.meanMoves)],
+    ...STATUSES.map((st) => [st, s.ours.statuses[st], s.paper.statuses[st], ""]),
+    ["by search", s.ours.bySearch, s.paper.bySearch, ""],
+    ["by ILP", s.ours.byIlp, s.paper.byIlp, ""],
+    ["solve p50 ms", ms(s.ours.p50Ms), ms(s.paper.p50Ms), ratio(s.p50Ratio)],
+    ["solve p90 ms", ms(s.ours.p90Ms), ms(s.paper.p90Ms), ratio(s.p90Ratio)],
+    ["solve max ms", ms(s.ours.maxMs), ms(s.paper.maxMs), ratio(s.paper.maxMs / s.ours.maxMs)],
+  ];
+  return [
+    `${s.mix}, ${s.gpus.toLocaleString("en-US")} GPUs (${s.racks} racks × ${HOSTS_PER_RACK} hosts × ${GPUS_PER_HOST} GPUs), ` +
+      `λ = ${s.lambda}, ${s.instances} instances, seed ${s.seed}, time limit ${s.timeLimitMs / 1000} s`,
+    table(["", "ours", "paper", "paper/ours"], rows),
+    `paper infeasible where ours planned: ${s.paperInfeasibleWhereOursPlanned}/${s.instances}; ` +
+      `paper needed more moves: ${s.paperMoreMoves}, fewer: ${s.paperFewerMoves}; ` +
+      `trace generation ${ms(s.traceMs)} ms`,
+  ].join("\n");
+}
+
+async function main(argv: string[]): Promise<number> {
+  let opts: Options;
+  try {
+    opts = options(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`bench:plan: ${error.message}\n${help}\n`);
+    return 2;
+  }
+  if (opts.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  const planner = await createPlanner();
+  for (const mix of opts.mixes) {
+    for (const gpus of opts.sizes) {
+      const summary = summarise(runTrace(planner, mix, gpus, opts), opts);
+      process.stdout.write(opts.json ? `${JSON.stringify(summary)}\n` : `${render(summary)}\n\n`);
+    }
+  }
+  return 0;
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,373 @@
+// Data-plane benchmark: staging-to-staging transfers between two processes, beside a plain-socket
+// baseline (bench/baseline_socket.py: one stream, no framing, no checksums) moving the same bytes
+// between the same buffers in the same run; then checkpoint packing against memcpy.
+//
+// Paths: loopback, and two network namespaces joined by a veth pair (needs root and iproute2;
+// only addresses created inside those namespaces are used). Each method runs --rounds times,
+// alternating, and the median is reported; every transfer is verified by CRC32C afterwards.
+//
+//   npm run bench:transfer -- --size 1GiB --rounds 3
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { createInterface, type Interface } from "node:readline";
+import { z } from "zod";
+import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
+import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/checkpoint/index.ts";
+
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+const here = (file: string): string => new URL(file, import.meta.url).pathname;
+const RUN_TS = here("../bin/run-ts.js");
+const PEER = here("./transfer-peer.ts");
+const BASELINE = here("./baseline_socket.py");
+
+const help = `usage: npm run bench:transfer -- [options]
+
+Moves --size bytes between two staging buffers in two processes, with MonkeyTree's TCP engine
+and with a plain-socket baseline, over loopback and over a veth pair between two network
+namespaces; then packs a checkpoint into staging and compares it with memcpy.
+
+options:
+  --size BYTES      transfer size, e.g. 4GiB, 512MiB, 1000000 (default 4GiB)
+  --pack-size BYTES bytes packed into the checkpoint (default min(size, 1GiB))
+  --streams N       parallel TCP streams of the engine (default 4)
+  --chunk BYTES     engine chunk size (default 8MiB)
+  --rounds N        runs per method and path; the median is reported (default 3)
+  --no-netns        skip the veth/network-namespace path
+  --json            one JSON line instead of tables
+  --help            this text`;
+
+function byteFlag(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const match = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?$/i.exec(raw.trim());
+  const unit = { b: 1, kib: 1024, mib: MiB, gib: GiB }[(match?.[2] ?? "b").toLowerCase()];
+  const value = match && unit ? Math.round(Number(match[1]) * unit) : NaN;
+  if (!Number.isSafeInteger(value) || value <= 0) throw new UsageError(`--${name} takes a size such as 4GiB or 1048576, got "${raw}"`);
+  return value;
+}
+
+function options(argv: string[]) {
+  const flags = parseFlags(argv, {
+    size: { type: "string" },
+    "pack-size": { type: "string" },
+    streams: { type: "string" },
+    chunk: { type: "string" },
+    rounds: { type: "string" },
+    "no-netns": { type: "boolean", default: false },
+    json: { type: "boolean", default: false },
+    help: { type: "boolean", default: false },
+  });
+  const size = byteFlag("size", flags.size, 4 * GiB);
+  return {
+    size,
+    packSize: byteFlag("pack-size", flags["pack-size"], Math.min(size, GiB)),
+    streams: numberFlag("streams", flags.streams, 4, 1),
+    chunk: byteFlag("chunk", flags.chunk, 8 * MiB),
+    rounds: Math.round(numberFlag("rounds", flags.rounds, 3, 1)),
+    netns: !flags["no-netns"],
+    json: flags.json,
+    help: flags.help,
+  };
+}
+type Options = ReturnType<typeof options>;
+
+/** A child speaking one JSON object per stdout line. */
+class Peer {
+  readonly #child: ChildProcess;
+  readonly #lines: AsyncIterator<string>;
+  readonly #stderr: string[] = [];
+
+  constructor(command: string[]) {
+    const [file, ...args] = command;
+    this.#child = spawn(file ?? "", args, { stdio: ["ignore", "pipe", "pipe"] });
+    this.#child.stderr?.on("data", (data: Buffer) => this.#stderr.push(data.toString()));
+    const lines: Interface = createInterface({ input: this.#child.stdout! });
+    this.#lines = lines[Symbol.asyncIterator]();
+  }
+
+  async next<T>(schema: z.ZodType<T>): Promise<T> {
+    const line = await this.#lines.next();
+    if (line.done) {
+      if (this.#child.exitCode === null) await once(this.#child, "exit");
+      throw new Error(`peer exited (${this.#child.exitCode}) without answering: ${this.#stderr.join("").trim()}`);
+    }
+    return schema.parse(JSON.parse(line.value));
+  }
+
+  kill(): void {
+    if (this.#child.exitCode === null) this.#child.kill("SIGKILL");
+  }
+}
+
+const secondsSchema = z.object({ seconds: z.number().positive() });
+
+interface Namespaces {
+  name: string;
+  /** Command prefix placing a process on the sending / receiving side. */
+  sender: string[];
+  receiver: string[];
+  receiverHost: string;
+}
+
+const LOOPBACK: Namespaces = { name: "loopback", sender: [], receiver: [], receiverHost: "127.0.0.1" };
+
+/** Creates two namespaces joined by a veth pair; returns undefined with the reason when it cannot. */
+function createVethPair(): { namespaces: Namespaces; remove(): void } | string {
+  if (process.getuid?.() !== 0) return "needs root";
+  if (spawnSync("ip", ["-V"]).status !== 0) return "iproute2 (`ip`) is not installed";
+  const tag = `mtb${process.pid % 100000}`;
+  const [a, b] = [`${tag}a`, `${tag}b`];
+  const remove = (): void => {
+    spawnSync("ip", ["netns", "del", a]);
+    spawnSync("ip", ["netns", "del", b]);
+  };
+  const steps = [
+    ["netns", "add", a],
+    ["netns", "add", b],
+    ["link", "add", `${tag}x`, "netns", a, "type", "veth", "peer", "name", `${tag}y`, "netns", b],
+    ["-n", a, "addr", "add", "10.231.0.1/30", "dev", `${tag}x`],
+    ["-n", b, "addr", "add", "10.231.0.2/30", "dev", `${tag}y`],
+    ["-n", a, "link", "set", `${tag}x`, "up"],
+    ["-n", b, "link", "set", `${tag}y`, "up"],
+    ["-n", a, "link", "set", "lo", "up"],
+    ["-n", b, "link", "set", "lo", "up"],
+  ];
+  for (const step of steps) {
+    const run = spawnSync("ip", step, { encoding: "utf8" });
+    if (run.status !== 0) {
+      remove();
+      return `\`ip ${step.join(" ")}\` failed: ${run.stderr.trim()}`;
+    }
+  }
+  return {
+    namespaces: {
+      name: "veth netns",
+      sender: ["ip", "netns", "exec", a],
+      receiver: ["ip", "netns", "exec", b],
+      receiverHost: "10.231.0.2",
+    },
+    remove,
+  };
+}
+
+async function engineRun(ns: Namespaces, source: StagingBuffer, destination: StagingBuffer, opts: Options): Promise<number> {
+  const node = [process.execPath, RUN_TS, PEER];
+  const receiver = new Peer([...ns.receiver, ...node, "receive", "--buffer", destination.name, "--host", ns.receiverHost, "--length", String(opts.size)]);
+  try {
+    const { ticket } = await receiver.next(z.object({ ticket: transferTicketSchema }));
+    const sender = new Peer([
+      ...ns.sender, ...node, "send", "--buffer", source.name, "--ticket", JSON.stringify(ticket satisfies TransferTicket),
+      "--streams", String(opts.streams), "--chunk", String(opts.chunk),
+    ]);
+    try {
+      const { sent } = await sender.next(z.object({ sent: secondsSchema }));
+      await receiver.next(z.object({ received: z.object({ bytes: z.literal(opts.size) }) }));
+      return sent.seconds;
+    } finally {
+      sender.kill();
+    }
+  } finally {
+    receiver.kill();
+  }
+}
+
+async function baselineRun(ns: Namespaces, source: StagingBuffer, destination: StagingBuffer, opts: Options): Promise<number> {
+  const receiver = new Peer([...ns.receiver, "python3", BASELINE, "recv", destination.name, ns.receiverHost, String(opts.size)]);
+  try {
+    const { port } = await receiver.next(z.object({ port: z.number().int() }));
+    const sender = new Peer([...ns.sender, "python3", BASELINE, "send", source.name, ns.receiverHost, String(port), String(opts.size)]);
+    try {
+      const sent = await sender.next(secondsSchema);
+      await receiver.next(secondsSchema);
+      return sent.seconds;
+    } finally {
+      sender.kill();
+    }
+  } finally {
+    receiver.kill();
+  }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((x, y) => x - y);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? (sorted[mid] ?? NaN) : ((sorted[mid - 1] ?? NaN) + (sorted[mid] ?? NaN)) / 2;
+}
+
+type Method = "plain socket" | "monkeytree tcp, 1 stream" | "monkeytree tcp";
+
+interface TransferRow {
+  path: string;
+  method: string;
+  bytes: number;
+  seconds: number;
+  gbps: number;
+  ratio: number;
+}
+
+/** Flips one byte per MiB, so verification fails unless a run rewrote every MiB. */
+function spoil(buffer: StagingBuffer, size: number): void {
+  const bytes = buffer.bytes(0, size);
+  for (let offset = 0; offset < size; offset += MiB) bytes[offset] = (bytes[offset] ?? 0) ^ 0xff;
+}
+
+async function measurePath(ns: Namespaces, source: StagingBuffer, destination: StagingBuffer, opts: Options): Promise<TransferRow[]> {
+  const expected = source.crc32c(0, opts.size);
+  // The single-stream engine run is the like-for-like comparison with the one-stream baseline.
+  const methods: [Method, () => Promise<number>][] = [
+    ["plain socket", () => baselineRun(ns, source, destination, opts)],
+    ["monkeytree tcp, 1 stream", () => engineRun(ns, source, destination, { ...opts, streams: 1 })],
+    ["monkeytree tcp", () => engineRun(ns, source, destination, opts)],
+  ];
+  const times = new Map<Method, number[]>(methods.map(([method]) => [method, []]));
+  for (let round = 0; round < opts.rounds; round++) {
+    for (const [method, run] of methods) {
+      spoil(destination, opts.size);
+      const seconds = await run();
+      if (destination.crc32c(0, opts.size) !== expected) throw new Error(`${ns.name} ${method}: destination bytes differ from the source`);
+      times.get(method)?.push(seconds);
+    }
+  }
+  const baseline = median(times.get("plain socket") ?? []);
+  return methods.map(([method]) => {
+    const seconds = median(times.get(method) ?? []);
+    const name = method === "monkeytree tcp" ? `monkeytree tcp, ${opts.streams} streams` : method;
+    return { path: ns.name, method: name, bytes: opts.size, seconds, gbps: (opts.size * 8) / seconds / 1e9, ratio: baseline / seconds };
+  });
+}
+
+interface PackingResult {
+  bytes: number;
+  tensors: number;
+  memcpyGBps: number;
+  packGBps: number;
+  copyCrcGBps: number;
+  ratio: number;
+}
+
+/** memcpy (TypedArray.set) of the same tensors into the same staging bytes, against packCheckpoint. */
+function measurePacking(opts: Options): PackingResult {
+  const tensors = 256;
+  const each = Math.max(8, Math.floor(opts.packSize / tensors / 8) * 8);
+  const items: CheckpointItemInput[] = Array.from({ length: tensors }, (_, i) => {
+    const data = new Uint8Array(each);
+    for (let j = 0; j < each; j += 4096) data[j] = (i + j) & 0xff;
+    return { fqn: `model.layers.${i}.weight`, kind: "tensor", dtype: "bfloat16", chunks: [{ sizes: [each / 2], data }] };
+  });
+  const staging = StagingBuffer.create({ size: checkpointCapacity(items), lock: false });
+  try {
+    const target = staging.bytes();
+    const layout = packCheckpoint(target, items).metadata.items.map((item) => (item.kind === "tensor" ? (item.chunks[0]?.storageOffset ?? 0) : 0));
+    const bytes = each * tensors;
+    const timed = (fn: () => void): number => {
+      const started = performance.now();
+      fn();
+      return bytes / ((performance.now() - started) / 1000) / 1e9;
+    };
+    const runs = { memcpy: [] as number[], pack: [] as number[], copyCrc: [] as number[] };
+    for (let round = 0; round < Math.max(3, opts.rounds); round++) {
+      runs.memcpy.push(timed(() => items.forEach((item, i) => item.kind === "tensor" && target.set(item.chunks[0]!.data, layout[i]))));
+      runs.copyCrc.push(timed(() => items.forEach((item, i) => item.kind === "tensor" && copyWithCrc32c(target.subarray(layout[i]), item.chunks[0]!.data))));
+      runs.pack.push(timed(() => packCheckpoint(target, items)));
+    }
+    const memcpyGBps = median(runs.memcpy);
+    const packGBps = median(runs.pack);
+    return { bytes, tensors, memcpyGBps, packGBps, copyCrcGBps: median(runs.copyCrc), ratio: packGBps / memcpyGBps };
+  } finally {
+    staging.free();
+  }
+}
+
+function fillSource(source: StagingBuffer, size: number): void {
+  const bytes = source.bytes(0, size);
+  const pattern = new Uint8Array(MiB);
+  let state = 0x2545f491;
+  for (let i = 0; i < pattern.length; i++) {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    pattern[i] = state & 0xff;
+  }
+  for (let offset = 0; offset < size; offset += MiB) {
+    const n = Math.min(MiB, size - offset);
+    bytes.set(pattern.subarray(0, n), offset);
+    bytes[offset] = (offset / MiB) & 0xff; // every MiB differs, so a misplaced chunk is caught
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  let opts: Options;
+  try {
+    opts = options(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`bench:transfer: ${error.message}\n${help}\n`);
+    return 2;
+  }
+  if (opts.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  if (spawnSync("python3", ["--version"]).status !== 0) {
+    process.stderr.write("bench:transfer: the plain-socket baseline needs python3 on PATH\n");
+    return 3;
+  }
+  const notes: string[] = [];
+  const stale = removeStaleStagingBuffers();
+  if (stale.length > 0) notes.push(`removed ${stale.length} staging buffers left in /dev/shm by dead processes`);
+  const rows: TransferRow[] = [];
+  const source = StagingBuffer.create({ size: opts.size, lock: false });
+  const destination = StagingBuffer.create({ size: opts.size, lock: false });
+  try {
+    fillSource(source, opts.size);
+    rows.push(...(await measurePath(LOOPBACK, source, destination, opts)));
+    if (opts.netns) {
+      const veth = createVethPair();
+      if (typeof veth === "string") {
+        notes.push(`veth netns path skipped: ${veth}`);
+      } else {
+        try {
+          rows.push(...(await measurePath(veth.namespaces, source, destination, opts)));
+        } finally {
+          veth.remove();
+        }
+      }
+    } else {
+      notes.push("veth netns path skipped: --no-netns");
+    }
+  } finally {
+    source.free();
+    destination.free();
+  }
+  const packing = measurePacking(opts);
+
+  if (opts.json) {
+    process.stdout.write(`${JSON.stringify({ bytes: opts.size, streams: opts.streams, chunk: opts.chunk, rounds: opts.rounds, transfers: rows, packing, notes })}\n`);
+    return 0;
+  }
+  const gib = (bytes: number): string => `${(bytes / GiB).toFixed(2)} GiB`;
+  process.stdout.write(
+    [
+      `transfer of ${gib(opts.size)} staging → staging, engine: ${opts.streams} streams × ${opts.chunk / MiB} MiB chunks with CRC32C; median of ${opts.rounds}`,
+      table(
+        ["path", "method", "seconds", "Gbit/s", "vs plain socket"],
+        rows.map((r) => [r.path, r.method, r.seconds.toFixed(3), r.gbps.toFixed(2), r.ratio.toFixed(2)]),
+      ),
+      ...notes,
+      "",
+      `checkpoint packing of ${gib(packing.bytes)} in ${packing.tensors} tensors into staging`,
+      table(
+        ["method", "GB/s", "vs memcpy"],
+        [
+          ["memcpy (Uint8Array.set)", packing.memcpyGBps.toFixed(2), "1.00"],
+          ["copy + CRC32C (native)", packing.copyCrcGBps.toFixed(2), (packing.copyCrcGBps / packing.memcpyGBps).toFixed(2)],
+          ["packCheckpoint", packing.packGBps.toFixed(2), packing.ratio.toFixed(2)],
+        ],
+      ),
+    ].join("\n") + "\n",
+  );
+  return 0;
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,374 @@
+#include "listener.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include "crc32c.hpp"
+#include "errors.hpp"
+#include "staging_buffer.hpp"
+#include "token.hpp"
+
+namespace mt {
+namespace {
+
+constexpr size_t kPiece = 1 << 20;  // checksum each piece while it is still in cache
+constexpr double kHelloSeconds = 10;   // a connection that never introduces itself is dropped
+
+std::string RangeText(uint64_t offset, uint64_t length) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset + length) + ")";
+}
+
+// After an error reply, keep reading until the sender hangs up so the reply is not lost to a
+// TCP reset; bounded so a stuck sender cannot hold the thread.
+void DrainUntilClosed(int fd) {
+  SetReceiveTimeout(fd, 2);
+  shutdown(fd, SHUT_WR);
+  static thread_local std::vector<uint8_t> sink(64 * 1024);
+  while (recv(fd, sink.data(), sink.size(), 0) > 0) {
+  }
+}
+
+}  // namespace
+
+Napi::Function Listener::Init(Napi::Env env) {
+  return DefineClass(env, "Listener",
+                     {
+                         InstanceAccessor<&Listener::GetPort>("port"),
+                         InstanceMethod<&Listener::GrantRange>("grant"),
+                         InstanceMethod<&Listener::Revoke>("revoke"),
+                         InstanceMethod<&Listener::JsClose>("close"),
+                     });
+}
+
+// new Listener(host, port, idleSeconds, onEvent(token, code | null, message | null, bytes, seconds))
+Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(info), addon_(&GetAddon(info.Env())) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsFunction()) {
+    Napi::TypeError::New(env, "Listener(host: string, port: number, idleSeconds: number, onEvent: function)")
+        .ThrowAsJavaScriptException();
+    return;
+  }
+  const std::string host = info[0].As<Napi::String>();
+  port_ = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
+  idleSeconds_ = info[2].As<Napi::Number>().DoubleValue();
+  Failure failure;
+  listenFd_ = ListenTcp(host, &port_, &failure);
+  if (!listenFd_.valid()) {
+    ThrowTransferError(env, failure.code, failure.message);
+    return;
+  }
+  events_ = Napi::ThreadSafeFunction::New(env, info[3].As<Napi::Function>(), "monkeytree.listener", 0, 1);
+  try {
+    acceptThread_ = std::thread(&Listener::AcceptLoop, this);
+  } catch (const std::system_error& error) {
+    events_.Release();
+    ThrowTransferError(env, "io", std::string("cannot start the accept thread: ") + error.what());
+    return;
+  }
+  closed_ = false;
+  addon_->Track(this);
+}
+
+Listener::~Listener() {
+  addon_->Untrack(this);
+  Close();
+}
+
+void Listener::Close() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (closed_) return;
+    closed_ = true;
+    Interrupt(listenFd_.get());
+    std::vector<std::shared_ptr<Grant>> outstanding;
+    for (auto& entry : grants_) outstanding.push_back(entry.second);
+    for (auto& grant : outstanding) FinishLocked(grant, {"listener_closed", "the listener was closed"}, -1);
+  }
+  if (acceptThread_.joinable()) acceptThread_.join();
+  // No lock while joining: the serving threads take it on their way out.
+  for (Connection& connection : connections_) {
+    if (connection.thread.joinable()) connection.thread.join();
+  }
+  connections_.clear();
+  events_.Release();
+}
+
+Napi::Value Listener::GetPort(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), port_); }
+
+// grant(buffer, offset, length) -> token
+Napi::Value Listener::GrantRange(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::shared_ptr<Region> region = StagingBuffer::RegionOf(env, info[0], "buffer");
+  if (!region) return env.Undefined();
+  const double offset = info[1].As<Napi::Number>().DoubleValue();
+  const double length = info[2].As<Napi::Number>().DoubleValue();
+  if (offset < 0 || length <= 0 || offset + length > static_cast<double>(region->size())) {
+    ThrowTransferError(env, "out_of_range",
+                       "grant range " + RangeText(static_cast<uint64_t>(offset), static_cast<uint64_t>(length)) +
+                           " is outside buffer \"" + region->name() + "\" of " + std::to_string(region->size()) +
+                           " bytes");
+    return env.Undefined();
+  }
+  auto grant = std::make_shared<Grant>();
+  Failure failure;
+  if (!NewToken(&grant->token, &failure)) {
+    ThrowTransferError(env, failure.code, failure.message);
+    return env.Undefined();
+  }
+  grant->pin = RegionPin::Acquire(region);
+  if (!grant->pin) {
+    ThrowTransferError(env, "buffer_freed", "staging buffer \"" + region->name() + "\" was freed");
+    return env.Undefined();
+  }
+  grant->offset = static_cast<uint64_t>(offset);
+  grant->length = static_cast<uint64_t>(length);
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (closed_) {
+    ThrowTransferError(env, "listener_closed", "the listener was closed; create a new one to grant transfers");
+    return env.Undefined();
+  }
+  grants_[grant->token] = grant;
+  return Napi::String::New(env, TokenToHex(grant->token));
+}
+
+// revoke(token) -> whether the token was still outstanding
+Napi::Value Listener::Revoke(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  wire::Token token{};
+  if (!info[0].IsString() || !TokenFromHex(info[0].As<Napi::String>(), &token)) {
+    Napi::TypeError::New(env, "token must be a 32-character hex string from grant()").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto found = grants_.find(token);
+  if (found == grants_.end()) return Napi::Boolean::New(env, false);
+  FinishLocked(found->second, {"revoked", "the destination revoked this grant"}, -1);
+  return Napi::Boolean::New(env, true);
+}
+
+Napi::Value Listener::JsClose(const Napi::CallbackInfo& info) {
+  Close();
+  return info.Env().Undefined();
+}
+
+void Listener::AcceptLoop() {
+  for (;;) {
+    const int fd = accept4(listenFd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    const int acceptErrno = errno;
+    std::unique_lock<std::mutex> guard(mutex_);
+    if (closed_) {
+      if (fd >= 0) ::close(fd);
+      return;
+    }
+    ReapLocked();
+    if (fd < 0) {
+      // Out of descriptors: back off instead of spinning until serving threads free some.
+      guard.unlock();
+      if (acceptErrno == EMFILE || acceptErrno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    Connection& connection = connections_.emplace_back();
+    connection.fd = Fd(fd);
+    try {
+      connection.thread = std::thread(&Listener::Serve, this, &connection);
+    } catch (const std::system_error&) {
+      connections_.pop_back();
+    }
+  }
+}
+
+void Listener::ReapLocked() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (it->done.load()) {
+      it->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Listener::Serve(Connection* connection) {
+  const int fd = connection->fd.get();
+  Failure failure;
+  wire::Hello hello;
+  std::shared_ptr<Grant> grant;
+  SetReceiveTimeout(fd, kHelloSeconds);
+  if (wire::RecvHello(fd, &hello, &failure)) grant = Join(fd, hello, &failure);
+  SetIdleTimeout(fd, idleSeconds_);
+  Failure ignored;
+  if (!grant) {
+    if (failure.code != "peer_closed") {
+      wire::SendReply(fd, failure, &ignored);
+      DrainUntilClosed(fd);
+    }
+  } else if (wire::SendReply(fd, {}, &failure)) {
+    for (;;) {
+      wire::ChunkHeader header;
+      if (!wire::RecvChunkHeader(fd, &header, &failure)) break;
+      if (header.kind == wire::FrameKind::End) {
+        EndStream(grant);
+        std::lock_guard<std::mutex> guard(mutex_);
+        failure = grant->outcome;
+        break;
+      }
+      if (!ReceiveChunk(fd, *grant, header, &failure)) break;
+    }
+    std::unique_lock<std::mutex> guard(mutex_);
+    // A stream that ended cleanly, or whose grant another stream already settled, only
+    // reports; otherwise this stream's failure settles the grant.
+    const bool settledElsewhere = !failure.failed() || grant->finished;
+    if (!settledElsewhere) FinishLocked(grant, failure, fd);
+    const Failure reply = grant->outcome;
+    guard.unlock();
+    // A dead or stalled sender reads nothing, so it gets no reply.
+    const bool senderGone = failure.code == "peer_closed" || failure.code == "timeout";
+    if (!senderGone || settledElsewhere) {
+      wire::SendReply(fd, reply, &ignored);
+      if (reply.failed()) DrainUntilClosed(fd);
+    }
+    Leave(grant, fd);
+  }
+  connection->fd.reset();
+  connection->done.store(true);
+}
+
+std::shared_ptr<Listener::Grant> Listener::Join(int fd, const wire::Hello& hello, Failure* failure) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto found = grants_.find(hello.token);
+  if (found == grants_.end()) {
+    *failure = consumed_.count(hello.token) != 0
+                   ? Failure{"token_used", "this token was already used by a finished or revoked transfer; "
+                                           "ask the destination for a new grant"}
+                   : Failure{"bad_token", "the destination knows no grant with this token; "
+                                          "use the token returned by its grant()"};
+    return nullptr;
+  }
+  Grant& grant = *found->second;
+  if (hello.length != grant.length) {
+    *failure = {"out_of_range", "the sender wants to write " + std::to_string(hello.length) +
+                                    " bytes but the grant covers " + std::to_string(grant.length) +
+                                    " bytes; send exactly the granted length"};
+    return nullptr;
+  }
+  if (hello.chunkSize < wire::kMinChunk || hello.chunkSize > wire::kMaxChunk || hello.streamCount == 0 ||
+      hello.streamCount > wire::kMaxStreams || hello.streamIndex >= hello.streamCount) {
+    *failure = {"protocol", "invalid stream parameters in hello"};
+    return nullptr;
+  }
+  if (!grant.active) {
+    grant.active = true;
+    grant.streamCount = hello.streamCount;
+    grant.chunkSize = hello.chunkSize;
+    grant.chunkCount = (grant.length + hello.chunkSize - 1) / hello.chunkSize;
+    grant.streamsJoined.assign(hello.streamCount, false);
+    grant.chunkClaimed.assign(grant.chunkCount, 0);
+    grant.started = std::chrono::steady_clock::now();
+  } else if (hello.streamCount != grant.streamCount || hello.chunkSize != grant.chunkSize ||
+             grant.streamsJoined[hello.streamIndex]) {
+    *failure = {"token_used", "this token is already in use by another transfer"};
+    return nullptr;
+  }
+  grant.streamsJoined[hello.streamIndex] = true;
+  grant.fds.insert(fd);
+  ++grant.threadsInside;
+  return found->second;
+}
+
+bool Listener::ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& header, Failure* failure) {
+  const uint64_t index = header.offset / grant.chunkSize;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const uint64_t expected = index < grant.chunkCount ? std::min<uint64_t>(grant.chunkSize, grant.length - header.offset) : 0;
+    if (header.kind != wire::FrameKind::Chunk || header.offset % grant.chunkSize != 0 || index >= grant.chunkCount ||
+        header.length != expected || grant.chunkClaimed[index] != 0) {
+      *failure = {"protocol", "unexpected chunk " + RangeText(header.offset, header.length) + " from the sender"};
+      return false;
+    }
+    grant.chunkClaimed[index] = 1;
+  }
+  uint8_t* destination = grant.pin->region().data() + grant.offset + header.offset;
+  uint32_t crc = 0;
+  for (size_t done = 0; done < header.length;) {
+    const size_t n = std::min<size_t>(kPiece, header.length - done);
+    if (!RecvAll(fd, destination + done, n, "chunk payload", failure)) {
+      failure->message += " (chunk " + RangeText(header.offset, header.length) + ")";
+      return false;
+    }
+    crc = Crc32c(crc, destination + done, n);
+    done += n;
+  }
+  uint8_t trailer[4];
+  if (!RecvAll(fd, trailer, sizeof trailer, "chunk checksum", failure)) return false;
+  const uint32_t expected = wire::GetU32(trailer);
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (crc != expected) {
+    char text[96];
+    std::snprintf(text, sizeof text, ": sender's CRC32C 0x%08x, received bytes' CRC32C 0x%08x", expected, crc);
+    *failure = {"checksum_mismatch", "chunk " + RangeText(header.offset, header.length) + " of the transfer into " +
+                                         RangeText(grant.offset, grant.length) + " arrived corrupted" + text +
+                                         "; the range holds partial data, retry with a new grant"};
+    return false;
+  }
+  ++grant.chunksVerified;
+  return true;
+}
+
+void Listener::EndStream(const std::shared_ptr<Grant>& grant) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (grant->finished || ++grant->streamsEnded < grant->streamCount) return;
+  if (grant->chunksVerified == grant->chunkCount) {
+    FinishLocked(grant, {}, -1);
+  } else {
+    FinishLocked(grant,
+                 {"incomplete", "every stream ended but only " + std::to_string(grant->chunksVerified) + " of " +
+                                    std::to_string(grant->chunkCount) + " chunks arrived"},
+                 -1);
+  }
+}
+
+void Listener::FinishLocked(const std::shared_ptr<Grant>& grant, const Failure& outcome, int exceptFd) {
+  const std::shared_ptr<Grant> keep = grant;  // the map entry erased below may be the last owner
+  if (keep->finished) return;
+  keep->finished = true;
+  keep->outcome = outcome;
+  if (outcome.failed()) {
+    for (int fd : keep->fds)
+      if (fd != exceptFd) Interrupt(fd);
+  }
+  grants_.erase(keep->token);
+  consumed_.insert(keep->token);
+  if (keep->threadsInside == 0) EmitLocked(*keep);
+}
+
+void Listener::Leave(const std::shared_ptr<Grant>& grant, int fd) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  grant->fds.erase(fd);
+  if (--grant->threadsInside == 0 && grant->finished) EmitLocked(*grant);
+}
+
+// Runs once per grant, when it is finished and no thread touches its range any more.
+void Listener::EmitLocked(Grant& grant) {
+  grant.pin.reset();
+  auto* event = new Event();
+  event->token = TokenToHex(grant.token);
+  event->failure = grant.outcome;
+  event->bytes = grant.outcome.failed() ? 0 : static_cast<double>(grant.length);
+  if (grant.active)
+    event->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - grant.started).count();
+  const napi_status status = events_.NonBlockingCall(event, [](Napi::Env env, Napi::Function callback, Event* event) {
+    std::unique_ptr<Event> owned(event);
+    if (env == nullptr) return;
+    callback.Call({Napi::String::New(env, event->token),
+                   event->failure.failed() ? Napi::String::New(env, event->failure.code) : env.Null(),
+                   event->failure.failed() ? Napi::String::New(env, event->failure.message) : env.Null(),
+                   Napi::Number::New(env, event->bytes), Napi::Number::New(env, event->seconds)});
+  });
+  if (status != napi_ok) delete event;
+}
+
+}  // namespace mt

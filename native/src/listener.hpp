@@ -1,0 +1,97 @@
+#pragma once
+// JS class Listener: the destination side of the transfer engine. It owns a listening socket,
+// grants single-use tokens authorising a write into a range of one staging buffer, receives
+// chunks straight into that range, verifies each chunk's CRC32C, and reports every grant's
+// outcome to JS exactly once, after its last stream thread has let go of the buffer.
+#include <napi.h>
+
+#include <atomic>
+#include <chrono>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "addon.hpp"
+#include "net.hpp"
+#include "region.hpp"
+#include "wire.hpp"
+
+namespace mt {
+
+class Listener : public Napi::ObjectWrap<Listener>, public Closable {
+ public:
+  static Napi::Function Init(Napi::Env env);
+  explicit Listener(const Napi::CallbackInfo& info);
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  ~Listener() override;
+  void Close() override;
+
+ private:
+  struct Grant {
+    wire::Token token{};
+    std::unique_ptr<RegionPin> pin;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    bool active = false;
+    uint32_t streamCount = 0;
+    uint32_t chunkSize = 0;
+    uint64_t chunkCount = 0;
+    std::vector<bool> streamsJoined;
+    uint32_t streamsEnded = 0;
+    std::vector<uint8_t> chunkClaimed;
+    uint64_t chunksVerified = 0;
+    std::set<int> fds;
+    int threadsInside = 0;
+    bool finished = false;
+    Failure outcome;
+    std::chrono::steady_clock::time_point started;
+  };
+
+  struct Connection {
+    Fd fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  struct Event {
+    std::string token;
+    Failure failure;
+    double bytes = 0;
+    double seconds = 0;
+  };
+
+  Napi::Value GetPort(const Napi::CallbackInfo& info);
+  Napi::Value GrantRange(const Napi::CallbackInfo& info);
+  Napi::Value Revoke(const Napi::CallbackInfo& info);
+  Napi::Value JsClose(const Napi::CallbackInfo& info);
+
+  void AcceptLoop();
+  void Serve(Connection* connection);
+  std::shared_ptr<Grant> Join(int fd, const wire::Hello& hello, Failure* failure);
+  bool ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& header, Failure* failure);
+  void EndStream(const std::shared_ptr<Grant>& grant);
+  // Records the outcome once and wakes the grant's other streams (all but exceptFd).
+  void FinishLocked(const std::shared_ptr<Grant>& grant, const Failure& outcome, int exceptFd);
+  void Leave(const std::shared_ptr<Grant>& grant, int fd);
+  void EmitLocked(Grant& grant);
+  void ReapLocked();
+
+  Addon* addon_;
+  Napi::ThreadSafeFunction events_;
+  Fd listenFd_;
+  uint16_t port_ = 0;
+  double idleSeconds_ = 0;
+  std::thread acceptThread_;
+  std::mutex mutex_;
+  bool closed_ = true;  // until the constructor has started everything Close() stops
+  std::map<wire::Token, std::shared_ptr<Grant>> grants_;
+  std::set<wire::Token> consumed_;
+  std::list<Connection> connections_;
+};
+
+}  // namespace mt

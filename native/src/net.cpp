@@ -1,0 +1,189 @@
+#include "net.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mt {
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) {
+    reset();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+int Fd::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void Fd::reset() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+
+struct AddrInfoList {
+  addrinfo* head = nullptr;
+  ~AddrInfoList() {
+    if (head != nullptr) freeaddrinfo(head);
+  }
+};
+
+bool Resolve(const std::string& host, uint16_t port, bool passive, AddrInfoList* list, Failure* failure) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &list->head);
+  if (rc != 0) {
+    *failure = {"connect_failed", "cannot resolve host \"" + host + "\": " + gai_strerror(rc)};
+    return false;
+  }
+  return true;
+}
+
+void Tune(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+timeval ToTimeval(double seconds) {
+  const auto whole = static_cast<time_t>(seconds);
+  return timeval{whole, static_cast<suseconds_t>((seconds - static_cast<double>(whole)) * 1e6)};
+}
+
+Failure Timeout(const char* doing, const char* what) {
+  return {"timeout", std::string("no progress ") + doing + " " + what +
+                         " within the idle timeout; the peer is stalled or unreachable"};
+}
+
+}  // namespace
+
+Fd ListenTcp(const std::string& host, uint16_t* port, Failure* failure) {
+  AddrInfoList list;
+  if (!Resolve(host, *port, true, &list, failure)) return Fd();
+  int lastErrno = 0;
+  for (addrinfo* ai = list.head; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) {
+      lastErrno = errno;
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd.get(), 128) != 0) {
+      lastErrno = errno;
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t boundLength = sizeof bound;
+    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLength);
+    *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    return fd;
+  }
+  *failure = {"listen_failed", "cannot listen on " + host + ":" + std::to_string(*port) + ": " +
+                                   ErrnoText(lastErrno) + "; choose another host or port"};
+  return Fd();
+}
+
+Fd ConnectTcp(const std::string& host, uint16_t port, Failure* failure) {
+  AddrInfoList list;
+  if (!Resolve(host, port, false, &list, failure)) return Fd();
+  int lastErrno = 0;
+  for (addrinfo* ai = list.head; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) {
+      lastErrno = errno;
+      continue;
+    }
+    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      lastErrno = errno;
+      continue;
+    }
+    Tune(fd.get());
+    return fd;
+  }
+  *failure = {"connect_failed", "cannot connect to " + host + ":" + std::to_string(port) + ": " +
+                                    ErrnoText(lastErrno) + "; is the destination listener running?"};
+  return Fd();
+}
+
+
+bool SendAll(int fd, const void* data, size_t length, bool more, const char* what, Failure* failure) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (length > 0) {
+    const ssize_t n = send(fd, p, length, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        *failure = Timeout("sending", what);
+        return false;
+      }
+      *failure = {"peer_closed", std::string("connection lost while sending ") + what + ": " + ErrnoText(errno)};
+      return false;
+    }
+    p += n;
+    length -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, void* data, size_t length, const char* what, Failure* failure) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (length > 0) {
+    const ssize_t n = recv(fd, p, length, MSG_WAITALL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *failure = Timeout("receiving", what);
+      return false;
+    }
+    if (n <= 0) {
+      *failure = {"peer_closed", std::string("connection lost while receiving ") + what + ": " +
+                                     (n == 0 ? std::string("peer closed the connection") : ErrnoText(errno))};
+      return false;
+    }
+    p += n;
+    length -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void SetReceiveTimeout(int fd, double seconds) {
+  const timeval timeout = ToTimeval(seconds);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+}
+
+void SetIdleTimeout(int fd, double seconds) {
+  const timeval timeout = ToTimeval(seconds);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+}
+
+bool PeerHasSpoken(int fd) {
+  uint8_t byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+void Interrupt(int fd) {
+  if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+void StopSending(int fd) {
+  if (fd >= 0) shutdown(fd, SHUT_WR);
+}
+
+}  // namespace mt

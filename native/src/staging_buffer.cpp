@@ -1,0 +1,129 @@
+#include "staging_buffer.hpp"
+
+#include "addon.hpp"
+#include "crc32c.hpp"
+#include "errors.hpp"
+
+namespace mt {
+
+Napi::Function StagingBuffer::Init(Napi::Env env) {
+  return DefineClass(env, "StagingBuffer",
+                     {
+                         InstanceAccessor<&StagingBuffer::GetName>("name"),
+                         InstanceAccessor<&StagingBuffer::GetSize>("size"),
+                         InstanceAccessor<&StagingBuffer::GetLocked>("locked"),
+                         InstanceAccessor<&StagingBuffer::GetLockError>("lockError"),
+                         InstanceAccessor<&StagingBuffer::GetFreed>("freed"),
+                         InstanceMethod<&StagingBuffer::GetArrayBuffer>("arrayBuffer"),
+                         InstanceMethod<&StagingBuffer::Crc32c>("crc32c"),
+                         InstanceMethod<&StagingBuffer::Free>("free"),
+                     });
+}
+
+// new StagingBuffer(name, size, create, lock); size is ignored when create is false.
+StagingBuffer::StagingBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StagingBuffer>(info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean() ||
+      !info[3].IsBoolean()) {
+    Napi::TypeError::New(env, "StagingBuffer(name: string, size: number, create: boolean, lock: boolean)")
+        .ThrowAsJavaScriptException();
+    return;
+  }
+  const std::string name = info[0].As<Napi::String>();
+  const double size = info[1].As<Napi::Number>().DoubleValue();
+  const bool create = info[2].As<Napi::Boolean>();
+  const bool lock = info[3].As<Napi::Boolean>();
+  Failure failure;
+  region_ = create ? Region::Create(name, static_cast<size_t>(size), lock, &failure)
+                   : Region::Open(name, lock, &failure);
+  if (!region_) ThrowTransferError(env, failure.code, failure.message);
+}
+
+StagingBuffer::~StagingBuffer() {
+  // A still-reachable ArrayBuffer holds its own reference to the region (see GetArrayBuffer),
+  // so dropping ours here never unmaps memory that JS can still see.
+  region_.reset();
+}
+
+std::shared_ptr<Region> StagingBuffer::RegionOf(Napi::Env env, Napi::Value value, const char* what) {
+  Addon& addon = GetAddon(env);
+  if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(addon.stagingBufferClass.Value())) {
+    Napi::TypeError::New(env, std::string(what) + " must be a StagingBuffer").ThrowAsJavaScriptException();
+    return nullptr;
+  }
+  StagingBuffer* buffer = StagingBuffer::Unwrap(value.As<Napi::Object>());
+  if (!buffer->CheckLive(env)) return nullptr;
+  return buffer->region_;
+}
+
+bool StagingBuffer::CheckLive(Napi::Env env) {
+  if (region_ && !region_->retired()) return true;
+  ThrowTransferError(env, "buffer_freed",
+                     "staging buffer" + (region_ ? " \"" + region_->name() + "\"" : std::string()) +
+                         " was freed; allocate a new one with StagingBuffer.create()");
+  return false;
+}
+
+Napi::Value StagingBuffer::GetName(const Napi::CallbackInfo& info) {
+  return region_ ? Napi::String::New(info.Env(), region_->name()) : info.Env().Undefined();
+}
+
+Napi::Value StagingBuffer::GetSize(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), region_ ? static_cast<double>(region_->size()) : 0);
+}
+
+Napi::Value StagingBuffer::GetLocked(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), region_ && region_->locked());
+}
+
+Napi::Value StagingBuffer::GetLockError(const Napi::CallbackInfo& info) {
+  if (!region_ || region_->locked()) return info.Env().Null();
+  return Napi::String::New(info.Env(), region_->lockError());
+}
+
+Napi::Value StagingBuffer::GetFreed(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), !region_ || region_->retired());
+}
+
+Napi::Value StagingBuffer::GetArrayBuffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckLive(env)) return env.Undefined();
+  if (!arrayBuffer_.IsEmpty() && !arrayBuffer_.Value().IsEmpty()) return arrayBuffer_.Value();
+  auto* keepAlive = new std::shared_ptr<Region>(region_);
+  Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(
+      env, region_->data(), region_->size(),
+      [](Napi::Env, void*, std::shared_ptr<Region>* region) { delete region; }, keepAlive);
+  arrayBuffer_ = Napi::Reference<Napi::ArrayBuffer>::New(buffer, 0);
+  return buffer;
+}
+
+// crc32c(offset, length): CRC32C of a range, for verifying what arrived.
+Napi::Value StagingBuffer::Crc32c(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckLive(env)) return env.Undefined();
+  const double offset = info[0].As<Napi::Number>().DoubleValue();
+  const double length = info[1].As<Napi::Number>().DoubleValue();
+  if (offset < 0 || length < 0 || offset + length > static_cast<double>(region_->size())) {
+    Napi::RangeError::New(env, "crc32c range is outside the buffer").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  const uint32_t crc = mt::Crc32c(0, region_->data() + static_cast<size_t>(offset), static_cast<size_t>(length));
+  return Napi::Number::New(env, crc);
+}
+
+Napi::Value StagingBuffer::Free(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!region_ || region_->retired()) return env.Undefined();
+  if (!region_->Retire()) {
+    ThrowTransferError(env, "buffer_busy",
+                       "staging buffer \"" + region_->name() +
+                           "\" is in use by a grant or a transfer; await or revoke it before free()");
+    return env.Undefined();
+  }
+  if (!arrayBuffer_.IsEmpty() && !arrayBuffer_.Value().IsEmpty()) arrayBuffer_.Value().Detach();
+  arrayBuffer_.Reset();
+  region_->Unmap();
+  return env.Undefined();
+}
+
+}  // namespace mt

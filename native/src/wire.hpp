@@ -1,0 +1,142 @@
+#pragma once
+// The TCP transfer protocol, little-endian on the wire. Per stream:
+//   sender   -> Hello
+//   receiver -> Reply (empty code = accepted)
+//   sender   -> { ChunkHeader, payload[length], u32 crc32c }*  then ChunkHeader{kind = End}
+//   receiver -> Reply (empty code = every chunk of this stream verified)
+// The receiver may send an error Reply at any time and stop reading; senders peek for it
+// between chunks.
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "errors.hpp"
+#include "net.hpp"
+
+namespace mt::wire {
+
+constexpr uint32_t kMagic = 0x3158544Du;  // "MTX1"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kTokenBytes = 16;
+constexpr uint32_t kMaxStreams = 64;
+constexpr uint32_t kMinChunk = 4096;
+constexpr uint32_t kMaxChunk = 1u << 30;
+constexpr uint32_t kMaxReplyText = 4096;
+
+using Token = std::array<uint8_t, kTokenBytes>;
+
+enum class FrameKind : uint32_t { Chunk = 1, End = 2 };
+
+struct Hello {
+  uint16_t streamIndex = 0;
+  uint16_t streamCount = 0;
+  uint32_t chunkSize = 0;
+  uint64_t length = 0;
+  Token token{};
+  static constexpr size_t kBytes = 48;
+};
+
+struct ChunkHeader {
+  FrameKind kind = FrameKind::Chunk;
+  uint32_t length = 0;
+  uint64_t offset = 0;
+  static constexpr size_t kBytes = 16;
+};
+
+inline void PutU16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline void PutU64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint16_t GetU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+inline uint32_t GetU32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+inline uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline bool SendHello(int fd, const Hello& hello, Failure* failure) {
+  std::array<uint8_t, Hello::kBytes> bytes{};
+  PutU32(&bytes[0], kMagic);
+  PutU16(&bytes[4], kVersion);
+  PutU16(&bytes[6], hello.streamIndex);
+  PutU16(&bytes[8], hello.streamCount);
+  PutU32(&bytes[12], hello.chunkSize);
+  PutU64(&bytes[16], hello.length);
+  std::memcpy(&bytes[24], hello.token.data(), kTokenBytes);
+  return SendAll(fd, bytes.data(), bytes.size(), false, "hello", failure);
+}
+
+inline bool RecvHello(int fd, Hello* hello, Failure* failure) {
+  std::array<uint8_t, Hello::kBytes> bytes{};
+  if (!RecvAll(fd, bytes.data(), bytes.size(), "hello", failure)) return false;
+  if (GetU32(&bytes[0]) != kMagic || GetU16(&bytes[4]) != kVersion) {
+    *failure = {"protocol", "peer is not a MonkeyTree transfer sender of protocol version " +
+                                std::to_string(kVersion)};
+    return false;
+  }
+  hello->streamIndex = GetU16(&bytes[6]);
+  hello->streamCount = GetU16(&bytes[8]);
+  hello->chunkSize = GetU32(&bytes[12]);
+  hello->length = GetU64(&bytes[16]);
+  std::memcpy(hello->token.data(), &bytes[24], kTokenBytes);
+  return true;
+}
+
+inline bool SendChunkHeader(int fd, const ChunkHeader& header, Failure* failure) {
+  std::array<uint8_t, ChunkHeader::kBytes> bytes{};
+  PutU32(&bytes[0], static_cast<uint32_t>(header.kind));
+  PutU32(&bytes[4], header.length);
+  PutU64(&bytes[8], header.offset);
+  return SendAll(fd, bytes.data(), bytes.size(), header.kind == FrameKind::Chunk, "chunk header", failure);
+}
+
+inline bool RecvChunkHeader(int fd, ChunkHeader* header, Failure* failure) {
+  std::array<uint8_t, ChunkHeader::kBytes> bytes{};
+  if (!RecvAll(fd, bytes.data(), bytes.size(), "chunk header", failure)) return false;
+  header->kind = static_cast<FrameKind>(GetU32(&bytes[0]));
+  header->length = GetU32(&bytes[4]);
+  header->offset = GetU64(&bytes[8]);
+  return true;
+}
+
+// A reply carries a Failure; an empty code means success.
+inline bool SendReply(int fd, const Failure& reply, Failure* failure) {
+  const std::string code = reply.code.substr(0, kMaxReplyText);
+  const std::string message = reply.message.substr(0, kMaxReplyText);
+  std::string bytes(8, '\0');
+  PutU32(reinterpret_cast<uint8_t*>(&bytes[0]), static_cast<uint32_t>(code.size()));
+  PutU32(reinterpret_cast<uint8_t*>(&bytes[4]), static_cast<uint32_t>(message.size()));
+  bytes += code;
+  bytes += message;
+  return SendAll(fd, bytes.data(), bytes.size(), false, "reply", failure);
+}
+
+inline bool RecvReply(int fd, Failure* reply, Failure* failure) {
+  std::array<uint8_t, 8> sizes{};
+  if (!RecvAll(fd, sizes.data(), sizes.size(), "reply", failure)) return false;
+  const uint32_t codeLength = GetU32(&sizes[0]);
+  const uint32_t messageLength = GetU32(&sizes[4]);
+  if (codeLength > kMaxReplyText || messageLength > kMaxReplyText) {
+    *failure = {"protocol", "malformed reply from the receiver"};
+    return false;
+  }
+  std::string text(codeLength + messageLength, '\0');
+  if (!RecvAll(fd, text.data(), text.size(), "reply", failure)) return false;
+  reply->code = text.substr(0, codeLength);
+  reply->message = text.substr(codeLength);
+  return true;
+}
+
+}  // namespace mt::wire
