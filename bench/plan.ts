@@ -6,6 +6,7 @@
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
 import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanStatus } from "../controller/plan/index.ts";
 import { MIXES, trace, type Mix } from "../controller/sim/index.ts";
@@ -210,19 +211,7 @@ function render(s: Summary): string {
   ].join("\n");
 }
 
-async function main(argv: string[]): Promise<number> {
-  let opts: Options;
-  try {
-    opts = options(argv);
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`bench:plan: ${error.message}\n${help}\n`);
-    return 2;
-  }
-  if (opts.help) {
-    process.stdout.write(`${help}\n`);
-    return 0;
-  }
+await benchMain("plan", help, options, async (opts) => {
   const planner = await createPlanner();
   for (const mix of opts.mixes) {
     for (const gpus of opts.sizes) {
@@ -231,6 +220,4 @@ async function main(argv: string[]): Promise<number> {
     }
   }
   return 0;
-}
-
-process.exitCode = await main(process.argv.slice(2));
+});

@@ -9,6 +9,7 @@
 //
 //   npm run bench:routes -- --sizes 1024,8192 --reps 30
 import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/model/cluster.ts";
 import {
   colourByRegularMatchings,
@@ -162,12 +163,7 @@ function measurePods(gpus: number, opts: Options): PodRow {
   return { ...row, dp: Math.round(row.dp / opts.clusters), interPod: Math.round(row.interPod / opts.clusters) };
 }
 
-function main(argv: string[]): void {
-  const opts = options(argv);
-  if (opts.help) {
-    process.stdout.write(`${help}\n`);
-    return;
-  }
+function main(opts: Options): number {
   // Warm the JIT on a small cluster so the first size is not charged for compilation.
   measure(GPUS_PER_RACK * 8, { ...opts, clusters: 2, reps: 10 });
   const rows = opts.sizes.map((gpus) => measure(gpus, opts));
@@ -193,7 +189,7 @@ function main(argv: string[]): void {
     )}\n`,
   );
   process.stdout.write(`${opts.clusters} clusters per size × ${opts.reps} timed runs per method; Δ is the largest seen.\n`);
-  if (opts.podReps === 0) return;
+  if (opts.podReps === 0) return 0;
   const pods = opts.sizes.map((gpus) => measurePods(gpus, opts));
   process.stdout.write(
     `\n3-tier Clos, pods of ${RACKS_PER_POD} racks, pod bound ${POD_LAMBDA}, ${UPLINKS} aggregation and ${UPLINKS} core switches:\n${table(
@@ -201,12 +197,7 @@ function main(argv: string[]): void {
       pods.map((r) => [r.gpus, r.dp, r.interPod, r.unsteered, r.isolated ? "yes" : "no", ms(r.whole, 0.5), ms(r.whole, 0.9)]),
     )}\n`,
   );
+  return 0;
 }
 
-try {
-  main(process.argv.slice(2));
-} catch (error) {
-  if (!(error instanceof UsageError)) throw error;
-  process.stderr.write(`bench:routes: ${error.message}\n`);
-  process.exitCode = 2;
-}
+await benchMain("routes", help, options, main);

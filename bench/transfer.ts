@@ -12,6 +12,7 @@ import { once } from "node:events";
 import { createInterface, type Interface } from "node:readline";
 import { z } from "zod";
 import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { benchMain } from "./entry.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
 import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/checkpoint/index.ts";
 
@@ -296,19 +297,7 @@ function fillSource(source: StagingBuffer, size: number): void {
   }
 }
 
-async function main(argv: string[]): Promise<number> {
-  let opts: Options;
-  try {
-    opts = options(argv);
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`bench:transfer: ${error.message}\n${help}\n`);
-    return 2;
-  }
-  if (opts.help) {
-    process.stdout.write(`${help}\n`);
-    return 0;
-  }
+async function main(opts: Options): Promise<number> {
   if (spawnSync("python3", ["--version"]).status !== 0) {
     process.stderr.write("bench:transfer: the plain-socket baseline needs python3 on PATH\n");
     return 3;
@@ -370,4 +359,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-process.exitCode = await main(process.argv.slice(2));
+await benchMain("transfer", help, options, main);
