@@ -5,6 +5,7 @@ import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 const commands: Record<string, () => Promise<Command>> = {
   plan: async () => (await import("./plan.ts")).command,
   routes: async () => (await import("./routes.ts")).command,
+  capabilities: async () => (await import("./capabilities.ts")).command,
 };
 
 function usage(): string {
