@@ -19,7 +19,7 @@ export const command: Command = {
       await writeJson(io, caps);
       return ExitCode.ok;
     }
-    const line = (name: string, part: { present: boolean; devices: readonly unknown[]; reason?: string }) =>
+    const line = (name: string, part: { present: boolean; devices: readonly unknown[]; reason: string | null }) =>
       `${name.padEnd(10)} ${part.present ? `yes (${part.devices.length} device${part.devices.length === 1 ? "" : "s"})` : `no: ${part.reason ?? "absent"}`}`;
     io.out.write(
       [
