@@ -1,4 +1,4 @@
-import { rackOf, type Cluster, type Placement } from "../model/cluster.ts";
+import { rackOf, type Cluster } from "../model/cluster.ts";
 import type { Counts } from "./counts.ts";
 
 /** One worker's migration, as in the plan contract of the design page. */
@@ -22,11 +22,10 @@ export interface Move {
  * before any destination loads, so chains, swaps and cycles need no free host in between, and
  * target counts within rack capacity always fit.
  */
-export function hostMoves(cluster: Cluster, target: Counts): { moves: Move[]; placement: Placement } {
+export function hostMoves(cluster: Cluster, target: Counts): Move[] {
   const { racks, hostsPerRack } = cluster.topology;
   const owner = new Int32Array(cluster.hostCount).fill(-1);
   cluster.placement.forEach((hosts, g) => hosts.forEach((h) => (owner[h] = g)));
-  const placement = cluster.placement.map((hosts) => [...hosts]);
   const leaving: number[][] = cluster.groups.map(() => []);
   const vacated: number[][] = Array.from({ length: racks }, () => []);
 
@@ -60,11 +59,8 @@ export function hostMoves(cluster: Cluster, target: Counts): { moves: Move[]; pl
         const from = sources[next++]!;
         const to = arrivals[t]!.shift()!;
         moves.push({ job: group.job, group: group.index, from, to, step: 0 });
-        const hosts = placement[g]!;
-        hosts[hosts.indexOf(from)] = to;
       }
     }
   });
-  moves.sort((a, b) => a.step - b.step || a.from - b.from);
-  return { moves, placement };
+  return moves.sort((a, b) => a.step - b.step || a.from - b.from);
 }

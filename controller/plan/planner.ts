@@ -178,7 +178,7 @@ function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {
 
 /** Builds the plan and checks it end to end: a wrong plan is a bug, never an answer. */
 function result(cluster: Cluster, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number): Plan {
-  const { moves, placement } = hostMoves(cluster, target);
+  const moves = hostMoves(cluster, target);
   const after = status === "infeasible" ? cluster.placement : applyMoves(cluster, moves);
   if (status !== "infeasible" && !withinBounds(cluster, after)) {
     throw new PlanError("internal: the plan leaves a rack or pod over its bound");
