@@ -88,6 +88,7 @@ export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
     lowerBound: plan.lowerBound,
     method: plan.method,
     lambda: cluster.lambda,
+    ...(plan.reason === undefined ? {} : { reason: plan.reason }),
     ...(cluster.podLambda === undefined ? {} : { podLambda: cluster.podLambda }),
     fragmentation: { before: [...plan.fragmentation.before], after: [...plan.fragmentation.after] },
     ...(plan.podFragmentation
@@ -104,7 +105,7 @@ function headline(plan: Plan): string {
     case "unchanged":
       return `unchanged: every rack is already within its bound; nothing to move (${ms})`;
     case "infeasible":
-      return `infeasible: no placement of these jobs meets the bounds (${ms})`;
+      return `infeasible: no placement of these jobs meets the bounds${plan.reason ? `: ${plan.reason}` : ""} (${ms})`;
     case "optimal":
       return `optimal: ${moves}, proved minimal (${ms})`;
     case "feasible":

@@ -52,6 +52,8 @@ export interface Plan {
   readonly podFragmentation?: { readonly before: readonly number[]; readonly after: readonly number[] };
   readonly placement: Placement;
   readonly solveMs: number;
+  /** Why no placement can meet the bounds, when a simple rule shows it (status `infeasible`). */
+  readonly reason?: string;
 }
 
 /** No valid plan was found before the time limit, and infeasibility was not proven either. */
@@ -107,6 +109,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     result(cluster, status, method, target, lowerBound, start);
 
   if (state.valid) return finish("unchanged", "none", state.count, 0);
+  const reason = obviouslyInfeasible(cluster);
+  if (reason) return { ...finish("infeasible", "none", state.count, 0), reason };
 
   let lowerBound = 1;
   let incumbent: Counts | undefined;
@@ -157,6 +161,27 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const moves = moveDistance(state.count, target);
   const proven = solved.status === "optimal" || moves <= lowerBound;
   return finish(proven ? "optimal" : "feasible", "ilp", target, Math.min(lowerBound, moves));
+}
+
+/**
+ * A group too large for one rack (or pod) spans several whatever the plan, adding its rings to
+ * each of them; when its rings alone exceed the bound, no placement exists. Saying so at once,
+ * with the culprit, beats letting a search prove it exhaustively.
+ */
+function obviouslyInfeasible(cluster: Cluster): string | undefined {
+  const { hostsPerRack, racksPerPod } = cluster.topology;
+  for (const [g, group] of cluster.groups.entries()) {
+    const size = cluster.placement[g]?.length ?? 0;
+    const name = `job "${group.job}"${group.index > 0 ? ` group ${group.index}` : ""}`;
+    if (size > hostsPerRack && group.rings > cluster.lambda) {
+      return `${name} has ${size} hosts, more than a rack's ${hostsPerRack}, so it spans racks and adds its ${group.rings} rings to each, above λ = ${cluster.lambda}`;
+    }
+    const podHosts = hostsPerRack * (racksPerPod ?? 0);
+    if (cluster.podLambda !== undefined && size > podHosts && group.rings > cluster.podLambda) {
+      return `${name} has ${size} hosts, more than a pod's ${podHosts}, so it spans pods and adds its ${group.rings} rings to each, above pod λ = ${cluster.podLambda}`;
+    }
+  }
+  return undefined;
 }
 
 /**

@@ -19,6 +19,8 @@ export const PlanDocumentSchema = z.strictObject({
   lowerBound: z.int().min(0),
   method: z.enum(["none", "search", "ilp"]),
   lambda: z.int().min(0),
+  /** Why no placement exists, when a simple rule shows it. */
+  reason: z.string().optional(),
   podLambda: z.int().min(0).optional(),
   fragmentation: Degrees,
   podFragmentation: Degrees.optional(),

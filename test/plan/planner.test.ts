@@ -105,6 +105,17 @@ describe("planner semantics", () => {
     expect(plan.moves).toEqual([]);
   });
 
+  it("says at once why a group can never fit", () => {
+    const cluster = parseSnapshot({
+      topology: { racks: 4, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 4 },
+      jobs: [{ id: "big", rings: 8, hosts: [0, 1, 2] }],
+    });
+    expect(bruteForceMoves(cluster)).toBe(Number.POSITIVE_INFINITY);
+    const plan = planner.plan(cluster);
+    expect(plan.status).toBe("infeasible");
+    expect(plan.reason).toBe('job "big" has 3 hosts, more than a rack\'s 2, so it spans racks and adds its 8 rings to each, above λ = 4');
+  });
+
   it("honours the pod bound", () => {
     const cluster = parseSnapshot({
       topology: { racks: 4, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 2, racksPerPod: 2 },
