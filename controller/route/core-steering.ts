@@ -1,5 +1,5 @@
 import { podOfRack, type Cluster } from "../model/cluster.ts";
-import { ROCE_V2_PORT, SCAN_ORDER, UDP, type SwitchHashModel } from "./ecmp.ts";
+import { hopBySourcePort, ROCE_V2_PORT, SCAN_ORDER, UDP, type SwitchHashModel } from "./ecmp.ts";
 import type { Path } from "./paths.ts";
 
 /** A flow's endpoints as the hash sees them and as the core links see them. */
@@ -64,12 +64,12 @@ export function reachableCores<P extends Path>(cluster: Cluster, flows: readonly
  */
 function coresReachable(flow: CoreFlow, path: Path, wanted: number, links: number, model: SwitchHashModel): Set<number> {
   const reachable = new Set<number>();
-  const tuple = { srcAddress: flow.srcAddress, dstAddress: flow.dstAddress, protocol: UDP, srcPort: 0, dstPort: ROCE_V2_PORT };
+  const tuple = { srcAddress: flow.srcAddress, dstAddress: flow.dstAddress, protocol: UDP, dstPort: ROCE_V2_PORT };
+  const [tor, core, aggregation] = (["tor", "core", "aggregation"] as const).map((tier) => hopBySourcePort(model, tuple, links, tier));
   for (const port of SCAN_ORDER) {
     if (reachable.has(wanted)) break;
-    tuple.srcPort = port;
-    if (model.select(tuple, links, "tor") !== path.uplink || model.select(tuple, links, "core") !== path.downlink) continue;
-    reachable.add(model.select(tuple, links, "aggregation"));
+    if (tor!(port) !== path.uplink || core!(port) !== path.downlink) continue;
+    reachable.add(aggregation!(port));
   }
   return reachable;
 }

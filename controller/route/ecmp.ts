@@ -35,6 +35,22 @@ export interface SwitchHashModel {
   readonly name: string;
   /** The next hop, in `0 … members-1`, a switch of `tier` picks for this tuple. */
   select(tuple: FiveTuple, members: number, tier: Tier): number;
+  /**
+   * Optional fast form of `select` for one flow: the next hop as a function of the source
+   * port alone, the rest of `tuple` fixed. Steering tries thousands of ports per flow, so a
+   * model that can precompute per flow should.
+   */
+  bySourcePort?(tuple: Omit<FiveTuple, "srcPort">, members: number, tier: Tier): (srcPort: number) => number;
+}
+
+/** `model.bySourcePort`, or the same through `select` for models without a fast form. */
+export function hopBySourcePort(model: SwitchHashModel, tuple: Omit<FiveTuple, "srcPort">, members: number, tier: Tier): (srcPort: number) => number {
+  if (model.bySourcePort) return model.bySourcePort(tuple, members, tier);
+  const full = { ...tuple, srcPort: 0 };
+  return (srcPort) => {
+    full.srcPort = srcPort;
+    return model.select(full, members, tier);
+  };
 }
 
 /** One ECMP decision a flow must come out of with `member`. */
@@ -98,27 +114,38 @@ export function tupleBytes(tuple: FiveTuple, into = new Uint8Array(13)): Uint8Ar
 }
 
 export function crc32HashModel(): SwitchHashModel {
-  const scratch = new Uint8Array(13);
-  // Steering hashes one flow with thousands of source ports, so the CRC state after the
-  // fixed part of the tuple (addresses, protocol) is kept per tier for the last flow seen.
-  const prefix = new Map<Tier, { src: number; dst: number; protocol: number; state: number }>();
-  return {
+  const model: SwitchHashModel = {
     name: "crc32-5tuple-mod (tor CRC-32, aggregation CRC-32C, core CRC-32K)",
-    select: (tuple, members, tier) => {
+    select: (tuple, members, tier) => model.bySourcePort!(tuple, members, tier)(tuple.srcPort),
+    bySourcePort: (tuple, members, tier) => {
+      // A CRC register step is linear in (register, byte), so the CRC of the tuple is the CRC
+      // with a zero source port XOR a term that depends on the port alone: one XOR per port.
       const table = TABLES[tier];
-      let cached = prefix.get(tier);
-      if (!cached || cached.src !== tuple.srcAddress || cached.dst !== tuple.dstAddress || cached.protocol !== tuple.protocol) {
-        tupleBytes(tuple, scratch);
-        cached = { src: tuple.srcAddress, dst: tuple.dstAddress, protocol: tuple.protocol, state: crcUpdate(0xffffffff, scratch, 0, 9, table) };
-        prefix.set(tier, cached);
-      }
-      scratch[9] = (tuple.srcPort >>> 8) & 0xff;
-      scratch[10] = tuple.srcPort & 0xff;
-      scratch[11] = (tuple.dstPort >>> 8) & 0xff;
-      scratch[12] = tuple.dstPort & 0xff;
-      return ((crcUpdate(cached.state, scratch, 9, 13, table) ^ 0xffffffff) >>> 0) % members;
+      const bytes = tupleBytes({ ...tuple, srcPort: 0 });
+      const fixed = (crcUpdate(0xffffffff, bytes, 0, 13, table) ^ 0xffffffff) >>> 0;
+      const terms = portTerms(tier);
+      return (srcPort) => ((fixed ^ terms[srcPort & 0xffff]!) >>> 0) % members;
     },
   };
+  return model;
+}
+
+const PORT_TERMS = new Map<Tier, Uint32Array>();
+
+/** Per tier, the CRC contribution of each source port (bytes 9–10 of the tuple), from a zero register. */
+function portTerms(tier: Tier): Uint32Array {
+  let terms = PORT_TERMS.get(tier);
+  if (terms) return terms;
+  const table = TABLES[tier];
+  const bytes = new Uint8Array(13);
+  terms = new Uint32Array(65536);
+  for (let port = 0; port < 65536; port++) {
+    bytes[9] = port >>> 8;
+    bytes[10] = port & 0xff;
+    terms[port] = crcUpdate(0, bytes, 9, 13, table) >>> 0;
+  }
+  PORT_TERMS.set(tier, terms);
+  return terms;
 }
 
 /** Default addressing when the caller has none: host h is 10.0.0.0 + h + 1. */
@@ -156,11 +183,11 @@ export function steerPorts(requests: readonly SteerRequest[], model: SwitchHashM
     const used = usedBySource.get(request.srcAddress) ?? new Set<number>();
     usedBySource.set(request.srcAddress, used);
     let reusable: number | null = null;
-    const tuple = { srcAddress: request.srcAddress, dstAddress: request.dstAddress, protocol: UDP, srcPort: 0, dstPort: ROCE_V2_PORT };
+    const tuple = { srcAddress: request.srcAddress, dstAddress: request.dstAddress, protocol: UDP, dstPort: ROCE_V2_PORT };
+    const hops = request.hops.map((hop) => ({ member: hop.member, of: hopBySourcePort(model, tuple, hop.members, hop.tier) }));
     for (const port of SCAN_ORDER) {
       if (reusable !== null && used.has(port)) continue;
-      tuple.srcPort = port;
-      if (!request.hops.every((hop) => model.select(tuple, hop.members, hop.tier) === hop.member)) continue;
+      if (!hops.every((hop) => hop.of(port) === hop.member)) continue;
       if (!used.has(port)) {
         used.add(port);
         return port;
