@@ -6,16 +6,22 @@ const commands: Record<string, () => Promise<Command>> = {
   plan: async () => (await import("./plan.ts")).command,
   routes: async () => (await import("./routes.ts")).command,
   capabilities: async () => (await import("./capabilities.ts")).command,
+  controller: async () => (await import("./controller.ts")).command,
+  status: async () => (await import("./status.ts")).command,
 };
 
-function usage(): string {
+/** Loads every command for its summary; only `--help` and mistakes pay for that. */
+async function usage(): Promise<string> {
+  const names = Object.keys(commands);
+  const summaries = await Promise.all(names.map(async (name) => (await commands[name]!()).summary));
+  const width = Math.max(...names.map((n) => n.length));
   return [
     "usage: monkeytree <command> [options]",
     "",
     "Keeps multi-tenant GPU training clusters congestion-free by migrating workers.",
     "",
     "commands:",
-    ...Object.keys(commands).map((name) => `  ${name}`),
+    ...names.map((name, i) => `  ${name.padEnd(width)}  ${summaries[i]}`),
     "",
     "Run `monkeytree <command> --help` for a command's options.",
   ].join("\n");
@@ -24,12 +30,12 @@ function usage(): string {
 export async function main(argv: string[], io: Io): Promise<ExitCode> {
   const [name, ...rest] = argv;
   if (name === undefined || name === "--help" || name === "-h" || name === "help") {
-    io.out.write(`${usage()}\n`);
+    io.out.write(`${await usage()}\n`);
     return name === undefined ? ExitCode.usage : ExitCode.ok;
   }
   const load = commands[name];
   if (!load) {
-    io.err.write(`monkeytree: unknown command "${name}"\n${usage()}\n`);
+    io.err.write(`monkeytree: unknown command "${name}"\n${await usage()}\n`);
     return ExitCode.usage;
   }
   const command = await load();

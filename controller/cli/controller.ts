@@ -1,0 +1,92 @@
+import { once } from "node:events";
+import { createPlanner } from "../plan/planner.ts";
+import { InvalidInputError } from "../model/errors.ts";
+import { parseSnapshot, type Cluster } from "../model/cluster.ts";
+import { JournalConfigError, JournalCorruptError } from "../service/journal.ts";
+import { loadOrCreateKeys } from "../service/keys.ts";
+import { createLogger } from "../service/log.ts";
+import { ControllerServer } from "../service/server.ts";
+import { noDaemons } from "../service/transport.ts";
+import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+
+/** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
+const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
+
+function describeDefault(): string {
+  const t = DEFAULT_SNAPSHOT.topology;
+  return `${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, ${t.uplinksPerRack} uplinks per rack`;
+}
+
+const help = `usage: monkeytree controller [--snapshot FILE] [--bind ADDR] [--journal DIR]
+                             [--curve-keys FILE] [--plan-time-limit S] [--heartbeat-timeout S]
+
+Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
+register their workers and meet it at every iteration barrier; when a job starts or ends it
+checks fragmentation, plans migrations and drives them step by step. Every state change is
+journaled (fsync'd) before the controller acts on it; a restarted controller replays the
+journal, rolls back moves that had not committed and finishes those that had.
+
+options:
+  --snapshot FILE        topology and bounds (as for \`monkeytree plan\`, with no jobs);
+                         default: ${describeDefault()}
+  --bind ADDR            ZeroMQ address to listen on (default tcp://*:5555)
+  --journal DIR          journal directory (default .monkeytree/journal)
+  --curve-keys FILE      CURVE keypair (JSON {publicKey, secretKey}); created when missing.
+                         Clients then need the public key (\`monkeytree status --server-key=KEY\`)
+  --plan-time-limit S    planner budget per event in seconds (default 2)
+  --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
+  -h, --help             show this help
+
+Without per-host daemons no host can stage a checkpoint, so planned moves roll back and jobs
+keep running where they are.
+
+exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`;
+
+export const command: Command = {
+  summary: "run the cluster controller (ZeroMQ ROUTER, journaled)",
+  help,
+  async run(argv, io) {
+    const flags = parseFlags(argv, {
+      snapshot: { type: "string" },
+      bind: { type: "string" },
+      journal: { type: "string" },
+      "curve-keys": { type: "string" },
+      "plan-time-limit": { type: "string" },
+      "heartbeat-timeout": { type: "string" },
+    });
+    const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
+    const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
+    const cluster: Cluster = flags.snapshot === undefined ? parseSnapshot(DEFAULT_SNAPSHOT, "default topology") : await readSnapshotFile(flags.snapshot);
+    if (cluster.groups.length) {
+      throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
+    }
+    const curve = flags["curve-keys"] === undefined ? undefined : loadOrCreateKeys(flags["curve-keys"]);
+    const logger = createLogger("controller", (line) => io.err.write(`${line}\n`));
+    let server: ControllerServer;
+    try {
+      server = await ControllerServer.start({
+        bind: flags.bind ?? "tcp://*:5555",
+        journalDir: flags.journal ?? ".monkeytree/journal",
+        config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
+        planner: await createPlanner(),
+        transport: noDaemons,
+        launcher: noDaemons,
+        planTimeLimitMs: planSeconds * 1000,
+        heartbeatTimeoutMs: heartbeatSeconds * 1000,
+        logger,
+        ...(curve ? { curve: curve.keys } : {}),
+      });
+    } catch (error) {
+      if (error instanceof JournalCorruptError || error instanceof JournalConfigError) {
+        throw new InvalidInputError("journal", [{ path: "", message: error.message }]);
+      }
+      throw error;
+    }
+    if (curve) io.out.write(`server key ${curve.keys.publicKey}${curve.created ? ` (new keypair written to ${flags["curve-keys"]})` : ""}\n`);
+    io.out.write(`controller listening on ${server.endpoint}\n`);
+    const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
+    logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
+    await server.close();
+    return ExitCode.ok;
+  },
+};

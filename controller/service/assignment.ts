@@ -1,0 +1,32 @@
+import type { Assignment } from "../../sdk/protocol/worker.ts";
+import type { JobState } from "./state.ts";
+
+/**
+ * A worker's place in its job. Node ranks follow the groups' ring orders, stage by stage, so
+ * each rack's hosts hold consecutive ranks and every DP ring crosses a rack boundary once in
+ * each direction. Null when the host runs no worker of the job.
+ */
+export function assignmentOf(job: JobState, host: number): Assignment | null {
+  let before = 0;
+  for (let g = 0; g < job.groups.length; g++) {
+    const order = job.groups[g] ?? [];
+    const position = order.indexOf(host);
+    if (position >= 0) {
+      return {
+        job: job.id,
+        group: g,
+        host,
+        nodeRank: before + position,
+        nodes: job.groups.reduce((n, hosts) => n + hosts.length, 0),
+        masterHost: job.groups[0]?.[0] ?? host,
+        ringOrder: [...order],
+        generation: job.generation,
+        resumeStep: job.resumeStep,
+      };
+    }
+    before += order.length;
+  }
+  return null;
+}
+
+export const jobHosts = (job: Pick<JobState, "groups">): number[] => job.groups.flat();

@@ -1,0 +1,230 @@
+/**
+ * One worker's migration as a pure state machine: `transition(migration, event, now)` returns
+ * the next record, the actions the executor must carry out (after journaling the record), and
+ * a transition line to log. No I/O and no clock of its own: time comes in with every event.
+ *
+ *   planned ─start─▶ pausing ─paused─▶ staging ─staging-ready─▶ transferring ─transferred─▶
+ *   verifying ─verified─▶ staged ─commit─▶ committing ─replacement-registered─▶ resuming
+ *   ─resumed─▶ done
+ *
+ * `staged` waits for the rest of the plan step: every source of a step stages its checkpoint
+ * before any destination loads, so no move commits until all of its step are verified. Any
+ * failure before `committing` (source or destination lost, checksum mismatch, a deadline
+ * passed, a peer of the step failed) rolls back: staging is released and the job's workers
+ * continue where they stopped. From `committing` on the move is final; late failures are
+ * reported but cannot undo it.
+ */
+
+export const MIGRATION_STATES = [
+  "planned",
+  "pausing",
+  "staging",
+  "transferring",
+  "verifying",
+  "staged",
+  "committing",
+  "resuming",
+  "done",
+  "rolled-back",
+] as const;
+export type MigrationState = (typeof MIGRATION_STATES)[number];
+
+/** States from which a failure still rolls back. */
+const REVERSIBLE: ReadonlySet<MigrationState> = new Set(["planned", "pausing", "staging", "transferring", "verifying", "staged"]);
+export const isReversible = (state: MigrationState): boolean => REVERSIBLE.has(state);
+export const isFinished = (state: MigrationState): boolean => state === "done" || state === "rolled-back";
+/** Committed moves: their worker lives on the destination from now on. */
+export const isCommitted = (state: MigrationState): boolean => state === "committing" || state === "resuming" || state === "done";
+
+export interface Migration {
+  /** `plan id/index`, unique over the controller's life. */
+  readonly id: string;
+  readonly job: string;
+  readonly group: number;
+  readonly from: number;
+  readonly to: number;
+  /** The plan step this move belongs to. */
+  readonly planStep: number;
+  /** Bytes the destination stages: the source worker's checkpoint size. */
+  readonly bytes: number;
+  readonly state: MigrationState;
+  /** When the current state was entered (ms, the controller's clock). */
+  readonly since: number;
+  /** Past this the move fails with a timeout; null when the state has no deadline. */
+  readonly deadline: number | null;
+  /** The barrier step at which the job's workers stop together; set on `start`. */
+  readonly stopStep: number | null;
+  readonly endpoint: string | null;
+  readonly token: string | null;
+  /** Why it rolled back, or what went wrong after it committed. */
+  readonly reason: string | null;
+}
+
+export type MigrationEvent =
+  | { readonly type: "start"; readonly stopStep: number }
+  | { readonly type: "paused" }
+  | { readonly type: "staging-ready"; readonly endpoint: string; readonly token: string }
+  | { readonly type: "transferred"; readonly bytes: number }
+  | { readonly type: "verified" }
+  | { readonly type: "checksum-mismatch"; readonly detail: string }
+  | { readonly type: "commit" }
+  | { readonly type: "replacement-registered" }
+  | { readonly type: "resumed" }
+  | { readonly type: "fail"; readonly reason: string }
+  | { readonly type: "tick" };
+
+export type MigrationAction =
+  /** Hold the job's workers at barrier `step`: answer nothing until the job is told what to do. */
+  | { readonly type: "hold-job"; readonly job: string; readonly step: number }
+  /** Ask the destination to allocate staging for `bytes`; its answer is a `staging-ready` event. */
+  | { readonly type: "prepare-staging"; readonly migration: string; readonly host: number; readonly bytes: number }
+  /** Answer the source worker's held barrier with `migrate-out`. */
+  | { readonly type: "migrate-out"; readonly migration: string; readonly job: string; readonly from: number; readonly to: number; readonly endpoint: string; readonly token: string; readonly step: number }
+  | { readonly type: "release-staging"; readonly host: number; readonly token: string }
+  /** The source worker is replaced: answer it `stop`. */
+  | { readonly type: "stop-source"; readonly job: string; readonly host: number }
+  /** The destination daemon starts the replacement launcher, which registers with `token`. */
+  | { readonly type: "spawn-replacement"; readonly migration: string; readonly job: string; readonly group: number; readonly host: number; readonly token: string }
+  /** Re-form the job on its new placement: every worker gets its new assignment. */
+  | { readonly type: "reconfigure-job"; readonly job: string }
+  /** Release the job's held workers where they stopped. */
+  | { readonly type: "resume-job"; readonly job: string }
+  /** A committed move cannot be undone; an operator must look at it. */
+  | { readonly type: "alert"; readonly migration: string; readonly message: string };
+
+export interface Transition {
+  readonly migration: Migration;
+  readonly actions: readonly MigrationAction[];
+  /** One line for the log; null when the event changed nothing. */
+  readonly log: string | null;
+}
+
+/**
+ * Longest time a move may spend in each state (ms). Before `committing` a move that overstays
+ * rolls back; after, it raises one alert, since only an operator can help a job whose
+ * replacement never arrives.
+ */
+export interface MigrationTimeouts {
+  readonly pausing: number;
+  readonly staging: number;
+  readonly transferring: number;
+  readonly verifying: number;
+  readonly staged: number;
+  readonly committing: number;
+  readonly resuming: number;
+}
+
+/**
+ * Pausing waits at most a few iterations; transfers of tens of GB run seconds (paper §7:
+ * a 12 GB shard in about 3 s), so a minute each leaves room for slow links without letting
+ * a lost peer hold a job for long.
+ */
+export const DEFAULT_TIMEOUTS: MigrationTimeouts = {
+  pausing: 120_000,
+  staging: 30_000,
+  transferring: 120_000,
+  verifying: 30_000,
+  staged: 120_000,
+  committing: 300_000,
+  resuming: 300_000,
+};
+
+export function planned(
+  fields: Pick<Migration, "id" | "job" | "group" | "from" | "to" | "planStep" | "bytes">,
+  now: number,
+): Migration {
+  return { ...fields, state: "planned", since: now, deadline: null, stopStep: null, endpoint: null, token: null, reason: null };
+}
+
+export function transition(m: Migration, event: MigrationEvent, now: number, timeouts: MigrationTimeouts = DEFAULT_TIMEOUTS): Transition {
+  const enter = (state: MigrationState, changes: Partial<Migration>, actions: MigrationAction[], note = ""): Transition => {
+    const deadline = hasDeadline(state) ? now + timeouts[state] : null;
+    const next: Migration = { ...m, ...changes, state, since: now, deadline };
+    return { migration: next, actions, log: `migration ${m.id} (${m.job}[${m.group}] ${m.from}→${m.to}): ${m.state} → ${state} on ${event.type}${note}` };
+  };
+  const ignore = (why: string): Transition => ({ migration: m, actions: [], log: `migration ${m.id}: ignored ${event.type} in ${m.state} (${why})` });
+
+  if (event.type === "fail") return fail(m, event.reason, enter, ignore);
+  if (event.type === "tick") {
+    if (m.deadline === null || now < m.deadline) return { migration: m, actions: [], log: null };
+    return fail(m, `timed out in ${m.state} after ${now - m.since} ms`, enter, ignore);
+  }
+
+  const expect = (state: MigrationState) => m.state === state;
+  switch (event.type) {
+    case "start":
+      if (!expect("planned")) return ignore("already started");
+      return enter("pausing", { stopStep: event.stopStep }, [{ type: "hold-job", job: m.job, step: event.stopStep }], ` at barrier ${event.stopStep}`);
+    case "paused":
+      if (!expect("pausing")) return ignore("not pausing");
+      return enter("staging", {}, [{ type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes }]);
+    case "staging-ready":
+      if (!expect("staging")) return ignore("not waiting for staging");
+      return enter("transferring", { endpoint: event.endpoint, token: event.token }, [
+        { type: "migrate-out", migration: m.id, job: m.job, from: m.from, to: m.to, endpoint: event.endpoint, token: event.token, step: m.stopStep ?? 0 },
+      ]);
+    case "transferred":
+      if (!expect("transferring")) return ignore("not transferring");
+      if (event.bytes !== m.bytes) return fail(m, `received ${event.bytes} bytes, expected ${m.bytes}`, enter, ignore);
+      return enter("verifying", {}, []);
+    case "verified":
+      if (!expect("verifying")) return ignore("not verifying");
+      return enter("staged", {}, []);
+    case "checksum-mismatch":
+      if (!expect("verifying")) return ignore("not verifying");
+      return fail(m, `checksum mismatch: ${event.detail}`, enter, ignore);
+    case "commit":
+      if (!expect("staged")) return ignore("not staged");
+      return enter("committing", {}, [
+        { type: "stop-source", job: m.job, host: m.from },
+        { type: "spawn-replacement", migration: m.id, job: m.job, group: m.group, host: m.to, token: m.token ?? "" },
+      ]);
+    case "replacement-registered":
+      if (!expect("committing")) return ignore("not committing");
+      return enter("resuming", {}, [{ type: "reconfigure-job", job: m.job }]);
+    case "resumed":
+      if (!expect("resuming")) return ignore("not resuming");
+      return enter("done", {}, []);
+    default:
+      return assertNever(event);
+  }
+}
+
+function fail(
+  m: Migration,
+  reason: string,
+  enter: (state: MigrationState, changes: Partial<Migration>, actions: MigrationAction[], note?: string) => Transition,
+  ignore: (why: string) => Transition,
+): Transition {
+  if (isFinished(m.state)) return ignore("already finished");
+  if (!isReversible(m.state)) {
+    return { migration: { ...m, reason, deadline: null }, actions: [{ type: "alert", migration: m.id, message: `failure after commit: ${reason}` }], log: `migration ${m.id}: ${reason} after commit; the move stands` };
+  }
+  const actions: MigrationAction[] = [];
+  if (m.token !== null) actions.push({ type: "release-staging", host: m.to, token: m.token });
+  if (m.state !== "planned") actions.push({ type: "resume-job", job: m.job });
+  return enter("rolled-back", { reason }, actions, `: ${reason}`);
+}
+
+function hasDeadline(state: MigrationState): state is keyof MigrationTimeouts {
+  switch (state) {
+    case "pausing":
+    case "staging":
+    case "transferring":
+    case "verifying":
+    case "staged":
+    case "committing":
+    case "resuming":
+      return true;
+    case "planned":
+    case "done":
+    case "rolled-back":
+      return false;
+    default:
+      return assertNever(state);
+  }
+}
+
+export function assertNever(value: never): never {
+  throw new Error(`unexpected value ${JSON.stringify(value)}`);
+}

@@ -1,0 +1,155 @@
+import { Router } from "zeromq";
+import type { Planner } from "../plan/planner.ts";
+import { encode, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
+import { Controller, type ControllerOptions, type Outgoing } from "./controller.ts";
+import { Journal, type ReplayReport } from "./journal.ts";
+import { createLogger, type Logger } from "./log.ts";
+import type { RecordBody } from "./state.ts";
+
+/** A CURVE keypair in Z85 text, as `curveKeyPair()` from zeromq makes it. */
+export interface CurveKeys {
+  readonly publicKey: string;
+  readonly secretKey: string;
+}
+
+export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
+  /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */
+  readonly bind: string;
+  readonly journalDir: string;
+  readonly config: Extract<RecordBody, { kind: "config" }>;
+  /** With keys, only clients that hold the server's public key can talk to it. */
+  readonly curve?: CurveKeys;
+  readonly tickMs?: number;
+  readonly logger?: Logger;
+  readonly planner: Planner;
+}
+
+/**
+ * The controller on a ZeroMQ ROUTER socket. Requests are decoded here (anything malformed is
+ * answered with an error reply and logged) and handled by `Controller`; replies wait until
+ * the journal records behind them are fsync'd, which happens once per burst of requests.
+ */
+export class ControllerServer {
+  private scheduled = false;
+  private sending: Promise<void> = Promise.resolve();
+  private closed = false;
+  private readonly timer: NodeJS.Timeout;
+  private readonly loop: Promise<void>;
+
+  private constructor(
+    private readonly socket: Router,
+    readonly controller: Controller,
+    private readonly journal: Journal,
+    readonly endpoint: string,
+    readonly replay: ReplayReport,
+    private readonly log: Logger,
+    tickMs: number,
+  ) {
+    controller.onWork = () => this.schedule();
+    this.timer = setInterval(() => controller.tick(), tickMs);
+    this.loop = this.receive();
+    this.schedule();
+  }
+
+  static async start(options: ServerOptions): Promise<ControllerServer> {
+    const log = options.logger ?? createLogger("controller");
+    const { journal, state, replay } = Journal.open(options.journalDir, options.config, options.clock);
+    if (replay.tornTail) {
+      const torn = replay.tornTail;
+      log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
+    }
+    if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
+    const controller = new Controller({ ...options, journal, state, logger: log });
+    const socket = new Router({ linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    if (options.curve) {
+      socket.curveServer = true;
+      socket.curvePublicKey = options.curve.publicKey;
+      socket.curveSecretKey = options.curve.secretKey;
+    }
+    try {
+      await socket.bind(options.bind);
+    } catch (error) {
+      socket.close();
+      journal.close();
+      throw new Error(`cannot bind ${options.bind}: ${(error as Error).message}; pick another --bind address`);
+    }
+    const endpoint = socket.lastEndpoint ?? options.bind;
+    log.info(() => `listening on ${endpoint}${options.curve ? " (CURVE)" : ""}`);
+    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200);
+  }
+
+  /** Stops listening and closes the journal; held requests are left unanswered. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
+    this.flush();
+    await this.sending;
+    this.socket.close();
+    await this.loop;
+    this.journal.close();
+  }
+
+  private async receive(): Promise<void> {
+    try {
+      for await (const [peer, ...frames] of this.socket) {
+        if (!peer) continue;
+        const body = frames.length === 1 ? frames[0] : undefined;
+        if (!body) {
+          this.reject(peer, 0, new ProtocolError("malformed", `expected one frame per message, got ${frames.length}; send the JSON message as a single frame`));
+          continue;
+        }
+        const decoded = safeDecodeRequest(body);
+        if (!decoded.success) {
+          this.reject(peer, decoded.id ?? 0, decoded.error);
+          continue;
+        }
+        this.controller.handle(peer, decoded.data);
+        // Replies that wait on no journal record (most barriers) go out at once; the others
+        // wait for the burst's single fsync.
+        if (this.journal.unflushed === 0) this.flush();
+      }
+    } catch (error) {
+      if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+    }
+  }
+
+  private reject(peer: Uint8Array, id: number, error: ProtocolError): void {
+    this.log.warn(() => `rejected a message: ${error.message}`);
+    this.enqueue([{ peer, reply: errorReply(id, error.code, error.message) }]);
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.closed) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    try {
+      this.enqueue(this.controller.drain());
+    } catch (error) {
+      // Only the journal can fail here (a full or failing disk). Replies stay unsent, since
+      // they may depend on records that are not durable; the next flush tries again.
+      this.log.error(() => `journal write failed, replies held back: ${(error as Error).message}`);
+    }
+  }
+
+  /** ZeroMQ allows one send in flight per socket, so replies go out in order through one chain. */
+  private enqueue(out: readonly Outgoing[]): void {
+    if (out.length === 0) return;
+    this.sending = this.sending.then(async () => {
+      for (const { peer, reply } of out) {
+        try {
+          await this.socket.send([peer, encode(reply)]);
+        } catch (error) {
+          if (!this.closed) this.log.warn(() => `reply ${reply.type} #${reply.id} not sent: ${(error as Error).message}`);
+        }
+      }
+    });
+  }
+}

@@ -1,0 +1,195 @@
+import { z } from "zod";
+import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
+import { TopologySchema, type Topology } from "../model/snapshot.ts";
+import { ringOrder } from "../route/ring-order.ts";
+import { MoveSchema } from "../plan/schema.ts";
+import { ParallelismSchema } from "../../sdk/protocol/worker.ts";
+import { isCommitted, MIGRATION_STATES, planned, type Migration } from "./migration.ts";
+
+/**
+ * The controller's durable state and the one reducer that changes it. The live controller
+ * journals a record, then applies it with `applyRecord`; replay applies the same records in
+ * the same order, so a restarted controller holds exactly what the old one had journaled.
+ * Who is connected (workers' sockets, held barriers, daemons' heartbeats) is not durable: it
+ * comes back as launchers and daemons talk to the new controller.
+ */
+
+const count = z.int().min(0);
+
+export const MigrationSchema = z.strictObject({
+  id: z.string(),
+  job: z.string(),
+  group: count,
+  from: count,
+  to: count,
+  planStep: count,
+  bytes: count,
+  state: z.enum(MIGRATION_STATES),
+  since: z.number(),
+  deadline: z.number().nullable(),
+  stopStep: count.nullable(),
+  endpoint: z.string().nullable(),
+  token: z.string().nullable(),
+  reason: z.string().nullable(),
+});
+
+const Header = { seq: count, at: z.number() };
+
+export const RecordSchema = z.discriminatedUnion("kind", [
+  /** First record of every journal: what the cluster is. */
+  z.strictObject({ ...Header, kind: z.literal("config"), topology: TopologySchema, lambda: count, podLambda: count.nullable() }),
+  /** Every worker of the job registered; `groups` are in ring order. */
+  z.strictObject({
+    ...Header,
+    kind: z.literal("job-started"),
+    job: z.string(),
+    rings: z.int().min(1),
+    parallelism: ParallelismSchema,
+    groups: z.array(z.array(count)),
+    /** Checkpoint size of the worker on each host, keyed by host. */
+    checkpointBytes: z.record(z.string(), count),
+  }),
+  z.strictObject({ ...Header, kind: z.literal("job-finished"), job: z.string() }),
+  /** A plan's moves; each becomes a `planned` migration with id `plan/index`. */
+  z.strictObject({ ...Header, kind: z.literal("plan"), plan: z.string(), moves: z.array(MoveSchema) }),
+  /** A migration entered a new state. */
+  z.strictObject({ ...Header, kind: z.literal("migration"), migration: MigrationSchema }),
+]);
+export type JournalRecord = z.infer<typeof RecordSchema>;
+/** A record before the journal gives it its sequence number and time. */
+export type RecordBody = JournalRecord extends infer R ? (R extends JournalRecord ? Omit<R, "seq" | "at"> : never) : never;
+
+export interface JobState {
+  readonly id: string;
+  readonly rings: number;
+  readonly parallelism: z.infer<typeof ParallelismSchema>;
+  /** Hosts of each group (pipeline stage), in ring order. */
+  readonly groups: readonly (readonly number[])[];
+  readonly checkpointBytes: Readonly<Record<string, number>>;
+  /** Bumped whenever membership or order changes, so workers can tell assignments apart. */
+  readonly generation: number;
+  /** The barrier step the job last stopped at for a reconfiguration. */
+  readonly resumeStep: number | null;
+}
+
+export interface DurableState {
+  readonly topology: Topology;
+  readonly lambda: number;
+  readonly podLambda: number | null;
+  readonly jobs: ReadonlyMap<string, JobState>;
+  readonly migrations: ReadonlyMap<string, Migration>;
+  /** The plan being carried out, if any, and its migrations' ids. */
+  readonly activePlan: string | null;
+  readonly activeMoves: readonly string[];
+  readonly plans: number;
+  readonly records: number;
+}
+
+export function initialState(config: Extract<RecordBody, { kind: "config" }>): DurableState {
+  return {
+    topology: config.topology,
+    lambda: config.lambda,
+    podLambda: config.podLambda,
+    jobs: new Map(),
+    migrations: new Map(),
+    activePlan: null,
+    activeMoves: [],
+    plans: 0,
+    records: 1,
+  };
+}
+
+/** Raised when a record does not fit the state it is applied to; a journal with one is corrupt. */
+export class StateError extends Error {
+  override readonly name = "StateError";
+  readonly code = "invalid_record";
+}
+
+export function applyRecord(state: DurableState, record: JournalRecord): DurableState {
+  const next = { ...state, records: state.records + 1 };
+  switch (record.kind) {
+    case "config":
+      throw new StateError("a second config record; a journal has exactly one, first");
+    case "job-started": {
+      if (state.jobs.has(record.job)) throw new StateError(`job "${record.job}" started twice`);
+      const jobs = new Map(state.jobs);
+      jobs.set(record.job, {
+        id: record.job,
+        rings: record.rings,
+        parallelism: record.parallelism,
+        groups: record.groups,
+        checkpointBytes: record.checkpointBytes,
+        generation: 0,
+        resumeStep: null,
+      });
+      return { ...next, jobs };
+    }
+    case "job-finished": {
+      const jobs = new Map(state.jobs);
+      jobs.delete(record.job);
+      return { ...next, jobs };
+    }
+    case "plan": {
+      // The previous plan's moves stay for a while (its replaced workers may still call in);
+      // older ones are finished and forgotten, so the state does not grow with every plan.
+      const migrations = new Map(state.activeMoves.flatMap((id) => {
+        const m = state.migrations.get(id);
+        return m ? [[id, m] as const] : [];
+      }));
+      const ids = record.moves.map((_, i) => `${record.plan}/${i}`);
+      record.moves.forEach((move, i) => {
+        const id = ids[i] ?? "";
+        const bytes = state.jobs.get(move.job)?.checkpointBytes[String(move.from)] ?? 0;
+        migrations.set(id, planned({ id, job: move.job, group: move.group, from: move.from, to: move.to, planStep: move.step, bytes }, record.at));
+      });
+      return { ...next, migrations, activePlan: record.moves.length ? record.plan : null, activeMoves: ids, plans: state.plans + 1 };
+    }
+    case "migration": {
+      const m = record.migration;
+      const before = state.migrations.get(m.id);
+      if (!before) throw new StateError(`migration ${m.id} was never planned`);
+      const migrations = new Map(state.migrations);
+      migrations.set(m.id, m);
+      const jobs = !isCommitted(before.state) && isCommitted(m.state) ? commitMove(state, m) : state.jobs;
+      return { ...next, migrations, jobs };
+    }
+  }
+}
+
+/** Moves the worker to its destination, keeping the group's surviving ring order. */
+function commitMove(state: DurableState, m: Migration): Map<string, JobState> {
+  const job = state.jobs.get(m.job);
+  const jobs = new Map(state.jobs);
+  if (!job) return jobs;
+  const cluster = topologyCluster(state);
+  const groups = job.groups.map((hosts, g) => {
+    if (g !== m.group) return hosts;
+    const moved = hosts.map((h) => (h === m.from ? m.to : h));
+    return ringOrder(cluster, moved, hosts.map((h) => (h === m.from ? m.to : h)));
+  });
+  const checkpointBytes = { ...job.checkpointBytes, [String(m.to)]: job.checkpointBytes[String(m.from)] ?? m.bytes };
+  delete checkpointBytes[String(m.from)];
+  jobs.set(m.job, { ...job, groups, checkpointBytes, generation: job.generation + 1, resumeStep: m.stopStep });
+  return jobs;
+}
+
+/** The model's view: every started job, sorted by id so plans do not depend on arrival order. */
+export function clusterOf(state: DurableState): Cluster {
+  const jobs = [...state.jobs.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return clusterFromSnapshot({
+    topology: state.topology,
+    lambda: state.lambda,
+    ...(state.podLambda === null ? {} : { podLambda: state.podLambda }),
+    jobs: jobs.map((job) => ({ id: job.id, rings: job.rings, groups: job.groups.map((g) => [...g]) })),
+  });
+}
+
+const topologyCluster = (state: DurableState): Cluster =>
+  clusterFromSnapshot({ topology: state.topology, lambda: state.lambda, jobs: [] });
+
+/** Which started job and group runs on each host. */
+export function hostOwners(state: DurableState): Map<number, { job: string; group: number }> {
+  const owners = new Map<number, { job: string; group: number }>();
+  for (const job of state.jobs.values()) job.groups.forEach((hosts, group) => hosts.forEach((h) => owners.set(h, { job: job.id, group })));
+  return owners;
+}

@@ -1,0 +1,58 @@
+import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import { routeCluster } from "../route/index.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { jobHosts } from "./assignment.ts";
+import { clusterOf, type DurableState } from "./state.ts";
+
+/** What the controller knows beyond its durable state: who is connected right now. */
+export interface LiveView {
+  readonly state: DurableState;
+  /** Jobs still waiting for some of their workers to register. */
+  readonly registering: readonly { readonly id: string; readonly workers: number; readonly expected: number }[];
+  readonly workers: number;
+  readonly daemons: readonly { readonly host: number; readonly lost: boolean }[];
+  readonly journalRecords: number;
+}
+
+/** The `status.report` answer: placement, bounds, routing and the latest plan's moves. */
+export function statusReport(id: number, view: LiveView): StatusReport {
+  const { state } = view;
+  const cluster = clusterOf(state);
+  // Groups are kept in ring order, so routing keeps the orders the workers rank by.
+  const routes = routeCluster(cluster, { previousOrders: cluster.placement });
+  const started = [...state.jobs.values()].map((job) => ({
+    id: job.id,
+    workers: jobHosts(job).length,
+    expected: job.parallelism.pp * job.parallelism.dp,
+    started: true,
+    generation: job.generation,
+  }));
+  const registering = view.registering.map((job) => ({ ...job, started: false, generation: 0 }));
+  const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = state.topology;
+  return {
+    v: PROTOCOL_VERSION,
+    type: "status.report",
+    id,
+    topology: { racks, hostsPerRack, gpusPerHost, uplinksPerRack },
+    lambda: state.lambda,
+    jobs: [...started, ...registering].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
+    workers: view.workers,
+    hosts: { registered: view.daemons.length, lost: view.daemons.filter((d) => d.lost).map((d) => d.host).sort((a, b) => a - b) },
+    fragmentation: rackFragmentation(cluster),
+    withinBounds: withinBounds(cluster),
+    routes: { isolated: routes.isolated, dpFlows: routes.dpFlows.length, maxFlowsPerLink: routes.overlap.maxFlowsPerLink },
+    migrations: state.activeMoves.flatMap((moveId) => state.migrations.get(moveId) ?? []).map((m) => ({
+      id: m.id,
+      job: m.job,
+      group: m.group,
+      from: m.from,
+      to: m.to,
+      planStep: m.planStep,
+      state: m.state,
+      stopStep: m.stopStep,
+      reason: m.reason,
+    })),
+    journalRecords: view.journalRecords,
+  };
+}

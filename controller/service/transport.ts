@@ -1,0 +1,56 @@
+/**
+ * How the controller reaches destination hosts during a migration. The controller decides
+ * when; these carry it out. The per-host daemon implements both over its own connection; the
+ * transfer engine moves the bytes between the source worker and the destination's buffer.
+ */
+
+export interface StagingRequest {
+  readonly migration: string;
+  /** Destination host. */
+  readonly host: number;
+  /** Checkpoint size to stage. */
+  readonly bytes: number;
+}
+
+/** Where the source sends its checkpoint, and the single-use token that admits it. */
+export interface StagingGrant {
+  readonly endpoint: string;
+  readonly token: string;
+}
+
+export interface StagingTransport {
+  /** Allocates staging on the destination; rejects when the host cannot take the checkpoint. */
+  prepare(request: StagingRequest): Promise<StagingGrant>;
+  /** Frees a grant after a rollback; the token stops admitting transfers. */
+  release(host: number, token: string): Promise<void>;
+}
+
+export interface ReplacementRequest {
+  readonly migration: string;
+  readonly job: string;
+  readonly group: number;
+  readonly host: number;
+  /** The replacement registers with this token, loading the checkpoint it names. */
+  readonly token: string;
+}
+
+export interface ReplacementLauncher {
+  /** Starts the replacement launcher on the destination; asking twice for one token starts one. */
+  spawn(request: ReplacementRequest): Promise<void>;
+}
+
+/** Raised by `noDaemons`: there is nothing on the hosts to stage or spawn with. */
+export class NoDaemonsError extends Error {
+  override readonly name = "NoDaemonsError";
+  readonly code = "no_daemons";
+}
+
+/**
+ * For a controller started without per-host daemons: every migration fails at staging and
+ * rolls back, so jobs keep running where they are and the log says why.
+ */
+export const noDaemons: StagingTransport & ReplacementLauncher = {
+  prepare: (request) => Promise.reject(new NoDaemonsError(`no daemon can stage ${request.bytes} bytes on host ${request.host}: this controller runs without per-host daemons`)),
+  release: () => Promise.resolve(),
+  spawn: (request) => Promise.reject(new NoDaemonsError(`no daemon can start the replacement on host ${request.host}`)),
+};

@@ -1,0 +1,89 @@
+import { z } from "zod";
+import { formatPath } from "../../controller/model/errors.ts";
+import { AckSchema, HeartbeatSchema, HostRegisterSchema, StagingReadySchema, TransferResultSchema } from "./daemon.ts";
+import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
+import { ErrorReplySchema, ProtocolError } from "./errors.ts";
+import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
+import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, RegisteredSchema, RegisterSchema } from "./worker.ts";
+
+/** Everything a controller accepts. */
+export const RequestSchema = z.discriminatedUnion("type", [
+  RegisterSchema,
+  BarrierSchema,
+  FinishSchema,
+  HostRegisterSchema,
+  HeartbeatSchema,
+  StagingReadySchema,
+  TransferResultSchema,
+  StatusRequestSchema,
+]);
+export type Request = z.infer<typeof RequestSchema>;
+export type RequestType = Request["type"];
+
+/** Everything a controller answers. */
+export const ReplySchema = z.discriminatedUnion("type", [
+  RegisteredSchema,
+  DirectiveReplySchema,
+  FinishedSchema,
+  AckSchema,
+  StatusReportSchema,
+  ErrorReplySchema,
+]);
+export type Reply = z.infer<typeof ReplySchema>;
+
+const requestTypes: ReadonlySet<string> = new Set(RequestSchema.options.map((o) => o.shape.type.value));
+const replyTypes: ReadonlySet<string> = new Set(ReplySchema.options.map((o) => o.shape.type.value));
+
+export type Decoded<T> = { success: true; data: T } | { success: false; error: ProtocolError; id: number | null };
+
+/** Decodes one frame as a request; failures carry the request id when it could be read. */
+export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request");
+
+/** Decodes one frame as a reply. */
+export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply");
+
+/** Throwing form of `safeDecodeRequest`. */
+export function decodeRequest(frame: Uint8Array | string): Request {
+  const result = safeDecodeRequest(frame);
+  if (!result.success) throw result.error;
+  return result.data;
+}
+
+export const encode = (message: Request | Reply): string => JSON.stringify(message);
+
+function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string): Decoded<T> {
+  const fail = (error: ProtocolError, id: number | null = null): Decoded<T> => ({ success: false, error, id });
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof frame === "string" ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString("utf8"));
+  } catch (error) {
+    return fail(new ProtocolError("malformed", `the ${what} is not JSON (${(error as Error).message}); send one JSON object per frame`));
+  }
+  const head = EnvelopeSchema.safeParse(value);
+  if (!head.success) return fail(new ProtocolError("malformed", `${what} envelope: ${describe(head.error)}`));
+  const { v, type, id } = head.data;
+  if (v !== PROTOCOL_VERSION) {
+    return fail(
+      new ProtocolError(
+        "unsupported_version",
+        `protocol version ${v} is not supported: this side speaks version ${PROTOCOL_VERSION}; upgrade the older side`,
+      ),
+      id,
+    );
+  }
+  if (!types.has(type)) {
+    return fail(new ProtocolError("unknown_type", `unknown ${what} type "${type}"; expected one of ${[...types].join(", ")}`), id);
+  }
+  const body = schema.safeParse(value);
+  if (!body.success) return fail(new ProtocolError("malformed", `${type}: ${describe(body.error)}`), id);
+  return { success: true, data: body.data };
+}
+
+function describe(error: z.ZodError): string {
+  const issue = error.issues[0];
+  if (!issue) return "invalid";
+  const path = formatPath(issue.path);
+  const message = issue.code === "unrecognized_keys" ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(", ")}; remove it` : issue.message;
+  const more = error.issues.length > 1 ? ` (and ${error.issues.length - 1} more)` : "";
+  return `${path ? `at ${path}: ` : ""}${message}${more}`;
+}

@@ -1,0 +1,47 @@
+import { z } from "zod";
+import { envelope, HostSchema } from "./envelope.ts";
+
+/** Daemon ↔ controller: one daemon per host registers it, heartbeats, and reports staging. */
+
+const bytes = (what: string) =>
+  z.int({ error: `${what} must be a whole number of bytes` }).min(0, { error: `${what} must not be negative` });
+
+export const HostRegisterSchema = z.strictObject({
+  ...envelope("daemon.register"),
+  host: HostSchema,
+  /** Size of the pre-allocated migration staging buffer. */
+  stagingBytes: bytes("stagingBytes"),
+  /** Where the host's transfer engine listens. */
+  endpoint: z.string().min(1, { error: "endpoint must not be empty" }),
+});
+export type HostRegister = z.infer<typeof HostRegisterSchema>;
+
+export const HeartbeatSchema = z.strictObject({ ...envelope("daemon.heartbeat"), host: HostSchema });
+export type Heartbeat = z.infer<typeof HeartbeatSchema>;
+
+/** The destination allocated staging for a migration and listens for it. */
+export const StagingReadySchema = z.strictObject({
+  ...envelope("daemon.staging-ready"),
+  host: HostSchema,
+  migration: z.string().min(1),
+  endpoint: z.string().min(1),
+  token: z.string().min(1),
+});
+export type StagingReady = z.infer<typeof StagingReadySchema>;
+
+/**
+ * The destination's verdict on a checkpoint it received: `verified` (every byte arrived and
+ * the checksums match), `checksum-mismatch`, or `failed` (the transfer broke off).
+ */
+export const TransferResultSchema = z.strictObject({
+  ...envelope("daemon.transfer-result"),
+  host: HostSchema,
+  token: z.string().min(1),
+  bytes: bytes("bytes"),
+  outcome: z.enum(["verified", "checksum-mismatch", "failed"]),
+  detail: z.string().optional(),
+});
+export type TransferResult = z.infer<typeof TransferResultSchema>;
+
+export const AckSchema = z.strictObject({ ...envelope("ack") });
+export type Ack = z.infer<typeof AckSchema>;

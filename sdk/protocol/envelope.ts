@@ -1,0 +1,28 @@
+import { z } from "zod";
+
+/**
+ * Every message on the controller socket is one JSON frame: an envelope (protocol version,
+ * message type, request id) with the type's fields beside it. A reply carries the id of its
+ * request; requests a controller sends to a daemon use their own id space.
+ */
+export const PROTOCOL_VERSION = 1;
+
+export const RequestIdSchema = z.int({ error: "id is a whole-number request id" }).min(0).max(Number.MAX_SAFE_INTEGER);
+
+/** The envelope alone: read first, so a wrong version or type gets its own clear error. */
+export const EnvelopeSchema = z.object({
+  v: z.int({ error: "v is the protocol version, a whole number" }),
+  type: z.string({ error: "type names the message, a string" }),
+  id: RequestIdSchema,
+});
+export type Envelope = z.infer<typeof EnvelopeSchema>;
+
+/** The envelope fields a message schema starts from, with its type fixed. */
+export const envelope = <T extends string>(type: T) => ({
+  v: z.literal(PROTOCOL_VERSION),
+  type: z.literal(type),
+  id: RequestIdSchema,
+});
+
+export const HostSchema = z.int({ error: "a host is a whole-number global index" }).min(0, { error: "host indices start at 0" });
+export const JobIdSchema = z.string({ error: "a job id is a string" }).min(1, { error: "a job id must not be empty" });

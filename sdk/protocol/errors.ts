@@ -1,0 +1,44 @@
+import { z } from "zod";
+import { envelope, PROTOCOL_VERSION } from "./envelope.ts";
+
+/**
+ * Why a request was refused. Protocol codes come from decoding; the others from the
+ * controller's rules. Every reply error names the field or rule and how to fix it.
+ */
+export const ErrorCodeSchema = z.enum([
+  "malformed",
+  "unsupported_version",
+  "unknown_type",
+  "unknown_job",
+  "unknown_worker",
+  "conflict",
+  "invalid_token",
+  "internal",
+]);
+export type ErrorCode = z.infer<typeof ErrorCodeSchema>;
+
+export const ErrorReplySchema = z.strictObject({
+  ...envelope("error"),
+  code: ErrorCodeSchema,
+  message: z.string(),
+});
+export type ErrorReply = z.infer<typeof ErrorReplySchema>;
+
+/** A message that cannot be decoded or is not allowed; carries the code sent back in the reply. */
+export class ProtocolError extends Error {
+  override readonly name = "ProtocolError";
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export const errorReply = (id: number, code: ErrorCode, message: string): ErrorReply => ({
+  v: PROTOCOL_VERSION,
+  type: "error",
+  id,
+  code,
+  message,
+});

@@ -1,0 +1,48 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
+import { startController, type Harness } from "../service/harness.ts";
+
+let harness: Harness | undefined;
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+});
+
+describe("sdk client", () => {
+  it("turns error replies into ControllerError with the controller's code", async () => {
+    harness = await startController();
+    const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 2_000 });
+    try {
+      const error = await client.barrier({ job: "nope", group: 0, host: 0 }, 0, 0).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ControllerError);
+      expect(error).toMatchObject({ code: "unknown_job", message: 'job "nope" is not known to this controller; register its workers first' });
+      await expect(client.finish("nope")).rejects.toMatchObject({ code: "unknown_job" });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("refuses a barrier before registration", async () => {
+    harness = await startController();
+    const client = new ControllerClient({ endpoint: harness.server.endpoint });
+    try {
+      const worker = new WorkerClient(client, { job: "a", group: 0, host: 0 }, { tp: 1, pp: 1, dp: 1 });
+      await expect(worker.barrier(0)).rejects.toMatchObject({ code: "unknown_worker" });
+      expect((await worker.register()).nodes).toBe(1);
+      expect(await worker.barrier(0)).toEqual({ kind: "continue" });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("times out with a typed error when nobody answers, and rejects waiting requests on close", async () => {
+    const client = new ControllerClient({ endpoint: "tcp://127.0.0.1:9", timeoutMs: 300, retryMs: 100 });
+    const timedOut = await client.status().catch((e: unknown) => e);
+    expect(timedOut).toBeInstanceOf(ControllerTimeoutError);
+    expect(timedOut).toMatchObject({ code: "timeout", timeoutMs: 300, endpoint: "tcp://127.0.0.1:9" });
+    const waiting = client.status(10_000);
+    await client.close();
+    await expect(waiting).rejects.toBeInstanceOf(ClientClosedError);
+    await expect(client.status()).rejects.toBeInstanceOf(ClientClosedError);
+  });
+});

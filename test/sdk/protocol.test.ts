@@ -1,0 +1,76 @@
+import { describe, expect, expectTypeOf, it } from "vitest";
+import {
+  decodeRequest,
+  encode,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  safeDecodeReply,
+  safeDecodeRequest,
+  type Directive,
+  type Register,
+  type Request,
+} from "../../sdk/protocol/index.ts";
+
+const register = {
+  v: 1,
+  type: "worker.register",
+  id: 3,
+  worker: { job: "llama", group: 1, host: 12 },
+  parallelism: { tp: 8, pp: 2, dp: 4 },
+  checkpointBytes: 12_000_000_000,
+};
+
+describe("protocol", () => {
+  it("decodes a request into its inferred type and encodes it back unchanged", () => {
+    const decoded = decodeRequest(Buffer.from(JSON.stringify(register)));
+    expect(decoded).toEqual(register);
+    expectTypeOf(decoded).toEqualTypeOf<Request>();
+    if (decoded.type !== "worker.register") throw new Error("narrowing failed");
+    expectTypeOf(decoded).toEqualTypeOf<Register>();
+    expect(JSON.parse(encode(decoded))).toEqual(register);
+    expect(PROTOCOL_VERSION).toBe(1);
+  });
+
+  it("rejects another protocol version with a clear error that keeps the request id", () => {
+    const result = safeDecodeRequest(JSON.stringify({ ...register, v: 2 }));
+    expect(result.success).toBe(false);
+    if (result.success) return;
+    expect(result.id).toBe(3);
+    expect(result.error).toBeInstanceOf(ProtocolError);
+    expect(result.error.code).toBe("unsupported_version");
+    expect(result.error.message).toMatchInlineSnapshot(`"protocol version 2 is not supported: this side speaks version 1; upgrade the older side"`);
+  });
+
+  it("names unknown message types and lists the known ones", () => {
+    const result = safeDecodeRequest(JSON.stringify({ v: 1, type: "worker.teleport", id: 9 }));
+    expect(result).toMatchObject({ success: false, id: 9, error: { code: "unknown_type" } });
+    if (!result.success) expect(result.error.message).toMatch(/^unknown request type "worker.teleport"; expected one of worker.register, worker.barrier, /);
+  });
+
+  it("rejects malformed frames, naming the field", () => {
+    const cases: [string, string][] = [
+      ["{not json", "the request is not JSON"],
+      [JSON.stringify({ type: "status", id: 1 }), "request envelope: at v: v is the protocol version, a whole number"],
+      [JSON.stringify({ ...register, parallelism: { tp: 0, pp: 2, dp: 4 } }), "worker.register: at parallelism.tp: parallelism.tp must be at least 1"],
+      [JSON.stringify({ ...register, worker: { job: "llama", group: 1, host: -1 } }), "worker.register: at worker.host: host indices start at 0"],
+      [JSON.stringify({ ...register, extra: true }), 'worker.register: unknown field "extra"; remove it'],
+      [JSON.stringify({ v: 1, type: "worker.barrier", id: 4, worker: register.worker, step: 3 }), "worker.barrier: at generation: generation must be a whole number"],
+    ];
+    for (const [frame, message] of cases) {
+      const result = safeDecodeRequest(frame);
+      expect(result.success).toBe(false);
+      if (!result.success) {
+        expect(result.error.code).toBe("malformed");
+        expect(result.error.message.startsWith(message)).toBe(true);
+      }
+    }
+  });
+
+  it("decodes directive replies as a union keyed by kind", () => {
+    const reply = { v: 1, type: "worker.directive", id: 5, directive: { kind: "migrate-out", migration: "p0/0", to: 3, endpoint: "tcp://h3:7000", token: "t", step: 40 } };
+    const result = safeDecodeReply(JSON.stringify(reply));
+    expect(result).toEqual({ success: true, data: reply });
+    expectTypeOf<Extract<Directive, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
+    expect(safeDecodeReply(JSON.stringify({ ...reply, directive: { kind: "teleport" } })).success).toBe(false);
+  });
+});

@@ -1,0 +1,80 @@
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { afterEach, describe, expect, it } from "vitest";
+import { StatusReportSchema } from "../../sdk/protocol/status.ts";
+import { runCli } from "../helpers/cli.ts";
+import { startController, tempDir, type Harness } from "./harness.ts";
+
+let harness: Harness | undefined;
+const dirs: string[] = [];
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("monkeytree status", () => {
+  it("prints what the controller holds, as text and as a JSON document", async () => {
+    harness = await startController();
+    const text = await runCli("status", "--connect", harness.server.endpoint);
+    expect(text).toMatchObject({ code: 0, stderr: "" });
+    expect(text.stdout).toBe("2 racks × 4 hosts × 8 GPUs, λ 1; 0 jobs, 0 workers, 0 host daemons\nevery rack is within its bound\nroutes: every DP flow has its own links (0 DP flows)\njournal: 1 records\n");
+    const json = await runCli("status", "--connect", harness.server.endpoint, "--json");
+    expect(StatusReportSchema.parse(JSON.parse(json.stdout))).toMatchObject({ lambda: 1, fragmentation: [0, 0], withinBounds: true });
+  });
+
+  it("exits 3 naming the address when no controller answers", async () => {
+    const result = await runCli("status", "--connect", "tcp://127.0.0.1:9", "--timeout", "0.3");
+    expect(result.code).toBe(3);
+    expect(result.stderr).toContain("no answer to status #1 from tcp://127.0.0.1:9 within 300 ms");
+  });
+});
+
+describe("monkeytree controller", () => {
+  it("refuses a snapshot that lists jobs", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const file = join(dir, "snap.json");
+    writeFileSync(file, JSON.stringify({ topology: { racks: 1, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 }, jobs: [{ id: "a", hosts: [0] }] }));
+    const result = await runCli("controller", "--snapshot", file, "--journal", join(dir, "j"));
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('give it a snapshot with "jobs": []');
+  });
+
+  it("runs as a process with CURVE keys, answers only key holders, and stops cleanly on SIGTERM", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const keys = join(dir, "keys.json");
+    const child = spawn(process.execPath, ["bin/monkeytree.js", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--curve-keys", keys], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    try {
+      const lines: string[] = [];
+      const endpoint = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("controller did not start")), 15_000);
+        createInterface({ input: child.stdout! }).on("line", (line) => {
+          lines.push(line);
+          const match = /^controller listening on (\S+)$/.exec(line);
+          if (match?.[1]) {
+            clearTimeout(timer);
+            resolve(match[1]);
+          }
+        });
+      });
+      const publicKey = (JSON.parse(readFileSync(keys, "utf8")) as { publicKey: string }).publicKey;
+      expect(lines[0]).toBe(`server key ${publicKey} (new keypair written to ${keys})`);
+      // Z85 keys may start with "-", so the key is passed with "=".
+      const ok = await runCli("status", "--connect", endpoint, `--server-key=${publicKey}`);
+      expect(ok, ok.stderr).toMatchObject({ code: 0, stdout: expect.stringContaining("16 racks × 8 hosts × 8 GPUs, λ 8") });
+      const refused = await runCli("status", "--connect", endpoint, "--timeout", "0.5");
+      expect(refused.code).toBe(3);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+    expect(existsSync(join(dir, "journal", "journal.jsonl"))).toBe(true);
+  });
+});

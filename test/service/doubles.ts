@@ -1,0 +1,51 @@
+import type { ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
+
+/**
+ * Test double for the hosts' side of a migration: grants staging in process (or refuses it
+ * for hosts listed in `refuse`) and records what the controller asked for. The real
+ * transport is the per-host daemon with the native transfer engine.
+ */
+export class RecordingHosts implements StagingTransport, ReplacementLauncher {
+  readonly prepared: StagingRequest[] = [];
+  readonly released: { host: number; token: string }[] = [];
+  readonly spawned: ReplacementRequest[] = [];
+  readonly refuse = new Set<number>();
+  private waiters: (() => void)[] = [];
+
+  prepare(request: StagingRequest): Promise<StagingGrant> {
+    this.prepared.push(request);
+    this.notify();
+    if (this.refuse.has(request.host)) return Promise.reject(new Error(`host ${request.host} refuses staging`));
+    return Promise.resolve({ endpoint: `inproc://staging-${request.host}`, token: `token-${request.migration}` });
+  }
+
+  release(host: number, token: string): Promise<void> {
+    this.released.push({ host, token });
+    this.notify();
+    return Promise.resolve();
+  }
+
+  spawn(request: ReplacementRequest): Promise<void> {
+    this.spawned.push(request);
+    this.notify();
+    return Promise.resolve();
+  }
+
+  /** Resolves once `ready()` holds, checking after every recorded call. */
+  async until(ready: () => boolean, timeoutMs = 5_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!ready()) {
+      if (Date.now() > deadline) throw new Error("timed out waiting for the hosts double");
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve);
+        setTimeout(resolve, 50);
+      });
+    }
+  }
+
+  private notify(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w();
+  }
+}

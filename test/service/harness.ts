@@ -1,0 +1,59 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createPlanner } from "../../controller/plan/planner.ts";
+import { createLogger } from "../../controller/service/log.ts";
+import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
+import type { Topology } from "../../controller/model/snapshot.ts";
+import { RecordingHosts } from "./doubles.ts";
+
+/** Two racks of four hosts, one uplink each: a second cross-rack job breaks the bound. */
+export const SMALL: Topology = { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 };
+
+export interface Harness {
+  readonly server: ControllerServer;
+  readonly hosts: RecordingHosts;
+  readonly dir: string;
+  readonly logs: string[];
+  restart(): Promise<Harness>;
+  close(): Promise<void>;
+}
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), "monkeytree-service-"));
+}
+
+export async function startController(
+  options: { topology?: Topology; dir?: string; overrides?: Partial<ServerOptions> } = {},
+): Promise<Harness> {
+  const dir = options.dir ?? tempDir();
+  const topology = options.topology ?? SMALL;
+  const hosts = new RecordingHosts();
+  const logs: string[] = [];
+  const server = await ControllerServer.start({
+    bind: "tcp://127.0.0.1:*",
+    journalDir: dir,
+    config: { kind: "config", topology, lambda: topology.uplinksPerRack, podLambda: null },
+    planner: await createPlanner(),
+    transport: hosts,
+    launcher: hosts,
+    logger: createLogger("controller", (line) => logs.push(line), "debug"),
+    tickMs: 20,
+    ...options.overrides,
+  });
+  const harness: Harness = {
+    server,
+    hosts,
+    dir,
+    logs,
+    restart: async () => {
+      await server.close();
+      return startController({ ...options, dir, overrides: { ...options.overrides, bind: server.endpoint } });
+    },
+    close: async () => {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return harness;
+}

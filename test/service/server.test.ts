@@ -1,0 +1,135 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { curveKeyPair, Dealer } from "zeromq";
+import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
+import { startController, type Harness } from "./harness.ts";
+
+let harness: Harness | undefined;
+const clients: ControllerClient[] = [];
+const sockets: Dealer[] = [];
+
+afterEach(async () => {
+  for (const s of sockets.splice(0)) s.close();
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await harness?.close();
+  harness = undefined;
+});
+
+function connect(h: Harness, options: { serverKey?: string; timeoutMs?: number } = {}): ControllerClient {
+  const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: options.timeoutMs ?? 5_000, retryMs: 200, ...(options.serverKey ? { serverKey: options.serverKey } : {}) });
+  clients.push(client);
+  return client;
+}
+
+/** A raw DEALER that sends frames as given and reads one reply. */
+function raw(h: Harness): { ask(...frames: string[]): Promise<Record<string, unknown>> } {
+  const socket = new Dealer({ linger: 0, receiveTimeout: 5_000 });
+  socket.connect(h.server.endpoint);
+  sockets.push(socket);
+  return {
+    ask: async (...frames) => {
+      await socket.send(frames);
+      const [reply] = await socket.receive();
+      return JSON.parse(reply!.toString()) as Record<string, unknown>;
+    },
+  };
+}
+
+const dp2 = { tp: 1, pp: 1, dp: 2 };
+
+describe("controller service", () => {
+  it("answers barriers with continue at once when nothing is pending", async () => {
+    harness = await startController();
+    const client = connect(harness);
+    const workers = [0, 1].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2));
+    const assignments = await Promise.all(workers.map((w) => w.register(5_000)));
+    expect(assignments.map((a) => a.nodeRank)).toEqual([0, 1]);
+    for (let step = 0; step < 20; step++) {
+      expect(await Promise.all(workers.map((w) => w.barrier(step)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    }
+    const status = await client.status();
+    expect(status.jobs).toEqual([{ id: "a", workers: 2, expected: 2, started: true, generation: 0 }]);
+    expect(status.migrations).toEqual([]);
+  });
+
+  it("rejects malformed messages with error replies and keeps serving", async () => {
+    harness = await startController();
+    const peer = raw(harness);
+    expect(await peer.ask("{oops")).toMatchObject({ v: 1, type: "error", id: 0, code: "malformed" });
+    expect(await peer.ask(JSON.stringify({ v: 7, type: "status", id: 11 }))).toMatchObject({ type: "error", id: 11, code: "unsupported_version" });
+    expect(await peer.ask(JSON.stringify({ v: 1, type: "nonsense", id: 12 }))).toMatchObject({ type: "error", id: 12, code: "unknown_type" });
+    expect(await peer.ask(JSON.stringify({ v: 1, type: "worker.barrier", id: 13, worker: { job: "a" } }))).toMatchObject({ type: "error", id: 13, code: "malformed" });
+    expect(await peer.ask("a", "b")).toMatchObject({ type: "error", code: "malformed", message: expect.stringContaining("one frame") });
+    expect(await peer.ask(JSON.stringify({ v: 1, type: "worker.barrier", id: 14, worker: { job: "ghost", group: 0, host: 0 }, step: 0, generation: 0 }))).toMatchObject({
+      type: "error",
+      id: 14,
+      code: "unknown_job",
+    });
+    const status = await connect(harness).status();
+    expect(status.journalRecords).toBe(1);
+    expect(harness.logs.filter((l) => l.includes("rejected a message")).length).toBe(5);
+  });
+
+  it("refuses conflicting registrations, naming the rule", async () => {
+    harness = await startController();
+    const client = connect(harness);
+    const first = client.register({ job: "a", group: 0, host: 0 }, dp2);
+    await expect(client.register({ job: "b", group: 0, host: 0 }, dp2)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining('host 0 already runs a worker of job "a"') });
+    await expect(client.register({ job: "a", group: 0, host: 1 }, { tp: 2, pp: 1, dp: 2 })).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("every worker of a job must agree") });
+    await expect(client.register({ job: "a", group: 1, host: 1 }, dp2)).rejects.toMatchObject({ code: "malformed", message: expect.stringContaining("worker.group 1 is out of range") });
+    await expect(client.register({ job: "c", group: 0, host: 99 }, dp2)).rejects.toBeInstanceOf(ControllerError);
+    await client.register({ job: "a", group: 0, host: 1 }, dp2);
+    await first;
+    await expect(client.register({ job: "a", group: 0, host: 2 }, dp2)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("takes new workers only through migrations") });
+  });
+
+  it("rolls a migration back when the destination's daemon goes silent", async () => {
+    harness = await startController({ overrides: { heartbeatTimeoutMs: 400 } });
+    const client = connect(harness);
+    const a = [0, 4].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2));
+    const b = [1, 5].map((host) => new WorkerClient(client, { job: "b", group: 0, host }, dp2));
+    await Promise.all([...a, ...b].map((w) => w.register(5_000)));
+    const move = (await client.status()).migrations[0]!;
+    const moving = move.job === "a" ? a : b;
+    const source = moving.find((w) => w.worker.host === move.from)!;
+    const stayer = moving.find((w) => w.worker.host !== move.from)!;
+
+    // The destination's daemon heartbeats until the source is sent off, then falls silent.
+    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+    let beating = true;
+    const heartbeats = (async () => {
+      while (beating) {
+        await client.request({ type: "daemon.heartbeat", host: move.to });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })();
+    const held = stayer.barrier(move.stopStep!);
+    const out = await source.barrier(move.stopStep!);
+    beating = false;
+    await heartbeats;
+    expect(out.kind).toBe("migrate-out");
+
+    // The stayer, held until the move resolves, continues; so does the source.
+    expect(await held).toEqual({ kind: "continue" });
+    const status = await client.status();
+    expect(status.migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
+    expect(status.hosts.lost).toEqual([move.to]);
+    expect(await source.barrier(move.stopStep!)).toEqual({ kind: "continue" });
+    expect(harness.hosts.released).toEqual([{ host: move.to, token: `token-${move.id}` }]);
+  });
+});
+
+describe("CURVE", () => {
+  it("serves clients that hold the server key and ignores the rest, staying up", async () => {
+    const keys = curveKeyPair();
+    harness = await startController({ overrides: { curve: keys } });
+    const good = connect(harness, { serverKey: keys.publicKey });
+    expect((await good.status()).journalRecords).toBe(1);
+
+    const wrong = connect(harness, { serverKey: curveKeyPair().publicKey, timeoutMs: 600 });
+    await expect(wrong.status()).rejects.toBeInstanceOf(ControllerTimeoutError);
+    const plain = connect(harness, { timeoutMs: 600 });
+    await expect(plain.status()).rejects.toThrow(/no answer to status/);
+
+    expect((await good.status()).journalRecords).toBe(1);
+  });
+});
