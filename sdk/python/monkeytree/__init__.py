@@ -1,0 +1,17 @@
+"""MonkeyTree's hook for training scripts: a worker's state saved into and loaded from a staging
+buffer in the checkpoint layout of sdk/checkpoint/FORMAT.md, through torch's DCP."""
+from .layout import CheckpointError
+from .state import init_optimizer_state, load, rng_state, save, set_rng_state
+from .storage import StagingReader, StagingWriter, open_staging_buffer
+
+__all__ = [
+    "CheckpointError",
+    "StagingReader",
+    "StagingWriter",
+    "init_optimizer_state",
+    "load",
+    "open_staging_buffer",
+    "rng_state",
+    "save",
+    "set_rng_state",
+]

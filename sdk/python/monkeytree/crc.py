@@ -1,0 +1,115 @@
+"""CRC32C of large buffers with torch, so checksumming a checkpoint does not dominate a migration.
+
+The byte-at-a-time table loop in ``layout.crc32c`` runs at about 6 MB/s on CPython; this runs at
+about 140 MB/s on one core. The data is cut into ``2**k`` equal blocks whose CRCs advance together,
+one torch gather per two bytes (a 65536-entry table), and the block CRCs are then merged pairwise.
+Merging uses the linearity of the CRC register: feeding ``m`` more bytes maps a register ``s`` to
+``zeros_m(s) ^ crc_of_those_bytes``, where ``zeros_m`` (the effect of ``m`` zero bytes) is a linear
+map on 32 bits, built here as a GF(2) matrix and applied through four 256-entry tables.
+"""
+import functools
+
+import torch
+
+from .layout import _TABLE, crc32c as _crc32c_bytes
+
+# Below this many bytes the plain loop is faster than setting up the blocks.
+_VECTOR_MIN = 1 << 16
+_MAX_BLOCKS = 1 << 16
+_MIN_BLOCK = 256
+
+
+def _pair_table():
+    # Feeding bytes (b0, b1) to register s gives pair[(s ^ b0 ^ b1 << 8) & 0xFFFF] ^ (s >> 16).
+    low = torch.arange(1 << 16, dtype=torch.int64)
+    table = torch.tensor(_TABLE, dtype=torch.int64)
+    for _ in range(2):
+        low = table[low & 0xFF] ^ (low >> 8)
+    return low
+
+
+_PAIR_TABLE = _pair_table()
+
+
+def _apply(matrix, value):
+    """Multiplies a 32x32 GF(2) matrix, given as the images of the 32 unit vectors, by ``value``."""
+    result = 0
+    bit = 0
+    while value:
+        if value & 1:
+            result ^= matrix[bit]
+        value >>= 1
+        bit += 1
+    return result
+
+
+def _square(matrix):
+    return [_apply(matrix, column) for column in matrix]
+
+
+def _zero_byte_matrix():
+    # One zero byte maps the register s to table[s & 0xFF] ^ (s >> 8).
+    return [_TABLE[(1 << bit) & 0xFF] ^ ((1 << bit) >> 8) for bit in range(32)]
+
+
+# Building these maps costs far more than applying them, and checkpoints repeat tensor sizes.
+@functools.lru_cache(maxsize=256)
+def _zeros_matrix(count):
+    """The linear map that ``count`` zero bytes apply to the register."""
+    result = [1 << bit for bit in range(32)]
+    power = _zero_byte_matrix()
+    while count:
+        if count & 1:
+            result = [_apply(power, column) for column in result]
+        count >>= 1
+        if count:
+            power = _square(power)
+    return tuple(result)
+
+
+@functools.lru_cache(maxsize=256)
+def _span_tables(span):
+    """``_zeros_matrix(span)`` as one 256-entry table per input byte."""
+    matrix = _zeros_matrix(span)
+    return torch.tensor([[_apply(matrix, b << (8 * lane)) for b in range(256)] for lane in range(4)],
+                        dtype=torch.int64)
+
+
+def _advance(states, tables):
+    shifted = tables[0][states & 0xFF]
+    for lane in range(1, 4):
+        shifted ^= tables[lane][(states >> (8 * lane)) & 0xFF]
+    return shifted
+
+
+def crc32c_tensor(data, crc=0):
+    """CRC32C of a 1-D ``torch.uint8`` CPU tensor, continuing from ``crc``; equals ``layout.crc32c``."""
+    total = data.numel()
+    if total < _VECTOR_MIN:
+        return _crc32c_bytes(bytes(data.tolist()), crc)
+    blocks = min(_MAX_BLOCKS, 1 << ((total // _MIN_BLOCK).bit_length() - 1))
+    block = total // blocks & ~1
+    main = blocks * block
+    # Row j holds the j-th little-endian 16-bit word of every block, so each step reads one
+    # contiguous row; its sign extension is masked off with the index.
+    rows = data[:main].view(torch.int16).view(blocks, block // 2).t().contiguous()
+    states = torch.zeros(blocks, dtype=torch.int64)
+    for row in rows:
+        index = torch.bitwise_xor(states, row.to(torch.int64))
+        index &= 0xFFFF
+        states >>= 16
+        states ^= _PAIR_TABLE[index]
+    span = block
+    while states.numel() > 1:
+        states = _advance(states[0::2], _span_tables(span)) ^ states[1::2]
+        span *= 2
+    register = _apply(_zeros_matrix(main), crc ^ 0xFFFFFFFF) ^ int(states[0])
+    return _crc32c_bytes(bytes(data[main:].tolist()), register ^ 0xFFFFFFFF)
+
+
+def crc32c(buffer):
+    """CRC32C of any bytes-like object (a memoryview into a staging buffer included)."""
+    view = memoryview(buffer).cast("B")
+    if len(view) < _VECTOR_MIN:
+        return _crc32c_bytes(view)
+    return crc32c_tensor(torch.frombuffer(view, dtype=torch.uint8))

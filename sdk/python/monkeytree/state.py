@@ -1,0 +1,205 @@
+"""Saving a worker's training state into a staging buffer and loading it back, with DCP.
+
+A state dict may nest dicts (``{"model": model.state_dict(), "optim": optimizer.state_dict(),
+"step": 41, "rng": rng_state()}``); nested keys become dotted fqns (``optim.state.0.exp_avg``) in
+both torch versions, so a checkpoint has the same item names whichever torch wrote it. Tensors
+become tensor items; a ``bytes`` value becomes a bytes item holding exactly those bytes (so other
+languages can read it), any other value a bytes item holding ``torch.save`` of it.
+"""
+import importlib
+import inspect
+import io
+import random
+import warnings
+
+import torch
+
+from .layout import CheckpointError
+from .storage import StagingReader, StagingWriter, dcp, dtype_name
+
+_default_planner = importlib.import_module(f"{dcp.__name__}.default_planner")
+_BYTE_IO = dcp.planner.WriteItemType.BYTE_IO
+# The state dict reaches DCP flat already. torch ≥ 2.0 would flatten it again, descending into
+# lists of dicts (``param_groups``) and so naming items differently from torch 1.13.
+_NO_FLATTEN = ({"flatten_state_dict": False}
+               if "flatten_state_dict" in inspect.signature(_default_planner.DefaultSavePlanner).parameters else {})
+
+
+def _flatten(state_dict):
+    flat, paths = {}, {}
+
+    def visit(node, prefix, path):
+        for key, value in node.items():
+            fqn = f"{prefix}{key}"
+            if isinstance(value, dict) and value:
+                visit(value, f"{fqn}.", path + (key,))
+                continue
+            if fqn in flat:
+                raise CheckpointError(f"{fqn}: two entries of the state dict flatten to this name", "duplicate_fqn")
+            flat[fqn], paths[fqn] = value, path + (key,)
+
+    visit(state_dict, "", ())
+    return flat, paths
+
+
+def _to_bytes(value):
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+class _SavePlanner(_default_planner.DefaultSavePlanner):
+    """DCP's planner, except that ``bytes`` values are stored verbatim rather than pickled."""
+
+    def __init__(self):
+        super().__init__(**_NO_FLATTEN)
+
+    def transform_object(self, write_item, object):
+        if write_item.type == _BYTE_IO and isinstance(object, (bytes, bytearray)):
+            return io.BytesIO(object)
+        return super().transform_object(write_item, object)
+
+
+class _LoadPlanner(_default_planner.DefaultLoadPlanner):
+    """DCP's planner, except that an entry whose template value is ``bytes`` gets the stored bytes."""
+
+    def __init__(self):
+        super().__init__(**_NO_FLATTEN)
+
+    def load_bytes(self, read_item, value):
+        if isinstance(self.state_dict.get(read_item.dest_index.fqn), (bytes, bytearray)):
+            # The default planner unpickles; hand it the pickle of the raw bytes.
+            value = io.BytesIO(_to_bytes(value.getvalue()))
+        super().load_bytes(read_item, value)
+
+
+def _entry(function_name, legacy_name):
+    """Calls DCP's save or load without a process group: ``save``/``load`` where they take
+    ``no_dist``, else the older ``save_state_dict``/``load_state_dict``."""
+    function = getattr(dcp, function_name, None)
+    if function is not None and "no_dist" in inspect.signature(function).parameters:
+        return lambda state, storage, key, planner: function(state, **{key: storage}, planner=planner, no_dist=True)
+    legacy = getattr(dcp, legacy_name)
+    return lambda state, storage, key, planner: legacy(state, storage, no_dist=True, planner=planner)
+
+
+_DcpFailure = getattr(dcp, "CheckpointException", None) or dcp.api.CheckpointException
+
+
+def _run(call, *args):
+    # Where save/load lack no_dist, the deprecated save_state_dict/load_state_dict are the only
+    # entry points that skip the process group, which a per-worker checkpoint needs; torch warns.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(save|load)_state_dict.*deprecated")
+        try:
+            return call(*args)
+        except _DcpFailure as failure:
+            # DCP wraps each rank's exception with its traceback; ours carry the code callers need.
+            for wrapped in failure.failures.values():
+                cause = wrapped[0] if isinstance(wrapped, tuple) else wrapped
+                if isinstance(cause, CheckpointError):
+                    raise cause from None
+            raise
+
+
+def save(state_dict, buffer, *, alignment=64):
+    """Writes ``state_dict`` as a checkpoint at the start of ``buffer`` (a /dev/shm name or a
+    writable buffer) and returns its length in bytes.
+
+    Raises:
+        CheckpointError: ``too_small`` when the buffer cannot hold it, ``invalid_item`` for a
+            tensor dtype the format lacks, ``duplicate_fqn`` when two keys flatten to one name.
+    """
+    flat, _ = _flatten(state_dict)
+    with StagingWriter(buffer, alignment=alignment) as writer:
+        _run(_entry("save", "save_state_dict"), flat, writer, "storage_writer", _SavePlanner())
+        return writer.length
+
+
+def _check_template(flat, items):
+    # DCP copies whatever region two shapes share and converts dtypes on copy; a migrated worker
+    # must get back exactly what it saved, so any difference is an error here.
+    missing = sorted(set(flat) - set(items))
+    if missing:
+        raise CheckpointError(f"the checkpoint has no item named {', '.join(missing)}", "unknown_fqn")
+    for fqn, value in flat.items():
+        item = items[fqn]
+        if not isinstance(value, torch.Tensor):
+            if item["kind"] != "bytes":
+                raise CheckpointError(f"{fqn}: the checkpoint holds a tensor, the state dict a {type(value).__name__}",
+                                      "unknown_fqn")
+            continue
+        if item["kind"] != "tensor":
+            raise CheckpointError(f"{fqn}: the checkpoint holds a bytes item, the state dict a tensor", "unknown_fqn")
+        expected = (dtype_name(value.dtype), list(value.shape))
+        if (item["dtype"], item["size"]) != expected:
+            raise CheckpointError(
+                f"{fqn}: the checkpoint holds {item['dtype']}{item['size']}, the state dict"
+                f" {expected[0]}{expected[1]}", "invalid_item")
+
+
+def load(state_dict, buffer):
+    """Fills ``state_dict`` from the checkpoint at the start of ``buffer``: tensors in place (they
+    must already have the saved shapes), other values replaced; an entry whose value is ``bytes``
+    receives the stored bytes as they are. Items of the checkpoint that the state dict lacks are
+    ignored.
+
+    Raises:
+        CheckpointError: ``unknown_fqn`` when the checkpoint lacks an entry of ``state_dict`` or
+            holds it as the other kind, ``invalid_item`` when a tensor's dtype or shape differs,
+            ``checksum_mismatch`` when stored bytes are corrupt, ``bad_header``/``bad_metadata``
+            when the buffer holds no valid checkpoint.
+    """
+    flat, paths = _flatten(state_dict)
+    with StagingReader(buffer) as reader:
+        _check_template(flat, reader.checkpoint.items)
+        _run(_entry("load", "load_state_dict"), flat, reader, "storage_reader", _LoadPlanner())
+    for fqn, path in paths.items():
+        node = state_dict
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = flat[fqn]
+
+
+def rng_state():
+    """The process's random number generator states (torch's CPU generator, every CUDA device's
+    once CUDA is initialised, Python's ``random``) as one bytes value, for a state dict."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return _to_bytes(state)
+
+
+def set_rng_state(data):
+    """Restores what ``rng_state`` captured."""
+    state = torch.load(io.BytesIO(data), weights_only=False)
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def init_optimizer_state(optimizer):
+    """Creates the per-parameter state a fresh optimizer lacks (Adam's moments and step) without
+    changing any parameter, so ``optimizer.state_dict()`` has every tensor ``load`` fills in place.
+
+    It takes one step with a learning rate of 0 and zero gradients where a parameter has none,
+    then puts the learning rates and gradients back.
+    """
+    missing = [p for group in optimizer.param_groups for p in group["params"] if p not in optimizer.state]
+    if not missing:
+        return
+    rates = [group["lr"] for group in optimizer.param_groups]
+    without_grad = [p for p in missing if p.grad is None]
+    with torch.no_grad():
+        for p in without_grad:
+            p.grad = torch.zeros_like(p)
+        try:
+            for group in optimizer.param_groups:
+                group["lr"] = 0.0
+            optimizer.step()
+        finally:
+            for group, rate in zip(optimizer.param_groups, rates):
+                group["lr"] = rate
+            for p in without_grad:
+                p.grad = None
