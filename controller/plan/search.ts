@@ -14,6 +14,13 @@ export type SearchOutcome =
   /** The deadline passed; plans of at most `depth` moves were ruled out before it. */
   | { readonly kind: "timeout"; readonly depth: number };
 
+export interface SearchOptions {
+  /** Start deepening here; above 1 the search is a heuristic (see `searchMoves`). */
+  readonly firstDepth?: number;
+  /** Try only this many of the best-ranked branches at each node (a beam); exact when absent. */
+  readonly beam?: number;
+}
+
 /**
  * Exact search for the fewest moves that bring every rack and pod within its bound and every
  * rack within capacity, by iterative deepening.
@@ -35,13 +42,6 @@ export type SearchOutcome =
  * it gains (the two moves could be one), so neither is tried. Capacity is only checked at
  * the leaves because all moves of a plan step are staged before any lands.
  */
-export interface SearchOptions {
-  /** Start deepening here; above 1 the search is a heuristic (see `searchMoves`). */
-  readonly firstDepth?: number;
-  /** Try only this many of the best-ranked branches at each node (a beam); exact when absent. */
-  readonly beam?: number;
-}
-
 export function searchMoves(state: CountState, maxDepth: number, deadline: number, options: SearchOptions = {}): SearchOutcome {
   const beam = options.beam ?? Number.POSITIVE_INFINITY;
   const lifts: [group: number, rack: number][] = [];
