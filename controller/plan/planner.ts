@@ -153,7 +153,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     timeLimitSec: ilpSeconds(deadline - performance.now()),
     ...(incumbent ? { start: program.encode(incumbent) } : {}),
   });
-  if (solved.status === "infeasible") return finish("infeasible", "ilp", state.count, lowerBound);
+  // A plan the search found is verified; it outranks any numerical claim of infeasibility.
+  if (solved.status === "infeasible" && !incumbent) return finish("infeasible", "ilp", state.count, lowerBound);
   const found = solved.values ? program.decode(solved.values) : incumbent;
   if (!found) throw new PlanTimeoutError(timeLimitMs, lowerBound);
   lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * program.movesPerObjective - 1e-6));
