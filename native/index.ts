@@ -389,7 +389,7 @@ export interface SendOptions {
   idleTimeout?: number;
   /**
    * Test-only fault injection: the chunk with this index is checksummed, then sent with one
-   * flipped bit (the source buffer is untouched), so the receiver must reject it.
+   * bit flipped in its middle byte (the source buffer is untouched), so the receiver must reject it.
    */
   corruptChunkForTesting?: number;
 }

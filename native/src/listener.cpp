@@ -15,7 +15,10 @@
 namespace mt {
 namespace {
 
-constexpr size_t kPiece = 1 << 20;  // checksum each piece while it is still in cache
+// Bytes received (waiting for all of them, which keeps wake-ups few) before they are checksummed,
+// still in this core's caches: about its L2, in whole checksum blocks so every piece is summed
+// at full speed. Quarter-sized pieces measured slower, with four streams on two cores as well.
+constexpr size_t kPiece = 42 * kCrc32cBlock;
 constexpr double kHelloSeconds = 10;   // a connection that never introduces itself is dropped
 
 std::string RangeText(uint64_t offset, uint64_t length) {
@@ -292,6 +295,8 @@ bool Listener::ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& heade
     grant.chunkClaimed[index] = 1;
   }
   uint8_t* destination = grant.pin->region().data() + grant.offset + header.offset;
+  // Each piece is checksummed as soon as it has landed, while the kernel's copy has left it in
+  // cache, so verifying costs no second pass over the chunk from memory.
   uint32_t crc = 0;
   for (size_t done = 0; done < header.length;) {
     const size_t n = std::min<size_t>(kPiece, header.length - done);

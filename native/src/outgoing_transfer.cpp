@@ -13,7 +13,12 @@
 namespace mt {
 namespace {
 
-constexpr size_t kPiece = 1 << 20;  // checksum each piece right before the kernel copies it
+// Each piece is checksummed right before send() copies it, so the source is read from memory
+// once, by the checksum, whose three sequential streams prefetch well, and the kernel's copy
+// finds it in this core's caches (checksumming after the send leaves the kernel the cold read,
+// which measured slower). About the size of L2, in whole checksum blocks so every piece is
+// summed at full speed; quarter-sized pieces cost more in system calls than they saved.
+constexpr size_t kPiece = 42 * kCrc32cBlock;
 
 // After a send fails, the receiver has usually said why; wait briefly for that reply.
 bool ReadReasonAfterFailure(int fd, Failure* reply) {
@@ -206,15 +211,19 @@ bool OutgoingTransfer::SendChunk(int fd, uint64_t index, Failure* failure) {
   const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(options_.chunkSize, options_.length - chunkOffset));
   if (!wire::SendChunkHeader(fd, {wire::FrameKind::Chunk, length, chunkOffset}, failure)) return false;
   const uint8_t* source = pin_->region().data() + options_.offset + chunkOffset;
+  // Test-only fault injection flips a bit in the middle of the chunk, so the receiver must
+  // catch damage that lands after its first pieces already checked out.
+  const bool corrupt = static_cast<int64_t>(index) == options_.corruptChunk;
+  const size_t corruptAt = length / 2;
   uint32_t crc = 0;
   for (size_t done = 0; done < length;) {
     const size_t n = std::min<size_t>(kPiece, length - done);
     crc = Crc32c(crc, source + done, n);
-    if (static_cast<int64_t>(index) == options_.corruptChunk && done == 0) {
-      // Test-only fault injection: the checksum covers the true bytes, the wire carries a
-      // copy with one flipped bit, and the source buffer is left untouched.
-      std::vector<uint8_t> corrupted(source, source + n);
-      corrupted[0] ^= 0x01;
+    if (corrupt && corruptAt >= done && corruptAt < done + n) {
+      // The checksum covers the true bytes, the wire carries a copy with one flipped bit, and
+      // the source buffer is left untouched.
+      std::vector<uint8_t> corrupted(source + done, source + done + n);
+      corrupted[corruptAt - done] ^= 0x01;
       if (!SendAll(fd, corrupted.data(), n, true, "chunk payload", failure)) return false;
     } else if (!SendAll(fd, source + done, n, true, "chunk payload", failure)) {
       return false;

@@ -2,10 +2,11 @@
 // The TCP transfer protocol, little-endian on the wire. Per stream:
 //   sender   -> Hello
 //   receiver -> Reply (empty code = accepted)
-//   sender   -> { ChunkHeader, payload[length], u32 crc32c }*  then ChunkHeader{kind = End}
+//   sender   -> { ChunkHeader, payload[length], u32 crc32c(payload) }*  then ChunkHeader{kind = End}
 //   receiver -> Reply (empty code = every chunk of this stream verified)
 // The receiver may send an error Reply at any time and stop reading; senders peek for it
-// between chunks.
+// between chunks. The checksum trails its payload so both sides can compute it piece by piece
+// while the bytes are in cache; the receiver fails the chunk before counting it as arrived.
 #include <array>
 #include <cstdint>
 #include <cstring>

@@ -100,6 +100,28 @@ describe("TCP transfer", () => {
     expectSameBytes(0, 0, 2 * MiB);
   });
 
+  it("detects a bit flipped in the middle of a chunk, after pieces that checked out, and in a short last chunk", async () => {
+    // Both sides checksum a chunk piece by piece; a flip in a later piece of a full chunk, or in a
+    // last chunk that its pieces do not divide evenly, must still fail that chunk.
+    const length = 5 * MiB + 12345;
+    const chunkSize = 2 * MiB;
+    for (const [chunk, range] of [
+      [1, "[2097152, 4194304)"],
+      [2, `[4194304, ${length})`],
+    ] as const) {
+      const grant = listener.grant(destination, { length });
+      const sent = send({ ticket: grant.ticket, buffer: source, chunkSize, streams: 2, corruptChunkForTesting: chunk });
+      const [senderError, receiverError] = await Promise.all([rejection(sent), rejection(grant.completion)]);
+      expect(senderError.code).toBe("checksum_mismatch");
+      expect(receiverError.code).toBe("checksum_mismatch");
+      expect(receiverError.message).toContain(`chunk ${range} `);
+    }
+    const retry = listener.grant(destination, { length });
+    await send({ ticket: retry.ticket, buffer: source, chunkSize, streams: 2 });
+    await retry.completion;
+    expectSameBytes(0, 0, length);
+  });
+
   it("rejects a wrong token, a reused token and a length the grant does not cover", async () => {
     const grant = listener.grant(destination, { length: MiB });
     const wrong: TransferTicket = { ...grant.ticket, token: "0123456789abcdef0123456789abcdef" };
