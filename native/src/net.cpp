@@ -54,6 +54,18 @@ bool Resolve(const std::string& host, uint16_t port, bool passive, AddrInfoList*
   return true;
 }
 
+// Tries each resolved address in turn, opening a socket and handing it to `use` (bind, connect);
+// returns the first socket `use` accepts, or an invalid one with the last failure's errno.
+template <typename Use>
+Fd FirstSocket(const AddrInfoList& list, int* lastErrno, Use use) {
+  for (addrinfo* ai = list.head; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (fd.valid() && use(fd.get(), *ai)) return fd;
+    *lastErrno = errno;
+  }
+  return Fd();
+}
+
 void Tune(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -75,52 +87,37 @@ Fd ListenTcp(const std::string& host, uint16_t* port, Failure* failure) {
   AddrInfoList list;
   if (!Resolve(host, *port, true, &list, failure)) return Fd();
   int lastErrno = 0;
-  for (addrinfo* ai = list.head; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) {
-      lastErrno = errno;
-      continue;
-    }
+  Fd fd = FirstSocket(list, &lastErrno, [](int s, const addrinfo& ai) {
     const int one = 1;
-    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd.get(), 128) != 0) {
-      lastErrno = errno;
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t boundLength = sizeof bound;
-    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLength);
-    *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    return fd;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    return bind(s, ai.ai_addr, ai.ai_addrlen) == 0 && listen(s, 128) == 0;
+  });
+  if (!fd.valid()) {
+    *failure = {"listen_failed", "cannot listen on " + host + ":" + std::to_string(*port) + ": " +
+                                     ErrnoText(lastErrno) + "; choose another host or port"};
+    return Fd();
   }
-  *failure = {"listen_failed", "cannot listen on " + host + ":" + std::to_string(*port) + ": " +
-                                   ErrnoText(lastErrno) + "; choose another host or port"};
-  return Fd();
+  sockaddr_storage bound{};
+  socklen_t boundLength = sizeof bound;
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLength);
+  *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
 }
 
 Fd ConnectTcp(const std::string& host, uint16_t port, Failure* failure) {
   AddrInfoList list;
   if (!Resolve(host, port, false, &list, failure)) return Fd();
   int lastErrno = 0;
-  for (addrinfo* ai = list.head; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) {
-      lastErrno = errno;
-      continue;
-    }
-    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      lastErrno = errno;
-      continue;
-    }
-    Tune(fd.get());
-    return fd;
+  Fd fd = FirstSocket(list, &lastErrno, [](int s, const addrinfo& ai) { return connect(s, ai.ai_addr, ai.ai_addrlen) == 0; });
+  if (!fd.valid()) {
+    *failure = {"connect_failed", "cannot connect to " + host + ":" + std::to_string(port) + ": " +
+                                      ErrnoText(lastErrno) + "; is the destination listener running?"};
+    return Fd();
   }
-  *failure = {"connect_failed", "cannot connect to " + host + ":" + std::to_string(port) + ": " +
-                                    ErrnoText(lastErrno) + "; is the destination listener running?"};
-  return Fd();
+  Tune(fd.get());
+  return fd;
 }
-
 
 bool SendAll(int fd, const void* data, size_t length, bool more, const char* what, Failure* failure) {
   const auto* p = static_cast<const uint8_t*>(data);

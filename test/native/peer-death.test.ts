@@ -2,22 +2,14 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
-import { Listener, StagingBuffer, TransferError, send, transferTicketSchema, type TransferTicket } from "../../native/index.ts";
+import { Listener, StagingBuffer, send, transferTicketSchema, type TransferTicket } from "../../native/index.ts";
+import { rejection } from "./rejection.ts";
 
 const MiB = 1 << 20;
 const LENGTH = 256 * MiB;
 const runTs = new URL("../../bin/run-ts.js", import.meta.url).pathname;
 const fixture = (name: string): string => new URL(`./fixtures/${name}`, import.meta.url).pathname;
 
-async function rejection(promise: Promise<unknown>): Promise<TransferError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(TransferError);
-    return error as TransferError;
-  }
-  throw new Error("expected a rejection");
-}
 
 /** A child sending `ticket` from `source`, which signals itself once bytes are moving. */
 function signalledSender(ticket: TransferTicket, source: StagingBuffer, signal: "SIGKILL" | "SIGSTOP") {

@@ -2,6 +2,7 @@ import { connect } from "node:net";
 import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, TransferError, send, type TransferTicket } from "../../native/index.ts";
+import { rejection } from "./rejection.ts";
 
 const MiB = 1 << 20;
 let listener: Listener;
@@ -25,15 +26,6 @@ afterAll(() => {
   destination.free();
 });
 
-async function rejection(promise: Promise<unknown>): Promise<TransferError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(TransferError);
-    return error as TransferError;
-  }
-  throw new Error("expected a rejection");
-}
 
 function expectSameBytes(from: number, to: number, length: number): void {
   expect(destination.crc32c(to, length)).toBe(source.crc32c(from, length));
