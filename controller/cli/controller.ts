@@ -2,11 +2,11 @@ import { once } from "node:events";
 import { createPlanner } from "../plan/planner.ts";
 import { InvalidInputError } from "../model/errors.ts";
 import { parseSnapshot, type Cluster } from "../model/cluster.ts";
+import { DaemonHosts } from "../service/daemon-hosts.ts";
 import { JournalConfigError, JournalCorruptError } from "../service/journal.ts";
 import { loadOrCreateKeys } from "../service/keys.ts";
 import { createLogger } from "../service/log.ts";
 import { ControllerServer } from "../service/server.ts";
-import { noDaemons } from "../service/transport.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
@@ -37,8 +37,9 @@ options:
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
   -h, --help             show this help
 
-Without per-host daemons no host can stage a checkpoint, so planned moves roll back and jobs
-keep running where they are.
+Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
+and launch commands over this socket. A move to a host without a registered daemon rolls
+back, and the job keeps running where it is.
 
 exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`;
 
@@ -62,6 +63,7 @@ export const command: Command = {
     }
     const curve = flags["curve-keys"] === undefined ? undefined : loadOrCreateKeys(flags["curve-keys"]);
     const logger = createLogger("controller", (line) => io.err.write(`${line}\n`));
+    const daemons = new DaemonHosts();
     let server: ControllerServer;
     try {
       server = await ControllerServer.start({
@@ -69,8 +71,9 @@ export const command: Command = {
         journalDir: flags.journal ?? ".monkeytree/journal",
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
         planner: await createPlanner(),
-        transport: noDaemons,
-        launcher: noDaemons,
+        transport: daemons,
+        launcher: daemons,
+        daemons,
         planTimeLimitMs: planSeconds * 1000,
         heartbeatTimeoutMs: heartbeatSeconds * 1000,
         logger,

@@ -7,6 +7,7 @@ const commands: Record<string, () => Promise<Command>> = {
   routes: async () => (await import("./routes.ts")).command,
   capabilities: async () => (await import("./capabilities.ts")).command,
   controller: async () => (await import("./controller.ts")).command,
+  daemon: async () => (await import("./daemon.ts")).command,
   status: async () => (await import("./status.ts")).command,
 };
 

@@ -6,7 +6,7 @@ import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { Reply, Request } from "../../sdk/protocol/codec.ts";
 import type { Directive, Register, Barrier, Parallelism } from "../../sdk/protocol/worker.ts";
-import type { Heartbeat, HostRegister, StagingReady, TransferResult } from "../../sdk/protocol/daemon.ts";
+import type { Heartbeat, HostRegister, TransferResult } from "../../sdk/protocol/daemon.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { Journal } from "./journal.ts";
 import { createLogger, type Logger } from "./log.ts";
@@ -198,8 +198,6 @@ export class Controller {
         return this.onHostRegister(target, request);
       case "daemon.heartbeat":
         return this.onHeartbeat(target, request);
-      case "daemon.staging-ready":
-        return this.onStagingReady(target, request);
       case "daemon.transfer-result":
         return this.onTransferResult(target, request);
       case "status":
@@ -388,13 +386,6 @@ export class Controller {
     if (daemon.lost) this.log.info(() => `daemon on host ${req.host} is back`);
     daemon.lastSeen = this.clock();
     daemon.lost = false;
-    this.ack(target);
-  }
-
-  private onStagingReady(target: ReplyTarget, req: StagingReady): void {
-    const m = this.state.migrations.get(req.migration);
-    if (!m || m.to !== req.host) throw new ProtocolError("invalid_token", `migration ${req.migration} does not stage on host ${req.host}`);
-    this.fire(m.id, { type: "staging-ready", endpoint: req.endpoint, token: req.token });
     this.ack(target);
   }
 

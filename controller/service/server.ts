@@ -1,8 +1,9 @@
 import { Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
-import { encode, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { Controller, type ControllerOptions, type Outgoing } from "./controller.ts";
+import type { DaemonHosts } from "./daemon-hosts.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
 import { createLogger, type Logger } from "./log.ts";
 import type { RecordBody } from "./state.ts";
@@ -23,6 +24,11 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly tickMs?: number;
   readonly logger?: Logger;
   readonly planner: Planner;
+  /**
+   * When the transport and launcher are per-host daemons on this socket: the server tells it
+   * which peer registered each host, hands it their answers, and sends its commands.
+   */
+  readonly daemons?: DaemonHosts;
 }
 
 /**
@@ -45,8 +51,10 @@ export class ControllerServer {
     readonly replay: ReplayReport,
     private readonly log: Logger,
     tickMs: number,
+    private readonly daemons: DaemonHosts | undefined,
   ) {
     controller.onWork = () => this.schedule();
+    daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     this.timer = setInterval(() => controller.tick(), tickMs);
     this.loop = this.receive();
     this.schedule();
@@ -76,7 +84,7 @@ export class ControllerServer {
     }
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${options.curve ? " (CURVE)" : ""}`);
-    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200);
+    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons);
   }
 
   /** Stops listening and closes the journal; held requests are left unanswered. */
@@ -84,6 +92,7 @@ export class ControllerServer {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.timer);
+    this.daemons?.close();
     this.flush();
     await this.sending;
     this.socket.close();
@@ -101,10 +110,19 @@ export class ControllerServer {
           continue;
         }
         const decoded = safeDecodeRequest(body);
+        if (!decoded.success && decoded.error.code === "unknown_type" && this.daemons) {
+          // Daemons answer the controller's commands on the same socket they send requests on.
+          const answer = safeDecodeCommandReply(body);
+          if (answer.success) {
+            this.daemons.answer(peer, answer.data);
+            continue;
+          }
+        }
         if (!decoded.success) {
           this.reject(peer, decoded.id ?? 0, decoded.error);
           continue;
         }
+        if (decoded.data.type === "daemon.register") this.daemons?.register(decoded.data.host, peer);
         this.controller.handle(peer, decoded.data);
         // Replies that wait on no journal record (most barriers) go out at once; the others
         // wait for the burst's single fsync.
@@ -141,13 +159,17 @@ export class ControllerServer {
 
   /** ZeroMQ allows one send in flight per socket, so replies go out in order through one chain. */
   private enqueue(out: readonly Outgoing[]): void {
+    this.enqueueFrames(out.map(({ peer, reply }) => ({ peer, frame: encode(reply), what: `reply ${reply.type} #${reply.id}` })));
+  }
+
+  private enqueueFrames(out: readonly { peer: Uint8Array; frame: string; what: string }[]): void {
     if (out.length === 0) return;
     this.sending = this.sending.then(async () => {
-      for (const { peer, reply } of out) {
+      for (const { peer, frame, what } of out) {
         try {
-          await this.socket.send([peer, encode(reply)]);
+          await this.socket.send([peer, frame]);
         } catch (error) {
-          if (!this.closed) this.log.warn(() => `reply ${reply.type} #${reply.id} not sent: ${(error as Error).message}`);
+          if (!this.closed) this.log.warn(() => `${what} not sent: ${(error as Error).message}`);
         }
       }
     });

@@ -38,19 +38,3 @@ export interface ReplacementLauncher {
   /** Starts the replacement launcher on the destination; asking twice for one token starts one. */
   spawn(request: ReplacementRequest): Promise<void>;
 }
-
-/** Raised by `noDaemons`: there is nothing on the hosts to stage or spawn with. */
-export class NoDaemonsError extends Error {
-  override readonly name = "NoDaemonsError";
-  readonly code = "no_daemons";
-}
-
-/**
- * For a controller started without per-host daemons: every migration fails at staging and
- * rolls back, so jobs keep running where they are and the log says why.
- */
-export const noDaemons: StagingTransport & ReplacementLauncher = {
-  prepare: (request) => Promise.reject(new NoDaemonsError(`no daemon can stage ${request.bytes} bytes on host ${request.host}: this controller runs without per-host daemons`)),
-  release: () => Promise.resolve(),
-  spawn: (request) => Promise.reject(new NoDaemonsError(`no daemon can start the replacement on host ${request.host}`)),
-};

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { formatPath } from "../../controller/model/errors.ts";
-import { AckSchema, HeartbeatSchema, HostRegisterSchema, StagingReadySchema, TransferResultSchema } from "./daemon.ts";
+import { CommandReplySchema, CommandSchema, type Command, type CommandReply } from "./commands.ts";
+import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
@@ -13,7 +14,6 @@ export const RequestSchema = z.discriminatedUnion("type", [
   FinishSchema,
   HostRegisterSchema,
   HeartbeatSchema,
-  StagingReadySchema,
   TransferResultSchema,
   StatusRequestSchema,
 ]);
@@ -33,6 +33,8 @@ export type Reply = z.infer<typeof ReplySchema>;
 
 const requestTypes: ReadonlySet<string> = new Set(RequestSchema.options.map((o) => o.shape.type.value));
 const replyTypes: ReadonlySet<string> = new Set(ReplySchema.options.map((o) => o.shape.type.value));
+const commandTypes: ReadonlySet<string> = new Set(CommandSchema.options.map((o) => o.shape.type.value));
+const commandReplyTypes: ReadonlySet<string> = new Set(CommandReplySchema.options.map((o) => o.shape.type.value));
 
 export type Decoded<T> = { success: true; data: T } | { success: false; error: ProtocolError; id: number | null };
 
@@ -42,6 +44,13 @@ export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> 
 /** Decodes one frame as a reply. */
 export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply");
 
+/** Decodes one frame a daemon receives from the controller as a command. */
+export const safeDecodeCommand = (frame: Uint8Array | string): Decoded<Command> => decode(frame, CommandSchema, commandTypes, "command");
+
+/** Decodes one frame as a daemon's answer to a command. */
+export const safeDecodeCommandReply = (frame: Uint8Array | string): Decoded<CommandReply> =>
+  decode(frame, CommandReplySchema, commandReplyTypes, "command reply");
+
 /** Throwing form of `safeDecodeRequest`. */
 export function decodeRequest(frame: Uint8Array | string): Request {
   const result = safeDecodeRequest(frame);
@@ -49,7 +58,7 @@ export function decodeRequest(frame: Uint8Array | string): Request {
   return result.data;
 }
 
-export const encode = (message: Request | Reply): string => JSON.stringify(message);
+export const encode = (message: Request | Reply | Command | CommandReply): string => JSON.stringify(message);
 
 function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string): Decoded<T> {
   const fail = (error: ProtocolError, id: number | null = null): Decoded<T> => ({ success: false, error, id });

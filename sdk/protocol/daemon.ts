@@ -19,16 +19,6 @@ export type HostRegister = z.infer<typeof HostRegisterSchema>;
 export const HeartbeatSchema = z.strictObject({ ...envelope("daemon.heartbeat"), host: HostSchema });
 export type Heartbeat = z.infer<typeof HeartbeatSchema>;
 
-/** The destination allocated staging for a migration and listens for it. */
-export const StagingReadySchema = z.strictObject({
-  ...envelope("daemon.staging-ready"),
-  host: HostSchema,
-  migration: z.string().min(1),
-  endpoint: z.string().min(1),
-  token: z.string().min(1),
-});
-export type StagingReady = z.infer<typeof StagingReadySchema>;
-
 /**
  * The destination's verdict on a checkpoint it received: `verified` (every byte arrived and
  * the checksums match), `checksum-mismatch`, or `failed` (the transfer broke off).

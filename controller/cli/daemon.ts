@@ -1,0 +1,87 @@
+import { once } from "node:events";
+import { hostname } from "node:os";
+import { HostDaemon } from "../../sdk/daemon.ts";
+import { createLogger } from "../service/log.ts";
+import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+
+const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
+
+const help = `usage: monkeytree daemon --host H [--connect ADDR] [--server-key=KEY] [--staging-bytes N]
+                         [--listen HOST:PORT] [--launch CMD]
+
+Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
+dead processes, allocates one staging buffer and opens the transfer listener; then it
+registers the host with the controller and heartbeats. During a migration to this host it
+grants a range of the buffer to the source, reports whether every byte arrived intact, and
+starts the replacement launcher with --launch.
+
+options:
+  --host H             this host's global index in the controller's topology (required)
+  --connect ADDR       the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
+  --server-key=KEY     the controller's CURVE public key, when it runs with --curve-keys
+  --staging-bytes N    staging buffer size in bytes, the largest checkpoint the host
+                       accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
+  --listen HOST:PORT   where the transfer engine listens (default 0.0.0.0:0, any free port;
+                       sources are told this machine's host name)
+  --launch CMD         shell command that starts a replacement launcher; it gets
+                       MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _MIGRATION, _TOKEN and
+                       the checkpoint's _STAGING_BUFFER, _STAGING_OFFSET, _STAGING_LENGTH.
+                       Without it, migrations to this host roll back at the commit
+  -h, --help           show this help
+
+exit codes: 0 stopped by a signal, 2 bad usage or a registration the controller refused,
+3 internal error.`;
+
+function parseListen(raw: string): { host: string; port: number; advertise?: string } {
+  const match = /^(.+):(\d+)$/.exec(raw);
+  const port = Number(match?.[2]);
+  if (!match?.[1] || !Number.isInteger(port) || port > 65535) throw new UsageError(`--listen must be HOST:PORT with a port in 0..65535, got "${raw}"`);
+  const host = match[1].replace(/^\[(.*)\]$/, "$1");
+  // Sources cannot dial a wildcard address; they are told the machine's name instead.
+  return host === "0.0.0.0" || host === "::" ? { host, port, advertise: hostname() } : { host, port };
+}
+
+export const command: Command = {
+  summary: "run the per-host daemon (staging buffer, transfers, replacement launches)",
+  help,
+  async run(argv, io) {
+    const flags = parseFlags(argv, {
+      host: { type: "string" },
+      connect: { type: "string" },
+      "server-key": { type: "string" },
+      "staging-bytes": { type: "string" },
+      listen: { type: "string" },
+      launch: { type: "string" },
+    });
+    if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
+    const host = numberFlag("host", flags.host, 0, 0);
+    if (!Number.isInteger(host)) throw new UsageError(`--host must be a whole number, got "${flags.host}"`);
+    const stagingBytes = numberFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
+    if (!Number.isInteger(stagingBytes)) throw new UsageError(`--staging-bytes must be a whole number of bytes, got "${flags["staging-bytes"]}"`);
+    const listen = parseListen(flags.listen ?? "0.0.0.0:0");
+    const controller = flags.connect ?? "tcp://127.0.0.1:5555";
+    const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
+    const daemon = HostDaemon.start({
+      host,
+      controller,
+      stagingBytes,
+      listen,
+      log: logger,
+      ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }),
+      ...(flags.launch === undefined ? {} : { launch: flags.launch }),
+    });
+    io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}\n`);
+    const refused = daemon.ready().then(
+      () => new Promise<never>(() => {}),
+      (error: unknown) => error as Error,
+    );
+    const stop = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
+    await daemon.close();
+    if (stop instanceof Error) {
+      io.err.write(`monkeytree daemon: ${stop.message}\n`);
+      return ExitCode.usage;
+    }
+    logger.info(() => `stopping on ${String(stop[0] ?? "signal")}`);
+    return ExitCode.ok;
+  },
+};

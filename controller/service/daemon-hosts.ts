@@ -1,0 +1,127 @@
+import { encode } from "../../sdk/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import type { Command, CommandReply, RefusalCode } from "../../sdk/protocol/commands.ts";
+import type { ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "./transport.ts";
+
+export const DEFAULT_COMMAND_TIMEOUT_MS = 5_000;
+
+/**
+ * Why a command to a host's daemon failed: `no_daemon` (none registered for the host),
+ * `timeout` (no answer in time: the daemon died or is unreachable), `closed` (the controller is
+ * stopping), `unexpected_reply`, or the daemon's own refusal code.
+ */
+export type DaemonCommandErrorCode = "no_daemon" | "timeout" | "closed" | "unexpected_reply" | RefusalCode;
+
+export class DaemonCommandError extends Error {
+  override readonly name = "DaemonCommandError";
+  constructor(
+    readonly code: DaemonCommandErrorCode,
+    readonly host: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Hands one frame to the controller's ROUTER for the peer with this routing identity. */
+export type SendToPeer = (peer: Uint8Array, frame: string) => void;
+
+type CommandBody = Command extends infer C ? (C extends Command ? Omit<C, "v" | "id"> : never) : never;
+
+interface Waiting {
+  readonly host: number;
+  readonly peer: Uint8Array;
+  readonly resolve: (reply: CommandReply) => void;
+  readonly reject: (error: DaemonCommandError) => void;
+}
+
+/**
+ * Staging and replacement launches carried out by the per-host daemons, over the controller's
+ * own socket: the server tells it which routing identity registered each host and passes it
+ * the daemons' answers. Commands are not resent (a prepare is not idempotent on the daemon),
+ * so a daemon that does not answer in time fails the command, and the migration rolls back.
+ */
+export class DaemonHosts implements StagingTransport, ReplacementLauncher {
+  private readonly peers = new Map<number, Uint8Array>();
+  private readonly waiting = new Map<number, Waiting>();
+  private nextId = 1;
+  private sendFrame: SendToPeer | null = null;
+
+  constructor(private readonly timeoutMs = DEFAULT_COMMAND_TIMEOUT_MS) {}
+
+  /** Called by the server once its socket is open. */
+  attach(send: SendToPeer): void {
+    this.sendFrame = send;
+  }
+
+  /** A daemon registered `host` from `peer`; a re-registration replaces the identity. */
+  register(host: number, peer: Uint8Array): void {
+    this.peers.set(host, Uint8Array.from(peer));
+  }
+
+  /** A daemon answered a command; answers to nothing waiting (late, or from another peer) are dropped. */
+  answer(peer: Uint8Array, reply: CommandReply): void {
+    const waiting = this.waiting.get(reply.id);
+    if (!waiting || !Buffer.from(waiting.peer).equals(Buffer.from(peer))) return;
+    if (reply.type === "daemon.refused") {
+      waiting.reject(new DaemonCommandError(reply.code, waiting.host, `the daemon on host ${waiting.host} refused: ${reply.message}`));
+    } else {
+      waiting.resolve(reply);
+    }
+  }
+
+  /** Fails every command still waiting; the server calls it when it stops. */
+  close(): void {
+    for (const waiting of [...this.waiting.values()]) {
+      waiting.reject(new DaemonCommandError("closed", waiting.host, `the controller stopped before the daemon on host ${waiting.host} answered`));
+    }
+    this.sendFrame = null;
+  }
+
+  async prepare(request: StagingRequest): Promise<StagingGrant> {
+    const reply = await this.command(request.host, { type: "daemon.prepare", migration: request.migration, bytes: request.bytes });
+    if (reply.type !== "daemon.prepared") throw unexpected(request.host, "daemon.prepare", reply);
+    return { endpoint: reply.endpoint, token: reply.token };
+  }
+
+  async release(host: number, token: string): Promise<void> {
+    const reply = await this.command(host, { type: "daemon.release", token });
+    if (reply.type !== "daemon.done") throw unexpected(host, "daemon.release", reply);
+  }
+
+  async spawn(request: ReplacementRequest): Promise<void> {
+    const reply = await this.command(request.host, {
+      type: "daemon.spawn",
+      migration: request.migration,
+      job: request.job,
+      group: request.group,
+      token: request.token,
+    });
+    if (reply.type !== "daemon.done") throw unexpected(request.host, "daemon.spawn", reply);
+  }
+
+  private command(host: number, body: CommandBody): Promise<CommandReply> {
+    const peer = this.peers.get(host);
+    const send = this.sendFrame;
+    if (!peer || !send) {
+      return Promise.reject(new DaemonCommandError("no_daemon", host, `no daemon is registered for host ${host}; start \`monkeytree daemon --host ${host}\` there`));
+    }
+    const id = this.nextId++;
+    return new Promise<CommandReply>((resolve, reject) => {
+      const deadline = setTimeout(
+        () => settle(() => reject(new DaemonCommandError("timeout", host, `the daemon on host ${host} did not answer ${body.type} #${id} within ${this.timeoutMs} ms`))),
+        this.timeoutMs,
+      );
+      const settle = (finish: () => void) => {
+        clearTimeout(deadline);
+        this.waiting.delete(id);
+        finish();
+      };
+      this.waiting.set(id, { host, peer, resolve: (r) => settle(() => resolve(r)), reject: (e) => settle(() => reject(e)) });
+      send(peer, encode({ ...body, v: PROTOCOL_VERSION, id } as Command));
+    });
+  }
+}
+
+const unexpected = (host: number, command: string, reply: CommandReply) =>
+  new DaemonCommandError("unexpected_reply", host, `the daemon on host ${host} answered ${command} with ${reply.type}`);

@@ -1,0 +1,341 @@
+import { spawn } from "node:child_process";
+import { curveKeyPair, Dealer } from "zeromq";
+import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../native/index.ts";
+import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
+import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
+import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+
+/**
+ * The per-host daemon: owns the host's migration staging buffer and transfer listener,
+ * registers the host with the controller and heartbeats, grants ranges of the buffer to
+ * incoming checkpoints, reports each transfer's verdict, and starts replacement launchers.
+ * It speaks to the controller over one DEALER: its own requests (answered `ack`/`error`) and
+ * the controller's commands (answered `daemon.prepared`/`daemon.done`/`daemon.refused`) share it.
+ */
+
+/** Lazy, role-prefixed logging, as the controller's logger does it. */
+export interface DaemonLog {
+  info(message: () => string): void;
+  warn(message: () => string): void;
+  error(message: () => string): void;
+}
+
+export interface DaemonOptions {
+  /** This host's global index. */
+  readonly host: number;
+  /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
+  readonly controller: string;
+  /** The controller's CURVE public key (Z85), when it uses CURVE. */
+  readonly serverKey?: string;
+  /** Size of the staging buffer, allocated once at start. */
+  readonly stagingBytes: number;
+  /** Where the transfer engine listens; port 0 picks a free one. `advertise` is the name sources dial. */
+  readonly listen: { readonly host: string; readonly port: number; readonly advertise?: string };
+  /** Shell command that starts a replacement launcher; without it, spawns are refused. */
+  readonly launch?: string;
+  readonly heartbeatMs?: number;
+  /** Resend an unanswered registration or transfer report this often. */
+  readonly retryMs?: number;
+  readonly log?: DaemonLog;
+}
+
+export const DEFAULT_HEARTBEAT_MS = 2_000;
+export const DEFAULT_RETRY_MS = 1_000;
+/** Ranges start on page boundaries, so a checkpoint never shares a page with another. */
+const ALIGN = 4096;
+
+/**
+ * One grant's life: `receiving` until the transfer settles, then `verified` (kept for the
+ * replacement until its launcher exits) or `failed` (freed at once).
+ */
+interface Staged {
+  readonly migration: string;
+  readonly grant: Grant;
+  state: "receiving" | "verified" | "failed";
+  spawned: boolean;
+}
+
+type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
+
+const silent: DaemonLog = { info: () => {}, warn: () => {}, error: () => {} };
+
+/** The `endpoint` a grant is announced with: the transfer engine's TCP address. */
+export const transferEndpoint = ({ host, port }: Pick<TransferTicket, "host" | "port">): string => `tcp://${host.includes(":") ? `[${host}]` : host}:${port}`;
+
+/** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
+export function ticketFor(endpoint: string, token: string, length: number): TransferTicket {
+  const match = /^tcp:\/\/(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(endpoint);
+  if (!match) throw new TypeError(`endpoint must be tcp://HOST:PORT, got "${endpoint}"`);
+  return transferTicketSchema.parse({ host: match[1] ?? match[2], port: Number(match[3]), token, length });
+}
+
+export class HostDaemon {
+  private readonly socket: Dealer;
+  private readonly staged = new Map<string, Staged>();
+  /** Requests to the controller awaiting its answer, by id, with their resend timers. */
+  private readonly waiting = new Map<number, { readonly answered: (reply: Reply) => void; readonly retry: NodeJS.Timeout }>();
+  private nextId = 1;
+  private sending: Promise<void> = Promise.resolve();
+  private closed = false;
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly loop: Promise<void>;
+  private readonly log: DaemonLog;
+  private registered: Promise<void>;
+  private registering = false;
+
+  private constructor(
+    private readonly options: DaemonOptions,
+    readonly buffer: StagingBuffer,
+    readonly listener: Listener,
+  ) {
+    this.log = options.log ?? silent;
+    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+    if (options.serverKey !== undefined) {
+      const own = curveKeyPair();
+      this.socket.curveServerKey = options.serverKey;
+      this.socket.curvePublicKey = own.publicKey;
+      this.socket.curveSecretKey = own.secretKey;
+    }
+    this.socket.connect(options.controller);
+    this.loop = this.receive();
+    this.registered = this.register();
+    this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
+  }
+
+  /** Clears staging files of dead processes, allocates the buffer, listens, and starts registering. */
+  static start(options: DaemonOptions): HostDaemon {
+    for (const path of removeStaleStagingBuffers()) options.log?.info(() => `removed stale staging buffer ${path}`);
+    const buffer = StagingBuffer.create({ size: options.stagingBytes });
+    let listener: Listener;
+    try {
+      listener = Listener.open(options.listen);
+    } catch (error) {
+      buffer.free();
+      throw error;
+    }
+    return new HostDaemon(options, buffer, listener);
+  }
+
+  /** The transfer engine's address, as grants announce it. */
+  get endpoint(): string {
+    return transferEndpoint({ host: this.options.listen.advertise ?? this.options.listen.host, port: this.listener.port });
+  }
+
+  /**
+   * Resolves once the controller acknowledged this host's registration; rejects when it
+   * refused it (a host index outside its topology, say).
+   */
+  ready(): Promise<void> {
+    return this.registered;
+  }
+
+  /**
+   * Stops heartbeating and talking to the controller, fails outstanding grants and frees the
+   * buffer. Replacement launchers already started keep running.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    this.listener.close();
+    await Promise.allSettled([...this.staged.values()].map((s) => s.grant.completion));
+    for (const { retry } of this.waiting.values()) clearInterval(retry);
+    this.socket.close();
+    await this.loop;
+    this.buffer.free();
+  }
+
+  private register(): Promise<void> {
+    this.registering = true;
+    const registered = this.request({ type: "daemon.register", host: this.options.host, stagingBytes: this.buffer.size, endpoint: this.endpoint }).then((reply) => {
+      this.registering = false;
+      if (reply.type === "error") throw new Error(`the controller refused host ${this.options.host}: ${reply.message}`);
+      this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
+    });
+    // Callers of `ready()` see the refusal; this keeps an unobserved one from crashing the process.
+    registered.catch((error: unknown) => this.log.error(() => (error as Error).message));
+    return registered;
+  }
+
+  private beat(): void {
+    // Not resent: the next beat stands in for a lost one.
+    this.send(encode({ v: PROTOCOL_VERSION, id: this.nextId++, type: "daemon.heartbeat", host: this.options.host }));
+  }
+
+  /** Sends a request until it is answered, with `ack` or `error`. */
+  private request(body: RequestBody): Promise<Reply> {
+    const id = this.nextId++;
+    const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
+    return new Promise<Reply>((resolve) => {
+      const retry = setInterval(() => this.send(frame), this.options.retryMs ?? DEFAULT_RETRY_MS);
+      this.waiting.set(id, {
+        retry,
+        answered: (reply) => {
+          clearInterval(retry);
+          this.waiting.delete(id);
+          resolve(reply);
+        },
+      });
+      this.send(frame);
+    });
+  }
+
+  private send(frame: string): void {
+    if (this.closed) return;
+    this.sending = this.sending
+      .then(() => this.socket.send(frame))
+      .catch((error: unknown) => {
+        if (!this.closed) this.log.warn(() => `message to the controller not sent: ${(error as Error).message}`);
+      });
+  }
+
+  private async receive(): Promise<void> {
+    try {
+      for await (const [frame] of this.socket) {
+        if (!frame) continue;
+        const command = safeDecodeCommand(frame);
+        if (command.success) {
+          this.answer(this.carryOut(command.data));
+          continue;
+        }
+        if (command.error.code !== "unknown_type") {
+          this.log.warn(() => `unreadable command: ${command.error.message}`);
+          if (command.id !== null) this.answer(this.refuse(command.id, "malformed", command.error.message));
+          continue;
+        }
+        const decoded = safeDecodeReply(frame);
+        if (!decoded.success) {
+          this.log.warn(() => `unreadable answer from the controller: ${decoded.error.message}`);
+          continue;
+        }
+        const reply = decoded.data;
+        if (reply.type === "error") {
+          this.log.warn(() => `the controller refused request #${reply.id}: ${reply.message}`);
+          // A restarted controller no longer knows this host: register it again.
+          if (reply.code === "unknown_worker" && !this.registering) this.registered = this.register();
+        }
+        this.waiting.get(reply.id)?.answered(reply);
+      }
+    } catch (error) {
+      if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+    }
+  }
+
+  private answer(reply: CommandReply | Promise<CommandReply>): void {
+    void Promise.resolve(reply).then((r) => this.send(encode(r)));
+  }
+
+  private carryOut(command: Command): CommandReply | Promise<CommandReply> {
+    switch (command.type) {
+      case "daemon.prepare":
+        return this.prepare(command);
+      case "daemon.release": {
+        const staged = this.staged.get(command.token);
+        if (staged) {
+          this.listener.revoke(command.token);
+          this.staged.delete(command.token);
+          this.log.info(() => `released the staging of migration ${staged.migration}`);
+        }
+        return this.done(command.id);
+      }
+      case "daemon.spawn":
+        return this.spawn(command);
+    }
+  }
+
+  private prepare(command: PrepareCommand): CommandReply {
+    const offset = this.freeRange(command.bytes);
+    if (offset === null) {
+      return this.refuse(command.id, "no_space", `no free range of ${command.bytes} bytes in the ${this.buffer.size}-byte staging buffer; start the daemon with a larger --staging-bytes`);
+    }
+    const grant = this.listener.grant(this.buffer, { offset, length: command.bytes });
+    const staged: Staged = { migration: command.migration, grant, state: "receiving", spawned: false };
+    const token = grant.ticket.token;
+    this.staged.set(token, staged);
+    grant.completion.then(
+      (result) => {
+        staged.state = "verified";
+        this.log.info(() => `migration ${command.migration}: received ${result.bytes} bytes in ${result.seconds.toFixed(3)} s`);
+        void this.request({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
+      },
+      (error: unknown) => {
+        staged.state = "failed";
+        // A grant withdrawn by `release` belongs to a migration the controller already rolled back.
+        if (this.staged.get(token) !== staged || this.closed) return;
+        this.staged.delete(token);
+        const code = error instanceof TransferError ? error.code : "io";
+        const detail = `${code}: ${(error as Error).message}`;
+        this.log.warn(() => `migration ${command.migration}: transfer failed (${detail})`);
+        void this.request({
+          type: "daemon.transfer-result",
+          host: this.options.host,
+          token,
+          bytes: 0,
+          outcome: code === "checksum_mismatch" ? "checksum-mismatch" : "failed",
+          detail,
+        });
+      },
+    );
+    this.log.info(() => `migration ${command.migration}: staging ${command.bytes} bytes at offset ${offset}`);
+    return { v: PROTOCOL_VERSION, type: "daemon.prepared", id: command.id, host: this.options.host, endpoint: transferEndpoint(grant.ticket), token };
+  }
+
+  private spawn(command: SpawnCommand): CommandReply | Promise<CommandReply> {
+    const staged = this.staged.get(command.token);
+    if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
+    if (staged.spawned) return this.done(command.id);
+    if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
+    if (this.options.launch === undefined) {
+      return this.refuse(command.id, "no_launcher", `the daemon on host ${this.options.host} runs without --launch, so it cannot start replacements`);
+    }
+    staged.spawned = true;
+    const env = {
+      ...process.env,
+      MONKEYTREE_CONTROLLER: this.options.controller,
+      MONKEYTREE_HOST: String(this.options.host),
+      MONKEYTREE_JOB: command.job,
+      MONKEYTREE_GROUP: String(command.group),
+      MONKEYTREE_MIGRATION: command.migration,
+      MONKEYTREE_TOKEN: command.token,
+      MONKEYTREE_STAGING_BUFFER: this.buffer.name,
+      MONKEYTREE_STAGING_OFFSET: String(staged.grant.offset),
+      MONKEYTREE_STAGING_LENGTH: String(staged.grant.ticket.length),
+    };
+    const child = spawn(this.options.launch, { shell: true, env, stdio: ["ignore", "inherit", "inherit"] });
+    return new Promise<CommandReply>((resolve) => {
+      child.once("spawn", () => {
+        this.log.info(() => `migration ${command.migration}: started the replacement launcher (pid ${child.pid ?? "?"})`);
+        resolve(this.done(command.id));
+      });
+      child.once("error", (error) => {
+        staged.spawned = false;
+        resolve(this.refuse(command.id, "launch_failed", `could not run --launch: ${error.message}`));
+      });
+      // The checkpoint stays staged until the launcher that loads it has exited.
+      child.once("exit", (code, signal) => {
+        this.staged.delete(command.token);
+        this.log.info(() => `migration ${command.migration}: replacement launcher exited (${signal ?? `code ${code}`}); its staging is free`);
+      });
+    });
+  }
+
+  /** First fit over the gaps between live grants, in offset order. */
+  private freeRange(length: number): number | null {
+    const taken = [...this.staged.values()].map((s) => s.grant).sort((a, b) => a.offset - b.offset);
+    let start = 0;
+    for (const grant of taken) {
+      if (grant.offset - start >= length) return start;
+      start = Math.ceil((grant.offset + grant.ticket.length) / ALIGN) * ALIGN;
+    }
+    return this.buffer.size - start >= length ? start : null;
+  }
+
+  private done(id: number): CommandReply {
+    return { v: PROTOCOL_VERSION, type: "daemon.done", id, host: this.options.host };
+  }
+
+  private refuse(id: number, code: RefusalCode, message: string): CommandReply {
+    this.log.warn(() => `refused command #${id}: ${message}`);
+    return { v: PROTOCOL_VERSION, type: "daemon.refused", id, host: this.options.host, code, message };
+  }
+}

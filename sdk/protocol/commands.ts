@@ -1,0 +1,66 @@
+import { z } from "zod";
+import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+
+/**
+ * Controller → daemon: commands the controller sends over its ROUTER to a registered daemon's
+ * routing identity. Their ids come from the controller's own counter, so they never collide
+ * with the daemon's requests; each command is answered once, by `daemon.prepared`,
+ * `daemon.done` or `daemon.refused` carrying the command's id.
+ */
+
+/** Stage `bytes` of checkpoint for a migration into the host's staging buffer. */
+export const PrepareCommandSchema = z.strictObject({
+  ...envelope("daemon.prepare"),
+  migration: z.string().min(1),
+  bytes: z.int({ error: "bytes must be a whole number" }).min(1, { error: "a checkpoint to stage has at least 1 byte" }),
+});
+export type PrepareCommand = z.infer<typeof PrepareCommandSchema>;
+
+/** Withdraw a grant after a rollback; its token stops admitting transfers and its range is freed. */
+export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: z.string().min(1) });
+export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
+
+/** Start the replacement launcher for a committed move; a second spawn for one token starts nothing. */
+export const SpawnCommandSchema = z.strictObject({
+  ...envelope("daemon.spawn"),
+  migration: z.string().min(1),
+  job: JobIdSchema,
+  group: z.int().min(0),
+  token: z.string().min(1),
+});
+export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;
+
+export const CommandSchema = z.discriminatedUnion("type", [PrepareCommandSchema, ReleaseCommandSchema, SpawnCommandSchema]);
+export type Command = z.infer<typeof CommandSchema>;
+
+/** The grant: the source writes to `endpoint` (`tcp://HOST:PORT` of the transfer engine) with `token`. */
+export const PreparedSchema = z.strictObject({
+  ...envelope("daemon.prepared"),
+  host: HostSchema,
+  endpoint: z.string().min(1),
+  token: z.string().min(1),
+});
+export type Prepared = z.infer<typeof PreparedSchema>;
+
+/** A release or spawn was carried out. */
+export const DoneSchema = z.strictObject({ ...envelope("daemon.done"), host: HostSchema });
+export type Done = z.infer<typeof DoneSchema>;
+
+/**
+ * Why a daemon would not carry out a command: `no_space` (the buffer has no free range that
+ * large), `unknown_token`, `not_staged` (spawn before the checkpoint was verified),
+ * `no_launcher` (the daemon runs without --launch), `launch_failed`, `malformed`.
+ */
+export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "no_launcher", "launch_failed", "malformed"]);
+export type RefusalCode = z.infer<typeof RefusalCodeSchema>;
+
+export const RefusedSchema = z.strictObject({
+  ...envelope("daemon.refused"),
+  host: HostSchema,
+  code: RefusalCodeSchema,
+  message: z.string(),
+});
+export type Refused = z.infer<typeof RefusedSchema>;
+
+export const CommandReplySchema = z.discriminatedUnion("type", [PreparedSchema, DoneSchema, RefusedSchema]);
+export type CommandReply = z.infer<typeof CommandReplySchema>;

@@ -1,0 +1,140 @@
+import { randomFillSync } from "node:crypto";
+import { readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
+import { send, StagingBuffer } from "../../native/index.ts";
+import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { HostDaemon, ticketFor } from "../../sdk/daemon.ts";
+import type { Directive } from "../../sdk/protocol/worker.ts";
+import { startController, tempDir, type Harness } from "./harness.ts";
+
+const CHECKPOINT = 1 << 20;
+const dp2 = { tp: 1, pp: 1, dp: 2 };
+
+let harness: Harness | undefined;
+const cleanups: (() => Promise<void> | void)[] = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  await harness?.close();
+  harness = undefined;
+});
+
+async function controllerWithDaemons(): Promise<{ harness: Harness; client: ControllerClient }> {
+  const daemons = new DaemonHosts(1_000);
+  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 600 } });
+  const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
+  cleanups.push(() => client.close());
+  return { harness, client };
+}
+
+function startDaemon(h: Harness, host: number, launch?: string): HostDaemon {
+  const daemon = HostDaemon.start({
+    host,
+    controller: h.server.endpoint,
+    stagingBytes: 4 * CHECKPOINT,
+    listen: { host: "127.0.0.1", port: 0 },
+    heartbeatMs: 100,
+    retryMs: 200,
+    ...(launch === undefined ? {} : { launch }),
+  });
+  cleanups.push(() => daemon.close());
+  return daemon;
+}
+
+/** Jobs a (hosts 0, 4) and b (hosts 1, 5) both cross the racks' single uplinks: one of them must move. */
+async function forceMigration(client: ControllerClient) {
+  const start = async (job: string, hosts: number[]) => {
+    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000 }));
+    await Promise.all(workers.map((w) => w.register(5_000)));
+    return workers;
+  };
+  const a = await start("a", [0, 4]);
+  for (const w of a) expect(await w.barrier(0)).toEqual({ kind: "continue" });
+  const b = await start("b", [1, 5]);
+  const move = (await client.status()).migrations[0]!;
+  const moving = move.job === "a" ? a : b;
+  return {
+    move,
+    step: move.stopStep!,
+    source: moving.find((w) => w.worker.host === move.from)!,
+    stayer: moving.find((w) => w.worker.host !== move.from)!,
+  };
+}
+
+const checkpoint = (): StagingBuffer => {
+  const buffer = StagingBuffer.create({ size: CHECKPOINT });
+  randomFillSync(buffer.bytes());
+  cleanups.push(() => buffer.free());
+  return buffer;
+};
+
+describe("per-host daemon: a migration carried out by the destination's daemon", () => {
+  it("stages the source's bytes, reports them verified, and launches the replacement with its environment", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    const { move, step, source, stayer } = await forceMigration(client);
+    const envFile = join(tempDir(), "env.json");
+    cleanups.push(() => rmSync(join(envFile, ".."), { recursive: true, force: true }));
+    const launch = `"${process.execPath}" -e "require('node:fs').writeFileSync(process.argv[1], JSON.stringify(process.env))" "${envFile}"`;
+    const daemon = startDaemon(harness, move.to, launch);
+    await daemon.ready();
+
+    const stayerBarrier = stayer.barrier(step);
+    const out = await source.barrier(step);
+    expect(out).toMatchObject({ kind: "migrate-out", migration: move.id, to: move.to, endpoint: daemon.endpoint, step });
+    const { endpoint, token } = out as Extract<Directive, { kind: "migrate-out" }>;
+
+    // The test plays the source worker: its checkpoint goes from its own buffer to the ticket.
+    const buffer = checkpoint();
+    expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT });
+    expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
+
+    await expect.poll(() => readFileSync(envFile, "utf8"), { timeout: 5_000 }).toContain("MONKEYTREE_TOKEN");
+    const env = JSON.parse(readFileSync(envFile, "utf8")) as Record<string, string>;
+    expect(env).toMatchObject({
+      MONKEYTREE_CONTROLLER: harness.server.endpoint,
+      MONKEYTREE_HOST: String(move.to),
+      MONKEYTREE_JOB: move.job,
+      MONKEYTREE_GROUP: "0",
+      MONKEYTREE_MIGRATION: move.id,
+      MONKEYTREE_TOKEN: token,
+      MONKEYTREE_STAGING_BUFFER: daemon.buffer.name,
+      MONKEYTREE_STAGING_LENGTH: String(CHECKPOINT),
+    });
+    const staged = daemon.buffer.bytes(Number(env.MONKEYTREE_STAGING_OFFSET), CHECKPOINT);
+    expect(Buffer.from(staged).equals(Buffer.from(buffer.bytes()))).toBe(true);
+
+    // The replacement registers with the token from its environment; the job re-forms.
+    const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: env.MONKEYTREE_TOKEN! });
+    expect(await replacement.register(5_000)).toMatchObject({ generation: 1, resumeStep: step });
+    expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
+    expect((await client.status()).migrations[0]?.state).toBe("done");
+  });
+
+  it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    const { move, step, source, stayer } = await forceMigration(client);
+    const daemon = startDaemon(harness, move.to);
+    await daemon.ready();
+
+    const stayerBarrier = stayer.barrier(step);
+    const { endpoint, token } = (await source.barrier(step)) as Extract<Directive, { kind: "migrate-out" }>;
+    await daemon.close();
+    await expect(send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({ name: "TransferError" });
+
+    expect(await source.barrier(step)).toEqual({ kind: "continue" });
+    expect(await stayerBarrier).toEqual({ kind: "continue" });
+    expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
+  });
+
+  it("rolls back when the destination has no daemon, naming the host", async () => {
+    const { client } = await controllerWithDaemons();
+    const { move, step, source, stayer } = await forceMigration(client);
+    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    expect((await client.status()).migrations[0]).toMatchObject({
+      state: "rolled-back",
+      reason: expect.stringContaining(`no daemon is registered for host ${move.to}`),
+    });
+  });
+});
