@@ -348,7 +348,11 @@ export class Controller {
   private onFinish(target: ReplyTarget, jobId: string): void {
     const pending = this.pendingJobs.get(jobId);
     const job = this.state.jobs.get(jobId);
-    if (!pending && !job) throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
+    if (!pending && !job) {
+      if (!this.state.finished.includes(jobId)) throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
+      this.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
+      return;
+    }
     if (pending) {
       this.pendingJobs.delete(jobId);
       for (const [host, w] of pending.workers) {

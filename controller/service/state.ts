@@ -77,6 +77,11 @@ export interface DurableState {
   readonly lambda: number;
   readonly podLambda: number | null;
   readonly jobs: ReadonlyMap<string, JobState>;
+  /**
+   * The latest finished jobs, oldest first, so a `job.finish` resent after a lost reply (or
+   * across a restart) is answered again instead of refused; bounded by `FINISHED_KEPT`.
+   */
+  readonly finished: readonly string[];
   readonly migrations: ReadonlyMap<string, Migration>;
   /** The plan being carried out, if any, and its migrations' ids. */
   readonly activePlan: string | null;
@@ -85,12 +90,15 @@ export interface DurableState {
   readonly records: number;
 }
 
+export const FINISHED_KEPT = 1024;
+
 export function initialState(config: Extract<RecordBody, { kind: "config" }>): DurableState {
   return {
     topology: config.topology,
     lambda: config.lambda,
     podLambda: config.podLambda,
     jobs: new Map(),
+    finished: [],
     migrations: new Map(),
     activePlan: null,
     activeMoves: [],
@@ -127,7 +135,8 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
     case "job-finished": {
       const jobs = new Map(state.jobs);
       jobs.delete(record.job);
-      return { ...next, jobs };
+      const finished = [...state.finished.filter((id) => id !== record.job), record.job].slice(-FINISHED_KEPT);
+      return { ...next, jobs, finished };
     }
     case "plan": {
       // The previous plan's moves stay for a while (its replaced workers may still call in);

@@ -80,6 +80,10 @@ describe("controller logic", () => {
     expect(c.send({ type: "job.finish", job: "a" })()).toMatchObject({ type: "job.finished", job: "a" });
     expect(c.controller.durable.jobs.size).toBe(0);
     expect(c.controller.durable.records).toBe(before + 1);
+    // A finish resent after a lost reply is answered again, and changes nothing.
+    expect(c.send({ type: "job.finish", job: "a" })()).toMatchObject({ type: "job.finished", job: "a" });
+    expect(c.controller.durable.records).toBe(before + 1);
+    expect(c.send({ type: "job.finish", job: "never" })()).toMatchObject({ type: "error", code: "unknown_job" });
     // Host 0 is free again: the registration is accepted and waits for the job's second worker.
     expect(c.send({ type: "worker.register", worker: worker("b", 0), parallelism: dp2, checkpointBytes: 8 })()).toBeUndefined();
     expect(c.send({ type: "worker.register", worker: worker("b", 4), parallelism: dp2, checkpointBytes: 8 })()).toMatchObject({ type: "worker.registered" });

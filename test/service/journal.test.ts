@@ -73,6 +73,8 @@ describe("journal", () => {
     again.journal.close();
     expect(again.replay).toEqual({ records: 5, tornTail: null });
     expect([...again.state.jobs.keys()]).toEqual(["a"]);
+    // Replay remembers the finish, so a launcher's resent `job.finish` is still answered.
+    expect(again.state.finished).toEqual(["b"]);
   });
 
   it("treats a complete but unterminated last record as torn: the write never finished its fsync", () => {
