@@ -74,6 +74,22 @@ export const DEFAULT_RETRY_MS = 1_000;
  */
 export const DEFAULT_WORKER_TIMEOUT_MS = 600_000;
 
+/**
+ * A DEALER connected to the controller, reconnecting on its own; with the controller's CURVE
+ * public key it authenticates with a fresh keypair of its own.
+ */
+export function connectToController(endpoint: string, serverKey?: string): Dealer {
+  const socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+  if (serverKey !== undefined) {
+    const own = curveKeyPair();
+    socket.curveServerKey = serverKey;
+    socket.curvePublicKey = own.publicKey;
+    socket.curveSecretKey = own.secretKey;
+  }
+  socket.connect(endpoint);
+  return socket;
+}
+
 export class ControllerClient {
   private readonly socket: Dealer;
   private readonly waiting = new Map<number, Waiting>();
@@ -83,14 +99,7 @@ export class ControllerClient {
   private readonly loop: Promise<void>;
 
   constructor(private readonly options: ClientOptions) {
-    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
-    if (options.serverKey !== undefined) {
-      const own = curveKeyPair();
-      this.socket.curveServerKey = options.serverKey;
-      this.socket.curvePublicKey = own.publicKey;
-      this.socket.curveSecretKey = own.secretKey;
-    }
-    this.socket.connect(options.endpoint);
+    this.socket = connectToController(options.endpoint, options.serverKey);
     this.loop = this.receive();
   }
 

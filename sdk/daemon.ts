@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
-import { curveKeyPair, Dealer } from "zeromq";
+import type { Dealer } from "zeromq";
+import { connectToController } from "./client.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
 import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
@@ -89,14 +90,7 @@ export class HostDaemon {
     readonly listener: Listener,
   ) {
     this.log = options.log ?? silent;
-    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
-    if (options.serverKey !== undefined) {
-      const own = curveKeyPair();
-      this.socket.curveServerKey = options.serverKey;
-      this.socket.curvePublicKey = own.publicKey;
-      this.socket.curveSecretKey = own.secretKey;
-    }
-    this.socket.connect(options.controller);
+    this.socket = connectToController(options.controller, options.serverKey);
     this.loop = this.receive();
     this.registered = this.register();
     this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
