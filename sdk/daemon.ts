@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import type { Dealer } from "zeromq";
 import { connectToController } from "./client.ts";
+import type { Logger } from "./log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
 import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
@@ -13,13 +14,6 @@ import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
  * It speaks to the controller over one DEALER: its own requests (answered `ack`/`error`) and
  * the controller's commands (answered `daemon.prepared`/`daemon.done`/`daemon.refused`) share it.
  */
-
-/** Lazy, role-prefixed logging, as the controller's logger does it. */
-export interface DaemonLog {
-  info(message: () => string): void;
-  warn(message: () => string): void;
-  error(message: () => string): void;
-}
 
 export interface DaemonOptions {
   /** This host's global index. */
@@ -37,7 +31,7 @@ export interface DaemonOptions {
   readonly heartbeatMs?: number;
   /** Resend an unanswered registration or transfer report this often. */
   readonly retryMs?: number;
-  readonly log?: DaemonLog;
+  readonly log?: Logger;
 }
 
 export const DEFAULT_HEARTBEAT_MS = 2_000;
@@ -58,7 +52,7 @@ interface Staged {
 
 type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
 
-const silent: DaemonLog = { info: () => {}, warn: () => {}, error: () => {} };
+const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 /** The `endpoint` a grant is announced with: the transfer engine's TCP address. */
 export const transferEndpoint = ({ host, port }: Pick<TransferTicket, "host" | "port">): string => `tcp://${host.includes(":") ? `[${host}]` : host}:${port}`;
@@ -80,7 +74,7 @@ export class HostDaemon {
   private closed = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly loop: Promise<void>;
-  private readonly log: DaemonLog;
+  private readonly log: Logger;
   private registered: Promise<void>;
   private registering = false;
 

@@ -5,7 +5,7 @@ import { parseSnapshot, type Cluster } from "../model/cluster.ts";
 import { DaemonHosts } from "../service/daemon-hosts.ts";
 import { JournalConfigError, JournalCorruptError } from "../service/journal.ts";
 import { loadOrCreateKeys } from "../service/keys.ts";
-import { createLogger } from "../service/log.ts";
+import { createLogger } from "../../sdk/log.ts";
 import { ControllerServer } from "../service/server.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 

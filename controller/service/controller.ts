@@ -9,7 +9,7 @@ import type { Directive, Register, Barrier, Parallelism } from "../../sdk/protoc
 import type { Heartbeat, HostRegister, TransferResult } from "../../sdk/protocol/daemon.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { Journal } from "./journal.ts";
-import { createLogger, type Logger } from "./log.ts";
+import { createLogger, type Logger } from "../../sdk/log.ts";
 import {
   assertNever,
   DEFAULT_TIMEOUTS,

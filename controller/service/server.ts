@@ -5,7 +5,7 @@ import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { Controller, type ControllerOptions, type Outgoing } from "./controller.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
-import { createLogger, type Logger } from "./log.ts";
+import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
 
 /** A CURVE keypair in Z85 text, as `curveKeyPair()` from zeromq makes it. */

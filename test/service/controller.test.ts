@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createPlanner } from "../../controller/plan/planner.ts";
 import { Controller } from "../../controller/service/controller.ts";
 import { Journal } from "../../controller/service/journal.ts";
-import { createLogger } from "../../controller/service/log.ts";
+import { createLogger } from "../../sdk/log.ts";
 import { applyRecord, type RecordBody } from "../../controller/service/state.ts";
 import { PROTOCOL_VERSION, type Reply, type Request } from "../../sdk/protocol/index.ts";
 import { RecordingHosts } from "./doubles.ts";

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createPlanner } from "../../controller/plan/planner.ts";
-import { createLogger } from "../../controller/service/log.ts";
+import { createLogger } from "../../sdk/log.ts";
 import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
 import type { Topology } from "../../controller/model/snapshot.ts";
 import { RecordingHosts } from "./doubles.ts";

@@ -1,4 +1,4 @@
-/** A small role-prefixed logger: `[controller] message`. Messages are built only when logged. */
+/** A small role-prefixed logger (`[controller] …`, `[daemon 12] …`), shared by the controller and the SDK. Messages are built only when logged. */
 export type Level = "debug" | "info" | "warn" | "error";
 const RANK: Record<Level, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
