@@ -1,4 +1,10 @@
 {
+  "variables": {
+    # 1 when <infiniband/verbs.h> and libibverbs are usable (Debian: libibverbs-dev), probed at
+    # configure time by compiling and linking a two-line program; 0 builds without RDMA instead
+    # of failing. Override with `node-gyp rebuild -- -Dmonkeytree_ibverbs=0`.
+    "monkeytree_ibverbs%": "<!(printf '#include <infiniband/verbs.h>\\nint main() { ibv_free_device_list(ibv_get_device_list(0)); }\\n' | ${CXX:-c++} -x c++ - -libverbs -o /dev/null >/dev/null 2>&1 && echo 1 || echo 0)"
+  },
   "targets": [
     {
       "target_name": "monkeytree_native",
@@ -18,7 +24,12 @@
       "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags_cc": ["-std=c++17", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
-      "libraries": ["-ldl", "-lpthread"]
+      "libraries": ["-ldl", "-lpthread"],
+      "conditions": [
+        ["monkeytree_ibverbs==1",
+          {"sources": ["src/rdma.cpp"], "defines": ["MONKEYTREE_HAVE_IBVERBS"], "libraries": ["-libverbs"]},
+          {"sources": ["src/rdma_stub.cpp"]}]
+      ]
     }
   ]
 }

@@ -23,6 +23,8 @@ export const transferErrorCodes = [
   "buffer_freed",
   "buffer_busy",
   "shm_failed",
+  "rdma_unavailable",
+  "rdma_failed",
   "io",
 ] as const;
 export type TransferErrorCode = (typeof transferErrorCodes)[number];
@@ -40,7 +42,10 @@ export class TransferError extends Error {
 export const capabilitiesSchema = z.object({
   tcp: z.object({ present: z.literal(true) }),
   rdma: z.object({
+    /** This build has the RDMA WRITE transport (<infiniband/verbs.h> was found when it was built). */
     compiled: z.boolean(),
+    /** compiled and a device is present: RdmaEndpoint.open() can be tried. */
+    available: z.boolean(),
     present: z.boolean(),
     devices: z.array(z.string()),
     reason: z.string().nullable(),
@@ -104,10 +109,27 @@ interface NativeOutgoingTransfer {
   cancel(): void;
 }
 
+interface NativeRdmaEndpoint {
+  readonly local: unknown;
+  connect(peer: RdmaPeer): void;
+  write(offset: number, length: number, remoteOffset: number, imm: number): Promise<TransferResult>;
+  nextWrite(): Promise<{ imm: number }>;
+  close(): void;
+}
+
 interface NativeModule {
   StagingBuffer: new (name: string, size: number, create: boolean, lock: boolean) => NativeStagingBuffer;
   Listener: new (host: string, port: number, idleSeconds: number, onEvent: ListenerEvent) => NativeListener;
   OutgoingTransfer: new (buffer: NativeStagingBuffer, options: NativeSendOptions, onEvent: SendEvent) => NativeOutgoingTransfer;
+  RdmaEndpoint: new (
+    buffer: NativeStagingBuffer,
+    offset: number,
+    length: number,
+    device: string,
+    port: number,
+    gidIndex: number,
+    idleSeconds: number,
+  ) => NativeRdmaEndpoint;
   capabilities(): unknown;
   setErrorClass(errorClass: typeof TransferError): void;
   crc32c(bytes: Uint8Array, seed?: number): number;
@@ -432,4 +454,106 @@ export function send(options: SendOptions): Promise<TransferResult> {
   const onAbort = (): void => transfer.cancel();
   options.signal?.addEventListener("abort", onAbort, { once: true });
   return result;
+}
+
+/** What an RDMA endpoint hands its peer (through any channel) so that the peer can connect(). */
+export const rdmaPeerSchema = z.object({
+  device: z.string(),
+  port: z.number().int().min(1).max(255),
+  qpn: z.number().int().min(0).max(0xffffff),
+  psn: z.number().int().min(0).max(0xffffff),
+  lid: z.number().int().min(0).max(0xffff),
+  gid: z.string().regex(/^[0-9a-f]{32}$/),
+  /** ibv_mtu: 1 = 256 … 5 = 4096 bytes. */
+  mtu: z.number().int().min(1).max(5),
+  /** Virtual address of the registered range, 16 hex digits. */
+  address: z.string().regex(/^[0-9a-f]{16}$/),
+  rkey: z.number().int().min(0).max(0xffffffff),
+  length: z.number().int().positive(),
+});
+export type RdmaPeer = z.infer<typeof rdmaPeerSchema>;
+
+export interface OpenRdmaOptions {
+  buffer: StagingBuffer;
+  /** The range of `buffer` to register (default: all of it); the peer may write anywhere in it. */
+  offset?: number;
+  length?: number;
+  /** ibverbs device name (default: the first). */
+  device?: string;
+  /** Port of the device (default 1). */
+  port?: number;
+  /** GID table index (default 0; RoCE v2 usually needs the index of the IPv4-mapped GID). */
+  gidIndex?: number;
+  /** Seconds write()/nextWrite() wait for their completion before failing with `timeout` (default 30; 0 = never). */
+  idleTimeout?: number;
+}
+
+/**
+ * One-sided RDMA WRITE over an ibverbs RC queue pair, over one registered range of a staging
+ * buffer. Both sides open() an endpoint, exchange `local` through any channel, and connect() to
+ * each other; the source's write() then puts bytes straight into the destination's range, and the
+ * destination's nextWrite() resolves once a write has fully landed. Holding an endpoint pins
+ * its buffer (free() refuses with `buffer_busy`) until close(). Transfers choose TCP (`send`)
+ * unless `capabilities().rdma.available`.
+ */
+export class RdmaEndpoint {
+  readonly #native: NativeRdmaEndpoint;
+  readonly #length: number;
+
+  private constructor(handle: NativeRdmaEndpoint, length: number) {
+    this.#native = handle;
+    this.#length = length;
+  }
+
+  /** Throws TransferError `rdma_unavailable` when this build has no RDMA or the host no usable device. */
+  static open(options: OpenRdmaOptions): RdmaEndpoint {
+    const offset = options.offset ?? 0;
+    const length = options.length ?? options.buffer.size - offset;
+    checkRange(offset, length, options.buffer.size, "rdma");
+    const port = checkInteger(options.port ?? 1, "port", 1, 255);
+    const gidIndex = checkInteger(options.gidIndex ?? 0, "gidIndex", 0, 255);
+    const idleSeconds = checkIdleTimeout(options.idleTimeout ?? DEFAULT_IDLE_TIMEOUT, "idleTimeout");
+    const handle = new native.RdmaEndpoint(
+      handleOf(options.buffer),
+      offset,
+      length,
+      options.device ?? "",
+      port,
+      gidIndex,
+      idleSeconds,
+    );
+    return new RdmaEndpoint(handle, length);
+  }
+
+  get local(): RdmaPeer {
+    return rdmaPeerSchema.parse(this.#native.local);
+  }
+
+  /** Brings the queue pair to ready-to-send against the peer's `local`. */
+  connect(peer: RdmaPeer): void {
+    this.#native.connect(rdmaPeerSchema.parse(peer));
+  }
+
+  /**
+   * Writes [offset, offset + length) of this endpoint's range into the peer's range at
+   * `remoteOffset`; resolves once the peer's adapter has acknowledged every byte. `imm` (32 bits)
+   * reaches the peer's nextWrite().
+   */
+  write(options: { offset?: number; length: number; remoteOffset?: number; imm?: number }): Promise<TransferResult> {
+    const offset = options.offset ?? 0;
+    checkRange(offset, options.length, this.#length, "write");
+    const remoteOffset = checkInteger(options.remoteOffset ?? 0, "write.remoteOffset", 0);
+    const imm = checkInteger(options.imm ?? 0, "write.imm", 0, 0xffffffff);
+    return this.#native.write(offset, options.length, remoteOffset, imm);
+  }
+
+  /** Resolves with the immediate of the next write the peer completed into this endpoint's range. */
+  nextWrite(): Promise<{ imm: number }> {
+    return this.#native.nextWrite();
+  }
+
+  /** Destroys the queue pair and deregisters the range; pending operations reject with `cancelled`. */
+  close(): void {
+    this.#native.close();
+  }
 }

@@ -6,6 +6,7 @@ import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, tran
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
 import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
 import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+import { replacementEnvironment } from "./protocol/replacement.ts";
 
 /**
  * The per-host daemon: owns the host's migration staging buffer and transfer listener,
@@ -279,15 +280,20 @@ export class HostDaemon {
     staged.spawned = true;
     const env = {
       ...process.env,
-      MONKEYTREE_CONTROLLER: this.options.controller,
-      MONKEYTREE_HOST: String(this.options.host),
-      MONKEYTREE_JOB: command.job,
-      MONKEYTREE_GROUP: String(command.group),
-      MONKEYTREE_MIGRATION: command.migration,
-      MONKEYTREE_TOKEN: command.token,
-      MONKEYTREE_STAGING_BUFFER: this.buffer.name,
-      MONKEYTREE_STAGING_OFFSET: String(staged.grant.offset),
-      MONKEYTREE_STAGING_LENGTH: String(staged.grant.ticket.length),
+      ...replacementEnvironment({
+        MONKEYTREE_CONTROLLER: this.options.controller,
+        MONKEYTREE_HOST: this.options.host,
+        MONKEYTREE_JOB: command.job,
+        MONKEYTREE_GROUP: command.group,
+        MONKEYTREE_TP: command.parallelism.tp,
+        MONKEYTREE_PP: command.parallelism.pp,
+        MONKEYTREE_DP: command.parallelism.dp,
+        MONKEYTREE_MIGRATION: command.migration,
+        MONKEYTREE_TOKEN: command.token,
+        MONKEYTREE_STAGING_BUFFER: this.buffer.name,
+        MONKEYTREE_STAGING_OFFSET: staged.grant.offset,
+        MONKEYTREE_STAGING_LENGTH: staged.grant.ticket.length,
+      }),
     };
     const child = spawn(this.options.launch, { shell: true, env, stdio: ["ignore", "inherit", "inherit"] });
     return new Promise<CommandReply>((resolve) => {

@@ -24,7 +24,8 @@ export const command: Command = {
     io.out.write(
       [
         `${"tcp".padEnd(10)} yes`,
-        line("rdma", caps.rdma) + (caps.rdma.compiled ? "" : " (RDMA WRITE transport not built: transfers use TCP)"),
+        line("rdma", caps.rdma) +
+          (caps.rdma.compiled ? " (RDMA WRITE endpoint built; transfers use TCP)" : " (built without libibverbs-dev: no RDMA endpoint; transfers use TCP)"),
         line("cuda", caps.cuda),
         line("gpudirect", caps.gpudirect),
         `${"crc32c".padEnd(10)} ${caps.crc32c}`,

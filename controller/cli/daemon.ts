@@ -1,13 +1,13 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
-import { HostDaemon } from "../../sdk/daemon.ts";
+import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../../sdk/daemon.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree daemon --host H [--connect ADDR] [--server-key=KEY] [--staging-bytes N]
-                         [--listen HOST:PORT] [--launch CMD]
+                         [--listen HOST:PORT] [--launch CMD] [--heartbeat S]
 
 Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
 dead processes, allocates one staging buffer and opens the transfer listener; then it
@@ -27,6 +27,8 @@ options:
                        MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _MIGRATION, _TOKEN and
                        the checkpoint's _STAGING_BUFFER, _STAGING_OFFSET, _STAGING_LENGTH.
                        Without it, migrations to this host roll back at the commit
+  --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
+                       controller's --heartbeat-timeout
   -h, --help           show this help
 
 exit codes: 0 stopped by a signal, 2 bad usage or a registration the controller refused,
@@ -52,7 +54,9 @@ export const command: Command = {
       "staging-bytes": { type: "string" },
       listen: { type: "string" },
       launch: { type: "string" },
+      heartbeat: { type: "string" },
     });
+    const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
     const host = numberFlag("host", flags.host, 0, 0);
     if (!Number.isInteger(host)) throw new UsageError(`--host must be a whole number, got "${flags.host}"`);
@@ -66,6 +70,7 @@ export const command: Command = {
       controller,
       stagingBytes,
       listen,
+      heartbeatMs,
       log: logger,
       ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }),
       ...(flags.launch === undefined ? {} : { launch: flags.launch }),

@@ -9,6 +9,7 @@ const commands: Record<string, () => Promise<Command>> = {
   controller: async () => (await import("./controller.ts")).command,
   daemon: async () => (await import("./daemon.ts")).command,
   status: async () => (await import("./status.ts")).command,
+  demo: async () => (await import("./demo.ts")).command,
 };
 
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */

@@ -62,7 +62,7 @@ function render(report: StatusReport): string {
     `journal: ${report.journalRecords} records`,
   ];
   if (report.jobs.length) {
-    lines.push("", table(["job", "workers", "expected", "started", "generation"], report.jobs.map((j) => [j.id, j.workers, j.expected, j.started ? "yes" : "no", j.generation])));
+    lines.push("", table(["job", "workers", "expected", "started", "generation", "hosts"], report.jobs.map((j) => [j.id, j.hosts.length, j.expected, j.started ? "yes" : "no", j.generation, j.hosts.join(" ")])));
   }
   if (report.migrations.length) {
     lines.push(

@@ -205,7 +205,7 @@ export class Controller {
           target,
           statusReport(request.id, {
             state: this.state,
-            registering: [...this.pendingJobs].map(([id, p]) => ({ id, workers: p.workers.size, expected: p.parallelism.pp * p.parallelism.dp })),
+            registering: [...this.pendingJobs].map(([id, p]) => ({ id, hosts: [...p.workers.keys()], expected: p.parallelism.pp * p.parallelism.dp })),
             workers: this.workers.size,
             daemons: [...this.daemons].map(([host, d]) => ({ host, lost: d.lost })),
             journalRecords: this.options.journal.records,
@@ -571,12 +571,15 @@ export class Controller {
         this.workers.delete(action.host);
         return;
       }
-      case "spawn-replacement":
+      case "spawn-replacement": {
+        const parallelism = this.state.jobs.get(action.job)?.parallelism;
+        if (!parallelism) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
         return this.effect(() =>
           this.options.launcher
-            .spawn({ migration: action.migration, job: action.job, group: action.group, host: action.host, token: action.token })
+            .spawn({ migration: action.migration, job: action.job, group: action.group, parallelism, host: action.host, token: action.token })
             .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
         );
+      }
       case "reconfigure-job":
         return this.reconfigureJob(action.job);
       case "resume-job":

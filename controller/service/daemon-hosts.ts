@@ -95,6 +95,7 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
       migration: request.migration,
       job: request.job,
       group: request.group,
+      parallelism: request.parallelism,
       token: request.token,
     });
     if (reply.type !== "daemon.done") throw unexpected(request.host, "daemon.spawn", reply);

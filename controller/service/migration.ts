@@ -50,6 +50,8 @@ export interface Migration {
   readonly state: MigrationState;
   /** When the current state was entered (ms, the controller's clock). */
   readonly since: number;
+  /** Every state the move entered and when, oldest first: how long each phase took. */
+  readonly history: readonly { readonly state: MigrationState; readonly at: number }[];
   /** Past this the move fails with a timeout; null when the state has no deadline. */
   readonly deadline: number | null;
   /** The barrier step at which the job's workers stop together; set on `start`. */
@@ -133,13 +135,13 @@ export function planned(
   fields: Pick<Migration, "id" | "job" | "group" | "from" | "to" | "planStep" | "bytes">,
   now: number,
 ): Migration {
-  return { ...fields, state: "planned", since: now, deadline: null, stopStep: null, endpoint: null, token: null, reason: null };
+  return { ...fields, state: "planned", since: now, history: [{ state: "planned", at: now }], deadline: null, stopStep: null, endpoint: null, token: null, reason: null };
 }
 
 export function transition(m: Migration, event: MigrationEvent, now: number, timeouts: MigrationTimeouts = DEFAULT_TIMEOUTS): Transition {
   const enter = (state: MigrationState, changes: Partial<Migration>, actions: MigrationAction[], note = ""): Transition => {
     const deadline = hasDeadline(state) ? now + timeouts[state] : null;
-    const next: Migration = { ...m, ...changes, state, since: now, deadline };
+    const next: Migration = { ...m, ...changes, state, since: now, history: [...m.history, { state, at: now }], deadline };
     return { migration: next, actions, log: `migration ${m.id} (${m.job}[${m.group}] ${m.from}→${m.to}): ${m.state} → ${state} on ${event.type}${note}` };
   };
   const ignore = (why: string): Transition => ({ migration: m, actions: [], log: `migration ${m.id}: ignored ${event.type} in ${m.state} (${why})` });

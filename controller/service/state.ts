@@ -26,6 +26,7 @@ export const MigrationSchema = z.strictObject({
   bytes: count,
   state: z.enum(MIGRATION_STATES),
   since: z.number(),
+  history: z.array(z.strictObject({ state: z.enum(MIGRATION_STATES), at: z.number() })).readonly(),
   deadline: z.number().nullable(),
   stopStep: count.nullable(),
   endpoint: z.string().nullable(),

@@ -9,7 +9,7 @@ import { clusterOf, type DurableState } from "./state.ts";
 export interface LiveView {
   readonly state: DurableState;
   /** Jobs still waiting for some of their workers to register. */
-  readonly registering: readonly { readonly id: string; readonly workers: number; readonly expected: number }[];
+  readonly registering: readonly { readonly id: string; readonly hosts: readonly number[]; readonly expected: number }[];
   readonly workers: number;
   readonly daemons: readonly { readonly host: number; readonly lost: boolean }[];
   readonly journalRecords: number;
@@ -23,12 +23,12 @@ export function statusReport(id: number, view: LiveView): StatusReport {
   const routes = routeCluster(cluster, { previousOrders: cluster.placement });
   const started = [...state.jobs.values()].map((job) => ({
     id: job.id,
-    workers: jobHosts(job).length,
+    hosts: jobHosts(job),
     expected: job.parallelism.pp * job.parallelism.dp,
     started: true,
     generation: job.generation,
   }));
-  const registering = view.registering.map((job) => ({ ...job, started: false, generation: 0 }));
+  const registering = view.registering.map((job) => ({ id: job.id, hosts: [...job.hosts].sort((a, b) => a - b), expected: job.expected, started: false, generation: 0 }));
   const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = state.topology;
   return {
     v: PROTOCOL_VERSION,
@@ -52,6 +52,7 @@ export function statusReport(id: number, view: LiveView): StatusReport {
       state: m.state,
       stopStep: m.stopStep,
       reason: m.reason,
+      history: [...m.history],
     })),
     journalRecords: view.journalRecords,
   };

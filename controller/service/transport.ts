@@ -1,3 +1,4 @@
+import type { Parallelism } from "../../sdk/protocol/worker.ts";
 /**
  * How the controller reaches destination hosts during a migration. The controller decides
  * when; these carry it out. The per-host daemon implements both over its own connection; the
@@ -29,6 +30,8 @@ export interface ReplacementRequest {
   readonly migration: string;
   readonly job: string;
   readonly group: number;
+  /** The job's parallelism, which the replacement registers with. */
+  readonly parallelism: Parallelism;
   readonly host: number;
   /** The replacement registers with this token, loading the checkpoint it names. */
   readonly token: string;

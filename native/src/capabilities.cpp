@@ -10,6 +10,7 @@
 
 #include "crc32c.hpp"
 #include "errors.hpp"
+#include "rdma.hpp"
 
 namespace mt {
 namespace {
@@ -61,12 +62,13 @@ Probe ProbeRdma() {
   errno = 0;
   void** list = getList(&count);
   if (list == nullptr) {
-    probe.reason = "ibv_get_device_list: " + ErrnoText(errno);
+    // What libibverbs answers on a host without RDMA hardware (ENOSYS: no uverbs devices).
+    probe.reason = "no RDMA devices (ibv_get_device_list: " + ErrnoText(errno) + ")";
     return probe;
   }
   for (int i = 0; i < count; ++i) probe.devices.emplace_back(getName(list[i]));
   freeList(list);
-  if (probe.devices.empty()) probe.reason = "ibv_get_device_list returned no devices";
+  if (probe.devices.empty()) probe.reason = "no RDMA devices (ibv_get_device_list returned an empty list)";
   return probe;
 }
 
@@ -121,9 +123,14 @@ Napi::Value Capabilities(const Napi::CallbackInfo& info) {
 
   const Probe rdmaProbe = ProbeRdma();
   Napi::Object rdma = Describe(env, rdmaProbe);
-  // The RDMA WRITE transport is not part of this build; devices are still reported so an
-  // operator can see what the host offers.
-  rdma.Set("compiled", Napi::Boolean::New(env, false));
+  // compiled: whether this build has the RDMA WRITE transport (verbs headers found at build
+  // time); available: whether it can be used now. Devices are reported either way, so an
+  // operator can see what the host offers; the reason says why RDMA is not available.
+  rdma.Set("compiled", Napi::Boolean::New(env, kRdmaCompiled));
+  rdma.Set("available", Napi::Boolean::New(env, kRdmaCompiled && !rdmaProbe.devices.empty()));
+  if (!kRdmaCompiled && !rdmaProbe.devices.empty())
+    rdma.Set("reason", Napi::String::New(env, "this build has no RDMA transport: <infiniband/verbs.h> was absent "
+                                              "when the addon was built (install libibverbs-dev and rebuild)"));
   result.Set("rdma", rdma);
 
   const Probe cudaProbe = ProbeCuda();

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { ParallelismSchema } from "./worker.ts";
 
 /**
  * Controller → daemon: commands the controller sends over its ROUTER to a registered daemon's
@@ -26,6 +27,8 @@ export const SpawnCommandSchema = z.strictObject({
   migration: z.string().min(1),
   job: JobIdSchema,
   group: z.int().min(0),
+  /** The job's parallelism, for the replacement's registration. */
+  parallelism: ParallelismSchema,
   token: z.string().min(1),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;

@@ -5,3 +5,4 @@ export * from "./commands.ts";
 export * from "./status.ts";
 export * from "./errors.ts";
 export * from "./codec.ts";
+export * from "./replacement.ts";

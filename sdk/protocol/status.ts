@@ -17,6 +17,8 @@ export const MigrationSummarySchema = z.strictObject({
   state: z.string(),
   stopStep: count.nullable(),
   reason: z.string().nullable(),
+  /** States entered so far and when (ms since the epoch, the controller's clock). */
+  history: z.array(z.strictObject({ state: z.string(), at: z.number() })),
 });
 
 export const StatusReportSchema = z.strictObject({
@@ -24,7 +26,7 @@ export const StatusReportSchema = z.strictObject({
   topology: z.strictObject({ racks: count, hostsPerRack: count, gpusPerHost: count, uplinksPerRack: count }),
   lambda: count,
   /** Started jobs, and jobs still waiting for some of their workers to register. */
-  jobs: z.array(z.strictObject({ id: JobIdSchema, workers: count, expected: count, started: z.boolean(), generation: count })),
+  jobs: z.array(z.strictObject({ id: JobIdSchema, hosts: z.array(HostSchema), expected: count, started: z.boolean(), generation: count })),
   workers: count,
   hosts: z.strictObject({ registered: count, lost: z.array(HostSchema) }),
   fragmentation: z.array(count),

@@ -47,7 +47,7 @@ describe("controller service", () => {
       expect(await Promise.all(workers.map((w) => w.barrier(step)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     }
     const status = await client.status();
-    expect(status.jobs).toEqual([{ id: "a", workers: 2, expected: 2, started: true, generation: 0 }]);
+    expect(status.jobs).toEqual([{ id: "a", hosts: [0, 1], expected: 2, started: true, generation: 0 }]);
     expect(status.migrations).toEqual([]);
   });
 

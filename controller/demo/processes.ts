@@ -1,0 +1,86 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { openSync, closeSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/**
+ * Starts and stops the demo's processes (controller, daemons, workers). Each gets its own
+ * process group, so stopping a daemon also stops the replacement launchers it started, and
+ * its stdout and stderr go to `<dir>/<name>.log`.
+ */
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+/** The CLI entry and the TypeScript runner, as absolute paths for child processes. */
+export const CLI = join(ROOT, "bin/monkeytree.js");
+export const RUN_TS = join(ROOT, "bin/run-ts.js");
+export const WORKER = join(ROOT, "examples/train/worker.ts");
+
+export interface Managed {
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly log: string;
+  /** Settles with the exit code (or the signal's name) once the process ended. */
+  readonly exited: Promise<number | string>;
+}
+
+export class ProcessGroup {
+  private readonly running = new Set<Managed>();
+  private stopping = false;
+  /** The first process that exited on its own with a failure, described with its log. */
+  failure: string | null = null;
+
+  constructor(private readonly dir: string) {}
+
+  start(name: string, args: readonly string[]): Managed {
+    const log = join(this.dir, `${name}.log`);
+    const fd = openSync(log, "a");
+    const child = spawn(process.execPath, args, { stdio: ["ignore", fd, fd], detached: true });
+    closeSync(fd);
+    const exited = new Promise<number | string>((resolve) => {
+      child.once("exit", (code, signal) => resolve(code ?? signal ?? "unknown"));
+      child.once("error", (error) => resolve(error.message));
+    });
+    const managed: Managed = { name, child, log, exited };
+    this.running.add(managed);
+    void exited.then((outcome) => {
+      this.running.delete(managed);
+      if (outcome !== 0 && !this.stopping) this.failure ??= `${name} exited (${outcome}); see ${log}`;
+    });
+    return managed;
+  }
+
+  /** Waits until the process's log holds a line matching `pattern`; fails if it exits first. */
+  async waitFor(managed: Managed, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + timeoutMs;
+    let ended = false;
+    void managed.exited.then(() => (ended = true));
+    for (;;) {
+      const match = pattern.exec(readFileSync(managed.log, "utf8"));
+      if (match) return match;
+      if (ended) throw new Error(`${managed.name} exited (${await managed.exited}) before printing ${pattern}; see ${managed.log}`);
+      if (Date.now() > deadline) throw new Error(`${managed.name} did not print ${pattern} within ${timeoutMs} ms; see ${managed.log}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /** Sends `signal` to the process's whole group. */
+  kill(managed: Managed, signal: NodeJS.Signals): void {
+    try {
+      if (managed.child.pid !== undefined) process.kill(-managed.child.pid, signal);
+    } catch {
+      // The group is already gone.
+    }
+  }
+
+  /** SIGTERM to every group, SIGKILL to those still running after `graceMs`. */
+  async stopAll(graceMs = 3_000): Promise<void> {
+    this.stopping = true;
+    const all = [...this.running];
+    for (const managed of all) this.kill(managed, "SIGTERM");
+    const timer = setTimeout(() => {
+      for (const managed of all) this.kill(managed, "SIGKILL");
+    }, graceMs);
+    await Promise.all(all.map((m) => m.exited));
+    clearTimeout(timer);
+  }
+}

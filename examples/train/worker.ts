@@ -1,0 +1,128 @@
+/**
+ * An example launcher written against the TypeScript SDK: one data-parallel worker of a job,
+ * training `model.ts`'s state and meeting the controller at every iteration's barrier.
+ *
+ *   node bin/run-ts.js examples/train/worker.ts --job llama --host 3 --dp 2 --events DIR
+ *
+ * A daemon starts the same program as a replacement (its --launch): the job, host and
+ * parallelism then come from the MONKEYTREE_* environment and the state from the staging
+ * buffer, and the worker carries on at the step its source stopped at.
+ */
+import { existsSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { performance } from "node:perf_hooks";
+import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
+import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { createLogger } from "../../sdk/log.ts";
+import { openStagedCheckpoint, replacementFromEnv, sendCheckpoint } from "../../sdk/migrate.ts";
+import type { Directive } from "../../sdk/protocol/worker.ts";
+import { appendEvent } from "./events.ts";
+import { checkpointItems, digest, initialState, restoreState, seedOf, trainStep, type TrainState } from "./model.ts";
+
+const { values: flags } = parseArgs({
+  options: {
+    controller: { type: "string", default: "tcp://127.0.0.1:5555" },
+    job: { type: "string" },
+    group: { type: "string", default: "0" },
+    host: { type: "string" },
+    tp: { type: "string", default: "8" },
+    pp: { type: "string", default: "1" },
+    dp: { type: "string", default: "1" },
+    steps: { type: "string", default: "40" },
+    "step-ms": { type: "string", default: "0" },
+    "state-bytes": { type: "string", default: String(64 * 2 ** 20) },
+    events: { type: "string" },
+    "start-when-exists": { type: "string" },
+  },
+});
+
+const replacement = replacementFromEnv();
+const whole = (name: string, raw: string | undefined): number => {
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0) throw new Error(`--${name} must be a whole number, got "${raw}"`);
+  return value;
+};
+const job = replacement?.MONKEYTREE_JOB ?? flags.job;
+if (job === undefined) throw new Error("--job is required (or start this as a daemon's replacement)");
+const identity = {
+  job,
+  group: replacement?.MONKEYTREE_GROUP ?? whole("group", flags.group),
+  host: replacement?.MONKEYTREE_HOST ?? whole("host", flags.host),
+};
+const parallelism = {
+  tp: replacement?.MONKEYTREE_TP ?? whole("tp", flags.tp),
+  pp: replacement?.MONKEYTREE_PP ?? whole("pp", flags.pp),
+  dp: replacement?.MONKEYTREE_DP ?? whole("dp", flags.dp),
+};
+const steps = whole("steps", flags.steps);
+/** Shortest iteration, standing in for the GPU time a real step takes. */
+const stepMs = whole("step-ms", flags["step-ms"]);
+const log = createLogger(`worker ${job}[${identity.group}]@${identity.host}`);
+const report = (event: Parameters<typeof appendEvent>[1]) => flags.events !== undefined && appendEvent(flags.events, event);
+const who = { ...identity, pid: process.pid };
+
+let state: TrainState;
+if (replacement) {
+  const started = performance.now();
+  const staged = openStagedCheckpoint(replacement);
+  state = restoreState(staged.view);
+  staged.close();
+  const loadSeconds = (performance.now() - started) / 1000;
+  log.info(() => `loaded migration ${replacement.MONKEYTREE_MIGRATION}'s checkpoint in ${(loadSeconds * 1000).toFixed(0)} ms; resuming at step ${state.step}`);
+  report({ ...who, event: "resumed", migration: replacement.MONKEYTREE_MIGRATION, step: state.step, loadSeconds });
+} else {
+  state = initialState(seedOf(job), whole("state-bytes", flags["state-bytes"]));
+}
+
+const checkpointBytes = checkpointCapacity(checkpointItems(state));
+// Lets a scheduler admit a job the moment it decides to: the process is loaded and waits.
+const gate = flags["start-when-exists"];
+while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
+const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
+const worker = new WorkerClient(client, identity, parallelism, {
+  checkpointBytes,
+  ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
+});
+const assignment = await worker.register();
+if (assignment.resumeStep !== null && assignment.resumeStep + 1 !== state.step) {
+  throw new Error(`the job resumes after step ${assignment.resumeStep} but the checkpoint holds step ${state.step}`);
+}
+log.info(() => `node rank ${assignment.nodeRank} of ${assignment.nodes}, ring ${assignment.ringOrder.join("→")}`);
+
+/** Acts on one barrier's answer; returns false when this worker must exit. */
+async function obey(directive: Directive, step: number): Promise<boolean> {
+  switch (directive.kind) {
+    case "continue":
+      return true;
+    case "reconfigure":
+      log.info(() => `re-formed at generation ${directive.assignment.generation}: node rank ${directive.assignment.nodeRank}, ring ${directive.assignment.ringOrder.join("→")}`);
+      return true;
+    case "stop":
+      log.info(() => `stopping: ${directive.reason}`);
+      return false;
+    case "migrate-out": {
+      try {
+        const sent = await sendCheckpoint(directive, checkpointItems(state), { bytes: checkpointBytes });
+        log.info(() => `migration ${directive.migration}: packed in ${(sent.packSeconds * 1000).toFixed(0)} ms, sent ${sent.bytes} bytes to host ${directive.to} in ${(sent.sendSeconds * 1000).toFixed(0)} ms`);
+        report({ ...who, event: "sent", migration: directive.migration, to: directive.to, step, bytes: sent.bytes, packSeconds: sent.packSeconds, sendSeconds: sent.sendSeconds });
+      } catch (error) {
+        // The controller learns of the failure from the destination (or its silence) and rolls back.
+        log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to} (${(error as Error).message}); waiting for the controller`);
+      }
+      const after = await worker.barrier(step);
+      if (after.kind === "continue") report({ ...who, event: "kept", migration: directive.migration, step });
+      return obey(after, step);
+    }
+  }
+}
+
+let running = true;
+while (running && state.step < steps) {
+  const begun = performance.now();
+  trainStep(state);
+  const rest = stepMs - (performance.now() - begun);
+  if (rest > 0) await new Promise((resolve) => setTimeout(resolve, rest));
+  running = await obey(await worker.barrier(state.step - 1), state.step - 1);
+}
+if (running) report({ ...who, event: "finished", step: state.step, digest: digest(state) });
+await client.close();

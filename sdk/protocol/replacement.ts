@@ -1,0 +1,33 @@
+import { z } from "zod";
+import { JobIdSchema } from "./envelope.ts";
+
+/**
+ * Daemon → replacement launcher: the environment a daemon starts a replacement with. The
+ * names are the contract between the daemon and any launcher (TypeScript or Python), so they
+ * are defined here once and read back through this schema.
+ */
+
+const decimal = (name: string) =>
+  z.string({ error: `${name} is not set; the replacement must be started by a monkeytree daemon` }).regex(/^\d+$/, { error: `${name} must be a whole number` }).transform(Number);
+
+export const ReplacementEnvSchema = z.object({
+  MONKEYTREE_CONTROLLER: z.string({ error: "MONKEYTREE_CONTROLLER is not set" }).min(1),
+  MONKEYTREE_HOST: decimal("MONKEYTREE_HOST"),
+  MONKEYTREE_JOB: JobIdSchema,
+  MONKEYTREE_GROUP: decimal("MONKEYTREE_GROUP"),
+  MONKEYTREE_TP: decimal("MONKEYTREE_TP"),
+  MONKEYTREE_PP: decimal("MONKEYTREE_PP"),
+  MONKEYTREE_DP: decimal("MONKEYTREE_DP"),
+  MONKEYTREE_MIGRATION: z.string().min(1),
+  MONKEYTREE_TOKEN: z.string().min(1),
+  /** Name of the daemon's staging buffer under /dev/shm. */
+  MONKEYTREE_STAGING_BUFFER: z.string().min(1),
+  MONKEYTREE_STAGING_OFFSET: decimal("MONKEYTREE_STAGING_OFFSET"),
+  MONKEYTREE_STAGING_LENGTH: decimal("MONKEYTREE_STAGING_LENGTH"),
+});
+export type ReplacementEnv = z.output<typeof ReplacementEnvSchema>;
+
+/** The variables a daemon sets for one replacement. */
+export function replacementEnvironment(env: ReplacementEnv): Record<keyof ReplacementEnv, string> {
+  return Object.fromEntries(Object.entries(env).map(([name, value]) => [name, String(value)])) as Record<keyof ReplacementEnv, string>;
+}

@@ -1,0 +1,169 @@
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../controller/demo/processes.ts";
+import { readEvents } from "../../examples/train/events.ts";
+import { digest, initialState, seedOf, trainStep } from "../../examples/train/model.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { tempDir } from "./harness.ts";
+
+/**
+ * Failures with every part in its own process: the controller, a daemon per host, and the
+ * workers. Two racks of two hosts with one uplink each: jobs a (hosts 0, 2) and b (1, 3) both
+ * cross it, so the controller must swap two workers, and each test breaks that swap.
+ */
+
+const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
+const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
+
+interface Cluster {
+  readonly dir: string;
+  readonly group: ProcessGroup;
+  readonly endpoint: string;
+  readonly client: ControllerClient;
+  controller: Managed;
+  readonly daemons: Managed[];
+  /** SIGKILLs the controller and starts a new one on the same address and journal. */
+  restartController(): Promise<void>;
+}
+
+const teardown: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const step of teardown.splice(0).reverse()) await step();
+});
+
+async function startCluster(launch: readonly string[]): Promise<Cluster> {
+  const dir = tempDir();
+  const group = new ProcessGroup(dir);
+  teardown.push(() => rmSync(dir, { recursive: true, force: true }));
+  teardown.push(() => group.stopAll(1_000));
+  const snapshot = join(dir, "topology.json");
+  writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
+  const startController = async (bind: string) => {
+    const controller = group.start("controller", [CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", "1"]);
+    return { controller, endpoint: (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]! };
+  };
+  const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
+  const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
+  teardown.push(() => client.close());
+  const command = launch.map((a) => JSON.stringify(a)).join(" ");
+  const daemons = [0, 1, 2, 3].map((host) =>
+    group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2", "--launch", command]),
+  );
+  await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
+  const cluster: Cluster = {
+    dir,
+    group,
+    endpoint,
+    client,
+    controller,
+    daemons,
+    async restartController() {
+      group.kill(cluster.controller, "SIGKILL");
+      await cluster.controller.exited;
+      cluster.controller = (await startController(endpoint)).controller;
+    },
+  };
+  return cluster;
+}
+
+const started = (cluster: Cluster, job: string) => async () => (await cluster.client.status()).jobs.some((j) => j.id === job && j.started);
+const log = (managed: Managed) => readFileSync(managed.log, "utf8");
+
+/** Starts jobs a and b with the fault worker; b's arrival makes the controller plan the swap. */
+async function startFaultJobs(cluster: Cluster, fault: (host: number, job: string) => string[]): Promise<Map<number, Managed>> {
+  const workers = new Map<number, Managed>();
+  const start = (job: string, hosts: number[]) => {
+    for (const host of hosts) {
+      workers.set(host, cluster.group.start(`${job}-${host}`, [RUN_TS, FAULT_WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--dp", "2", ...fault(host, job)]));
+    }
+  };
+  start("a", [0, 2]);
+  await expect.poll(started(cluster, "a"), { timeout: 20_000, interval: 100 }).toBe(true);
+  start("b", [1, 3]);
+  return workers;
+}
+
+describe("faults with real processes", () => {
+  it("rolls back when the source dies mid-transfer: the destination reports it, the stayer continues", async () => {
+    const cluster = await startCluster([process.execPath, "-e", "process.exit(1)"]);
+    // Only b's moving worker dies; 128 MiB on one stream are still on the wire when it does.
+    const workers = await startFaultJobs(cluster, (_, job) => (job === "b" ? ["--fault", "die-mid-transfer", "--bytes", String(128 * 2 ** 20)] : []));
+    const controllerLog = () => log(cluster.controller);
+    await expect.poll(() => controllerLog().match(/→ rolled-back/g)?.length ?? 0, { timeout: 30_000, interval: 100 }).toBe(2);
+
+    const [source, sourceWorker] = [...workers].find(([, w]) => w.name.startsWith("b") && /migrate-out/.test(log(w)))!;
+    expect(await sourceWorker.exited).toBe("SIGKILL");
+    // The source's bytes stopped arriving: the destination's daemon reported the failed transfer.
+    const [, migration, destination, step] = /migrate-out (\S+) to (\d+) at (\d+)/.exec(log(sourceWorker))!;
+    expect(controllerLog()).toContain(`migration ${migration} (${sourceWorker.name[0]}[0] ${source}→${destination}): transferring → rolled-back on fail: transfer to host ${destination} failed: peer_closed`);
+    expect(log(cluster.daemons[Number(destination)]!)).toMatch(new RegExp(`migration ${migration}: transfer failed \\(peer_closed`));
+    // The job's other worker was held at the stop step and is released where it stopped.
+    const stayer = [...workers].find(([host, w]) => host !== source && w.name[0] === sourceWorker.name[0])![1];
+    await expect.poll(() => log(stayer), { timeout: 10_000 }).toMatch(new RegExp(`continue at ${step}`));
+    expect(controllerLog()).not.toMatch(/lost: no heartbeat/);
+  }, 90_000);
+
+  it("rolls back when the destination's daemon is killed before the checkpoint arrives: the source continues", async () => {
+    const cluster = await startCluster([process.execPath, "-e", "process.exit(1)"]);
+    const hold = (host: number) => join(cluster.dir, `hold-${host}`);
+    const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
+    await expect.poll(() => readdirSync(cluster.dir).some((f) => f.endsWith(".ticket")), { timeout: 30_000, interval: 50 }).toBe(true);
+    const held = [0, 1, 2, 3].find((host) => existsSync(`${hold(host)}.ticket`))!;
+    const destination = Number(readFileSync(`${hold(held)}.ticket`, "utf8"));
+    cluster.group.kill(cluster.daemons[destination]!, "SIGKILL");
+    await cluster.daemons[destination]!.exited;
+    for (const host of [0, 1, 2, 3]) writeFileSync(`${hold(host)}.go`, "");
+
+    const source = workers.get(held)!;
+    await expect.poll(() => log(source), { timeout: 20_000 }).toMatch(/send failed: .*\n(continue|reconfigure) at \d+/);
+    expect(log(source)).not.toMatch(/stop at/);
+    expect(log(cluster.controller)).toMatch(new RegExp(`rolled-back on fail: the daemon on host ${destination} was lost`));
+    expect(log(cluster.controller).match(/lost: no heartbeat/g)).toHaveLength(1);
+    // Nothing of the rolled-back move stays behind: the source is still registered and answered.
+    expect((await cluster.client.status()).jobs.map((j) => j.id).sort()).toEqual(["a", "b"]);
+  }, 90_000);
+
+  it("completes or rolls back a migration cut by a controller SIGKILL, and every job ends bit-identical", async () => {
+    const events = tempDir();
+    teardown.push(() => rmSync(events, { recursive: true, force: true }));
+    const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
+    const cluster = await startCluster([process.execPath, RUN_TS, WORKER, ...pace]);
+    const stateBytes = 8 * 2 ** 20;
+    const start = (job: string, hosts: number[]) => {
+      for (const host of hosts) {
+        cluster.group.start(`${job}-${host}`, [RUN_TS, WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace]);
+      }
+    };
+    start("a", [0, 2]);
+    await expect.poll(started(cluster, "a"), { timeout: 20_000, interval: 100 }).toBe(true);
+    start("b", [1, 3]);
+
+    // Kill the controller as soon as a move has got past pausing, wherever it then is.
+    let cut = "";
+    await expect
+      .poll(
+        async () => {
+          const moving = (await cluster.client.status()).migrations.find((m) => !["planned", "pausing"].includes(m.state));
+          cut = moving?.state ?? "";
+          return cut;
+        },
+        { timeout: 30_000, interval: 10 },
+      )
+      .not.toBe("");
+    await cluster.restartController();
+
+    const finished = (job: string) => {
+      const path = join(events, `${job}.jsonl`);
+      return existsSync(path) ? readEvents(readFileSync(path, "utf8"), path).filter((e) => e.event === "finished") : [];
+    };
+    await expect.poll(() => finished("a").length + finished("b").length, { timeout: 60_000, interval: 200 }).toBe(4);
+    for (const job of ["a", "b"]) {
+      const reference = initialState(seedOf(job), stateBytes);
+      for (let step = 0; step < 30; step++) trainStep(reference);
+      expect(finished(job).map((e) => (e.event === "finished" ? e.digest : "")), `job ${job} after a cut in ${cut}`).toEqual([digest(reference), digest(reference)]);
+    }
+    // The new controller took its jobs and the cut migration from the journal, not from scratch.
+    expect(log(cluster.controller)).toMatch(/replayed \d+ records, 2 jobs/);
+  }, 120_000);
+});
