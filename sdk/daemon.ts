@@ -27,7 +27,7 @@ export interface DaemonOptions {
   readonly stagingBytes: number;
   /** Where the transfer engine listens; port 0 picks a free one. `advertise` is the name sources dial. */
   readonly listen: { readonly host: string; readonly port: number; readonly advertise?: string };
-  /** Shell command that starts a replacement launcher; without it, spawns are refused. */
+  /** Shell command that starts a replacement launcher for jobs that registered no command of their own. */
   readonly launch?: string;
   readonly heartbeatMs?: number;
   /** Resend an unanswered registration or transfer report this often. */
@@ -274,8 +274,8 @@ export class HostDaemon {
     if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
     if (staged.spawned) return this.done(command.id);
     if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
-    if (this.options.launch === undefined) {
-      return this.refuse(command.id, "no_launcher", `the daemon on host ${this.options.host} runs without --launch, so it cannot start replacements`);
+    if (command.launch === null && this.options.launch === undefined) {
+      return this.refuse(command.id, "no_launcher", `job ${command.job} registered no replacement command and the daemon on host ${this.options.host} runs without --launch`);
     }
     staged.spawned = true;
     const env = {
@@ -295,7 +295,9 @@ export class HostDaemon {
         MONKEYTREE_STAGING_LENGTH: staged.grant.ticket.length,
       }),
     };
-    const child = spawn(this.options.launch, { shell: true, env, stdio: ["ignore", "inherit", "inherit"] });
+    // The job's own command when it registered one, else the operator's --launch through a shell.
+    const [program, ...args] = command.launch ?? [this.options.launch!];
+    const child = spawn(program!, args, { shell: command.launch === null, env, stdio: ["ignore", "inherit", "inherit"] });
     return new Promise<CommandReply>((resolve) => {
       child.once("spawn", () => {
         this.log.info(() => `migration ${command.migration}: started the replacement launcher (pid ${child.pid ?? "?"})`);

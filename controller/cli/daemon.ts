@@ -23,7 +23,8 @@ options:
                        accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
   --listen HOST:PORT   where the transfer engine listens (default 0.0.0.0:0, any free port;
                        sources are told this machine's host name)
-  --launch CMD         shell command that starts a replacement launcher; it gets
+  --launch CMD         shell command that starts a replacement launcher for jobs that
+                       registered none (\`monkeytree launch\` registers its own); it gets
                        MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _MIGRATION, _TOKEN and
                        the checkpoint's _STAGING_BUFFER, _STAGING_OFFSET, _STAGING_LENGTH.
                        Without it, migrations to this host roll back at the commit

@@ -10,6 +10,7 @@ const commands: Record<string, () => Promise<Command>> = {
   daemon: async () => (await import("./daemon.ts")).command,
   status: async () => (await import("./status.ts")).command,
   demo: async () => (await import("./demo.ts")).command,
+  launch: async () => (await import("./launch.ts")).command,
 };
 
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */

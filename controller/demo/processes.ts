@@ -1,19 +1,14 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { openSync, closeSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+
+export { CLI, RUN_TS, WORKER } from "../cli/paths.ts";
 
 /**
  * Starts and stops the demo's processes (controller, daemons, workers). Each gets its own
  * process group, so stopping a daemon also stops the replacement launchers it started, and
  * its stdout and stderr go to `<dir>/<name>.log`.
  */
-
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-/** The CLI entry and the TypeScript runner, as absolute paths for child processes. */
-export const CLI = join(ROOT, "bin/monkeytree.js");
-export const RUN_TS = join(ROOT, "bin/run-ts.js");
-export const WORKER = join(ROOT, "examples/train/worker.ts");
 
 export interface Managed {
   readonly name: string;

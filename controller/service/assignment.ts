@@ -4,9 +4,10 @@ import type { JobState } from "./state.ts";
 /**
  * A worker's place in its job. Node ranks follow the groups' ring orders, stage by stage, so
  * each rack's hosts hold consecutive ranks and every DP ring crosses a rack boundary once in
- * each direction. Null when the host runs no worker of the job.
+ * each direction. Null when the host runs no worker of the job. `addressOf` names a host on
+ * the network (the controller uses the address its daemon advertises).
  */
-export function assignmentOf(job: JobState, host: number): Assignment | null {
+export function assignmentOf(job: JobState, host: number, addressOf: (host: number) => string | null = () => null): Assignment | null {
   let before = 0;
   for (let g = 0; g < job.groups.length; g++) {
     const order = job.groups[g] ?? [];
@@ -19,6 +20,7 @@ export function assignmentOf(job: JobState, host: number): Assignment | null {
         nodeRank: before + position,
         nodes: job.groups.reduce((n, hosts) => n + hosts.length, 0),
         masterHost: job.groups[0]?.[0] ?? host,
+        masterAddress: addressOf(job.groups[0]?.[0] ?? host),
         ringOrder: [...order],
         generation: job.generation,
         resumeStep: job.resumeStep,

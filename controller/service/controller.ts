@@ -79,12 +79,15 @@ interface WorkerSession {
 interface PendingJob {
   readonly parallelism: Parallelism;
   readonly rings: number;
+  launch: readonly string[] | null;
   readonly workers: Map<number, { group: number; bytes: number; target: ReplyTarget }>;
 }
 
 interface DaemonSession {
   lastSeen: number;
   lost: boolean;
+  /** The host's network address, from the transfer endpoint its daemon advertises. */
+  address: string | null;
   /** Size of the host's pre-allocated staging buffer: the largest checkpoint it can take. */
   readonly stagingBytes: number;
 }
@@ -102,6 +105,7 @@ export class Controller {
   private readonly pendingJobs = new Map<string, PendingJob>();
   private readonly workers = new Map<number, WorkerSession>();
   private readonly daemons = new Map<number, DaemonSession>();
+  private readonly addressOf = (host: number): string | null => this.daemons.get(host)?.address ?? null;
   /** Jobs held at a barrier step for a migration. */
   private readonly stops = new Map<string, number>();
   /** Which job each host runs, started or still registering. */
@@ -228,7 +232,7 @@ export class Controller {
 
     const started = this.state.jobs.get(jobId);
     if (started) {
-      const assignment = assignmentOf(started, host);
+      const assignment = assignmentOf(started, host, this.addressOf);
       if (!assignment || assignment.group !== group) {
         throw new ProtocolError("conflict", `job "${jobId}" runs group ${group} on hosts ${started.groups[group]?.join(", ") ?? "none"}, not on host ${host}; a running job takes new workers only through migrations`);
       }
@@ -245,7 +249,7 @@ export class Controller {
     const rings = req.rings ?? req.parallelism.tp;
     let pending = this.pendingJobs.get(jobId);
     if (!pending) {
-      pending = { parallelism: req.parallelism, rings, workers: new Map() };
+      pending = { parallelism: req.parallelism, rings, launch: null, workers: new Map() };
       this.pendingJobs.set(jobId, pending);
     }
     const p = pending.parallelism;
@@ -264,6 +268,7 @@ export class Controller {
       throw new ProtocolError("conflict", `host ${host} registered for job "${jobId}" group ${existing.group}, not ${group}`);
     }
     pending.workers.set(host, { group, bytes: req.checkpointBytes, target });
+    pending.launch ??= req.launch ?? null;
     this.owners.set(host, jobId);
     if (pending.workers.size === pp * dp) this.startJob(jobId, pending);
   }
@@ -279,12 +284,12 @@ export class Controller {
     );
     const checkpointBytes: Record<string, number> = {};
     for (const [host, w] of pending.workers) checkpointBytes[String(host)] = w.bytes;
-    this.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes });
+    this.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes, launch: pending.launch ? [...pending.launch] : null });
     const job = this.state.jobs.get(jobId);
     if (!job) return;
     this.log.info(() => `job ${jobId} started on hosts ${jobHosts(job).join(", ")}`);
     for (const [host, w] of pending.workers) {
-      const assignment = assignmentOf(job, host);
+      const assignment = assignmentOf(job, host, this.addressOf);
       if (!assignment) continue;
       this.session(jobId, host).sentGeneration = job.generation;
       this.send(w.target, { v: PROTOCOL_VERSION, type: "worker.registered", id: w.target.id, assignment });
@@ -309,10 +314,12 @@ export class Controller {
   private onBarrier(target: ReplyTarget, req: Barrier): void {
     const { job: jobId, host } = req.worker;
     const job = this.state.jobs.get(jobId);
-    const assignment = job ? assignmentOf(job, host) : null;
+    const assignment = job ? assignmentOf(job, host, this.addressOf) : null;
     if (!job || !assignment || assignment.group !== req.worker.group) {
       const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
       if (replaced) return this.directive(target, { kind: "stop", reason: `replaced by migration ${replaced.id} to host ${replaced.to}` });
+      // Another of the job's launchers reported its end first; this worker's last barrier was still on its way.
+      if (!job && this.state.finished.includes(jobId)) return this.directive(target, { kind: "stop", reason: `job ${jobId} finished` });
       if (!job) {
         throw new ProtocolError("unknown_job", this.pendingJobs.has(jobId)
           ? `job "${jobId}" has not started: barriers begin after every worker registered and got its assignment`
@@ -379,7 +386,7 @@ export class Controller {
 
   private onHostRegister(target: ReplyTarget, req: HostRegister): void {
     this.checkHost(req.host);
-    this.daemons.set(req.host, { lastSeen: this.clock(), lost: false, stagingBytes: req.stagingBytes });
+    this.daemons.set(req.host, { lastSeen: this.clock(), lost: false, stagingBytes: req.stagingBytes, address: addressIn(req.endpoint) });
     this.log.info(() => `daemon on host ${req.host} registered (${req.stagingBytes} staging bytes at ${req.endpoint})`);
     this.ack(target);
   }
@@ -572,11 +579,11 @@ export class Controller {
         return;
       }
       case "spawn-replacement": {
-        const parallelism = this.state.jobs.get(action.job)?.parallelism;
-        if (!parallelism) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
+        const job = this.state.jobs.get(action.job);
+        if (!job) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
         return this.effect(() =>
           this.options.launcher
-            .spawn({ migration: action.migration, job: action.job, group: action.group, parallelism, host: action.host, token: action.token })
+            .spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, launch: job.launch, host: action.host, token: action.token })
             .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
         );
       }
@@ -603,7 +610,7 @@ export class Controller {
     this.stops.delete(jobId);
     for (const host of jobHosts(job)) {
       const session = this.workers.get(host);
-      const assignment = assignmentOf(job, host);
+      const assignment = assignmentOf(job, host, this.addressOf);
       if (!session || !assignment) continue;
       session.pending = null;
       if (session.heldRegister) {
@@ -743,5 +750,8 @@ export class Controller {
     }
   }
 }
+
+/** `HOST` of `tcp://HOST:PORT` (brackets of an IPv6 literal removed). */
+const addressIn = (endpoint: string): string | null => /^tcp:\/\/(?:\[([^\]]+)\]|([^:]+)):\d+$/.exec(endpoint)?.slice(1).find((part) => part !== undefined) ?? null;
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

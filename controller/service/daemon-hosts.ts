@@ -96,6 +96,7 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
       job: request.job,
       group: request.group,
       parallelism: request.parallelism,
+      launch: request.launch === null ? null : [...request.launch],
       token: request.token,
     });
     if (reply.type !== "daemon.done") throw unexpected(request.host, "daemon.spawn", reply);

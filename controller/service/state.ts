@@ -49,6 +49,8 @@ export const RecordSchema = z.discriminatedUnion("kind", [
     groups: z.array(z.array(count)),
     /** Checkpoint size of the worker on each host, keyed by host. */
     checkpointBytes: z.record(z.string(), count),
+    /** How its workers' replacements start, when a worker said (`worker.register`'s `launch`). */
+    launch: z.array(z.string()).nullable().default(null),
   }),
   z.strictObject({ ...Header, kind: z.literal("job-finished"), job: z.string() }),
   /** A plan's moves; each becomes a `planned` migration with id `plan/index`. */
@@ -67,6 +69,8 @@ export interface JobState {
   /** Hosts of each group (pipeline stage), in ring order. */
   readonly groups: readonly (readonly number[])[];
   readonly checkpointBytes: Readonly<Record<string, number>>;
+  /** The replacement launcher's command, or null to use the destination daemon's --launch. */
+  readonly launch: readonly string[] | null;
   /** Bumped whenever membership or order changes, so workers can tell assignments apart. */
   readonly generation: number;
   /** The barrier step the job last stopped at for a reconfiguration. */
@@ -128,6 +132,7 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
         parallelism: record.parallelism,
         groups: record.groups,
         checkpointBytes: record.checkpointBytes,
+        launch: record.launch,
         generation: 0,
         resumeStep: null,
       });

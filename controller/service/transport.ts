@@ -32,6 +32,8 @@ export interface ReplacementRequest {
   readonly group: number;
   /** The job's parallelism, which the replacement registers with. */
   readonly parallelism: Parallelism;
+  /** The job's replacement command, or null for the daemon's own --launch. */
+  readonly launch: readonly string[] | null;
   readonly host: number;
   /** The replacement registers with this token, loading the checkpoint it names. */
   readonly token: string;

@@ -29,6 +29,8 @@ export const SpawnCommandSchema = z.strictObject({
   group: z.int().min(0),
   /** The job's parallelism, for the replacement's registration. */
   parallelism: ParallelismSchema,
+  /** The job's replacement command (argv); null to run the daemon's --launch. */
+  launch: z.array(z.string().min(1)).min(1).nullable(),
   token: z.string().min(1),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;

@@ -37,6 +37,12 @@ export const RegisterSchema = z.strictObject({
   checkpointBytes: whole("checkpointBytes").min(0, { error: "checkpointBytes must not be negative" }),
   /** Set by a replacement launcher a daemon spawned for a migration: the migration's single-use token. */
   token: z.string().min(1).optional(),
+  /**
+   * The command that starts this job's replacement launcher on another host; the daemon
+   * runs it with the migration's MONKEYTREE_* environment, which supplies the job, host and
+   * parallelism. Without it, the daemon's own --launch command is used.
+   */
+  launch: z.array(z.string().min(1)).min(1).optional(),
 });
 export type Register = z.infer<typeof RegisterSchema>;
 
@@ -68,6 +74,8 @@ export const AssignmentSchema = z.strictObject({
   nodes: positive("nodes"),
   /** Host of node rank 0, where the job's rendezvous store runs. */
   masterHost: HostSchema,
+  /** The master host's network address, as its daemon advertises it; null when it runs no daemon. */
+  masterAddress: z.string().nullable(),
   /** Host order of this worker's DP ring(s). */
   ringOrder: z.array(HostSchema),
   /** Increases every time the job's membership or order changes. */

@@ -84,6 +84,8 @@ describe("controller logic", () => {
     expect(c.send({ type: "job.finish", job: "a" })()).toMatchObject({ type: "job.finished", job: "a" });
     expect(c.controller.durable.records).toBe(before + 1);
     expect(c.send({ type: "job.finish", job: "never" })()).toMatchObject({ type: "error", code: "unknown_job" });
+    // Another worker's last barrier, still on its way when the first launcher finished the job, is told to stop.
+    expect(c.send({ type: "worker.barrier", worker: worker("a", 4), step: 9, generation: 0 })()).toMatchObject({ type: "worker.directive", directive: { kind: "stop", reason: "job a finished" } });
     // Host 0 is free again: the registration is accepted and waits for the job's second worker.
     expect(c.send({ type: "worker.register", worker: worker("b", 0), parallelism: dp2, checkpointBytes: 8 })()).toBeUndefined();
     expect(c.send({ type: "worker.register", worker: worker("b", 4), parallelism: dp2, checkpointBytes: 8 })()).toMatchObject({ type: "worker.registered" });
@@ -96,7 +98,7 @@ describe("controller logic", () => {
     const { journal, state: initial } = Journal.open(dir, config, () => 1);
     let state = initial;
     const write = (body: RecordBody) => (state = applyRecord(state, journal.append(body)));
-    write({ kind: "job-started", job: "a", rings: 1, parallelism: dp2, groups: [[0, 4]], checkpointBytes: { "0": 8, "4": 8 } });
+    write({ kind: "job-started", job: "a", rings: 1, parallelism: dp2, groups: [[0, 4]], checkpointBytes: { "0": 8, "4": 8 }, launch: null });
     write({ kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 1, step: 0 }] });
     const m = state.migrations.get("p0/0")!;
     write({ kind: "migration", migration: { ...m, state: "committing", stopStep: 5, token: "t" } });

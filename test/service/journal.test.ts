@@ -29,8 +29,8 @@ function write(dir: string, bodies: RecordBody[]): DurableState {
 }
 
 const jobs: RecordBody[] = [
-  { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: { "0": 10, "4": 20 } },
-  { kind: "job-started", job: "b", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[1, 5]], checkpointBytes: { "1": 30, "5": 40 } },
+  { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: { "0": 10, "4": 20 }, launch: null },
+  { kind: "job-started", job: "b", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[1, 5]], checkpointBytes: { "1": 30, "5": 40 }, launch: null },
   { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 2, step: 0 }] },
 ];
 

@@ -102,16 +102,17 @@ def _run(call, *args):
             raise
 
 
-def save(state_dict, buffer, *, alignment=64):
+def save(state_dict, buffer, *, alignment=64, offset=0, length=None):
     """Writes ``state_dict`` as a checkpoint at the start of ``buffer`` (a /dev/shm name or a
-    writable buffer) and returns its length in bytes.
+    writable buffer), or of its range ``[offset, offset + length)``, and returns its length in
+    bytes.
 
     Raises:
         CheckpointError: ``too_small`` when the buffer cannot hold it, ``invalid_item`` for a
             tensor dtype the format lacks, ``duplicate_fqn`` when two keys flatten to one name.
     """
     flat, _ = _flatten(state_dict)
-    with StagingWriter(buffer, alignment=alignment) as writer:
+    with StagingWriter(buffer, alignment=alignment, offset=offset, length=length) as writer:
         _run(_entry("save", "save_state_dict"), flat, writer, "storage_writer", _SavePlanner())
         return writer.length
 
@@ -138,8 +139,9 @@ def _check_template(flat, items):
                 f" {expected[0]}{expected[1]}", "invalid_item")
 
 
-def load(state_dict, buffer):
-    """Fills ``state_dict`` from the checkpoint at the start of ``buffer``: tensors in place (they
+def load(state_dict, buffer, *, offset=0, length=None):
+    """Fills ``state_dict`` from the checkpoint at the start of ``buffer`` (or of its range
+    ``[offset, offset + length)``): tensors in place (they
     must already have the saved shapes), other values replaced; an entry whose value is ``bytes``
     receives the stored bytes as they are. Items of the checkpoint that the state dict lacks are
     ignored.
@@ -151,7 +153,7 @@ def load(state_dict, buffer):
             when the buffer holds no valid checkpoint.
     """
     flat, paths = _flatten(state_dict)
-    with StagingReader(buffer) as reader:
+    with StagingReader(buffer, offset=offset, length=length) as reader:
         _check_template(flat, reader.checkpoint.items)
         _run(_entry("load", "load_state_dict"), flat, reader, "storage_reader", _LoadPlanner())
     for fqn, path in paths.items():

@@ -8,7 +8,8 @@ tensor the planner resolves, checking the chunk's CRC32C first. Both speak the i
 whose ``init`` methods the ≥ 2.0 ``set_up_storage_*`` methods replaced).
 
 A buffer is given by name (a file in /dev/shm, as ``StagingBuffer.create`` in native/index.ts makes
-it) or as any writable buffer object. The checkpoint is per process: save and load with no process
+it) or as any writable buffer object, optionally with ``offset`` and ``length``: the checkpoint
+then occupies that range and its storage offsets count from the range's start. The checkpoint is per process: save and load with no process
 group (``monkeytree.save``/``monkeytree.load`` do that), even inside a distributed job.
 """
 import io
@@ -48,13 +49,30 @@ def open_staging_buffer(name):
 
 
 class _Mapped:
-    """Owns the mapping when a storage object was given a name rather than a buffer."""
+    """Owns the mapping when a storage object was given a name rather than a buffer, and the
+    view of ``[offset, offset + length)`` when the checkpoint occupies only part of it (one range
+    per local process in a shared staging buffer)."""
 
-    def __init__(self, buffer):
+    def __init__(self, buffer, offset=0, length=None):
         self._mapping = open_staging_buffer(buffer) if isinstance(buffer, str) else None
-        self.buffer = self._mapping if self._mapping is not None else buffer
+        whole = self._mapping if self._mapping is not None else buffer
+        self._view = None
+        if offset or length is not None:
+            size = memoryview(whole).nbytes
+            end = size if length is None else offset + length
+            if offset < 0 or end < offset or end > size:
+                self.close()
+                raise ValueError(f"range [{offset}, {end}) lies outside the buffer's {size} bytes")
+            self._view = memoryview(whole).cast("B")[offset:end]
+        self.buffer = self._view if self._view is not None else whole
 
     def close(self):
+        if self._view is not None:
+            try:
+                self._view.release()
+            except BufferError:
+                pass
+            self._view = None
         if self._mapping is None:
             return
         try:
@@ -94,8 +112,8 @@ def torch_dtype(name):
 class StagingWriter(_Mapped, dcp.StorageWriter):
     """Writes one checkpoint into a staging buffer; ``length`` is its size once the save is done."""
 
-    def __init__(self, buffer, *, alignment=DEFAULT_ALIGNMENT):
-        _Mapped.__init__(self, buffer)
+    def __init__(self, buffer, *, alignment=DEFAULT_ALIGNMENT, offset=0, length=None):
+        _Mapped.__init__(self, buffer, offset, length)
         self.alignment = check_alignment(alignment)
         self.length = None
         self._layout = None
@@ -172,8 +190,8 @@ class StagingWriter(_Mapped, dcp.StorageWriter):
 class StagingReader(_Mapped, dcp.StorageReader):
     """Reads the checkpoint at the start of a staging buffer, verifying each blob it reads."""
 
-    def __init__(self, buffer):
-        _Mapped.__init__(self, buffer)
+    def __init__(self, buffer, *, offset=0, length=None):
+        _Mapped.__init__(self, buffer, offset, length)
         self._checkpoint = None
         self._verified = set()
 

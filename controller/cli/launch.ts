@@ -1,0 +1,127 @@
+import { hostname } from "node:os";
+import { createLogger } from "../../sdk/log.ts";
+import { Launcher, LaunchError } from "../../sdk/launch/launcher.ts";
+import { adaptTorchrun, TorchrunArgsError } from "../../sdk/launch/torchrun.ts";
+import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/migrate.ts";
+import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+import { CLI } from "./paths.ts";
+
+const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
+
+const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
+                         [--connect ADDR] [--server-key=KEY] [--checkpoint-bytes N]
+                         [--master-port P] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
+
+Wraps a job's torchrun command on one host. It registers this host's worker with the
+controller, which ranks the job's hosts along its DP ring order, and starts torchrun with a
+local channel ($MONKEYTREE_CHANNEL) for the training processes. A script that calls the
+Python hook (monkeytree.attach() and job.barrier(step, state_fn) each iteration) forms its
+process group from the controller's assignment, re-forms it when the job changes, and saves
+its state into a staging buffer when its worker migrates; the launcher sends that to the
+destination, where the host's daemon starts this same command as the replacement. Jobs
+started without the launcher run untouched.
+
+torchrun runs with --standalone: the job-wide rendezvous comes from the controller (ranks
+follow the ring order, the master is node rank 0's host), so remove --nnodes, --node-rank,
+--master-addr, --master-port and --rdzv-* from the torchrun command.
+
+options:
+  --job J                the job's id, the same on every host (required)
+  --host H               this host's global index in the controller's topology (required)
+  --dp N                 hosts in each pipeline stage's DP group (required)
+  --group G              this host's pipeline stage (default 0)
+  --pp N                 pipeline stages (default 1)
+  --tp N                 tensor-parallel degree; the DP rings a rack boundary carries (default 1)
+  --connect ADDR         the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
+  --server-key=KEY       the controller's CURVE public key, when it uses CURVE
+  --checkpoint-bytes N   staging for this host's checkpoint, split among its local processes
+                         (default ${DEFAULT_CHECKPOINT_BYTES}, 256 MiB); a destination daemon needs this much free
+  --master-port P        the job's process group of generation g meets on P + g (default 29500)
+  -h, --help             show this help
+
+Started by a daemon for a migration, the job, host, group and parallelism come from the
+MONKEYTREE_* environment instead, and the processes load the staged checkpoint.
+
+exit codes: torchrun's exit code (0 when training ended or this worker moved away),
+2 bad usage, 3 internal error.`;
+
+export const command: Command = {
+  summary: "wrap a torchrun command: controller-assigned ranks, barriers and migrations",
+  help,
+  async run(argv, io) {
+    const split = argv.indexOf("--");
+    if (split < 0) throw new UsageError("give the torchrun command after `--`, e.g. monkeytree launch --job j --host 0 --dp 2 -- torchrun --nproc-per-node 8 train.py");
+    const flags = parseFlags(argv.slice(0, split), {
+      job: { type: "string" },
+      host: { type: "string" },
+      group: { type: "string" },
+      dp: { type: "string" },
+      pp: { type: "string" },
+      tp: { type: "string" },
+      connect: { type: "string" },
+      "server-key": { type: "string" },
+      "checkpoint-bytes": { type: "string" },
+      "master-port": { type: "string" },
+    });
+    let replacement;
+    let torchrun;
+    try {
+      replacement = replacementFromEnv();
+      torchrun = adaptTorchrun(argv.slice(split + 1));
+    } catch (error) {
+      if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError) throw new UsageError(error.message);
+      throw error;
+    }
+    const whole = (name: string, raw: string | undefined, fallback: number | undefined, min: number): number => {
+      if (raw === undefined && fallback === undefined) throw new UsageError(`--${name} is required`);
+      const value = numberFlag(name, raw, fallback ?? 0, min);
+      if (!Number.isInteger(value)) throw new UsageError(`--${name} must be a whole number, got "${raw}"`);
+      return value;
+    };
+    const worker = replacement
+      ? { job: replacement.MONKEYTREE_JOB, group: replacement.MONKEYTREE_GROUP, host: replacement.MONKEYTREE_HOST }
+      : { job: flags.job ?? "", group: whole("group", flags.group, 0, 0), host: whole("host", flags.host, undefined, 0) };
+    if (!worker.job) throw new UsageError("--job is required: the job's id, the same on every host");
+    const parallelism = replacement
+      ? { tp: replacement.MONKEYTREE_TP, pp: replacement.MONKEYTREE_PP, dp: replacement.MONKEYTREE_DP }
+      : { tp: whole("tp", flags.tp, 1, 1), pp: whole("pp", flags.pp, 1, 1), dp: whole("dp", flags.dp, undefined, 1) };
+    const checkpointBytes = whole("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
+    const masterPortBase = whole("master-port", flags["master-port"], 29500, 1024);
+    const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
+    const launcher = new Launcher({
+      controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? "tcp://127.0.0.1:5555",
+      ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }),
+      worker,
+      parallelism,
+      checkpointBytes,
+      masterPortBase,
+      torchrun,
+      replacement,
+      // Identity and controller come from the daemon's MONKEYTREE_* environment there.
+      replacementCommand: [
+        process.execPath, CLI, "launch", "--checkpoint-bytes", String(checkpointBytes), "--master-port", String(masterPortBase),
+        ...(flags["server-key"] === undefined ? [] : [`--server-key=${flags["server-key"]}`]),
+        "--", ...argv.slice(split + 1),
+      ],
+      log,
+    });
+    log.info(() => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`);
+    const forward = (signal: NodeJS.Signals) => () => launcher.terminate(signal);
+    const onInt = forward("SIGINT");
+    const onTerm = forward("SIGTERM");
+    process.on("SIGINT", onInt);
+    process.on("SIGTERM", onTerm);
+    try {
+      return (await launcher.run()) as ExitCode;
+    } catch (error) {
+      if (error instanceof LaunchError) {
+        io.err.write(`monkeytree launch: ${error.message}\n`);
+        return ExitCode.usage;
+      }
+      throw error;
+    } finally {
+      process.off("SIGINT", onInt);
+      process.off("SIGTERM", onTerm);
+    }
+  },
+};

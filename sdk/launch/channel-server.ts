@@ -1,0 +1,81 @@
+import { rmSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { createInterface } from "node:readline";
+import { formatPath } from "../../controller/model/errors.ts";
+import { CHANNEL_VERSION, ChannelRequestSchema, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import type { Logger } from "../log.ts";
+
+/**
+ * The launcher's end of the local channel (see `sdk/protocol/channel.ts`): a Unix socket that
+ * reads one JSON request per line, checks it against its schema, and writes the handler's
+ * answer as one line. A malformed line gets an `error` answer naming the field; it never
+ * reaches the handler.
+ */
+
+export type ChannelHandler = (request: Exclude<ChannelRequest, { type: "phase" }>) => Promise<ChannelReply>;
+
+export class ChannelServer {
+  private readonly sockets = new Set<Socket>();
+
+  private constructor(
+    private readonly server: Server,
+    readonly path: string,
+  ) {}
+
+  static async open(path: string, handle: ChannelHandler, onPhase: (request: Extract<ChannelRequest, { type: "phase" }>) => void, log: Logger): Promise<ChannelServer> {
+    rmSync(path, { force: true });
+    let channel: ChannelServer | undefined;
+    const server = createServer((socket) => {
+      channel?.sockets.add(socket);
+      socket.once("close", () => channel?.sockets.delete(socket));
+      socket.on("error", (error) => log.warn(() => `channel connection: ${error.message}`));
+      const answer = (reply: ChannelReply) => {
+        if (!socket.destroyed) socket.write(`${JSON.stringify(reply)}\n`);
+      };
+      // One request at a time per connection: a process waits for each answer before the next.
+      let queue = Promise.resolve();
+      createInterface({ input: socket, crlfDelay: Infinity }).on("line", (line) => {
+        queue = queue.then(async () => {
+          const request = parse(line);
+          if ("error" in request) {
+            log.warn(() => `channel: ${request.error}`);
+            answer({ v: CHANNEL_VERSION, type: "error", message: request.error });
+            return;
+          }
+          if (request.type === "phase") return onPhase(request);
+          try {
+            answer(await handle(request));
+          } catch (failure) {
+            log.error(() => `channel: ${request.type} from local rank ${request.localRank} failed: ${(failure as Error).message}`);
+            answer({ v: CHANNEL_VERSION, type: "error", message: (failure as Error).message });
+          }
+        });
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(path, () => resolve());
+    });
+    channel = new ChannelServer(server, path);
+    return channel;
+  }
+
+  async close(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    rmSync(this.path, { force: true });
+  }
+}
+
+function parse(line: string): ChannelRequest | { error: string } {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch {
+    return { error: `not JSON: ${line.slice(0, 80)}` };
+  }
+  const parsed = ChannelRequestSchema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  return { error: `${formatPath(issue.path) || "message"}: ${issue.message}` };
+}

@@ -1,0 +1,254 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { send, StagingBuffer } from "../../native/index.ts";
+import { ControllerClient, WorkerClient } from "../client.ts";
+import { ticketFor } from "../daemon.ts";
+import type { Logger } from "../log.ts";
+import { CHANNEL_ENV, CHANNEL_VERSION, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import type { ReplacementEnv } from "../protocol/replacement.ts";
+import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
+import { ChannelServer } from "./channel-server.ts";
+import type { TorchrunCommand } from "./torchrun.ts";
+
+/**
+ * `monkeytree launch`'s agent, an explicit state machine in the manner of torchrun's elastic
+ * agent. It registers this host's worker, starts torchrun with a local channel, meets the
+ * controller once per step when every local process has reached the barrier, and acts on the
+ * answer: the processes re-form their process group (`reconfigure`), save into a staging
+ * buffer that the agent sends to the destination (`migrate-out`), or exit (`stop`).
+ *
+ *   registering → starting → running ⇄ holding (a barrier at the controller)
+ *                                     → saving → sending → holding
+ *   running/holding → stopping (moved away or told to stop) → exited
+ *   running → exited (training ended: the job is finished)
+ */
+
+export type LauncherState = "registering" | "starting" | "running" | "holding" | "saving" | "sending" | "stopping" | "exited";
+
+export interface LauncherOptions {
+  readonly controller: string;
+  readonly serverKey?: string;
+  readonly worker: WorkerIdentity;
+  readonly parallelism: Parallelism;
+  /** Staging this host's checkpoint needs: every local process's share, page-aligned. */
+  readonly checkpointBytes: number;
+  /** The job's process group of generation g meets at `masterPortBase + g`. */
+  readonly masterPortBase: number;
+  readonly torchrun: TorchrunCommand;
+  /** The command a destination's daemon runs to start this worker's replacement. */
+  readonly replacementCommand: readonly string[];
+  /** Set when a daemon started this launcher to replace a migrated worker. */
+  readonly replacement: ReplacementEnv | null;
+  readonly log: Logger;
+  /** Told of every state change, for tests and progress output. */
+  readonly onState?: (state: LauncherState, why: string) => void;
+}
+
+/** A problem the user can fix (a master host without a daemon, a checkpoint too large). */
+export class LaunchError extends Error {
+  override readonly name = "LaunchError";
+}
+
+const PAGE = 4096;
+type Waiter = (reply: ChannelReply) => void;
+
+export class Launcher {
+  private state: LauncherState = "registering";
+  private assignment: Assignment | null = null;
+  private client: ControllerClient | null = null;
+  private worker: WorkerClient | null = null;
+  private child: ChildProcess | null = null;
+  /** Local processes waiting at the barrier of `step`, by local rank. */
+  private waiting: { step: number; ranks: Map<number, Waiter> } | null = null;
+  /** Local processes that saved their checkpoint, by local rank. */
+  private saving: { ranks: Map<number, Waiter>; buffer: StagingBuffer; directive: Extract<Directive, { kind: "migrate-out" }>; step: number } | null = null;
+  private stopped = false;
+
+  constructor(private readonly options: LauncherOptions) {}
+
+  /** Each local process's share of the checkpoint staging. */
+  get share(): number {
+    return Math.floor(this.options.checkpointBytes / this.options.torchrun.nprocPerNode / PAGE) * PAGE;
+  }
+
+  /** Runs until torchrun exits; resolves with the exit code to use. */
+  async run(): Promise<number> {
+    const { options } = this;
+    if (this.share === 0) throw new LaunchError(`--checkpoint-bytes ${options.checkpointBytes} leaves less than a page for each of ${options.torchrun.nprocPerNode} processes`);
+    this.client = new ControllerClient({ endpoint: options.controller, ...(options.serverKey === undefined ? {} : { serverKey: options.serverKey }) });
+    const channel = await ChannelServer.open(
+      join(tmpdir(), `monkeytree-launch-${process.pid}.sock`),
+      (request) => this.handle(request),
+      (phase) => options.log.info(() => `local rank ${phase.localRank}: ${phase.name} took ${(phase.seconds * 1000).toFixed(0)} ms`),
+      options.log,
+    );
+    try {
+      this.worker = new WorkerClient(this.client, options.worker, options.parallelism, {
+        checkpointBytes: options.checkpointBytes,
+        launch: [...options.replacementCommand],
+        ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
+      });
+      this.assignment = await this.worker.register();
+      this.groupOf(0);
+      this.enter("starting", `node rank ${this.assignment.nodeRank} of ${this.assignment.nodes}, generation ${this.assignment.generation}`);
+      const code = await this.startTorchrun(channel.path);
+      if (code === 0 && !this.stopped) {
+        await this.client.finish(options.worker.job);
+        this.enter("exited", "training ended; the job is finished");
+      } else {
+        this.enter("exited", this.stopped ? "stopped" : `torchrun failed with ${code}`);
+      }
+      return code;
+    } finally {
+      this.saving?.buffer.free();
+      await channel.close();
+      await this.client.close();
+    }
+  }
+
+  /** Stops torchrun (on SIGINT or SIGTERM to the launcher). */
+  terminate(signal: NodeJS.Signals): void {
+    this.child?.kill(signal);
+  }
+
+  private enter(state: LauncherState, why: string): void {
+    this.options.log.info(() => `${this.state} → ${state}: ${why}`);
+    this.state = state;
+    this.options.onState?.(state, why);
+  }
+
+  private startTorchrun(channel: string): Promise<number> {
+    const [program, ...args] = this.options.torchrun.argv;
+    const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel } });
+    this.child = child;
+    return new Promise((resolve) => {
+      child.once("spawn", () => this.enter("running", `torchrun started (pid ${child.pid ?? "?"}) with ${this.options.torchrun.nprocPerNode} local processes`));
+      child.once("error", (error) => {
+        this.options.log.error(() => `could not start ${program}: ${error.message}`);
+        resolve(127);
+      });
+      child.once("exit", (code, signal) => resolve(code ?? (signal ? 128 + 15 : 1)));
+    });
+  }
+
+  /** The process-group values of one local rank under the current assignment. */
+  private groupOf(localRank: number) {
+    const a = this.assignment!;
+    if (a.masterAddress === null) {
+      throw new LaunchError(`the job's master, host ${a.masterHost}, runs no monkeytree daemon, so its address is unknown; start \`monkeytree daemon --host ${a.masterHost}\` there`);
+    }
+    const n = this.options.torchrun.nprocPerNode;
+    return {
+      rank: a.nodeRank * n + localRank,
+      worldSize: a.nodes * n,
+      masterAddr: a.masterAddress,
+      masterPort: this.options.masterPortBase + (a.generation % 1000),
+      generation: a.generation,
+    };
+  }
+
+  private handle(request: Exclude<ChannelRequest, { type: "phase" }>): Promise<ChannelReply> {
+    const n = this.options.torchrun.nprocPerNode;
+    if (request.localRank >= n) return Promise.resolve(error(`localRank ${request.localRank} is not below --nproc-per-node ${n}`));
+    switch (request.type) {
+      case "attach": {
+        const r = this.options.replacement;
+        const resume = r && {
+          buffer: r.MONKEYTREE_STAGING_BUFFER,
+          offset: r.MONKEYTREE_STAGING_OFFSET + request.localRank * this.share,
+          length: this.share,
+          step: this.assignment!.resumeStep ?? 0,
+        };
+        return Promise.resolve({ v: CHANNEL_VERSION, type: "attached", ...this.groupOf(request.localRank), localRank: request.localRank, resume });
+      }
+      case "barrier":
+        return new Promise((resolve) => this.arrive(request.localRank, request.step, resolve));
+      case "saved":
+        return new Promise((resolve) => this.saved(request.localRank, request.bytes, resolve));
+    }
+  }
+
+  private arrive(localRank: number, step: number, reply: Waiter): void {
+    if (this.waiting && this.waiting.step !== step) {
+      reply(error(`local rank ${localRank} is at step ${step} while the others wait at step ${this.waiting.step}; every process must call barrier once per step`));
+      return;
+    }
+    this.waiting ??= { step, ranks: new Map() };
+    this.waiting.ranks.set(localRank, reply);
+    if (this.waiting.ranks.size < this.options.torchrun.nprocPerNode) return;
+    const { ranks } = this.waiting;
+    this.waiting = null;
+    void this.meet(step, ranks);
+  }
+
+  /** All local processes are at `step`: ask the controller, and tell each what to do. */
+  private async meet(step: number, ranks: Map<number, Waiter>): Promise<void> {
+    this.enter("holding", `barrier ${step}`);
+    const directive = await this.worker!.barrier(step);
+    if (directive.kind === "migrate-out") {
+      this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
+      const buffer = StagingBuffer.create({ size: this.options.checkpointBytes, lock: false });
+      this.saving = { ranks: new Map(), buffer, directive, step };
+      for (const [localRank, reply] of ranks) {
+        reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: buffer.name, offset: localRank * this.share, length: this.share } });
+      }
+      return;
+    }
+    this.answer(ranks, directive);
+  }
+
+  private saved(localRank: number, bytes: number, reply: Waiter): void {
+    const saving = this.saving;
+    if (!saving) return reply(error("saved without a migrate-out to answer"));
+    if (bytes > this.share) return reply(error(`local rank ${localRank} saved ${bytes} bytes into a ${this.share}-byte range`));
+    saving.ranks.set(localRank, reply);
+    if (saving.ranks.size === this.options.torchrun.nprocPerNode) void this.sendCheckpoint(saving);
+  }
+
+  private async sendCheckpoint(saving: NonNullable<Launcher["saving"]>): Promise<void> {
+    const { directive, buffer, step } = saving;
+    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}`);
+    const started = performance.now();
+    try {
+      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer });
+      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s`);
+    } catch (failure) {
+      // The destination reports the failure (or goes silent); the controller rolls back.
+      this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);
+    } finally {
+      buffer.free();
+      this.saving = null;
+    }
+    this.enter("holding", `barrier ${step} again, for the migration's outcome`);
+    this.answer(saving.ranks, await this.worker!.barrier(step));
+  }
+
+  private answer(ranks: Map<number, Waiter>, directive: Directive): void {
+    if (directive.kind === "reconfigure") this.assignment = directive.assignment;
+    if (directive.kind === "stop") {
+      this.stopped = true;
+      this.enter("stopping", directive.reason);
+    } else {
+      this.enter("running", directive.kind === "reconfigure" ? `re-forming at generation ${directive.assignment.generation}` : "continue");
+    }
+    for (const [localRank, reply] of ranks) reply({ v: CHANNEL_VERSION, type: "directive", directive: this.translate(directive, localRank) });
+  }
+
+  private translate(directive: Directive, localRank: number): ChannelDirective {
+    switch (directive.kind) {
+      case "continue":
+        return { kind: "continue" };
+      case "stop":
+        return { kind: "stop", reason: directive.reason };
+      case "reconfigure":
+        return { kind: "reconfigure", ...this.groupOf(localRank) };
+      case "migrate-out":
+        // A second migrate-out for the same step cannot happen: the controller holds the job until the first is decided.
+        return { kind: "stop", reason: `unexpected second migrate-out (${directive.migration})` };
+    }
+  }
+}
+
+const error = (message: string): ChannelReply => ({ v: CHANNEL_VERSION, type: "error", message });

@@ -1,0 +1,49 @@
+/**
+ * The user's torchrun command line, adapted for `monkeytree launch`: the launcher owns the
+ * cross-host rendezvous (the hook forms the job's process group from the controller's
+ * assignment), so each host's torchrun runs `--standalone` and flags that would set up a
+ * multi-node rendezvous of its own are refused rather than silently overridden.
+ */
+
+/** torchrun flags the launcher sets itself; both spellings torchrun accepts. */
+const OWNED = ["nnodes", "node-rank", "master-addr", "master-port", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "standalone", "max-restarts"];
+
+export class TorchrunArgsError extends Error {
+  override readonly name = "TorchrunArgsError";
+}
+
+export interface TorchrunCommand {
+  /** The program and its arguments, with `--standalone` added after the program. */
+  readonly argv: readonly string[];
+  /** Processes torchrun starts on this host (`--nproc-per-node`, default 1). */
+  readonly nprocPerNode: number;
+}
+
+const flagName = (arg: string): string | null => (arg.startsWith("--") ? arg.slice(2).split("=")[0]!.replaceAll("_", "-") : null);
+
+export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
+  const [program, ...rest] = argv;
+  if (program === undefined) throw new TorchrunArgsError("no command after `--`; give the torchrun command line, e.g. -- torchrun --nproc-per-node 8 train.py");
+  let nprocPerNode = 1;
+  // torchrun's own options come before the training script; everything after belongs to the script.
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i]!;
+    if (!arg.startsWith("-")) break;
+    const name = flagName(arg);
+    if (name === null) continue;
+    if (OWNED.includes(name)) {
+      throw new TorchrunArgsError(`remove --${name} from the torchrun command: monkeytree launch sets up the job's rendezvous from the controller's ring order`);
+    }
+    const inline = arg.includes("=");
+    const value = inline ? arg.slice(arg.indexOf("=") + 1) : VALUED.has(name) ? rest[++i] : undefined;
+    if (name === "nproc-per-node") {
+      const count = Number(value);
+      if (!Number.isInteger(count) || count < 1) throw new TorchrunArgsError(`--nproc-per-node must be a whole number of processes (monkeytree launch needs it explicit), got "${value}"`);
+      nprocPerNode = count;
+    }
+  }
+  return { argv: [program, "--standalone", ...rest], nprocPerNode };
+}
+
+/** torchrun options that take a separate value. */
+const VALUED = new Set(["nproc-per-node", "monitor-interval", "start-method", "role", "log-dir", "redirects", "tee", "local-addr", "run-path"]);

@@ -1,0 +1,73 @@
+import { z } from "zod";
+
+/**
+ * Launcher ↔ training processes on one host: the local channel `monkeytree launch` opens for
+ * the processes torchrun starts. A Unix stream socket at `$MONKEYTREE_CHANNEL`; every message
+ * is one line of JSON. Each process (one per local rank) connects once, sends `attach`, then
+ * one `barrier` per iteration; the launcher answers every request with exactly one message.
+ * The launcher meets the controller once per host and step, when all local ranks are there.
+ *
+ *   process                          launcher
+ *   attach {localRank}        →
+ *                             ←      attached {rank, worldSize, masterAddr, masterPort, resume}
+ *   barrier {step}            →      (waits for every local rank, then the controller)
+ *                             ←      directive continue | reconfigure | migrate-out | stop
+ *   after migrate-out: saves its checkpoint into [offset, offset + length) of the named buffer
+ *   saved {bytes}             →      (sends the host's checkpoints, asks the controller again)
+ *                             ←      directive stop (moved) | continue (rolled back) | reconfigure
+ *   phase {name, seconds}     →      (no answer: timings for the launcher's log)
+ */
+
+export const CHANNEL_VERSION = 1;
+export const CHANNEL_ENV = "MONKEYTREE_CHANNEL";
+
+const whole = z.int().min(0);
+const head = <T extends string>(type: T) => ({ v: z.literal(CHANNEL_VERSION), type: z.literal(type) });
+
+export const AttachSchema = z.strictObject({ ...head("attach"), localRank: whole, pid: z.int() });
+export const ChannelBarrierSchema = z.strictObject({ ...head("barrier"), localRank: whole, step: whole });
+export const SavedSchema = z.strictObject({ ...head("saved"), localRank: whole, bytes: whole });
+/** A timing the process measured (checkpoint write, load, process-group re-formation). */
+export const PhaseSchema = z.strictObject({ ...head("phase"), localRank: whole, name: z.string().min(1), seconds: z.number().min(0) });
+
+export const ChannelRequestSchema = z.discriminatedUnion("type", [AttachSchema, ChannelBarrierSchema, SavedSchema, PhaseSchema]);
+export type ChannelRequest = z.infer<typeof ChannelRequestSchema>;
+
+/** Where a process's checkpoint lives: a range of a /dev/shm staging buffer. */
+export const StagedRangeSchema = z.strictObject({ buffer: z.string().min(1), offset: whole, length: whole });
+export type StagedRange = z.infer<typeof StagedRangeSchema>;
+
+/** How to form the job-wide process group: `init_method=tcp://masterAddr:masterPort`. */
+const group = {
+  rank: whole,
+  worldSize: z.int().min(1),
+  masterAddr: z.string().min(1),
+  masterPort: z.int().min(1).max(65535),
+  generation: whole,
+};
+
+export const AttachedSchema = z.strictObject({
+  ...head("attached"),
+  ...group,
+  localRank: whole,
+  /** A replacement's checkpoint, and the barrier step the job resumes after; null at a fresh start. */
+  resume: z.strictObject({ ...StagedRangeSchema.shape, step: whole }).nullable(),
+});
+export type Attached = z.infer<typeof AttachedSchema>;
+
+export const ChannelDirectiveSchema = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("continue") }),
+  /** Destroy the process group and form it again with these values, then rebuild DDP. */
+  z.strictObject({ kind: z.literal("reconfigure"), ...group }),
+  /** Save this process's checkpoint into the range, then send `saved`. */
+  z.strictObject({ kind: z.literal("migrate-out"), ...StagedRangeSchema.shape }),
+  /** Exit cleanly: a replacement on another host carries on, or the job ended. */
+  z.strictObject({ kind: z.literal("stop"), reason: z.string() }),
+]);
+export type ChannelDirective = z.infer<typeof ChannelDirectiveSchema>;
+
+export const DirectiveMessageSchema = z.strictObject({ ...head("directive"), directive: ChannelDirectiveSchema });
+export const ChannelErrorSchema = z.strictObject({ ...head("error"), message: z.string() });
+
+export const ChannelReplySchema = z.discriminatedUnion("type", [AttachedSchema, DirectiveMessageSchema, ChannelErrorSchema]);
+export type ChannelReply = z.infer<typeof ChannelReplySchema>;

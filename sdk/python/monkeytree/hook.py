@@ -1,0 +1,253 @@
+"""The training process's side of the local channel to ``monkeytree launch`` (sdk/protocol/channel.ts).
+
+Why it exists: MonkeyTree moves workers between hosts while a job runs, so the job-wide process
+group cannot be torchrun's. The launcher starts torchrun per host with ``--standalone`` (its
+RANK/WORLD_SIZE are local) and hands each process the job-wide rank, world size and rendezvous
+address over the channel; the hook forms the group from those, and forms it again whenever the
+controller changes the job's shape.
+
+Why a barrier per iteration: right after the optimizer step no collective is in flight and the
+state is exactly model + optimizer + step + RNG, so that is the only point where a process can be
+checkpointed, moved, or have its group re-formed without the script knowing how. Almost every
+barrier answers ``continue``; that path is one short line each way over a blocking Unix socket,
+so a script can afford it every step.
+
+Without ``$MONKEYTREE_CHANNEL`` the script runs as a plain torchrun job and every barrier
+continues, so one script serves both.
+"""
+import json
+import os
+import socket
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from .state import load as _load
+from .state import save as _save
+
+CHANNEL_VERSION = 1
+CHANNEL_ENV = "MONKEYTREE_CHANNEL"
+_MAX_LINE = 1 << 20
+
+
+class ChannelError(Exception):
+    """The launcher answered with an ``error`` message, broke the protocol, or went away."""
+
+
+def _whole(message, what, field, low=0, high=None):
+    value = message.get(field)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ChannelError(f"{what}: {field} must be an integer {bound}, received {value!r}")
+    return value
+
+
+def _text(message, what, field):
+    value = message.get(field)
+    if not isinstance(value, str) or not value:
+        raise ChannelError(f"{what}: {field} must be a non-empty string, received {value!r}")
+    return value
+
+
+def _exact(message, what, fields):
+    if not isinstance(message, dict):
+        raise ChannelError(f"{what} must be a JSON object, received {message!r}")
+    extra = sorted(set(message) - set(fields))
+    missing = sorted(set(fields) - set(message))
+    if extra or missing:
+        raise ChannelError(f"{what}: missing fields {missing}, unknown fields {extra}; the launcher and"
+                           f" this hook speak different versions of sdk/protocol/channel.ts")
+
+
+_GROUP = ("rank", "worldSize", "masterAddr", "masterPort", "generation")
+
+
+def _group(message, what):
+    rank = _whole(message, what, "rank")
+    world = _whole(message, what, "worldSize", 1)
+    if rank >= world:
+        raise ChannelError(f"{what}: rank {rank} is not below worldSize {world}")
+    return {"rank": rank, "world_size": world, "addr": _text(message, what, "masterAddr"),
+            "port": _whole(message, what, "masterPort", 1, 65535), "generation": _whole(message, what, "generation")}
+
+
+def _range(message, what, extra=()):
+    _exact(message, what, ("buffer", "offset", "length") + extra)
+    buffer = _text(message, what, "buffer")
+    if "/" in buffer or buffer in (".", ".."):
+        raise ChannelError(f"{what}: buffer must be a file name in /dev/shm, received {buffer!r}")
+    return buffer, _whole(message, what, "offset"), _whole(message, what, "length")
+
+
+class _Channel:
+    """One process's connection: requests out as lines, exactly one reply line per request."""
+
+    def __init__(self, path, local_rank):
+        self.path = path
+        self.local_rank = local_rank
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._socket.connect(path)
+        except OSError as cause:
+            self._socket.close()
+            raise ChannelError(f"cannot connect to the launcher's channel {CHANNEL_ENV}={path}: {cause};"
+                               " start the script under `monkeytree launch`, or unset it to run plain") from None
+        self._reader = self._socket.makefile("rb")
+        # The barrier request differs only in its step: keep the rest encoded.
+        self._barrier = (f'{{"v":{CHANNEL_VERSION},"type":"barrier","localRank":{local_rank},"step":').encode()
+
+    def send(self, type_, **fields):
+        message = {"v": CHANNEL_VERSION, "type": type_, "localRank": self.local_rank, **fields}
+        self._socket.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    def send_barrier(self, step):
+        self._socket.sendall(self._barrier + str(step).encode() + b"}\n")
+
+    def receive(self, expected):
+        line = self._reader.readline(_MAX_LINE)
+        if not line:
+            raise ChannelError(f"the launcher closed the channel {self.path} while this process waited for {expected}")
+        if not line.endswith(b"\n"):
+            raise ChannelError(f"the launcher sent a line of over {_MAX_LINE} bytes while this process waited for {expected}")
+        try:
+            message = json.loads(line)
+        except ValueError as cause:
+            raise ChannelError(f"the launcher sent a line that is not JSON ({cause}): {line[:200]!r}") from None
+        if not isinstance(message, dict):
+            raise ChannelError(f"the launcher sent {line[:200]!r}, not a JSON object")
+        if message.get("v") != CHANNEL_VERSION:
+            raise ChannelError(f"the launcher speaks channel version {message.get('v')!r}; this hook speaks v={CHANNEL_VERSION}")
+        if message.get("type") == "error":
+            raise ChannelError(f"the launcher refused: {message.get('message')}")
+        if message.get("type") != expected:
+            raise ChannelError(f"the launcher sent type {message.get('type')!r} while this process waited for {expected}")
+        return message
+
+    def directive(self):
+        message = self.receive("directive")
+        if len(message) != 3 or "directive" not in message:
+            _exact(message, "directive message", ("v", "type", "directive"))
+        directive = message["directive"]
+        if not isinstance(directive, dict):
+            raise ChannelError(f"directive must be a JSON object, received {directive!r}")
+        return directive
+
+    def close(self):
+        self._reader.close()
+        self._socket.close()
+
+
+class Job:
+    """This process's place in the job: what ``attach`` returns.
+
+    ``rank``, ``world_size`` and ``generation`` change when a barrier returns ``"reconfigured"``.
+    ``resuming`` is true in a replacement, which must ``load`` its state before training on from
+    the step after ``resume_step``.
+    """
+
+    def __init__(self, rank, world_size, local_rank, generation=0, managed=False, channel=None, resume=None,
+                 backend="gloo", timeout=timedelta(minutes=5)):
+        self.rank, self.world_size, self.local_rank, self.generation = rank, world_size, local_rank, generation
+        self.managed = managed
+        self.resume_step = resume["step"] if resume else None
+        self.resuming = resume is not None
+        self._resume = resume
+        self._channel = channel
+        self._backend, self._timeout = backend, timeout
+
+    def load(self, template):
+        """Fills ``template`` (as ``monkeytree.load`` does) from the checkpoint this replacement
+        resumes from, reports the time to the launcher, and returns it."""
+        if not self.resuming:
+            raise RuntimeError("Job.load: this process is not a replacement (the launcher sent resume: null);"
+                               " check job.resuming first")
+        started = time.perf_counter()
+        _load(template, self._resume["buffer"], offset=self._resume["offset"], length=self._resume["length"])
+        self._channel.send("phase", name="load", seconds=time.perf_counter() - started)
+        return template
+
+    def barrier(self, step, state_fn):
+        """Meets the job after optimizer step ``step``. Returns ``"continue"``; ``"reconfigured"``
+        when the process group was formed again (rebuild the DDP wrapper); or ``"stop"`` when the
+        process group is gone and the script should exit 0. ``state_fn()`` returns the state dict to
+        save and is called only when this process migrates out."""
+        if not self.managed:
+            return "continue"
+        channel = self._channel
+        channel.send_barrier(step)
+        directive = channel.directive()
+        saved = False
+        while True:
+            kind = directive.get("kind")
+            if kind == "continue":
+                if len(directive) != 1:
+                    _exact(directive, "continue directive", ("kind",))
+                return "continue"
+            if kind == "reconfigure":
+                _exact(directive, "reconfigure directive", ("kind",) + _GROUP)
+                group = _group(directive, "reconfigure directive")
+                started = time.perf_counter()
+                dist.destroy_process_group()
+                self._form(group)
+                channel.send("phase", name="reform", seconds=time.perf_counter() - started)
+                return "reconfigured"
+            if kind == "stop":
+                _exact(directive, "stop directive", ("kind", "reason"))
+                dist.destroy_process_group()
+                channel.close()
+                self.managed = False
+                return "stop"
+            if kind == "migrate-out" and not saved:
+                buffer, offset, length = _range({k: v for k, v in directive.items() if k != "kind"}, "migrate-out directive")
+                started = time.perf_counter()
+                written = _save(state_fn(), buffer, offset=offset, length=length)
+                channel.send("phase", name="checkpoint-write", seconds=time.perf_counter() - started)
+                channel.send("saved", bytes=written)
+                directive = channel.directive()
+                saved = True
+                continue
+            allowed = "continue, reconfigure or stop" if saved else "continue, reconfigure, migrate-out or stop"
+            raise ChannelError(f"directive: kind must be {allowed}, received {kind!r}")
+
+    def _form(self, group):
+        dist.init_process_group(self._backend, init_method=f"tcp://{group['addr']}:{group['port']}",
+                                rank=group["rank"], world_size=group["world_size"], timeout=self._timeout)
+        self.rank, self.world_size, self.generation = group["rank"], group["world_size"], group["generation"]
+
+
+def attach(backend="gloo", timeout=timedelta(minutes=5)):
+    """Joins the job: forms the job-wide process group and returns this process's ``Job``.
+
+    Under ``monkeytree launch`` the group's rank, size and address come from the launcher;
+    without ``$MONKEYTREE_CHANNEL`` it is torchrun's own (``env://``) and the job is unmanaged.
+
+    Raises:
+        ChannelError: the launcher answered ``error``, sent a malformed message, or is unreachable.
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    path = os.environ.get(CHANNEL_ENV)
+    if not path:
+        dist.init_process_group(backend, timeout=timeout)
+        return Job(dist.get_rank(), dist.get_world_size(), local_rank, backend=backend, timeout=timeout)
+    channel = _Channel(path, local_rank)
+    try:
+        channel.send("attach", pid=os.getpid())
+        message = channel.receive("attached")
+        _exact(message, "attached message", ("v", "type", "localRank", "resume") + _GROUP)
+        if _whole(message, "attached message", "localRank") != local_rank:
+            raise ChannelError(f"attached message: localRank {message['localRank']} answers a process of"
+                               f" LOCAL_RANK {local_rank}")
+        group = _group(message, "attached message")
+        resume = message["resume"]
+        if resume is not None:
+            buffer, offset, length = _range(resume, "attached message: resume", ("step",))
+            resume = {"buffer": buffer, "offset": offset, "length": length,
+                      "step": _whole(resume, "attached message: resume", "step")}
+        job = Job(group["rank"], group["world_size"], local_rank, group["generation"], True, channel, resume,
+                  backend, timeout)
+        job._form(group)
+        return job
+    except BaseException:
+        channel.close()
+        raise

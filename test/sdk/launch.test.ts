@@ -1,0 +1,100 @@
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { HostDaemon } from "../../sdk/daemon.ts";
+import { adaptTorchrun } from "../../sdk/launch/torchrun.ts";
+import { CLI } from "../../controller/demo/processes.ts";
+import { startController, tempDir, type Harness } from "../service/harness.ts";
+import { runCli } from "../helpers/cli.ts";
+
+const FAKE_TORCHRUN = new URL("./fixtures/fake-torchrun.mjs", import.meta.url).pathname;
+
+describe("adaptTorchrun", () => {
+  it("runs torchrun standalone and reads --nproc-per-node in either spelling", () => {
+    expect(adaptTorchrun(["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "3"])).toEqual({ argv: ["torchrun", "--standalone", "--nproc-per-node", "8", "train.py", "--lr", "3"], nprocPerNode: 8 });
+    expect(adaptTorchrun(["torchrun", "--nproc_per_node=4", "train.py"]).nprocPerNode).toBe(4);
+    expect(adaptTorchrun(["torchrun", "train.py", "--nnodes", "2"]).nprocPerNode).toBe(1);
+  });
+
+  it("refuses flags that would set up a rendezvous of its own, naming them", () => {
+    expect(() => adaptTorchrun(["torchrun", "--nnodes=2", "train.py"])).toThrow(/remove --nnodes/);
+    expect(() => adaptTorchrun(["torchrun", "--master_addr", "x", "train.py"])).toThrow(/remove --master-addr/);
+    expect(() => adaptTorchrun(["torchrun", "--nproc-per-node", "gpu", "train.py"])).toThrow(/--nproc-per-node must be a whole number/);
+    expect(() => adaptTorchrun([])).toThrow(/no command after `--`/);
+  });
+});
+
+describe("monkeytree launch", () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  let harness: Harness | undefined;
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+    await harness?.close();
+    harness = undefined;
+  });
+
+  it("rejects a missing torchrun command and bad flags with exit code 2", async () => {
+    expect(await runCli("launch", "--job", "a", "--host", "0", "--dp", "2")).toMatchObject({ code: 2, stderr: expect.stringContaining("give the torchrun command after `--`") });
+    expect(await runCli("launch", "--host", "0", "--dp", "2", "--", "torchrun", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("--job is required") });
+    expect(await runCli("launch", "--job", "a", "--host", "0", "--", "torchrun", "--nnodes", "2", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("remove --nnodes") });
+  });
+
+  it("ranks local processes from the controller, migrates a worker with every local rank's checkpoint, and the replacement resumes from it", async () => {
+    const daemons = new DaemonHosts(2_000);
+    harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 1_000 } });
+    const endpoint = harness.server.endpoint;
+    const dir = tempDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const log = join(dir, "channel.jsonl");
+    const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log];
+    const shared = ["--checkpoint-bytes", String(1 << 16), "--master-port", "29600"];
+    // No --launch: each job registers the command that starts its replacements.
+    for (let host = 0; host < 8; host++) {
+      const daemon = HostDaemon.start({ host, controller: endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200 });
+      cleanups.push(() => daemon.close());
+      await daemon.ready();
+    }
+    const exits: Promise<number | null>[] = [];
+    const start = (job: string, hosts: number[]) => {
+      for (const host of hosts) {
+        const child = spawn(process.execPath, [CLI, "launch", "--job", job, "--host", String(host), "--dp", "2", "--connect", endpoint, ...shared, "--", ...torchrun], { stdio: "ignore" });
+        exits.push(new Promise((resolve) => child.once("exit", resolve)));
+        cleanups.push(() => void child.kill("SIGKILL"));
+      }
+    };
+    const client = new ControllerClient({ endpoint, timeoutMs: 5_000 });
+    cleanups.push(() => client.close());
+    // Whichever job completes its registration second takes both racks over their bound.
+    start("a", [0, 4]);
+    start("b", [1, 5]);
+    await expect.poll(async () => (await client.status()).migrations.length, { timeout: 20_000 }).toBeGreaterThan(0);
+    const entries = () => (existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>) : []);
+    // Every launcher that started exits 0: trained to the end, or moved away.
+    expect(await Promise.all(exits)).toEqual([0, 0, 0, 0]);
+    await expect.poll(() => entries().filter((e) => e.resumeCheck !== undefined).length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
+
+    // Replacements run on after their sources exited; the test ends when every torchrun has.
+    const pids = (key: string) => new Set(entries().filter((e) => e[key] !== undefined).map((e) => e.pid)).size;
+    await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), { timeout: 20_000 }).toBe(true);
+    const moves = (await client.status()).migrations;
+    expect(moves.every((m) => m.state === "done")).toBe(true);
+    const attached = entries().filter((e) => e.sent === "attach").map((e) => e.reply);
+    // Four launchers and at least one replacement, two local processes each; world = nodes × nproc.
+    expect(attached.length).toBeGreaterThanOrEqual(10);
+    for (const a of attached) expect(a).toMatchObject({ type: "attached", worldSize: 4, masterAddr: "127.0.0.1", masterPort: 29600 + a.generation });
+    const fresh = attached.filter((a) => a.resume === null && a.generation === 0);
+    expect(fresh.map((a) => a.rank).sort()).toEqual([0, 0, 1, 1, 2, 2, 3, 3]);
+
+    const saved = entries().filter((e) => e.sent === "saved");
+    expect(saved.map((e) => e.localRank).sort()).toEqual(moves.flatMap(() => [0, 1]).sort());
+    const resumed = entries().filter((e) => e.resumeCheck !== undefined);
+    expect(resumed.map((e) => e.resumeCheck)).toEqual(resumed.map(() => true));
+    expect(resumed.map((e) => e.length)).toEqual(resumed.map(() => 1 << 15));
+    for (const a of attached.filter((x) => x.resume !== null)) expect(moves.map((m) => m.stopStep)).toContain(a.resume.step);
+    // The job's other worker re-formed its group for the new generation.
+    expect(entries().some((e) => e.reply?.directive?.kind === "reconfigure" && e.reply.directive.generation === 1)).toBe(true);
+  }, 90_000);
+});
