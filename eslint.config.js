@@ -13,7 +13,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["bin/**/*.js"],
-    languageOptions: { globals: { process: "readonly" } },
+    files: ["bin/**/*.js", "**/*.mjs"],
+    languageOptions: { globals: { process: "readonly", Buffer: "readonly", setTimeout: "readonly" } },
   },
 );

@@ -15,19 +15,18 @@ import type { Logger } from "../log.ts";
 export type ChannelHandler = (request: Exclude<ChannelRequest, { type: "phase" }>) => Promise<ChannelReply>;
 
 export class ChannelServer {
-  private readonly sockets = new Set<Socket>();
-
   private constructor(
     private readonly server: Server,
+    private readonly sockets: Set<Socket>,
     readonly path: string,
   ) {}
 
   static async open(path: string, handle: ChannelHandler, onPhase: (request: Extract<ChannelRequest, { type: "phase" }>) => void, log: Logger): Promise<ChannelServer> {
     rmSync(path, { force: true });
-    let channel: ChannelServer | undefined;
+    const sockets = new Set<Socket>();
     const server = createServer((socket) => {
-      channel?.sockets.add(socket);
-      socket.once("close", () => channel?.sockets.delete(socket));
+      sockets.add(socket);
+      socket.once("close", () => sockets.delete(socket));
       socket.on("error", (error) => log.warn(() => `channel connection: ${error.message}`));
       const answer = (reply: ChannelReply) => {
         if (!socket.destroyed) socket.write(`${JSON.stringify(reply)}\n`);
@@ -56,8 +55,7 @@ export class ChannelServer {
       server.once("error", reject);
       server.listen(path, () => resolve());
     });
-    channel = new ChannelServer(server, path);
-    return channel;
+    return new ChannelServer(server, sockets, path);
   }
 
   async close(): Promise<void> {

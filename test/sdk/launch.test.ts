@@ -10,6 +10,17 @@ import { CLI } from "../../controller/demo/processes.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 import { runCli } from "../helpers/cli.ts";
 
+/** One line of the fake torchrun's log. */
+interface Entry {
+  pid: number;
+  localRank?: number;
+  sent?: string;
+  reply?: { type: string; rank: number; generation: number; resume: { step: number } | null; directive?: { kind: string; generation?: number } };
+  resumeCheck?: boolean;
+  length?: number;
+  done?: boolean;
+}
+
 const FAKE_TORCHRUN = new URL("./fixtures/fake-torchrun.mjs", import.meta.url).pathname;
 
 describe("adaptTorchrun", () => {
@@ -71,17 +82,17 @@ describe("monkeytree launch", () => {
     start("a", [0, 4]);
     start("b", [1, 5]);
     await expect.poll(async () => (await client.status()).migrations.length, { timeout: 20_000 }).toBeGreaterThan(0);
-    const entries = () => (existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>) : []);
+    const entries = () => (existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").map((line) => JSON.parse(line) as Entry) : []);
     // Every launcher that started exits 0: trained to the end, or moved away.
     expect(await Promise.all(exits)).toEqual([0, 0, 0, 0]);
     await expect.poll(() => entries().filter((e) => e.resumeCheck !== undefined).length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
 
     // Replacements run on after their sources exited; the test ends when every torchrun has.
-    const pids = (key: string) => new Set(entries().filter((e) => e[key] !== undefined).map((e) => e.pid)).size;
+    const pids = (key: keyof Entry) => new Set(entries().filter((e) => e[key] !== undefined).map((e) => e.pid)).size;
     await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), { timeout: 20_000 }).toBe(true);
     const moves = (await client.status()).migrations;
     expect(moves.every((m) => m.state === "done")).toBe(true);
-    const attached = entries().filter((e) => e.sent === "attach").map((e) => e.reply);
+    const attached = entries().flatMap((e) => (e.sent === "attach" && e.reply ? [e.reply] : []));
     // Four launchers and at least one replacement, two local processes each; world = nodes × nproc.
     expect(attached.length).toBeGreaterThanOrEqual(10);
     for (const a of attached) expect(a).toMatchObject({ type: "attached", worldSize: 4, masterAddr: "127.0.0.1", masterPort: 29600 + a.generation });
@@ -93,7 +104,7 @@ describe("monkeytree launch", () => {
     const resumed = entries().filter((e) => e.resumeCheck !== undefined);
     expect(resumed.map((e) => e.resumeCheck)).toEqual(resumed.map(() => true));
     expect(resumed.map((e) => e.length)).toEqual(resumed.map(() => 1 << 15));
-    for (const a of attached.filter((x) => x.resume !== null)) expect(moves.map((m) => m.stopStep)).toContain(a.resume.step);
+    for (const a of attached) if (a.resume) expect(moves.map((m) => m.stopStep)).toContain(a.resume.step);
     // The job's other worker re-formed its group for the new generation.
     expect(entries().some((e) => e.reply?.directive?.kind === "reconfigure" && e.reply.directive.generation === 1)).toBe(true);
   }, 90_000);
