@@ -92,10 +92,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const hosts = DEMO_TOPOLOGY.racks * DEMO_TOPOLOGY.hostsPerRack;
     const pace = ["--steps", String(options.steps), "--step-ms", String(options.stepMs)];
     // Room for two checkpoints: a host may receive one while its own worker's is still staged.
+    // No --launch: every worker registers the command that starts its replacement.
     const stagingBytes = 2 * options.stateBytes + 4 * MiB;
-    const launch = [process.execPath, RUN_TS, WORKER, ...pace, "--events", events].map((a) => JSON.stringify(a)).join(" ");
     for (let host = 0; host < hosts; host++) {
-      group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes), "--launch", launch]);
+      group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes)]);
     }
     await until(group, async () => (await status()).hosts.registered === hosts, options.timeoutMs, "every host daemon to register");
     print(`${elapsed()}  controller on ${endpoint}; ${hosts} host daemons registered, each with ${mib(stagingBytes)} of staging`);

@@ -4,13 +4,15 @@
  *
  *   node bin/run-ts.js examples/train/worker.ts --job llama --host 3 --dp 2 --events DIR
  *
- * A daemon starts the same program as a replacement (its --launch): the job, host and
- * parallelism then come from the MONKEYTREE_* environment and the state from the staging
- * buffer, and the worker carries on at the step its source stopped at.
+ * It registers the command that starts its replacement; a destination's daemon runs it for a
+ * migration, the job, host and parallelism then come from the MONKEYTREE_* environment and
+ * the state from the staging buffer, and the worker carries on at the step its source stopped at.
  */
 import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
+import { RUN_TS } from "../../controller/cli/paths.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
@@ -79,8 +81,11 @@ const checkpointBytes = checkpointCapacity(checkpointItems(state));
 const gate = flags["start-when-exists"];
 while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
+// A destination's daemon starts the replacement with this; job, host and state come from there.
+const replacementCommand = [process.execPath, RUN_TS, fileURLToPath(import.meta.url), "--steps", String(steps), "--step-ms", String(stepMs), ...(flags.events === undefined ? [] : ["--events", flags.events])];
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
+  launch: replacementCommand,
   ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
 });
 const assignment = await worker.register();

@@ -52,6 +52,8 @@ export class LaunchError extends Error {
 }
 
 const PAGE = 4096;
+/** A progress line every this many steps. */
+const PROGRESS_EVERY = 50;
 type Waiter = (reply: ChannelReply) => void;
 
 export class Launcher {
@@ -113,8 +115,10 @@ export class Launcher {
     this.child?.kill(signal);
   }
 
-  private enter(state: LauncherState, why: string): void {
-    this.options.log.info(() => `${this.state} → ${state}: ${why}`);
+  /** Every step passes through holding and back: those transitions are logged at debug level. */
+  private enter(state: LauncherState, why: string, routine = false): void {
+    const from = this.state;
+    (routine ? this.options.log.debug : this.options.log.info)(() => `${from} → ${state}: ${why}`);
     this.state = state;
     this.options.onState?.(state, why);
   }
@@ -185,7 +189,8 @@ export class Launcher {
 
   /** All local processes are at `step`: ask the controller, and tell each what to do. */
   private async meet(step: number, ranks: Map<number, Waiter>): Promise<void> {
-    this.enter("holding", `barrier ${step}`);
+    this.enter("holding", `barrier ${step}`, true);
+    if (step % PROGRESS_EVERY === 0) this.options.log.info(() => `every local process at barrier ${step}`);
     const directive = await this.worker!.barrier(step);
     if (directive.kind === "migrate-out") {
       this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
@@ -231,7 +236,7 @@ export class Launcher {
       this.stopped = true;
       this.enter("stopping", directive.reason);
     } else {
-      this.enter("running", directive.kind === "reconfigure" ? `re-forming at generation ${directive.assignment.generation}` : "continue");
+      this.enter("running", directive.kind === "reconfigure" ? `re-forming at generation ${directive.assignment.generation}` : "continue", directive.kind === "continue");
     }
     for (const [localRank, reply] of ranks) reply({ v: CHANNEL_VERSION, type: "directive", directive: this.translate(directive, localRank) });
   }

@@ -13,7 +13,7 @@ export class TorchrunArgsError extends Error {
 }
 
 export interface TorchrunCommand {
-  /** The program and its arguments, with `--standalone` added after the program. */
+  /** The program and its arguments, with `--standalone` added before torchrun's own options. */
   readonly argv: readonly string[];
   /** Processes torchrun starts on this host (`--nproc-per-node`, default 1). */
   readonly nprocPerNode: number;
@@ -21,9 +21,14 @@ export interface TorchrunCommand {
 
 const flagName = (arg: string): string | null => (arg.startsWith("--") ? arg.slice(2).split("=")[0]!.replaceAll("_", "-") : null);
 
+/** Modules that run torchrun: `python -m torch.distributed.run ARGS` is torchrun too. */
+const LAUNCH_MODULES = new Set(["torch.distributed.run", "monkeytree.torchrun"]);
+
 export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
-  const [program, ...rest] = argv;
-  if (program === undefined) throw new TorchrunArgsError("no command after `--`; give the torchrun command line, e.g. -- torchrun --nproc-per-node 8 train.py");
+  if (argv[0] === undefined) throw new TorchrunArgsError("no command after `--`; give the torchrun command line, e.g. -- torchrun --nproc-per-node 8 train.py");
+  const launcher = argv[1] === "-m" && LAUNCH_MODULES.has(argv[2] ?? "") ? 3 : 1;
+  const program = argv.slice(0, launcher);
+  const rest = argv.slice(launcher);
   let nprocPerNode = 1;
   // torchrun's own options come before the training script; everything after belongs to the script.
   for (let i = 0; i < rest.length; i++) {
@@ -42,7 +47,7 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
       nprocPerNode = count;
     }
   }
-  return { argv: [program, "--standalone", ...rest], nprocPerNode };
+  return { argv: [...program, "--standalone", ...rest], nprocPerNode };
 }
 
 /** torchrun options that take a separate value. */

@@ -28,6 +28,7 @@ describe("adaptTorchrun", () => {
     expect(adaptTorchrun(["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "3"])).toEqual({ argv: ["torchrun", "--standalone", "--nproc-per-node", "8", "train.py", "--lr", "3"], nprocPerNode: 8 });
     expect(adaptTorchrun(["torchrun", "--nproc_per_node=4", "train.py"]).nprocPerNode).toBe(4);
     expect(adaptTorchrun(["torchrun", "train.py", "--nnodes", "2"]).nprocPerNode).toBe(1);
+    expect(adaptTorchrun(["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "t.py"])).toEqual({ argv: ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "t.py"], nprocPerNode: 2 });
   });
 
   it("refuses flags that would set up a rendezvous of its own, naming them", () => {

@@ -32,7 +32,7 @@ afterEach(async () => {
   for (const step of teardown.splice(0).reverse()) await step();
 });
 
-async function startCluster(launch: readonly string[]): Promise<Cluster> {
+async function startCluster(): Promise<Cluster> {
   const dir = tempDir();
   const group = new ProcessGroup(dir);
   teardown.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -46,9 +46,8 @@ async function startCluster(launch: readonly string[]): Promise<Cluster> {
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
   teardown.push(() => client.close());
-  const command = launch.map((a) => JSON.stringify(a)).join(" ");
   const daemons = [0, 1, 2, 3].map((host) =>
-    group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2", "--launch", command]),
+    group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2"]),
   );
   await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
   const cluster: Cluster = {
@@ -86,7 +85,7 @@ async function startFaultJobs(cluster: Cluster, fault: (host: number, job: strin
 
 describe("faults with real processes", () => {
   it("rolls back when the source dies mid-transfer: the destination reports it, the stayer continues", async () => {
-    const cluster = await startCluster([process.execPath, "-e", "process.exit(1)"]);
+    const cluster = await startCluster();
     // Only b's moving worker dies; 128 MiB on one stream are still on the wire when it does.
     const workers = await startFaultJobs(cluster, (_, job) => (job === "b" ? ["--fault", "die-mid-transfer", "--bytes", String(128 * 2 ** 20)] : []));
     const controllerLog = () => log(cluster.controller);
@@ -105,7 +104,7 @@ describe("faults with real processes", () => {
   }, 90_000);
 
   it("rolls back when the destination's daemon is killed before the checkpoint arrives: the source continues", async () => {
-    const cluster = await startCluster([process.execPath, "-e", "process.exit(1)"]);
+    const cluster = await startCluster();
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
     await expect.poll(() => readdirSync(cluster.dir).some((f) => f.endsWith(".ticket")), { timeout: 30_000, interval: 50 }).toBe(true);
@@ -128,7 +127,7 @@ describe("faults with real processes", () => {
     const events = tempDir();
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
     const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
-    const cluster = await startCluster([process.execPath, RUN_TS, WORKER, ...pace]);
+    const cluster = await startCluster();
     const stateBytes = 8 * 2 ** 20;
     const start = (job: string, hosts: number[]) => {
       for (const host of hosts) {

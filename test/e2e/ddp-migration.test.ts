@@ -1,0 +1,136 @@
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../controller/demo/processes.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { tempDir } from "../service/harness.ts";
+import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";
+
+/**
+ * A real torchrun DDP job (gloo, CPU, Debian's torch) migrated between emulated hosts: four
+ * network namespaces on a bridge, two racks of two hosts with one uplink each. The controller
+ * runs beside the bridge, a daemon and a `monkeytree launch` in every host's namespace. The
+ * DDP job trains on hosts 0 and 2; when it is well into training a second job arrives on hosts
+ * 1 and 3, both racks go over their bound, and the controller swaps a DDP worker with one of
+ * the other job's. The DDP job must end with parameters bit-identical to an unmigrated run.
+ */
+
+const PYTHON = "/usr/bin/python3";
+const TRAIN = "examples/ddp/train.py";
+const STEPS = 300;
+const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
+
+const torch = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" }).status === 0;
+const netns = netnsUnavailable();
+const missing = !torch ? `${PYTHON} cannot import torch` : netns;
+if (missing && process.env.CI) throw new Error(`the DDP migration test cannot run: ${missing}; .ci/run runs as root and installs python3-torch`);
+
+const env = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };
+
+describe.skipIf(missing !== null)("a live DDP job migrated between network namespaces", () => {
+  let hosts: Hosts;
+  let reference: string;
+  const dirs: string[] = [];
+
+  beforeAll(() => {
+    hosts = createHosts(4);
+    // The unmigrated run: plain torchrun, two processes, same seed and steps.
+    const dir = tempDir();
+    dirs.push(dir);
+    const out = join(dir, "reference.json");
+    const run = spawnSync(PYTHON, ["-m", "monkeytree.torchrun", "--standalone", "--nproc_per_node", "2", TRAIN, "--steps", String(STEPS), "--out", out], {
+      env: { ...process.env, PYTHONPATH: "sdk/python", OMP_NUM_THREADS: "1" },
+      encoding: "utf8",
+    });
+    if (run.status !== 0) throw new Error(`reference run failed: ${run.stderr}`);
+    reference = (JSON.parse(readFileSync(out, "utf8")) as { digest: string }).digest;
+  }, 120_000);
+
+  afterAll(() => {
+    hosts?.remove();
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Controller, a daemon per host, the DDP job on hosts 0 and 2, and the gated second job on 1 and 3. */
+  async function cluster() {
+    const dir = tempDir();
+    dirs.push(dir);
+    const group = new ProcessGroup(dir);
+    const snapshot = join(dir, "topology.json");
+    writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
+    const controller = group.start("controller", [CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--journal", join(dir, "journal"), "--heartbeat-timeout", "2"]);
+    const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
+    const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
+    const inHost = (host: number, args: string[]) => [...hosts.exec(host).slice(1), "env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), process.execPath, ...args];
+    // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
+    const startIn = (name: string, host: number, args: string[]): Managed =>
+      group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
+    const daemons = [0, 1, 2, 3].map((host) =>
+      startIn(`daemon-${host}`, host, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20)]),
+    );
+    await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 30_000, interval: 200 }).toBe(4);
+    const out = join(dir, "ddp.json");
+    const ddp = [0, 2].map((host) =>
+      startIn(`ddp-${host}`, host, [
+        CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
+        "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
+      ]),
+    );
+    const gate = join(dir, "other.admitted");
+    for (const host of [1, 3]) {
+      startIn(`other-${host}`, host, [RUN_TS, WORKER, "--controller", endpoint, "--job", "other", "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(2 ** 20), "--steps", "100000", "--step-ms", "50", "--start-when-exists", gate]);
+    }
+    const teardown = async () => {
+      await client.close();
+      await group.stopAll(2_000);
+    };
+    return { dir, group, client, controller, daemons, ddp, out, gate, teardown };
+  }
+
+  const log = (managed: Managed) => readFileSync(managed.log, "utf8");
+
+  it("moves a DDP worker to the other rack mid-training; training resumes and ends bit-identical to an unmigrated run", async () => {
+    const c = await cluster();
+    try {
+      await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
+      writeFileSync(c.gate, "");
+      await expect.poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { timeout: 60_000, interval: 200 }).toMatch(/^done,done$/);
+      const moves = (await c.client.status()).migrations;
+      const moved = moves.find((m) => m.job === "ddp")!;
+      expect(Math.floor(moved.from / 2)).not.toBe(Math.floor(moved.to / 2));
+      expect((await c.client.status()).withinBounds).toBe(true);
+      await expect.poll(() => existsSync(c.out), { timeout: 120_000, interval: 500 }).toBe(true);
+      const result = JSON.parse(readFileSync(c.out, "utf8")) as { step: number; worldSize: number; generation: number; digest: string };
+      expect(result).toMatchObject({ step: STEPS, worldSize: 2, generation: 1 });
+      expect(result.digest).toBe(reference);
+      // The source's launcher stopped cleanly once its replacement took over; the stayer and the
+      // replacement (started by the destination's daemon) ran to the end and exited 0.
+      expect(await Promise.all(c.ddp.map((launcher) => launcher.exited))).toEqual([0, 0]);
+      await expect.poll(() => log(c.daemons[moved.to]!), { timeout: 30_000 }).toMatch(/replacement launcher exited \(code 0\)/);
+    } finally {
+      await c.teardown();
+    }
+  }, 240_000);
+
+  it("rolls back when the destination's daemon dies during the move; the job continues on its old hosts, bit-identical", async () => {
+    const c = await cluster();
+    try {
+      await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
+      writeFileSync(c.gate, "");
+      // Kill the destination's daemon as soon as the DDP move has asked it to stage.
+      const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.state !== "planned" && m.state !== "pausing");
+      await expect.poll(staging, { timeout: 60_000, interval: 20 }).toBeDefined();
+      const move = (await staging())!;
+      c.group.kill(c.daemons[move.to]!, "SIGKILL");
+      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === move.id)?.state, { timeout: 30_000, interval: 200 }).toBe("rolled-back");
+      await expect.poll(() => existsSync(c.out), { timeout: 120_000, interval: 500 }).toBe(true);
+      const result = JSON.parse(readFileSync(c.out, "utf8")) as { step: number; generation: number; digest: string };
+      expect(result).toMatchObject({ step: STEPS, generation: 0 });
+      expect(result.digest).toBe(reference);
+      expect(await Promise.all(c.ddp.map((launcher) => launcher.exited))).toEqual([0, 0]);
+    } finally {
+      await c.teardown();
+    }
+  }, 240_000);
+});
