@@ -30,6 +30,15 @@
           {"sources": ["src/rdma.cpp"], "defines": ["MONKEYTREE_HAVE_IBVERBS"], "libraries": ["-libverbs"]},
           {"sources": ["src/rdma_stub.cpp"]}]
       ]
+    },
+    {
+      # The same CRC32C for the Python hook, which loads it with ctypes (node-gyp names every
+      # module .node; this one is a plain shared library with two C functions and no Node API).
+      "target_name": "monkeytree_crc32c",
+      "type": "loadable_module",
+      "sources": ["src/crc32c.cpp", "src/crc32c_c_api.cpp"],
+      "cflags_cc": ["-std=c++17", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"]
     }
   ]
 }

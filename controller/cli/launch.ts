@@ -21,9 +21,10 @@ its state into a staging buffer when its worker migrates; the launcher sends tha
 destination, where the host's daemon starts this same command as the replacement. Jobs
 started without the launcher run untouched.
 
-torchrun runs with --standalone: the job-wide rendezvous comes from the controller (ranks
-follow the ring order, the master is node rank 0's host), so remove --nnodes, --node-rank,
---master-addr, --master-port and --rdzv-* from the torchrun command.
+Each host's torchrun runs as a single-node job with its own local rendezvous: the job-wide
+process group comes from the controller (ranks follow the ring order, the master is node
+rank 0's host), so remove --nnodes, --node-rank, --master-addr, --master-port, --rdzv-* and
+--standalone from the torchrun command.
 
 options:
   --job J                the job's id, the same on every host (required)

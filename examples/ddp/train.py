@@ -22,13 +22,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 import monkeytree
 
-INPUTS, HIDDEN, OUTPUTS, BATCH = 16, 32, 4, 8
+INPUTS, OUTPUTS, BATCH = 16, 4, 8
 
 
-def build(seed):
+def build(seed, hidden):
     torch.manual_seed(seed)  # identical initial parameters on every rank
-    model = torch.nn.Sequential(torch.nn.Linear(INPUTS, HIDDEN), torch.nn.ReLU(), torch.nn.Dropout(0.1),
-                                torch.nn.Linear(HIDDEN, OUTPUTS))
+    model = torch.nn.Sequential(torch.nn.Linear(INPUTS, hidden), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(hidden, OUTPUTS))
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
@@ -57,11 +57,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", type=int, default=32,
+                        help="hidden width; the model has about 21 × hidden parameters (5,000,000 → 105M)")
     parser.add_argument("--out", help="JSON file rank 0 writes at the end: final step and parameter digest")
     args = parser.parse_args()
 
     job = monkeytree.attach()  # forms the process group (the launcher's, or torchrun's without one)
-    model, optimizer = build(args.seed)
+    model, optimizer = build(args.seed, args.hidden)
     step = 0
     if job.resuming:
         # A replacement: fill fresh objects with what the migrated process saved.

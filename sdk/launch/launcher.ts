@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -52,7 +53,9 @@ export class LaunchError extends Error {
 }
 
 const PAGE = 4096;
-/** A progress line every this many steps. */
+/** Recent step times kept, to tell a migration's cost from a step's. */
+const STEP_HISTORY = 16;
+/** A progress line at the first barrier, then every this many steps. */
 const PROGRESS_EVERY = 50;
 type Waiter = (reply: ChannelReply) => void;
 
@@ -67,6 +70,13 @@ export class Launcher {
   /** Local processes that saved their checkpoint, by local rank. */
   private saving: { ranks: Map<number, Waiter>; buffer: StagingBuffer; directive: Extract<Directive, { kind: "migrate-out" }>; step: number } | null = null;
   private stopped = false;
+  /** Whether the local processes reached their first barrier. */
+  private trained = false;
+  /** When the local processes were last told to re-form their group; null once they trained on. */
+  private reformedAt: number | null = null;
+  /** When the local processes last all reached a barrier, and how long the recent steps took. */
+  private lastBarrierAt: number | null = null;
+  private readonly stepSeconds: number[] = [];
 
   constructor(private readonly options: LauncherOptions) {}
 
@@ -123,8 +133,8 @@ export class Launcher {
     this.options.onState?.(state, why);
   }
 
-  private startTorchrun(channel: string): Promise<number> {
-    const [program, ...args] = this.options.torchrun.argv;
+  private async startTorchrun(channel: string): Promise<number> {
+    const [program, ...args] = this.options.torchrun.local(await freePort());
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel } });
     this.child = child;
     return new Promise((resolve) => {
@@ -190,7 +200,19 @@ export class Launcher {
   /** All local processes are at `step`: ask the controller, and tell each what to do. */
   private async meet(step: number, ranks: Map<number, Waiter>): Promise<void> {
     this.enter("holding", `barrier ${step}`, true);
-    if (step % PROGRESS_EVERY === 0) this.options.log.info(() => `every local process at barrier ${step}`);
+    if (step % PROGRESS_EVERY === 0 || !this.trained) this.options.log.info(() => `every local process at barrier ${step}`);
+    this.trained = true;
+    const now = performance.now();
+    if (this.reformedAt !== null) {
+      const seconds = (now - this.reformedAt) / 1000;
+      const usual = median(this.stepSeconds);
+      this.options.log.info(() => `training resumed: every local process reached barrier ${step}, ${seconds.toFixed(3)} s after the group was told to re-form (a step took ${usual.toFixed(3)} s before)`);
+      this.reformedAt = null;
+    } else if (this.lastBarrierAt !== null) {
+      this.stepSeconds.push((now - this.lastBarrierAt) / 1000);
+      if (this.stepSeconds.length > STEP_HISTORY) this.stepSeconds.shift();
+    }
+    this.lastBarrierAt = now;
     const directive = await this.worker!.barrier(step);
     if (directive.kind === "migrate-out") {
       this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
@@ -231,7 +253,10 @@ export class Launcher {
   }
 
   private answer(ranks: Map<number, Waiter>, directive: Directive): void {
-    if (directive.kind === "reconfigure") this.assignment = directive.assignment;
+    if (directive.kind === "reconfigure") {
+      this.assignment = directive.assignment;
+      this.reformedAt = performance.now();
+    }
     if (directive.kind === "stop") {
       this.stopped = true;
       this.enter("stopping", directive.reason);
@@ -254,6 +279,23 @@ export class Launcher {
         return { kind: "stop", reason: `unexpected second migrate-out (${directive.migration})` };
     }
   }
+}
+
+/** A port nothing listens on now, for torchrun's local rendezvous store. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length ? sorted[Math.floor(sorted.length / 2)]! : NaN;
 }
 
 const error = (message: string): ChannelReply => ({ v: CHANNEL_VERSION, type: "error", message });

@@ -1,8 +1,10 @@
 /**
  * The user's torchrun command line, adapted for `monkeytree launch`: the launcher owns the
  * cross-host rendezvous (the hook forms the job's process group from the controller's
- * assignment), so each host's torchrun runs `--standalone` and flags that would set up a
- * multi-node rendezvous of its own are refused rather than silently overridden.
+ * assignment), so each host's torchrun is a single-node job with a rendezvous of its own on
+ * a free local port, and flags that would set up a multi-node rendezvous are refused rather
+ * than silently overridden. (`--standalone` is not used: torch 1.13 puts every standalone
+ * torchrun on localhost:29400, so two on one machine share, and lose, one store.)
  */
 
 /** torchrun flags the launcher sets itself; both spellings torchrun accepts. */
@@ -13,10 +15,12 @@ export class TorchrunArgsError extends Error {
 }
 
 export interface TorchrunCommand {
-  /** The program and its arguments, with `--standalone` added before torchrun's own options. */
+  /** The program and its arguments as the user gave them. */
   readonly argv: readonly string[];
   /** Processes torchrun starts on this host (`--nproc-per-node`, default 1). */
   readonly nprocPerNode: number;
+  /** The command to run: a single-node torchrun whose rendezvous store listens on `port`. */
+  local(port: number): string[];
 }
 
 const flagName = (arg: string): string | null => (arg.startsWith("--") ? arg.slice(2).split("=")[0]!.replaceAll("_", "-") : null);
@@ -47,7 +51,9 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
       nprocPerNode = count;
     }
   }
-  return { argv: [...program, "--standalone", ...rest], nprocPerNode };
+  // Underscored spellings: torch 1.13 knows no other, and later versions accept them too.
+  const local = (port: number) => [...program, "--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", `--master_port=${port}`, ...rest];
+  return { argv: [...argv], nprocPerNode, local };
 }
 
 /** torchrun options that take a separate value. */

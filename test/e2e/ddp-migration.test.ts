@@ -17,6 +17,7 @@ import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";
  */
 
 const PYTHON = "/usr/bin/python3";
+const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
 const TRAIN = "examples/ddp/train.py";
 const STEPS = 300;
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
@@ -52,8 +53,12 @@ describe.skipIf(missing !== null)("a live DDP job migrated between network names
     for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
   });
 
-  /** Controller, a daemon per host, the DDP job on hosts 0 and 2, and the gated second job on 1 and 3. */
-  async function cluster() {
+  /**
+   * Controller, a daemon per host, the DDP job on hosts 0 and 2, and the gated second job on 1
+   * and 3: the example training loop, or with `hold` a worker whose checkpoint waits for
+   * `<hold>.go` before it leaves, which keeps the plan step from committing until then.
+   */
+  async function cluster(hold?: string) {
     const dir = tempDir();
     dirs.push(dir);
     const group = new ProcessGroup(dir);
@@ -79,7 +84,8 @@ describe.skipIf(missing !== null)("a live DDP job migrated between network names
     );
     const gate = join(dir, "other.admitted");
     for (const host of [1, 3]) {
-      startIn(`other-${host}`, host, [RUN_TS, WORKER, "--controller", endpoint, "--job", "other", "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(2 ** 20), "--steps", "100000", "--step-ms", "50", "--start-when-exists", gate]);
+      const worker = hold === undefined ? [WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [FAULT_WORKER, "--fault", `hold:${hold}`];
+      startIn(`other-${host}`, host, [RUN_TS, ...worker, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", "2", "--steps", "100000", "--start-when-exists", gate]);
     }
     const teardown = async () => {
       await client.close();
@@ -89,6 +95,7 @@ describe.skipIf(missing !== null)("a live DDP job migrated between network names
   }
 
   const log = (managed: Managed) => readFileSync(managed.log, "utf8");
+
 
   it("moves a DDP worker to the other rack mid-training; training resumes and ends bit-identical to an unmigrated run", async () => {
     const c = await cluster();
@@ -114,16 +121,22 @@ describe.skipIf(missing !== null)("a live DDP job migrated between network names
   }, 240_000);
 
   it("rolls back when the destination's daemon dies during the move; the job continues on its old hosts, bit-identical", async () => {
-    const c = await cluster();
+    const dir = tempDir();
+    dirs.push(dir);
+    const hold = join(dir, "hold");
+    const c = await cluster(hold);
     try {
       await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
       writeFileSync(c.gate, "");
-      // Kill the destination's daemon as soon as the DDP move has asked it to stage.
+      // The other job's checkpoint is held back, so the DDP move cannot commit; once the
+      // destination's daemon has been asked to stage, kill it.
       const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.state !== "planned" && m.state !== "pausing");
       await expect.poll(staging, { timeout: 60_000, interval: 20 }).toBeDefined();
       const move = (await staging())!;
+      expect(["staging", "transferring", "verifying", "staged"]).toContain(move.state);
       c.group.kill(c.daemons[move.to]!, "SIGKILL");
       await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === move.id)?.state, { timeout: 30_000, interval: 200 }).toBe("rolled-back");
+      writeFileSync(`${hold}.go`, "");
       await expect.poll(() => existsSync(c.out), { timeout: 120_000, interval: 500 }).toBe(true);
       const result = JSON.parse(readFileSync(c.out, "utf8")) as { step: number; generation: number; digest: string };
       expect(result).toMatchObject({ step: STEPS, generation: 0 });

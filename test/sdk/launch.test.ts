@@ -24,11 +24,15 @@ interface Entry {
 const FAKE_TORCHRUN = new URL("./fixtures/fake-torchrun.mjs", import.meta.url).pathname;
 
 describe("adaptTorchrun", () => {
-  it("runs torchrun standalone and reads --nproc-per-node in either spelling", () => {
-    expect(adaptTorchrun(["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "3"])).toEqual({ argv: ["torchrun", "--standalone", "--nproc-per-node", "8", "train.py", "--lr", "3"], nprocPerNode: 8 });
+  it("runs torchrun as a single-node job on a local port and reads --nproc-per-node in either spelling", () => {
+    const command = adaptTorchrun(["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "3"]);
+    expect(command.nprocPerNode).toBe(8);
+    expect(command.local(40001)).toEqual(["torchrun", "--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", "--master_port=40001", "--nproc-per-node", "8", "train.py", "--lr", "3"]);
     expect(adaptTorchrun(["torchrun", "--nproc_per_node=4", "train.py"]).nprocPerNode).toBe(4);
     expect(adaptTorchrun(["torchrun", "train.py", "--nnodes", "2"]).nprocPerNode).toBe(1);
-    expect(adaptTorchrun(["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "t.py"])).toEqual({ argv: ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "t.py"], nprocPerNode: 2 });
+    const module = adaptTorchrun(["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "t.py"]);
+    expect(module.local(5).slice(0, 4)).toEqual(["python3", "-m", "torch.distributed.run", "--nnodes=1"]);
+    expect(module.nprocPerNode).toBe(2);
   });
 
   it("refuses flags that would set up a rendezvous of its own, naming them", () => {

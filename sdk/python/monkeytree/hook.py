@@ -1,7 +1,7 @@
 """The training process's side of the local channel to ``monkeytree launch`` (sdk/protocol/channel.ts).
 
 Why it exists: MonkeyTree moves workers between hosts while a job runs, so the job-wide process
-group cannot be torchrun's. The launcher starts torchrun per host with ``--standalone`` (its
+group cannot be torchrun's. The launcher starts torchrun per host as a single-node job (its
 RANK/WORLD_SIZE are local) and hands each process the job-wide rank, world size and rendezvous
 address over the channel; the hook forms the group from those, and forms it again whenever the
 controller changes the job's shape.
@@ -211,6 +211,10 @@ class Job:
             raise ChannelError(f"directive: kind must be {allowed}, received {kind!r}")
 
     def _form(self, group):
+        # torchrun's static rendezvous tells its workers that its agent hosts the store
+        # (TORCHELASTIC_USE_AGENT_STORE), so rank 0 would only connect to a store nobody
+        # serves. The job-wide group is the hook's own: rank 0 hosts its store.
+        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
         dist.init_process_group(self._backend, init_method=f"tcp://{group['addr']}:{group['port']}",
                                 rank=group["rank"], world_size=group["world_size"], timeout=self._timeout)
         self.rank, self.world_size, self.generation = group["rank"], group["world_size"], group["generation"]

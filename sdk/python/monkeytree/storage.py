@@ -20,7 +20,7 @@ import torch
 from torch.futures import Future
 
 from . import compat
-from .crc import crc32c, crc32c_tensor
+from .crc import copy_with_crc32c, crc32c, crc32c_tensor
 from .layout import DEFAULT_ALIGNMENT, DTYPE_BYTES, Checkpoint, CheckpointError, Writer, check_alignment
 
 if compat.torch_version() >= (2, 0):
@@ -159,9 +159,9 @@ class StagingWriter(_Mapped, dcp.StorageWriter):
                         f"{fqn}: dtype {name} cannot be stored; the format has {', '.join(DTYPE_BYTES)}", "invalid_item")
                 source = data.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
                 start = self._layout.reserve(source.numel(), fqn)
-                _raw_bytes(self.buffer, start, source.numel()).copy_(source)
+                crc = copy_with_crc32c(_raw_bytes(self.buffer, start, source.numel()), source)
                 chunk = item.tensor_data.chunk
-                stored = {"length": source.numel(), "crc32c": crc32c_tensor(source),
+                stored = {"length": source.numel(), "crc32c": crc,
                           "offsets": list(chunk.offsets), "sizes": list(chunk.sizes)}
             stored["storageOffset"] = start
             results.append(dcp.storage.WriteResult(index=item.index, size_in_bytes=stored["length"],
