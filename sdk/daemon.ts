@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import type { Dealer } from "zeromq";
 import { connectToController } from "./client.ts";
 import type { Logger } from "./log.ts";
@@ -48,7 +48,20 @@ interface Staged {
   readonly migration: string;
   readonly grant: Grant;
   state: "receiving" | "verified" | "failed";
-  spawned: boolean;
+  /** The replacement launcher, once started (at prepare, or at the commit's spawn). */
+  replacement: ChildProcess | null;
+}
+
+type ReplacementSpec = PrepareCommand["replacement"];
+
+/** Stops a replacement launcher and everything it started (its own process group). */
+function stopGroup(child: ChildProcess | null): void {
+  if (child?.pid === undefined || child.exitCode !== null) return;
+  try {
+    process.kill(-child.pid, "SIGTERM");
+  } catch {
+    // Already gone.
+  }
 }
 
 type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
@@ -223,6 +236,7 @@ export class HostDaemon {
         if (staged) {
           this.listener.revoke(command.token);
           this.staged.delete(command.token);
+          stopGroup(staged.replacement);
           this.log.info(() => `released the staging of migration ${staged.migration}`);
         }
         return this.done(command.id);
@@ -238,7 +252,7 @@ export class HostDaemon {
       return this.refuse(command.id, "no_space", `no free range of ${command.bytes} bytes in the ${this.buffer.size}-byte staging buffer; start the daemon with a larger --staging-bytes`);
     }
     const grant = this.listener.grant(this.buffer, { offset, length: command.bytes });
-    const staged: Staged = { migration: command.migration, grant, state: "receiving", spawned: false };
+    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null };
     const token = grant.ticket.token;
     this.staged.set(token, staged);
     grant.completion.then(
@@ -252,6 +266,7 @@ export class HostDaemon {
         // A grant withdrawn by `release` belongs to a migration the controller already rolled back.
         if (this.staged.get(token) !== staged || this.closed) return;
         this.staged.delete(token);
+        stopGroup(staged.replacement);
         const code = error instanceof TransferError ? error.code : "io";
         const detail = `${code}: ${(error as Error).message}`;
         this.log.warn(() => `migration ${command.migration}: transfer failed (${detail})`);
@@ -266,51 +281,65 @@ export class HostDaemon {
       },
     );
     this.log.info(() => `migration ${command.migration}: staging ${command.bytes} bytes at offset ${offset}`);
+    // Started now, the replacement's process start overlaps the transfer; the controller holds
+    // its registration until the move commits. If it cannot start, the spawn at commit says why.
+    void this.startReplacement(staged, command.replacement, token).then((failure) => {
+      if (failure) this.log.warn(() => `migration ${command.migration}: ${failure.message}`);
+    });
     return { v: PROTOCOL_VERSION, type: "daemon.prepared", id: command.id, host: this.options.host, endpoint: transferEndpoint(grant.ticket), token };
   }
 
-  private spawn(command: SpawnCommand): CommandReply | Promise<CommandReply> {
+  private async spawn(command: SpawnCommand): Promise<CommandReply> {
     const staged = this.staged.get(command.token);
     if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
-    if (staged.spawned) return this.done(command.id);
+    if (staged.replacement) return this.done(command.id);
     if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
-    if (command.launch === null && this.options.launch === undefined) {
-      return this.refuse(command.id, "no_launcher", `job ${command.job} registered no replacement command and the daemon on host ${this.options.host} runs without --launch`);
+    const failure = await this.startReplacement(staged, command, command.token);
+    return failure === null ? this.done(command.id) : this.refuse(command.id, failure.code, failure.message);
+  }
+
+  /**
+   * Starts the replacement launcher, in a process group of its own so a rollback can stop it
+   * with everything it started. Resolves with null once it runs, or why it could not start.
+   */
+  private startReplacement(staged: Staged, spec: ReplacementSpec, token: string): Promise<{ code: RefusalCode; message: string } | null> {
+    if (spec.launch === null && this.options.launch === undefined) {
+      return Promise.resolve({ code: "no_launcher", message: `job ${spec.job} registered no replacement command and the daemon on host ${this.options.host} runs without --launch` });
     }
-    staged.spawned = true;
     const env = {
       ...process.env,
       ...replacementEnvironment({
         MONKEYTREE_CONTROLLER: this.options.controller,
         MONKEYTREE_HOST: this.options.host,
-        MONKEYTREE_JOB: command.job,
-        MONKEYTREE_GROUP: command.group,
-        MONKEYTREE_TP: command.parallelism.tp,
-        MONKEYTREE_PP: command.parallelism.pp,
-        MONKEYTREE_DP: command.parallelism.dp,
-        MONKEYTREE_MIGRATION: command.migration,
-        MONKEYTREE_TOKEN: command.token,
+        MONKEYTREE_JOB: spec.job,
+        MONKEYTREE_GROUP: spec.group,
+        MONKEYTREE_TP: spec.parallelism.tp,
+        MONKEYTREE_PP: spec.parallelism.pp,
+        MONKEYTREE_DP: spec.parallelism.dp,
+        MONKEYTREE_MIGRATION: staged.migration,
+        MONKEYTREE_TOKEN: token,
         MONKEYTREE_STAGING_BUFFER: this.buffer.name,
         MONKEYTREE_STAGING_OFFSET: staged.grant.offset,
         MONKEYTREE_STAGING_LENGTH: staged.grant.ticket.length,
       }),
     };
     // The job's own command when it registered one, else the operator's --launch through a shell.
-    const [program, ...args] = command.launch ?? [this.options.launch!];
-    const child = spawn(program!, args, { shell: command.launch === null, env, stdio: ["ignore", "inherit", "inherit"] });
-    return new Promise<CommandReply>((resolve) => {
+    const [program, ...args] = spec.launch ?? [this.options.launch!];
+    const child = spawn(program!, args, { shell: spec.launch === null, env, stdio: ["ignore", "inherit", "inherit"], detached: true });
+    staged.replacement = child;
+    // The checkpoint stays staged until the launcher that loads it has exited.
+    child.once("exit", (code, signal) => {
+      if (this.staged.get(token) === staged) this.staged.delete(token);
+      this.log.info(() => `migration ${staged.migration}: replacement launcher exited (${signal ?? `code ${code}`}); its staging is free`);
+    });
+    return new Promise((resolve) => {
       child.once("spawn", () => {
-        this.log.info(() => `migration ${command.migration}: started the replacement launcher (pid ${child.pid ?? "?"})`);
-        resolve(this.done(command.id));
+        this.log.info(() => `migration ${staged.migration}: started the replacement launcher (pid ${child.pid ?? "?"})`);
+        resolve(null);
       });
       child.once("error", (error) => {
-        staged.spawned = false;
-        resolve(this.refuse(command.id, "launch_failed", `could not run --launch: ${error.message}`));
-      });
-      // The checkpoint stays staged until the launcher that loads it has exited.
-      child.once("exit", (code, signal) => {
-        this.staged.delete(command.token);
-        this.log.info(() => `migration ${command.migration}: replacement launcher exited (${signal ?? `code ${code}`}); its staging is free`);
+        staged.replacement = null;
+        resolve({ code: "launch_failed", message: `could not start the replacement launcher: ${error.message}` });
       });
     });
   }

@@ -106,6 +106,8 @@ export class Controller {
   private readonly workers = new Map<number, WorkerSession>();
   private readonly daemons = new Map<number, DaemonSession>();
   private readonly addressOf = (host: number): string | null => this.daemons.get(host)?.address ?? null;
+  /** Replacements that registered before their move committed, by token. */
+  private readonly early = new Map<string, { readonly target: ReplyTarget; readonly req: Register }>();
   /** Jobs held at a barrier step for a migration. */
   private readonly stops = new Map<string, number>();
   /** Which job each host runs, started or still registering. */
@@ -299,11 +301,18 @@ export class Controller {
     if (groups.some((hosts) => new Set(hosts.map((h) => rackOf(cluster, h))).size > 1)) this.replanWanted = true;
   }
 
-  /** A replacement launcher registers on the destination of a committed move. */
+  /**
+   * A replacement launcher registers on the destination of a move. Started at prepare, it may
+   * call before the move commits: it is held until then (`early`), and refused on a rollback.
+   */
   private onReplacement(target: ReplyTarget, req: Register, token: string): void {
     const m = this.activeMoves().find((x) => x.token === token);
-    if (!m || !isCommitted(m.state) || m.to !== req.worker.host || m.job !== req.worker.job || m.group !== req.worker.group) {
-      throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no committed migration carries it there`);
+    if (!m || m.to !== req.worker.host || m.job !== req.worker.job || m.group !== req.worker.group || m.state === "rolled-back") {
+      throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`);
+    }
+    if (!isCommitted(m.state)) {
+      this.early.set(token, { target, req });
+      return;
     }
     const session = this.session(m.job, m.to);
     session.heldRegister = target;
@@ -543,13 +552,21 @@ export class Controller {
         this.stops.set(action.job, action.step);
         return;
       case "prepare-staging": {
+        const m = this.state.migrations.get(action.migration);
+        const job = m && this.state.jobs.get(m.job);
+        if (!m || !job) return this.later(() => this.fire(action.migration, { type: "fail", reason: "its job ended before staging" }));
         const daemon = this.daemons.get(action.host);
         if (daemon && daemon.stagingBytes < action.bytes) {
           const reason = `host ${action.host} stages at most ${daemon.stagingBytes} bytes; the checkpoint has ${action.bytes}`;
           return this.effect(() => this.later(() => this.fire(action.migration, { type: "fail", reason })));
         }
         return this.effect(() =>
-          this.options.transport.prepare({ migration: action.migration, host: action.host, bytes: action.bytes }).then(
+          this.options.transport.prepare({
+            migration: action.migration,
+            host: action.host,
+            bytes: action.bytes,
+            replacement: { job: m.job, group: m.group, parallelism: job.parallelism, launch: job.launch },
+          }).then(
             (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
             (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
           ),
@@ -569,6 +586,7 @@ export class Controller {
         return;
       }
       case "release-staging":
+        this.refuseEarly(action.token, "its migration rolled back");
         return this.effect(() =>
           this.options.transport.release(action.host, action.token).catch((error: unknown) => this.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
         );
@@ -579,6 +597,12 @@ export class Controller {
         return;
       }
       case "spawn-replacement": {
+        const early = this.early.get(action.token);
+        if (early) {
+          this.early.delete(action.token);
+          // After the whole step committed, when the host's previous worker has left it.
+          this.later(() => this.admitEarly(action.token, early));
+        }
         const job = this.state.jobs.get(action.job);
         if (!job) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
         return this.effect(() =>
@@ -742,6 +766,24 @@ export class Controller {
   }
 
   /** A bug in one decision is logged; it must not take the controller down with it. */
+  /** A replacement that registered before its move committed is now admitted (or told why not). */
+  private admitEarly(token: string, early: { readonly target: ReplyTarget; readonly req: Register }): void {
+    try {
+      this.onReplacement(early.target, early.req, token);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      this.send(early.target, errorReply(early.target.id, error.code, error.message));
+    }
+  }
+
+  /** Answers a held early registration with a refusal: its move will not commit. */
+  private refuseEarly(token: string, why: string): void {
+    const early = this.early.get(token);
+    if (!early) return;
+    this.early.delete(token);
+    this.send(early.target, errorReply(early.target.id, "invalid_token", `the replacement is not needed: ${why}`));
+  }
+
   private safely(what: string, run: () => void): void {
     try {
       run();

@@ -79,7 +79,13 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
   }
 
   async prepare(request: StagingRequest): Promise<StagingGrant> {
-    const reply = await this.command(request.host, { type: "daemon.prepare", migration: request.migration, bytes: request.bytes });
+    const { job, group, parallelism, launch } = request.replacement;
+    const reply = await this.command(request.host, {
+      type: "daemon.prepare",
+      migration: request.migration,
+      bytes: request.bytes,
+      replacement: { job, group, parallelism, launch: launch === null ? null : [...launch] },
+    });
     if (reply.type !== "daemon.prepared") throw unexpected(request.host, "daemon.prepare", reply);
     return { endpoint: reply.endpoint, token: reply.token };
   }

@@ -11,6 +11,11 @@ export interface StagingRequest {
   readonly host: number;
   /** Checkpoint size to stage. */
   readonly bytes: number;
+  /**
+   * The replacement to start now, while the checkpoint is still on its way, so its process
+   * start overlaps the transfer. Its registration is held until the move commits.
+   */
+  readonly replacement: Omit<ReplacementRequest, "migration" | "host" | "token">;
 }
 
 /** Where the source sends its checkpoint, and the single-use token that admits it. */

@@ -20,7 +20,8 @@ import type { TorchrunCommand } from "./torchrun.ts";
  * answer: the processes re-form their process group (`reconfigure`), save into a staging
  * buffer that the agent sends to the destination (`migrate-out`), or exit (`stop`).
  *
- *   registering → starting → running ⇄ holding (a barrier at the controller)
+ *   registering → starting (torchrun starts while the registration waits) → running
+ *   running ⇄ holding (a barrier at the controller)
  *                                     → saving → sending → holding
  *   running/holding → stopping (moved away or told to stop) → exited
  *   running → exited (training ended: the job is finished)
@@ -62,6 +63,8 @@ type Waiter = (reply: ChannelReply) => void;
 export class Launcher {
   private state: LauncherState = "registering";
   private assignment: Assignment | null = null;
+  /** Set before torchrun starts, so every attach finds it. */
+  private registration: Promise<Assignment> | null = null;
   private client: ControllerClient | null = null;
   private worker: WorkerClient | null = null;
   private child: ChildProcess | null = null;
@@ -102,10 +105,23 @@ export class Launcher {
         launch: [...options.replacementCommand],
         ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
       });
-      this.assignment = await this.worker.register();
-      this.groupOf(0);
-      this.enter("starting", `node rank ${this.assignment.nodeRank} of ${this.assignment.nodes}, generation ${this.assignment.generation}`);
-      const code = await this.startTorchrun(channel.path);
+      this.registration = this.worker.register();
+      // Observed here so a refusal during torchrun's start is not an unhandled rejection.
+      this.registration.catch(() => undefined);
+      // torchrun starts while the registration waits (for the job's other workers, or for a
+      // replacement's move to commit): Python and the model load meanwhile, and the processes'
+      // attach is answered once the assignment is here.
+      const { exited } = await this.startTorchrun(channel.path);
+      try {
+        this.assignment = await this.registration!;
+        this.groupOf(0);
+      } catch (error) {
+        this.terminate("SIGTERM");
+        await exited;
+        throw error;
+      }
+      this.enter("running", `node rank ${this.assignment.nodeRank} of ${this.assignment.nodes}, generation ${this.assignment.generation}`);
+      const code = await exited;
       if (code === 0 && !this.stopped) {
         await this.client.finish(options.worker.job);
         this.enter("exited", "training ended; the job is finished");
@@ -133,18 +149,27 @@ export class Launcher {
     this.options.onState?.(state, why);
   }
 
-  private async startTorchrun(channel: string): Promise<number> {
+  /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
+  private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
     const [program, ...args] = this.options.torchrun.local(await freePort());
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel } });
     this.child = child;
-    return new Promise((resolve) => {
-      child.once("spawn", () => this.enter("running", `torchrun started (pid ${child.pid ?? "?"}) with ${this.options.torchrun.nprocPerNode} local processes`));
+    let started: () => void;
+    const spawned = new Promise<void>((resolve) => (started = resolve));
+    const exited = new Promise<number>((resolve) => {
+      child.once("spawn", () => {
+        this.enter("starting", `torchrun started (pid ${child.pid ?? "?"}) with ${this.options.torchrun.nprocPerNode} local processes; registering`);
+        started();
+      });
       child.once("error", (error) => {
+        started();
         this.options.log.error(() => `could not start ${program}: ${error.message}`);
         resolve(127);
       });
       child.once("exit", (code, signal) => resolve(code ?? (signal ? 128 + 15 : 1)));
     });
+    await spawned;
+    return { exited };
   }
 
   /** The process-group values of one local rank under the current assignment. */
@@ -167,21 +192,25 @@ export class Launcher {
     const n = this.options.torchrun.nprocPerNode;
     if (request.localRank >= n) return Promise.resolve(error(`localRank ${request.localRank} is not below --nproc-per-node ${n}`));
     switch (request.type) {
-      case "attach": {
-        const r = this.options.replacement;
-        const resume = r && {
-          buffer: r.MONKEYTREE_STAGING_BUFFER,
-          offset: r.MONKEYTREE_STAGING_OFFSET + request.localRank * this.share,
-          length: this.share,
-          step: this.assignment!.resumeStep ?? 0,
-        };
-        return Promise.resolve({ v: CHANNEL_VERSION, type: "attached", ...this.groupOf(request.localRank), localRank: request.localRank, resume });
-      }
+      case "attach":
+        return this.registration!.then(() => this.attached(request.localRank));
       case "barrier":
         return new Promise((resolve) => this.arrive(request.localRank, request.step, resolve));
       case "saved":
         return new Promise((resolve) => this.saved(request.localRank, request.bytes, resolve));
     }
+  }
+
+  /** The group values a local process forms its group with, and for a replacement where its checkpoint is. */
+  private attached(localRank: number): ChannelReply {
+    const r = this.options.replacement;
+    const resume = r && {
+      buffer: r.MONKEYTREE_STAGING_BUFFER,
+      offset: r.MONKEYTREE_STAGING_OFFSET + localRank * this.share,
+      length: this.share,
+      step: this.assignment!.resumeStep ?? 0,
+    };
+    return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(localRank), localRank, resume };
   }
 
   private arrive(localRank: number, step: number, reply: Waiter): void {

@@ -9,11 +9,25 @@ import { ParallelismSchema } from "./worker.ts";
  * `daemon.done` or `daemon.refused` carrying the command's id.
  */
 
-/** Stage `bytes` of checkpoint for a migration into the host's staging buffer. */
+/** Who replaces the moved worker: the job, its stage and parallelism, and the job's command. */
+const ReplacementSpecSchema = z.strictObject({
+  job: JobIdSchema,
+  group: z.int().min(0),
+  parallelism: ParallelismSchema,
+  /** The job's replacement command (argv); null to run the daemon's --launch. */
+  launch: z.array(z.string().min(1)).min(1).nullable(),
+});
+
+/**
+ * Stage `bytes` of checkpoint for a migration into the host's staging buffer, and start the
+ * replacement launcher at once: its start overlaps the transfer, and the controller holds its
+ * registration until the move commits (a rollback releases the staging and stops it).
+ */
 export const PrepareCommandSchema = z.strictObject({
   ...envelope("daemon.prepare"),
   migration: z.string().min(1),
   bytes: z.int({ error: "bytes must be a whole number" }).min(1, { error: "a checkpoint to stage has at least 1 byte" }),
+  replacement: ReplacementSpecSchema,
 });
 export type PrepareCommand = z.infer<typeof PrepareCommandSchema>;
 
@@ -21,16 +35,14 @@ export type PrepareCommand = z.infer<typeof PrepareCommandSchema>;
 export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: z.string().min(1) });
 export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
 
-/** Start the replacement launcher for a committed move; a second spawn for one token starts nothing. */
+/**
+ * Start the replacement launcher for a committed move, unless it already runs (started at
+ * prepare): a second spawn for one token starts nothing.
+ */
 export const SpawnCommandSchema = z.strictObject({
   ...envelope("daemon.spawn"),
   migration: z.string().min(1),
-  job: JobIdSchema,
-  group: z.int().min(0),
-  /** The job's parallelism, for the replacement's registration. */
-  parallelism: ParallelismSchema,
-  /** The job's replacement command (argv); null to run the daemon's --launch. */
-  launch: z.array(z.string().min(1)).min(1).nullable(),
+  ...ReplacementSpecSchema.shape,
   token: z.string().min(1),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;

@@ -67,7 +67,7 @@ describe("controller service: a job start that breaks the bound", () => {
       token: `token-${move.id}`,
       step: stopStep,
     });
-    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20 }]);
+    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, launch: null } }]);
 
     // The source has written its checkpoint and waits at the same barrier for the verdict.
     const sourceVerdict = source.barrier(stopStep);
