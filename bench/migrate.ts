@@ -51,11 +51,18 @@ function parse(argv: string[]): Options {
   return { help: flags.help ?? false, params: numberFlag("params", flags.params, 100e6, 1e3), steps, keep: flags.keep ?? false, json: flags.json ?? false };
 }
 
-/** Polls log files and remembers when each pattern first matched, on this process's clock. */
+/**
+ * Polls log files and remembers when each pattern first matched, on this process's clock;
+ * `barriers` also timestamps every barrier line of the stayer as it appears.
+ */
 class LogWatch {
   readonly seen = new Map<string, { at: number; match: RegExpMatchArray }>();
+  readonly barriers = new Map<number, number>();
   private readonly timer: NodeJS.Timeout;
-  constructor(private readonly patterns: Record<string, { file: () => string | null; pattern: RegExp }>) {
+  constructor(
+    private readonly patterns: Record<string, { file: () => string | null; pattern: RegExp }>,
+    private readonly stayerLog: string,
+  ) {
     this.timer = setInterval(() => this.poll(), 20);
   }
   poll(): void {
@@ -64,6 +71,9 @@ class LogWatch {
       if (this.seen.has(name) || path === null) continue;
       const match = pattern.exec(readFileSync(path, "utf8"));
       if (match) this.seen.set(name, { at: Date.now(), match });
+    }
+    for (const [, step] of readFileSync(this.stayerLog, "utf8").matchAll(/→ holding: barrier (\d+)$/gm)) {
+      if (!this.barriers.has(Number(step))) this.barriers.set(Number(step), Date.now());
     }
   }
   stop(): void {
@@ -118,6 +128,8 @@ async function run(options: Options): Promise<number> {
   // The hook, for the launchers' Python processes and the replacements the daemons start.
   process.env.PYTHONPATH = [join(process.cwd(), "sdk/python"), process.env.PYTHONPATH].filter(Boolean).join(":");
   process.env.OMP_NUM_THREADS ??= "1";
+  // Every barrier in the launchers' logs: the step times around the move come from them.
+  process.env.MONKEYTREE_LOG = "debug";
   const progress = (line: string) => options.json || process.stderr.write(`${line}\n`);
   let client: ControllerClient | undefined;
   try {
@@ -157,14 +169,18 @@ async function run(options: Options): Promise<number> {
       sent: { file: () => ddp.get(move.from)!.log, pattern: /sent (\d+) bytes in ([\d.]+) s/ },
       loaded: { file: destinationLog, pattern: /load took (\d+) ms/ },
       reformed: { file: () => stayer.log, pattern: /reform took (\d+) ms/ },
-      resumed: { file: () => stayer.log, pattern: /training resumed: every local process reached barrier \d+, ([\d.]+) s .*a step took ([\d.]+) s before/ },
-    });
+      resumed: { file: () => stayer.log, pattern: /training resumed: every local process reached barrier (\d+), ([\d.]+) s .*a step took ([\d.]+) s before/ },
+    }, stayer.log);
     progress(`bench:migrate: moving the DDP worker on host ${move.from} to host ${move.to}`);
     const done = await until(group, "the move", async () => {
       const m = (await client!.status()).migrations.find((x) => x.id === move.id)!;
       return m.state === "done" || m.state === "rolled-back" ? m : undefined;
     }, 300_000);
-    await until(group, "training to resume", () => (watch.seen.has("resumed") && watch.seen.has("loaded") ? true : undefined), 120_000);
+    // Three steps after the move, for the step time once the replacement is up.
+    await until(group, "training to resume", () => {
+      const resumed = Number(watch.seen.get("resumed")?.match[1] ?? NaN);
+      return watch.seen.has("loaded") && watch.barriers.has(resumed + 3) ? true : undefined;
+    }, 300_000);
     watch.poll();
     watch.stop();
     if (done.state !== "done") throw new Error(`the move rolled back: ${done.reason}`);
@@ -184,14 +200,17 @@ function report(options: Options, move: StatusReport["migrations"][number], watc
   const at = (state: string) => move.history.find((h) => h.state === state)?.at ?? NaN;
   const ms = (name: string, group = 1) => Number(watch.seen.get(name)?.match[group] ?? NaN);
   const sentSeconds = Number(watch.seen.get("sent")?.match[2] ?? NaN);
-  // The job is down from the moment all its workers stopped at the barrier (pausing ends)
-  // until the stayer finished its first step with the replacement (its next barrier), less
-  // the time that step takes anyway.
-  const step = Number(watch.seen.get("resumed")!.match[2]);
-  const downtime = (watch.seen.get("resumed")!.at - at("staging")) / 1000 - step;
+  // The job is down from the moment all its workers stopped at the barrier until the stayer
+  // finished its first step with the replacement (its next barrier), less the time a step
+  // takes once the replacement is up (the median of the next three).
+  const stopped = move.history[move.history.findIndex((h) => h.state === "pausing") + 1]!.at;
+  const resumedStep = Number(watch.seen.get("resumed")!.match[1]);
+  const after = [1, 2, 3].map((k) => (watch.barriers.get(resumedStep + k)! - watch.barriers.get(resumedStep + k - 1)!) / 1000).sort((a, b) => a - b);
+  const step = after[1]!;
+  const downtime = (watch.barriers.get(resumedStep)! - stopped) / 1000 - step;
   const rows: [string, number][] = [
-    ["barrier wait (pausing; the job still trains)", (at("staging") - at("pausing")) / 1000],
-    ["staging granted (staging)", (at("transferring") - at("staging")) / 1000],
+    ["barrier wait (pausing; the job still trains, the replacement starts)", (stopped - at("pausing")) / 1000],
+    ["waiting for staging after the barrier (staging; skipped when granted earlier)", Number.isNaN(at("staging")) ? 0 : (at("transferring") - at("staging")) / 1000],
     ["checkpoint write (Python, DCP into shared memory)", ms("written") / 1000],
     ["transfer (engine)", sentSeconds],
     ["transferring, in all", (at("verifying") - at("transferring")) / 1000],
@@ -199,8 +218,8 @@ function report(options: Options, move: StatusReport["migrations"][number], watc
     ["replacement launcher start and registration (committing)", (at("resuming") - at("committing")) / 1000],
     ["load (replacement, from the staging buffer)", ms("loaded") / 1000],
     ["process-group re-formation (stayer: waits for the replacement to attach)", ms("reformed") / 1000],
-    ["reconfigure → first step done with the replacement (stayer)", Number(watch.seen.get("resumed")?.match[1] ?? NaN)],
-    ["a training step before the move (stayer's median)", step],
+    ["reconfigure → first step done with the replacement (stayer)", Number(watch.seen.get("resumed")?.match[2] ?? NaN)],
+    ["a training step after the move (median of three)", step],
     ["downtime: all stopped → first step after the move, less one step", downtime],
   ];
   const rawRate = bytes / rawSeconds;

@@ -14,7 +14,13 @@ export type Sink = (line: string, level: Level) => void;
 
 export const stderrSink: Sink = (line) => process.stderr.write(`${line}\n`);
 
-export function createLogger(role: string, sink: Sink = stderrSink, threshold: Level = "info"): Logger {
+/** `$MONKEYTREE_LOG` (debug, info, warn or error) sets the default level; info otherwise. */
+function levelFromEnvironment(): Level {
+  const value = process.env.MONKEYTREE_LOG;
+  return value !== undefined && value in RANK ? (value as Level) : "info";
+}
+
+export function createLogger(role: string, sink: Sink = stderrSink, threshold: Level = levelFromEnvironment()): Logger {
   const at = (level: Level) => (message: () => string) => {
     if (RANK[level] >= RANK[threshold]) sink(`[${role}] ${level === "info" ? "" : `${level}: `}${message()}`, level);
   };

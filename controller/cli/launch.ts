@@ -36,7 +36,9 @@ options:
   --connect ADDR         the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
   --server-key=KEY       the controller's CURVE public key, when it uses CURVE
   --checkpoint-bytes N   staging for this host's checkpoint, split among its local processes
-                         (default ${DEFAULT_CHECKPOINT_BYTES}, 256 MiB); a destination daemon needs this much free
+                         (default ${DEFAULT_CHECKPOINT_BYTES}, 256 MiB). The launcher holds that much shared memory
+                         from its start, so a migration does not wait for it; a destination
+                         daemon needs this much free
   --master-port P        the job's process group of generation g meets on P + g (default 29500)
   -h, --help             show this help
 

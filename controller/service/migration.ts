@@ -7,6 +7,9 @@
  *   verifying ─verified─▶ staged ─commit─▶ committing ─replacement-registered─▶ resuming
  *   ─resumed─▶ done
  *
+ * Staging is requested on `start`; when the destination's grant arrives while the job is
+ * still pausing, `paused` leads straight to `transferring` and `staging` is skipped.
+ *
  * `staged` waits for the rest of the plan step: every source of a step stages its checkpoint
  * before any destination loads, so no move commits until all of its step are verified. Any
  * failure before `committing` (source or destination lost, checksum mismatch, a deadline
@@ -156,15 +159,28 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
   switch (event.type) {
     case "start":
       if (!expect("planned")) return ignore("already started");
-      return enter("pausing", { stopStep: event.stopStep }, [{ type: "hold-job", job: m.job, step: event.stopStep }], ` at barrier ${event.stopStep}`);
+      // Staging is asked for while the job runs on to its stop step: the destination's
+      // replacement starts then, and has that long to get ready.
+      return enter(
+        "pausing",
+        { stopStep: event.stopStep },
+        [
+          { type: "hold-job", job: m.job, step: event.stopStep },
+          { type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes },
+        ],
+        ` at barrier ${event.stopStep}`,
+      );
     case "paused":
       if (!expect("pausing")) return ignore("not pausing");
-      return enter("staging", {}, [{ type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes }]);
+      if (m.endpoint !== null && m.token !== null) return enter("transferring", {}, [migrateOut(m, m.endpoint, m.token)]);
+      return enter("staging", {}, []);
     case "staging-ready":
+      if (expect("pausing")) {
+        if (m.token !== null) return ignore("already staged");
+        return { migration: { ...m, endpoint: event.endpoint, token: event.token }, actions: [], log: `migration ${m.id}: staging ready on host ${m.to} while the job pauses` };
+      }
       if (!expect("staging")) return ignore("not waiting for staging");
-      return enter("transferring", { endpoint: event.endpoint, token: event.token }, [
-        { type: "migrate-out", migration: m.id, job: m.job, from: m.from, to: m.to, endpoint: event.endpoint, token: event.token, step: m.stopStep ?? 0 },
-      ]);
+      return enter("transferring", { endpoint: event.endpoint, token: event.token }, [migrateOut(m, event.endpoint, event.token)]);
     case "transferred":
       if (!expect("transferring")) return ignore("not transferring");
       if (event.bytes !== m.bytes) return fail(m, `received ${event.bytes} bytes, expected ${m.bytes}`, enter, ignore);
@@ -191,6 +207,17 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
       return assertNever(event);
   }
 }
+
+const migrateOut = (m: Migration, endpoint: string, token: string): MigrationAction => ({
+  type: "migrate-out",
+  migration: m.id,
+  job: m.job,
+  from: m.from,
+  to: m.to,
+  endpoint,
+  token,
+  step: m.stopStep ?? 0,
+});
 
 function fail(
   m: Migration,

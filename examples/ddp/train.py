@@ -62,8 +62,10 @@ def main():
     parser.add_argument("--out", help="JSON file rank 0 writes at the end: final step and parameter digest")
     args = parser.parse_args()
 
-    job = monkeytree.attach()  # forms the process group (the launcher's, or torchrun's without one)
+    # Built before attaching: a replacement starts while the checkpoint is still on its way, and
+    # attach() returns only once its move has committed, so the model is ready by then.
     model, optimizer = build(args.seed, args.hidden)
+    job = monkeytree.attach()  # forms the process group (the launcher's, or torchrun's without one)
     step = 0
     if job.resuming:
         # A replacement: fill fresh objects with what the migrated process saved.

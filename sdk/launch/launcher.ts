@@ -63,6 +63,8 @@ type Waiter = (reply: ChannelReply) => void;
 export class Launcher {
   private state: LauncherState = "registering";
   private assignment: Assignment | null = null;
+  /** Where the local processes save their checkpoints at a migration (`--checkpoint-bytes`). */
+  private outbox: StagingBuffer | null = null;
   /** Set before torchrun starts, so every attach finds it. */
   private registration: Promise<Assignment> | null = null;
   private client: ControllerClient | null = null;
@@ -71,7 +73,7 @@ export class Launcher {
   /** Local processes waiting at the barrier of `step`, by local rank. */
   private waiting: { step: number; ranks: Map<number, Waiter> } | null = null;
   /** Local processes that saved their checkpoint, by local rank. */
-  private saving: { ranks: Map<number, Waiter>; buffer: StagingBuffer; directive: Extract<Directive, { kind: "migrate-out" }>; step: number } | null = null;
+  private saving: { ranks: Map<number, Waiter>; buffer: StagingBuffer; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number } | null = null;
   private stopped = false;
   /** Whether the local processes reached their first barrier. */
   private trained = false;
@@ -115,6 +117,8 @@ export class Launcher {
       try {
         this.assignment = await this.registration!;
         this.groupOf(0);
+        // Allocated (and its pages faulted in) once, before training: at a migration it is ready.
+        this.outbox = StagingBuffer.create({ size: options.checkpointBytes, lock: false });
       } catch (error) {
         this.terminate("SIGTERM");
         await exited;
@@ -130,7 +134,7 @@ export class Launcher {
       }
       return code;
     } finally {
-      this.saving?.buffer.free();
+      this.outbox?.free();
       await channel.close();
       await this.client.close();
     }
@@ -244,9 +248,10 @@ export class Launcher {
     this.lastBarrierAt = now;
     const directive = await this.worker!.barrier(step);
     if (directive.kind === "migrate-out") {
+      const asked = performance.now();
       this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
-      const buffer = StagingBuffer.create({ size: this.options.checkpointBytes, lock: false });
-      this.saving = { ranks: new Map(), buffer, directive, step };
+      const buffer = this.outbox!;
+      this.saving = { ranks: new Map(), buffer, directive, step, asked };
       for (const [localRank, reply] of ranks) {
         reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: buffer.name, offset: localRank * this.share, length: this.share } });
       }
@@ -265,7 +270,7 @@ export class Launcher {
 
   private async sendCheckpoint(saving: NonNullable<Launcher["saving"]>): Promise<void> {
     const { directive, buffer, step } = saving;
-    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}`);
+    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out`);
     const started = performance.now();
     try {
       const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer });
@@ -274,7 +279,6 @@ export class Launcher {
       // The destination reports the failure (or goes silent); the controller rolls back.
       this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);
     } finally {
-      buffer.free();
       this.saving = null;
     }
     this.enter("holding", `barrier ${step} again, for the migration's outcome`);

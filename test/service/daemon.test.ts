@@ -29,6 +29,13 @@ async function controllerWithDaemons(): Promise<{ harness: Harness; client: Cont
   return { harness, client };
 }
 
+/** A daemon on every host of the topology, registered. */
+async function startDaemons(h: Harness, launch?: string): Promise<HostDaemon[]> {
+  const daemons = Array.from({ length: 8 }, (_, host) => startDaemon(h, host, launch));
+  await Promise.all(daemons.map((d) => d.ready()));
+  return daemons;
+}
+
 function startDaemon(h: Harness, host: number, launch?: string): HostDaemon {
   const daemon = HostDaemon.start({
     host,
@@ -73,12 +80,12 @@ const checkpoint = (): StagingBuffer => {
 describe("per-host daemon: a migration carried out by the destination's daemon", () => {
   it("stages the source's bytes, reports them verified, and launches the replacement with its environment", async () => {
     const { harness, client } = await controllerWithDaemons();
-    const { move, step, source, stayer } = await forceMigration(client);
     const envFile = join(tempDir(), "env.json");
     cleanups.push(() => rmSync(join(envFile, ".."), { recursive: true, force: true }));
     const launch = `"${process.execPath}" -e "require('node:fs').writeFileSync(process.argv[1], JSON.stringify(process.env))" "${envFile}"`;
-    const daemon = startDaemon(harness, move.to, launch);
-    await daemon.ready();
+    const daemons = await startDaemons(harness, launch);
+    const { move, step, source, stayer } = await forceMigration(client);
+    const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
     const out = await source.barrier(step);
@@ -115,9 +122,9 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
 
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
     const { harness, client } = await controllerWithDaemons();
+    const daemons = await startDaemons(harness);
     const { move, step, source, stayer } = await forceMigration(client);
-    const daemon = startDaemon(harness, move.to);
-    await daemon.ready();
+    const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
     const { endpoint, token } = (await source.barrier(step)) as Extract<Directive, { kind: "migrate-out" }>;

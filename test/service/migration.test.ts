@@ -43,8 +43,8 @@ describe("migration state machine", () => {
     const steps = run(happy);
     expect(steps.map((t) => t.migration.state)).toEqual(["pausing", "staging", "transferring", "verifying", "staged", "committing", "resuming", "done"]);
     expect(steps.map((t) => t.actions.map((a) => a.type))).toEqual([
-      ["hold-job"],
-      ["prepare-staging"],
+      ["hold-job", "prepare-staging"],
+      [],
       ["migrate-out"],
       [],
       [],
@@ -53,11 +53,21 @@ describe("migration state machine", () => {
       [],
     ]);
     expect(steps[0]?.actions[0]).toEqual({ type: "hold-job", job: "a", step: 7 });
-    expect(steps[1]?.actions[0]).toEqual({ type: "prepare-staging", migration: "p0/0", host: 2, bytes: 100 });
+    expect(steps[0]?.actions[1]).toEqual({ type: "prepare-staging", migration: "p0/0", host: 2, bytes: 100 });
     expect(steps[2]?.actions[0]).toEqual({ type: "migrate-out", migration: "p0/0", job: "a", from: 4, to: 2, endpoint: "tcp://h2:1", token: "tk", step: 7 });
     expect(steps[5]?.actions[1]).toEqual({ type: "spawn-replacement", migration: "p0/0", job: "a", group: 0, host: 2, token: "tk" });
     expect(steps.every((t) => t.log?.startsWith("migration p0/0 (a[0] 4→2): "))).toBe(true);
     expect(steps[0]?.log).toBe("migration p0/0 (a[0] 4→2): planned → pausing on start at barrier 7");
+  });
+
+  it("skips staging when the destination's grant arrives while the job is still pausing", () => {
+    const steps = run([{ type: "start", stopStep: 7 }, { type: "staging-ready", endpoint: "tcp://h2:1", token: "tk" }, { type: "paused" }]);
+    expect(steps.map((t) => t.migration.state)).toEqual(["pausing", "pausing", "transferring"]);
+    expect(steps[1]?.migration).toMatchObject({ endpoint: "tcp://h2:1", token: "tk" });
+    expect(steps[2]?.actions).toEqual([{ type: "migrate-out", migration: "p0/0", job: "a", from: 4, to: 2, endpoint: "tcp://h2:1", token: "tk", step: 7 }]);
+    expect(steps[2]?.migration.history.map((h) => h.state)).toEqual(["planned", "pausing", "transferring"]);
+    // A rollback while pausing now has a grant to release.
+    expect(transition(steps[1]!.migration, { type: "fail", reason: "x" }, T0).actions.map((a) => a.type)).toEqual(["release-staging", "resume-job"]);
   });
 
   it("sets a deadline on entering each waiting state", () => {
