@@ -39,7 +39,11 @@ export interface StagedCheckpoint {
   close(): void;
 }
 
-/** Maps the daemon's staging buffer and reads the checkpoint staged for this replacement. */
+/**
+ * Maps the daemon's staging buffer and reads the checkpoint staged for this replacement. Call
+ * it after registering: a daemon starts the replacement while the checkpoint is still on its
+ * way, and the controller answers its registration only once the move has committed.
+ */
 export function openStagedCheckpoint(replacement: ReplacementEnv): StagedCheckpoint {
   const buffer = StagingBuffer.open(replacement.MONKEYTREE_STAGING_BUFFER, { lock: false });
   try {

@@ -311,6 +311,7 @@ export class Controller {
       throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`);
     }
     if (!isCommitted(m.state)) {
+      if (!this.early.has(token)) this.log.info(() => `migration ${m.id}: the replacement on host ${m.to} is up before the commit; its registration waits for it`);
       this.early.set(token, { target, req });
       return;
     }

@@ -63,20 +63,10 @@ const log = createLogger(`worker ${job}[${identity.group}]@${identity.host}`);
 const report = (event: Parameters<typeof appendEvent>[1]) => flags.events !== undefined && appendEvent(flags.events, event);
 const who = { ...identity, pid: process.pid };
 
-let state: TrainState;
-if (replacement) {
-  const started = performance.now();
-  const staged = openStagedCheckpoint(replacement);
-  state = restoreState(staged.view);
-  staged.close();
-  const loadSeconds = (performance.now() - started) / 1000;
-  log.info(() => `loaded migration ${replacement.MONKEYTREE_MIGRATION}'s checkpoint in ${(loadSeconds * 1000).toFixed(0)} ms; resuming at step ${state.step}`);
-  report({ ...who, event: "resumed", migration: replacement.MONKEYTREE_MIGRATION, step: state.step, loadSeconds });
-} else {
-  state = initialState(seedOf(job), whole("state-bytes", flags["state-bytes"]));
-}
-
-const checkpointBytes = checkpointCapacity(checkpointItems(state));
+// A replacement's checkpoint is still on its way when it starts: it registers first, and the
+// controller admits it only once the move committed, so the staged bytes are verified by then.
+const fresh = replacement ? null : initialState(seedOf(job), whole("state-bytes", flags["state-bytes"]));
+const checkpointBytes = replacement ? replacement.MONKEYTREE_STAGING_LENGTH : checkpointCapacity(checkpointItems(fresh!));
 // Lets a scheduler admit a job the moment it decides to: the process is loaded and waits.
 const gate = flags["start-when-exists"];
 while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
@@ -89,6 +79,19 @@ const worker = new WorkerClient(client, identity, parallelism, {
   ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
 });
 const assignment = await worker.register();
+
+let state: TrainState;
+if (replacement) {
+  const started = performance.now();
+  const staged = openStagedCheckpoint(replacement);
+  state = restoreState(staged.view);
+  staged.close();
+  const loadSeconds = (performance.now() - started) / 1000;
+  log.info(() => `loaded migration ${replacement.MONKEYTREE_MIGRATION}'s checkpoint in ${(loadSeconds * 1000).toFixed(0)} ms; resuming at step ${state.step}`);
+  report({ ...who, event: "resumed", migration: replacement.MONKEYTREE_MIGRATION, step: state.step, loadSeconds });
+} else {
+  state = fresh!;
+}
 if (assignment.resumeStep !== null && assignment.resumeStep + 1 !== state.step) {
   throw new Error(`the job resumes after step ${assignment.resumeStep} but the checkpoint holds step ${state.step}`);
 }
