@@ -1,4 +1,5 @@
 import { hostname } from "node:os";
+import { ControllerError, ControllerTimeoutError } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { Launcher, LaunchError } from "../../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../../sdk/launch/torchrun.ts";
@@ -46,7 +47,7 @@ Started by a daemon for a migration, the job, host, group and parallelism come f
 MONKEYTREE_* environment instead, and the processes load the staged checkpoint.
 
 exit codes: torchrun's exit code (0 when training ended or this worker moved away),
-2 bad usage, 3 internal error.`;
+1 the controller refused the worker or did not answer, 2 bad usage, 3 internal error.`;
 
 export const command: Command = {
   summary: "wrap a torchrun command: controller-assigned ranks, barriers and migrations",
@@ -120,6 +121,11 @@ export const command: Command = {
       if (error instanceof LaunchError) {
         io.err.write(`monkeytree launch: ${error.message}\n`);
         return ExitCode.usage;
+      }
+      // A refused registration (a rolled-back move's replacement, a conflicting placement) or no controller.
+      if (error instanceof ControllerError || error instanceof ControllerTimeoutError) {
+        io.err.write(`monkeytree launch: ${error.message}\n`);
+        return ExitCode.findings;
       }
       throw error;
     } finally {

@@ -44,8 +44,6 @@ export interface LauncherOptions {
   /** Set when a daemon started this launcher to replace a migrated worker. */
   readonly replacement: ReplacementEnv | null;
   readonly log: Logger;
-  /** Told of every state change, for tests and progress output. */
-  readonly onState?: (state: LauncherState, why: string) => void;
 }
 
 /** A problem the user can fix (a master host without a daemon, a checkpoint too large). */
@@ -73,7 +71,7 @@ export class Launcher {
   /** Local processes waiting at the barrier of `step`, by local rank. */
   private waiting: { step: number; ranks: Map<number, Waiter> } | null = null;
   /** Local processes that saved their checkpoint, by local rank. */
-  private saving: { ranks: Map<number, Waiter>; buffer: StagingBuffer; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number } | null = null;
+  private saving: { ranks: Map<number, Waiter>; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number } | null = null;
   private stopped = false;
   /** Whether the local processes reached their first barrier. */
   private trained = false;
@@ -150,7 +148,6 @@ export class Launcher {
     const from = this.state;
     (routine ? this.options.log.debug : this.options.log.info)(() => `${from} → ${state}: ${why}`);
     this.state = state;
-    this.options.onState?.(state, why);
   }
 
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
@@ -250,10 +247,9 @@ export class Launcher {
     if (directive.kind === "migrate-out") {
       const asked = performance.now();
       this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
-      const buffer = this.outbox!;
-      this.saving = { ranks: new Map(), buffer, directive, step, asked };
+      this.saving = { ranks: new Map(), directive, step, asked };
       for (const [localRank, reply] of ranks) {
-        reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: buffer.name, offset: localRank * this.share, length: this.share } });
+        reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: this.outbox!.name, offset: localRank * this.share, length: this.share } });
       }
       return;
     }
@@ -269,11 +265,11 @@ export class Launcher {
   }
 
   private async sendCheckpoint(saving: NonNullable<Launcher["saving"]>): Promise<void> {
-    const { directive, buffer, step } = saving;
+    const { directive, step } = saving;
     this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out`);
     const started = performance.now();
     try {
-      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer });
+      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
       this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s`);
     } catch (failure) {
       // The destination reports the failure (or goes silent); the controller rolls back.

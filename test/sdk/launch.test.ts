@@ -58,6 +58,32 @@ describe("monkeytree launch", () => {
     expect(await runCli("launch", "--job", "a", "--host", "0", "--", "torchrun", "--nnodes", "2", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("remove --nnodes") });
   });
 
+  it("exits 1 with the controller's reason when it refuses a replacement's token", async () => {
+    harness = await startController();
+    const dir = tempDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const env = {
+      MONKEYTREE_CONTROLLER: harness.server.endpoint,
+      MONKEYTREE_HOST: "3",
+      MONKEYTREE_JOB: "ghost",
+      MONKEYTREE_GROUP: "0",
+      MONKEYTREE_TP: "1",
+      MONKEYTREE_PP: "1",
+      MONKEYTREE_DP: "2",
+      MONKEYTREE_MIGRATION: "p9/0",
+      MONKEYTREE_TOKEN: "no-such-token",
+      MONKEYTREE_STAGING_BUFFER: "nothing",
+      MONKEYTREE_STAGING_OFFSET: "0",
+      MONKEYTREE_STAGING_LENGTH: "65536",
+    };
+    Object.assign(process.env, env);
+    cleanups.push(() => {
+      for (const name of Object.keys(env)) delete process.env[name];
+    });
+    const result = await runCli("launch", "--checkpoint-bytes", "65536", "--", FAKE_TORCHRUN, "--log", join(dir, "log.jsonl"));
+    expect(result).toMatchObject({ code: 1, stderr: expect.stringMatching(/^monkeytree launch: token does not admit job "ghost" group 0 on host 3/m) });
+  });
+
   it("ranks local processes from the controller, migrates a worker with every local rank's checkpoint, and the replacement resumes from it", async () => {
     const daemons = new DaemonHosts(2_000);
     harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 1_000 } });
