@@ -766,7 +766,6 @@ export class Controller {
     });
   }
 
-  /** A bug in one decision is logged; it must not take the controller down with it. */
   /** A replacement that registered before its move committed is now admitted (or told why not). */
   private admitEarly(token: string, early: { readonly target: ReplyTarget; readonly req: Register }): void {
     try {
@@ -785,6 +784,7 @@ export class Controller {
     this.send(early.target, errorReply(early.target.id, "invalid_token", `the replacement is not needed: ${why}`));
   }
 
+  /** A bug in one decision is logged; it must not take the controller down with it. */
   private safely(what: string, run: () => void): void {
     try {
       run();
