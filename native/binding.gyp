@@ -11,6 +11,7 @@
       "sources": [
         "src/addon.cpp",
         "src/capabilities.cpp",
+        "src/copy_worker.cpp",
         "src/crc32c.cpp",
         "src/errors.cpp",
         "src/listener.cpp",

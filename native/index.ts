@@ -134,6 +134,7 @@ interface NativeModule {
   setErrorClass(errorClass: typeof TransferError): void;
   crc32c(bytes: Uint8Array, seed?: number): number;
   copyWithCrc32c(destination: Uint8Array, source: Uint8Array, seed?: number): number;
+  copyWithCrc32cAsync(pairs: readonly (readonly [Uint8Array, Uint8Array])[], pin: readonly NativeStagingBuffer[]): Promise<Uint32Array>;
 }
 
 function loadNative(): NativeModule {
@@ -193,6 +194,31 @@ export function crc32c(bytes: Uint8Array, seed = 0): number {
 /** Copies `source` to the start of `destination` and returns CRC32C(source), in one pass. */
 export function copyWithCrc32c(destination: Uint8Array, source: Uint8Array, seed = 0): number {
   return native.copyWithCrc32c(destination, source, seed);
+}
+
+/**
+ * The staging buffer behind each ArrayBuffer that StagingBuffer.bytes() has handed out, so that
+ * copyWithCrc32cAsync can pin the buffers it writes or reads: free() then refuses with
+ * `buffer_busy` until the copy is done instead of unmapping memory a worker thread is using.
+ */
+const stagingOf = new WeakMap<ArrayBufferLike, NativeStagingBuffer>();
+
+/**
+ * Copies each `source` over its `destination` (same length, not overlapping) on a worker thread
+ * and resolves with CRC32C(source) for each pair, in order, so a multi-GB copy leaves the event
+ * loop free. The buffers are kept alive (and staging buffers pinned) until it settles; neither
+ * side may be written, detached or transferred before then. Bad pairs throw a TypeError naming
+ * the pair (a RangeError when the two overlap) before anything is copied.
+ */
+export function copyWithCrc32cAsync(pairs: readonly (readonly [destination: Uint8Array, source: Uint8Array])[]): Promise<Uint32Array> {
+  const pin = new Set<NativeStagingBuffer>();
+  for (const pair of pairs) {
+    for (const view of Array.isArray(pair) ? pair : []) {
+      const staging = view instanceof Uint8Array ? stagingOf.get(view.buffer) : undefined;
+      if (staging) pin.add(staging);
+    }
+  }
+  return native.copyWithCrc32cAsync(pairs, [...pin]);
 }
 
 /** What this host offers, probed now: TCP always; RDMA, CUDA, GPUDirect with a reason when absent. */
@@ -298,7 +324,9 @@ export class StagingBuffer {
   /** A view of [offset, offset + length) of the buffer's memory, without copying. */
   bytes(offset = 0, length = this.size - offset): Uint8Array {
     checkRange(offset, length, this.size, "bytes");
-    return new Uint8Array(this.#native.arrayBuffer(), offset, length);
+    const arrayBuffer = this.#native.arrayBuffer();
+    stagingOf.set(arrayBuffer, this.#native);
+    return new Uint8Array(arrayBuffer, offset, length);
   }
 
   crc32c(offset = 0, length = this.size - offset): number {

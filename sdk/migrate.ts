@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { send, StagingBuffer } from "../native/index.ts";
-import { packCheckpoint, readCheckpoint, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
+import { packCheckpointAsync, readCheckpoint, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
 import { ticketFor } from "./daemon.ts";
 import { ReplacementEnvSchema, type ReplacementEnv } from "./protocol/replacement.ts";
 import type { Directive } from "./protocol/worker.ts";
@@ -79,7 +79,7 @@ export async function sendCheckpoint(directive: MigrateOut, items: readonly Chec
   const buffer = StagingBuffer.create({ size: options.bytes, lock: false });
   try {
     const packStart = performance.now();
-    packCheckpoint(buffer.bytes(0, options.bytes), items);
+    await packCheckpointAsync(buffer.bytes(0, options.bytes), items);
     const packSeconds = (performance.now() - packStart) / 1000;
     const result = await send({
       ticket: ticketFor(directive.endpoint, directive.token, options.bytes),

@@ -2,6 +2,7 @@
 #include "addon.hpp"
 
 #include "capabilities.hpp"
+#include "copy_worker.hpp"
 #include "crc32c.hpp"
 #include "errors.hpp"
 #include "listener.hpp"
@@ -105,6 +106,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass, "setErrorClass"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32cOf, "crc32c"));
   exports.Set("copyWithCrc32c", Napi::Function::New(env, CopyWithCrc32cOf, "copyWithCrc32c"));
+  exports.Set("copyWithCrc32cAsync", Napi::Function::New(env, CopyWithCrc32cAsync, "copyWithCrc32cAsync"));
   return exports;
 }
 

@@ -1,6 +1,6 @@
 // Packs named tensors and blobs into one contiguous checkpoint (see FORMAT.md): header, aligned
 // item storage, then the metadata document, so a staging buffer can be filled in one pass.
-import { copyWithCrc32c, crc32c } from "../../native/index.ts";
+import { copyWithCrc32c, copyWithCrc32cAsync, crc32c } from "../../native/index.ts";
 import { CheckpointError } from "./errors.ts";
 import {
   DEFAULT_ALIGNMENT,
@@ -147,8 +147,8 @@ export function checkpointCapacity(items: readonly CheckpointItemInput[], option
   return layout.metadataOffset + encodeMetadata(layout).byteLength;
 }
 
-/** Writes the checkpoint at the start of `target`, checksumming every blob while copying it. */
-export function packCheckpoint(target: Uint8Array, items: readonly CheckpointItemInput[], options: PackOptions = {}): PackResult {
+/** Plans the layout and checks that it fits in `target`, before a single byte is written. */
+function prepare(target: Uint8Array, items: readonly CheckpointItemInput[], options: PackOptions): Layout {
   const layout = plan(items, options);
   const capacity = layout.metadataOffset + encodeMetadata(layout).byteLength;
   if (capacity > target.byteLength) {
@@ -157,17 +157,34 @@ export function packCheckpoint(target: Uint8Array, items: readonly CheckpointIte
       "too_small",
     );
   }
-  // Padding is zeroed so the same items always give the same bytes.
+  return layout;
+}
+
+interface Copy {
+  blob: Placed["blobs"][number];
+  destination: Uint8Array;
+}
+
+/**
+ * Every blob with the range of `target` it is copied into, in storage order. Zeroes the padding
+ * around them on the way, so the same items always give the same bytes.
+ */
+function copiesInto(target: Uint8Array, layout: Layout): Copy[] {
+  const copies: Copy[] = [];
   let written = 0;
   for (const item of layout.items) {
     for (const blob of item.blobs) {
       target.fill(0, written, blob.storageOffset);
-      const destination = target.subarray(blob.storageOffset, blob.storageOffset + blob.data.byteLength);
-      blob.slot.crc32c = copyWithCrc32c(destination, blob.data);
+      copies.push({ blob, destination: target.subarray(blob.storageOffset, blob.storageOffset + blob.data.byteLength) });
       written = blob.storageOffset + blob.data.byteLength;
     }
   }
   target.fill(0, written, layout.metadataOffset);
+  return copies;
+}
+
+/** Writes the metadata document (with the blobs' checksums, now known) and then the header. */
+function finish(target: Uint8Array, layout: Layout): PackResult {
   const metadataBytes = encodeMetadata(layout);
   target.set(metadataBytes, layout.metadataOffset);
   const length = layout.metadataOffset + metadataBytes.byteLength;
@@ -184,4 +201,31 @@ export function packCheckpoint(target: Uint8Array, items: readonly CheckpointIte
   header.setUint32(headerField.metadataCrc32c, crc32c(metadataBytes), true);
   header.setUint32(headerField.headerCrc32c, crc32c(target.subarray(0, headerField.headerCrc32c)), true);
   return { length, metadata: { formatVersion: FORMAT_VERSION, items: layout.items.map((item) => item.metadata) } };
+}
+
+/**
+ * Writes the checkpoint at the start of `target`, checksumming every blob while copying it, on
+ * the calling (JS) thread: for small checkpoints; use packCheckpointAsync for large ones.
+ */
+export function packCheckpoint(target: Uint8Array, items: readonly CheckpointItemInput[], options: PackOptions = {}): PackResult {
+  const layout = prepare(target, items, options);
+  for (const { blob, destination } of copiesInto(target, layout)) blob.slot.crc32c = copyWithCrc32c(destination, blob.data);
+  return finish(target, layout);
+}
+
+/**
+ * packCheckpoint with the blob copies and their checksums on a worker thread, so the event loop
+ * keeps running while gigabytes are copied; the bytes written are the same. Planning, padding,
+ * metadata and header (all small) stay on the JS thread. Neither `target` nor the items' data
+ * may be changed, freed or transferred until the promise settles (a staging buffer's free()
+ * refuses with `buffer_busy` meanwhile). Rejects with the same errors packCheckpoint throws.
+ */
+export async function packCheckpointAsync(target: Uint8Array, items: readonly CheckpointItemInput[], options: PackOptions = {}): Promise<PackResult> {
+  const layout = prepare(target, items, options);
+  const copies = copiesInto(target, layout);
+  const crcs = await copyWithCrc32cAsync(copies.map(({ blob, destination }) => [destination, blob.data] as const));
+  copies.forEach(({ blob }, index) => {
+    blob.slot.crc32c = crcs[index] ?? MAX_CRC;
+  });
+  return finish(target, layout);
 }

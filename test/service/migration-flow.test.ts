@@ -107,6 +107,53 @@ describe("controller service: a job start that breaks the bound", () => {
     expect(await client.barrier(source.worker, stopStep + 1, 0)).toMatchObject({ kind: "stop" });
   });
 
+  it("holds a replacement that registers before its move commits, and admits it at the commit", async () => {
+    harness = await startController();
+    const client = connect(harness);
+    const a = await startJob(client, "a", [0, 4]);
+    const b = await startJob(client, "b", [1, 5]);
+    const move = (await client.status()).migrations[0]!;
+    const moving = move.job === "a" ? a : b;
+    const step = move.stopStep!;
+    const stayer = moving.find((w) => w.worker.host !== move.from)!;
+    const source = moving.find((w) => w.worker.host === move.from)!;
+    const stayerBarrier = stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    // Started at prepare, the replacement calls in while the checkpoint is still on its way.
+    let admitted = false;
+    const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
+    const registered = replacement.register(5_000).then((assignment) => ((admitted = true), assignment));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(admitted).toBe(false);
+    const verdict = source.barrier(step);
+    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+    await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" });
+    expect(await verdict).toMatchObject({ kind: "stop" });
+    expect(await registered).toMatchObject({ generation: 1, resumeStep: step });
+    expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
+    expect((await client.status()).migrations[0]?.state).toBe("done");
+  });
+
+  it("refuses a replacement that registered early once its move rolls back", async () => {
+    harness = await startController();
+    const client = connect(harness);
+    const a = await startJob(client, "a", [0, 4]);
+    const b = await startJob(client, "b", [1, 5]);
+    const move = (await client.status()).migrations[0]!;
+    const moving = move.job === "a" ? a : b;
+    const step = move.stopStep!;
+    const source = moving.find((w) => w.worker.host === move.from)!;
+    void moving.find((w) => w.worker.host !== move.from)!.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
+    const registered = replacement.register(5_000);
+    registered.catch(() => undefined);
+    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+    await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+    await expect(registered).rejects.toMatchObject({ code: "invalid_token", message: "the replacement is not needed: its migration rolled back" });
+    expect(await source.barrier(step)).toEqual({ kind: "continue" });
+  });
+
   it("rolls back when the checksum does not match: the source continues where it stopped", async () => {
     harness = await startController();
     const client = connect(harness);
