@@ -40,6 +40,8 @@ export interface Outgoing {
 
 export interface ControllerOptions {
   readonly journal: Journal;
+  /** Compact the journal once it holds this many records (default 50,000). */
+  readonly compactAfterRecords?: number;
   /** State replayed from `journal`. */
   readonly state: DurableState;
   readonly planner: Planner;
@@ -61,6 +63,8 @@ export interface ControllerOptions {
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
 export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
+/** The journal is rewritten as one snapshot once it holds this many records. */
+export const DEFAULT_COMPACT_AFTER_RECORDS = 50_000;
 
 interface WorkerSession {
   readonly job: string;
@@ -184,6 +188,11 @@ export class Controller {
   drain(): Outgoing[] {
     if (this.replanWanted) this.safely("planning", () => this.replan());
     this.options.journal.flush();
+    // Compaction happens here, between bursts, so no record is ever half in an old journal.
+    if (this.options.journal.records >= (this.options.compactAfterRecords ?? DEFAULT_COMPACT_AFTER_RECORDS)) {
+      this.options.journal.compact(this.state);
+      this.log.info(() => `journal ${this.options.journal.path}: compacted to a snapshot of ${this.state.jobs.size} jobs`);
+    }
     const out = this.outbox;
     const effects = this.effects;
     this.outbox = [];
@@ -716,6 +725,7 @@ export class Controller {
       }
       case "config":
       case "plan":
+      case "snapshot":
         return;
       default:
         return assertNever(record);

@@ -1,7 +1,7 @@
-import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync, existsSync } from "node:fs";
-import { join } from "node:path";
+import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, writeSync, existsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { InvalidInputError } from "../model/errors.ts";
-import { applyRecord, initialState, RecordSchema, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
+import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
 
 /**
  * Append-only JSON-lines journal of every durable state change. Records are buffered by
@@ -47,10 +47,11 @@ export class Journal {
   private closed = false;
 
   private constructor(
-    private readonly fd: number,
+    private fd: number,
     readonly path: string,
     private seq: number,
     private readonly clock: () => number,
+    private readonly config: Config,
   ) {}
 
   /**
@@ -69,7 +70,7 @@ export class Journal {
     }
     const first = records[0];
     if (!first) {
-      const journal = new Journal(fd, path, 0, clock);
+      const journal = new Journal(fd, path, 0, clock, config);
       const record = journal.append(config);
       journal.flush();
       // The file's directory entry must be durable too, or a crash could lose the whole file.
@@ -90,8 +91,16 @@ export class Journal {
       );
     }
     let state = initialState(first);
-    for (const record of records.slice(1)) state = applyRecord(state, record);
-    return { journal: new Journal(fd, path, records.length, clock), state, replay: { records: records.length, tornTail } };
+    for (const [index, record] of records.slice(1).entries()) {
+      try {
+        state = applyRecord(state, record);
+      } catch (error) {
+        closeSync(fd);
+        if (error instanceof StateError) throw new JournalCorruptError(path, index + 2, error.message);
+        throw error;
+      }
+    }
+    return { journal: new Journal(fd, path, records.length, clock, config), state, replay: { records: records.length, tornTail } };
   }
 
   /** Numbers and stamps a record and buffers it; `flush` makes it durable. */
@@ -111,6 +120,32 @@ export class Journal {
     writeSync(this.fd, data);
     fsyncSync(this.fd);
     return written;
+  }
+
+  /**
+   * Rewrites the journal as its config and one snapshot of `state` (the state its records
+   * built), so replay stays short however long the controller runs. The new file is written
+   * and fsync'd beside the old one and renamed over it: a crash leaves one or the other.
+   */
+  compact(state: DurableState): void {
+    this.flush();
+    const at = this.clock();
+    const data = [{ seq: 0, at, ...this.config }, { seq: 1, at, ...snapshotOf(state) }].map((record) => `${JSON.stringify(record)}\n`).join("");
+    const next = `${this.path}.compact`;
+    const fd = openSync(next, "w");
+    try {
+      writeSync(fd, data);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(next, this.path);
+    const dirFd = openSync(dirname(this.path), "r");
+    fsyncSync(dirFd);
+    closeSync(dirFd);
+    closeSync(this.fd);
+    this.fd = openSync(this.path, "a");
+    this.seq = 2;
   }
 
   get records(): number {

@@ -36,6 +36,27 @@ export const MigrationSchema = z.strictObject({
 
 const Header = { seq: count, at: z.number() };
 
+const JobStateSchema = z.strictObject({
+  id: z.string(),
+  rings: z.int().min(1),
+  parallelism: ParallelismSchema,
+  groups: z.array(z.array(count)),
+  checkpointBytes: z.record(z.string(), count),
+  launch: z.array(z.string()).nullable(),
+  generation: count,
+  resumeStep: count.nullable(),
+});
+
+/** The durable state beyond the config, as a compacted journal's second record holds it. */
+const SnapshotSchema = z.strictObject({
+  jobs: z.array(JobStateSchema),
+  finished: z.array(z.string()),
+  migrations: z.array(MigrationSchema),
+  activePlan: z.string().nullable(),
+  activeMoves: z.array(z.string()),
+  plans: count,
+});
+
 export const RecordSchema = z.discriminatedUnion("kind", [
   /** First record of every journal: what the cluster is. */
   z.strictObject({ ...Header, kind: z.literal("config"), topology: TopologySchema, lambda: count, podLambda: count.nullable() }),
@@ -57,6 +78,8 @@ export const RecordSchema = z.discriminatedUnion("kind", [
   z.strictObject({ ...Header, kind: z.literal("plan"), plan: z.string(), moves: z.array(MoveSchema) }),
   /** A migration entered a new state. */
   z.strictObject({ ...Header, kind: z.literal("migration"), migration: MigrationSchema }),
+  /** Everything the records before it built, written by compaction right after `config`. */
+  z.strictObject({ ...Header, kind: z.literal("snapshot"), state: SnapshotSchema }),
 ]);
 export type JournalRecord = z.infer<typeof RecordSchema>;
 /** A record before the journal gives it its sequence number and time. */
@@ -97,6 +120,26 @@ export interface DurableState {
 
 export const FINISHED_KEPT = 1024;
 
+/**
+ * What a compacted journal keeps: the jobs, the recent finishes, and the migrations still
+ * worth remembering — the active plan's, and those of running jobs (a committed move tells
+ * its old source to stop).
+ */
+export function snapshotOf(state: DurableState): Extract<RecordBody, { kind: "snapshot" }> {
+  const active = new Set(state.activeMoves);
+  return {
+    kind: "snapshot",
+    state: {
+      jobs: [...state.jobs.values()].map((job) => ({ ...job, groups: job.groups.map((g) => [...g]), launch: job.launch ? [...job.launch] : null })),
+      finished: [...state.finished],
+      migrations: [...state.migrations.values()].filter((m) => active.has(m.id) || state.jobs.has(m.job)),
+      activePlan: state.activePlan,
+      activeMoves: [...state.activeMoves],
+      plans: state.plans,
+    },
+  };
+}
+
 export function initialState(config: Extract<RecordBody, { kind: "config" }>): DurableState {
   return {
     topology: config.topology,
@@ -123,6 +166,19 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
   switch (record.kind) {
     case "config":
       throw new StateError("a second config record; a journal has exactly one, first");
+    case "snapshot": {
+      if (state.records !== 1) throw new StateError("a snapshot record after others; compaction writes it right after the config");
+      const { jobs, finished, migrations, activePlan, activeMoves, plans } = record.state;
+      return {
+        ...next,
+        jobs: new Map(jobs.map((job) => [job.id, job])),
+        finished,
+        migrations: new Map(migrations.map((m) => [m.id, m])),
+        activePlan,
+        activeMoves,
+        plans,
+      };
+    }
     case "job-started": {
       if (state.jobs.has(record.job)) throw new StateError(`job "${record.job}" started twice`);
       const jobs = new Map(state.jobs);

@@ -56,6 +56,44 @@ describe("journal", () => {
     expect(state.jobs.get("a")).toMatchObject({ groups: [[0, 2]], checkpointBytes: { "0": 10, "2": 20 }, generation: 1, resumeStep: 9 });
   });
 
+  it("compacts to the config and one snapshot that replays to the same state, and appends after it", () => {
+    const dir = fresh();
+    const m = write(dir, jobs).migrations.get("p0/0")!;
+    write(dir, [{ kind: "migration", migration: { ...m, state: "committing", stopStep: 9, token: "t" } }, { kind: "job-finished", job: "b" }]);
+    const opened = Journal.open(dir, config, clock);
+    opened.journal.compact(opened.state);
+    opened.journal.close();
+    const lines = readFileSync(join(dir, JOURNAL_FILE), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => [l.seq, l.kind])).toEqual([[0, "config"], [1, "snapshot"]]);
+    const replayed = Journal.open(dir, config, clock);
+    replayed.journal.close();
+    const { records: _, ...state } = replayed.state;
+    const { records: __, ...before } = opened.state;
+    expect(state).toEqual(before);
+    expect(state.jobs.get("a")).toMatchObject({ groups: [[0, 2]], generation: 1 });
+    expect(state.finished).toEqual(["b"]);
+    expect(state.plans).toBe(1);
+    // Records after the snapshot apply on top of it.
+    const after = write(dir, [{ kind: "job-finished", job: "a" }]);
+    const again = Journal.open(dir, config, clock);
+    again.journal.close();
+    expect(again.state).toEqual(after);
+    expect(again.state.jobs.size).toBe(0);
+  });
+
+  it("refuses a snapshot that is not right after the config", () => {
+    const dir = fresh();
+    write(dir, jobs);
+    const opened = Journal.open(dir, config, clock);
+    opened.journal.compact(opened.state);
+    opened.journal.close();
+    const [first, snapshot] = readFileSync(join(dir, JOURNAL_FILE), "utf8").trim().split("\n");
+    const misplaced = { ...JSON.parse(snapshot!), seq: 2 };
+    writeFileSync(join(dir, JOURNAL_FILE), `${first}\n${JSON.stringify({ seq: 1, at: 1, kind: "job-finished", job: "a" })}\n${JSON.stringify(misplaced)}\n${first}\n`);
+    expect(() => Journal.open(dir, config, clock)).toThrow(JournalCorruptError);
+    expect(() => Journal.open(dir, config, clock)).toThrow(/line 3: a snapshot record after others/);
+  });
+
   it("tolerates a torn last line: reports it, drops it, and appends after it", () => {
     const dir = fresh();
     write(dir, jobs);

@@ -1,4 +1,7 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { curveKeyPair, Dealer } from "zeromq";
 import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
 import { startController, type Harness } from "./harness.ts";
@@ -131,5 +134,24 @@ describe("CURVE", () => {
     await expect(plain.status()).rejects.toThrow(/no answer to status/);
 
     expect((await good.status()).journalRecords).toBe(1);
+  });
+});
+
+describe("journal compaction in a running controller", () => {
+  it("rewrites the journal as a snapshot once it is long, and a restarted controller picks up from it", async () => {
+    harness = await startController({ overrides: { compactAfterRecords: 3 } });
+    const client = connect(harness);
+    for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]]] as const) {
+      await Promise.all(hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2).register(5_000)));
+    }
+    const before = await client.status();
+    expect(before.migrations).toHaveLength(1);
+    const lines = readFileSync(join(harness.dir, JOURNAL_FILE), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { kind: string });
+    expect(lines[1]?.kind).toBe("snapshot");
+    expect(lines.length).toBeLessThan(before.journalRecords + 1);
+    harness = await harness.restart();
+    const after = await connect(harness).status();
+    expect(after.jobs).toEqual(before.jobs);
+    expect(after.migrations.map((m) => m.id)).toEqual(before.migrations.map((m) => m.id));
   });
 });
