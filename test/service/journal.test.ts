@@ -67,9 +67,9 @@ describe("journal", () => {
     expect(lines.map((l) => [l.seq, l.kind])).toEqual([[0, "config"], [1, "snapshot"]]);
     const replayed = Journal.open(dir, config, clock);
     replayed.journal.close();
-    const { records: _, ...state } = replayed.state;
-    const { records: __, ...before } = opened.state;
-    expect(state).toEqual(before);
+    const state = replayed.state;
+    // Everything but the record count, which restarts with the compacted file.
+    expect({ ...state, records: 0 }).toEqual({ ...opened.state, records: 0 });
     expect(state.jobs.get("a")).toMatchObject({ groups: [[0, 2]], generation: 1 });
     expect(state.finished).toEqual(["b"]);
     expect(state.plans).toBe(1);
