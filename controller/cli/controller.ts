@@ -7,6 +7,7 @@ import { JournalConfigError, JournalCorruptError } from "../service/journal.ts";
 import { loadOrCreateKeys } from "../service/keys.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { ControllerServer } from "../service/server.ts";
+import { DEFAULT_STOP_LEAD_STEPS } from "../service/controller.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
@@ -19,6 +20,7 @@ function describeDefault(): string {
 
 const help = `usage: monkeytree controller [--snapshot FILE] [--bind ADDR] [--journal DIR]
                              [--curve-keys FILE] [--plan-time-limit S] [--heartbeat-timeout S]
+                             [--stop-lead N]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
 register their workers and meet it at every iteration barrier; when a job starts or ends it
@@ -35,6 +37,10 @@ options:
                          Clients then need the public key (\`monkeytree status --server-key=KEY\`)
   --plan-time-limit S    planner budget per event in seconds (default 2)
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
+  --stop-lead N          steps a job trains after its move starts, before its workers stop
+                         together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
+                         the move does; raise this when a replacement takes longer to start
+                         (CUDA, NCCL, building the model) than a step plus the transfer
   -h, --help             show this help
 
 Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
@@ -54,7 +60,10 @@ export const command: Command = {
       "curve-keys": { type: "string" },
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
+      "stop-lead": { type: "string" },
     });
+    const stopLeadSteps = numberFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
+    if (!Number.isInteger(stopLeadSteps)) throw new UsageError(`--stop-lead must be a whole number of steps, got "${flags["stop-lead"]}"`);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
     const cluster: Cluster = flags.snapshot === undefined ? parseSnapshot(DEFAULT_SNAPSHOT, "default topology") : await readSnapshotFile(flags.snapshot);
@@ -76,6 +85,7 @@ export const command: Command = {
         daemons,
         planTimeLimitMs: planSeconds * 1000,
         heartbeatTimeoutMs: heartbeatSeconds * 1000,
+        stopLeadSteps,
         logger,
         ...(curve ? { curve: curve.keys } : {}),
       });

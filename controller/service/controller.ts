@@ -40,6 +40,12 @@ export interface Outgoing {
 
 export interface ControllerOptions {
   readonly journal: Journal;
+  /**
+   * Steps a job still trains after its move starts, before all its workers stop together
+   * (default 0). The destination's replacement launcher starts when the move does; a lead
+   * hides its start when that takes longer than the rest of the current step and the transfer.
+   */
+  readonly stopLeadSteps?: number;
   /** Compact the journal once it holds this many records (default 50,000). */
   readonly compactAfterRecords?: number;
   /** State replayed from `journal`. */
@@ -63,6 +69,8 @@ export interface ControllerOptions {
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
 export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
+/** Steps a job trains between the start of its move and its stop barrier. */
+export const DEFAULT_STOP_LEAD_STEPS = 0;
 /** The journal is rewritten as one snapshot once it holds this many records. */
 export const DEFAULT_COMPACT_AFTER_RECORDS = 50_000;
 
@@ -529,7 +537,9 @@ export class Controller {
     if (held !== undefined) return held;
     let last = -1;
     for (const s of this.workers.values()) if (s.job === jobId && s.lastStep !== null) last = Math.max(last, s.lastStep);
-    return last + 1;
+    // The job trains on for the lead's steps after the move starts, while the destination's
+    // replacement starts: its start then costs no downtime.
+    return last + 1 + (this.options.stopLeadSteps ?? DEFAULT_STOP_LEAD_STEPS);
   }
 
   private activeMoves(): Migration[] {

@@ -29,7 +29,7 @@ async function startJob(client: ControllerClient, job: string, hosts: number[]):
 
 describe("controller service: a job start that breaks the bound", () => {
   it("pauses the job at one barrier, migrates a worker, and re-forms the job with the new ring order", async () => {
-    harness = await startController();
+    harness = await startController({ overrides: { stopLeadSteps: 1 } });
     const client = connect(harness);
 
     // Job a spans racks 0 and 1 (hosts 0 and 4): each rack has fragmentation 1 = λ.
@@ -48,10 +48,12 @@ describe("controller service: a job start that breaks the bound", () => {
     expect(moves).toHaveLength(1);
     const move = moves[0]!;
     expect(move.state).toBe("pausing");
-    // The stop step is the first barrier no worker of the job has reported yet.
+    // The stop step is the first barrier no worker of the job has reported yet, plus the
+    // lead: the job trains one more step while the destination's replacement starts.
     const moving = move.job === "a" ? a : b;
-    const stopStep = move.job === "a" ? 1 : 0;
+    const stopStep = move.job === "a" ? 2 : 1;
     expect(move.stopStep).toBe(stopStep);
+    for (const w of moving) expect(await w.barrier(stopStep - 1)).toEqual({ kind: "continue" });
 
     // Barriers before the stop step continue; at the stop step the job is held, and the
     // source's held barrier is answered with migrate-out once the destination has staging.
