@@ -42,7 +42,9 @@ export async function main(argv: string[], io: Io): Promise<ExitCode> {
     return ExitCode.usage;
   }
   const command = await load();
-  if (rest.includes("--help") || rest.includes("-h")) {
+  // Arguments after `--` belong to the wrapped command (`launch -- torchrun --help`).
+  const own = rest.includes("--") ? rest.slice(0, rest.indexOf("--")) : rest;
+  if (own.includes("--help") || own.includes("-h")) {
     io.out.write(`${command.help}\n`);
     return ExitCode.ok;
   }

@@ -52,6 +52,12 @@ describe("monkeytree launch", () => {
     harness = undefined;
   });
 
+  it("prints its help, but leaves --help after `--` to the wrapped command", async () => {
+    expect(await runCli("launch", "--help")).toMatchObject({ code: 0, stdout: expect.stringContaining("usage: monkeytree launch") });
+    // The flags before `--` lack --job, so the launcher itself reports that instead of printing help.
+    expect(await runCli("launch", "--host", "0", "--dp", "1", "--", "torchrun", "--help")).toMatchObject({ code: 2, stderr: expect.stringContaining("--job is required") });
+  });
+
   it("rejects a missing torchrun command and bad flags with exit code 2", async () => {
     expect(await runCli("launch", "--job", "a", "--host", "0", "--dp", "2")).toMatchObject({ code: 2, stderr: expect.stringContaining("give the torchrun command after `--`") });
     expect(await runCli("launch", "--host", "0", "--dp", "2", "--", "torchrun", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("--job is required") });
