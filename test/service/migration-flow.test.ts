@@ -27,6 +27,27 @@ async function startJob(client: ControllerClient, job: string, hosts: number[]):
   return workers;
 }
 
+/** Jobs a (hosts 0, 4) and b (1, 5) both cross the racks' single uplinks: the plan moves one worker. */
+async function plannedMove(client: ControllerClient) {
+  const a = await startJob(client, "a", [0, 4]);
+  const b = await startJob(client, "b", [1, 5]);
+  const move = (await client.status()).migrations[0]!;
+  const moving = move.job === "a" ? a : b;
+  return {
+    move,
+    moving,
+    step: move.stopStep!,
+    source: moving.find((w) => w.worker.host === move.from)!,
+    stayer: moving.find((w) => w.worker.host !== move.from)!,
+  };
+}
+
+/** The destination's daemon registers and reports the checkpoint's verdict. */
+async function reportTransfer(client: ControllerClient, move: { id: string; to: number }, verdict: { outcome: "verified" } | { outcome: "checksum-mismatch"; detail: string }) {
+  await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+  await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, ...verdict });
+}
+
 describe("controller service: a job start that breaks the bound", () => {
   it("pauses the job at one barrier, migrates a worker, and re-forms the job with the new ring order", async () => {
     harness = await startController({ overrides: { stopLeadSteps: 1 } });
@@ -112,13 +133,7 @@ describe("controller service: a job start that breaks the bound", () => {
   it("holds a replacement that registers before its move commits, and admits it at the commit", async () => {
     harness = await startController();
     const client = connect(harness);
-    const a = await startJob(client, "a", [0, 4]);
-    const b = await startJob(client, "b", [1, 5]);
-    const move = (await client.status()).migrations[0]!;
-    const moving = move.job === "a" ? a : b;
-    const step = move.stopStep!;
-    const stayer = moving.find((w) => w.worker.host !== move.from)!;
-    const source = moving.find((w) => w.worker.host === move.from)!;
+    const { move, step, source, stayer } = await plannedMove(client);
     const stayerBarrier = stayer.barrier(step);
     expect((await source.barrier(step)).kind).toBe("migrate-out");
     // Started at prepare, the replacement calls in while the checkpoint is still on its way.
@@ -128,8 +143,7 @@ describe("controller service: a job start that breaks the bound", () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(admitted).toBe(false);
     const verdict = source.barrier(step);
-    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-    await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" });
+    await reportTransfer(client, move, { outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
     expect(await registered).toMatchObject({ generation: 1, resumeStep: step });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
@@ -139,19 +153,13 @@ describe("controller service: a job start that breaks the bound", () => {
   it("refuses a replacement that registered early once its move rolls back", async () => {
     harness = await startController();
     const client = connect(harness);
-    const a = await startJob(client, "a", [0, 4]);
-    const b = await startJob(client, "b", [1, 5]);
-    const move = (await client.status()).migrations[0]!;
-    const moving = move.job === "a" ? a : b;
-    const step = move.stopStep!;
-    const source = moving.find((w) => w.worker.host === move.from)!;
-    void moving.find((w) => w.worker.host !== move.from)!.barrier(step);
+    const { move, step, source, stayer } = await plannedMove(client);
+    void stayer.barrier(step);
     expect((await source.barrier(step)).kind).toBe("migrate-out");
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
     const registered = replacement.register(5_000);
     registered.catch(() => undefined);
-    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-    await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+    await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
     await expect(registered).rejects.toMatchObject({ code: "invalid_token", message: "the replacement is not needed: its migration rolled back" });
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
   });
@@ -159,18 +167,11 @@ describe("controller service: a job start that breaks the bound", () => {
   it("rolls back when the checksum does not match: the source continues where it stopped", async () => {
     harness = await startController();
     const client = connect(harness);
-    const a = await startJob(client, "a", [0, 4]);
-    const b = await startJob(client, "b", [1, 5]);
-    const move = (await client.status()).migrations[0]!;
-    const moving = move.job === "a" ? a : b;
-    const step = move.stopStep!;
-    const source = moving.find((w) => w.worker.host === move.from)!;
-    const stayer = moving.find((w) => w.worker.host !== move.from)!;
+    const { move, step, source, stayer } = await plannedMove(client);
     const stayerBarrier = stayer.barrier(step);
     expect((await source.barrier(step)).kind).toBe("migrate-out");
     const verdict = source.barrier(step);
-    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-    await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+    await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
     expect(await verdict).toEqual({ kind: "continue" });
     expect(await stayerBarrier).toEqual({ kind: "continue" });
     expect(harness.hosts.released).toEqual([{ host: move.to, token: `token-${move.id}` }]);
@@ -185,11 +186,7 @@ describe("controller service: a job start that breaks the bound", () => {
     harness = await startController({ overrides: { replanBackoffMs: 300 } });
     harness.hosts.refuse.add(2).add(3).add(6).add(7);
     const client = connect(harness);
-    const a = await startJob(client, "a", [0, 4]);
-    const b = await startJob(client, "b", [1, 5]);
-    const move = (await client.status()).migrations[0]!;
-    const moving = move.job === "a" ? a : b;
-    const step = move.stopStep!;
+    const { move, moving, step } = await plannedMove(client);
     const directives = await Promise.all(moving.map((w) => w.barrier(step)));
     expect(directives).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: expect.stringContaining("could not stage") });
@@ -202,15 +199,12 @@ describe("controller service: a job start that breaks the bound", () => {
     harness = await startController();
     const client = connect(harness);
     for (const host of [2, 3, 6, 7]) await client.request({ type: "daemon.register", host, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
-    const a = await startJob(client, "a", [0, 4]);
-    const b = await startJob(client, "b", [1, 5]);
-    const move = (await client.status()).migrations[0]!;
+    const { move, moving } = await plannedMove(client);
     // Staging is asked for when the move starts, so the job is not even held at its barrier.
     await expect.poll(async () => (await client.status()).migrations[0]).toMatchObject({
       state: "rolled-back",
       reason: `host ${move.to} stages at most 1024 bytes; the checkpoint has ${1 << 20}`,
     });
-    const moving = move.job === "a" ? a : b;
     expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     expect(harness.hosts.prepared).toEqual([]);
   });
