@@ -6,6 +6,7 @@ import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../controlle
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";
+import { PYTHON, torchMissing } from "../helpers/python.ts";
 
 /**
  * A real torchrun DDP job (gloo, CPU, Debian's torch) migrated between emulated hosts: four
@@ -16,15 +17,12 @@ import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";
  * the other job's. The DDP job must end with parameters bit-identical to an unmigrated run.
  */
 
-const PYTHON = "/usr/bin/python3";
 const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
 const TRAIN = "examples/ddp/train.py";
 const STEPS = 300;
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
 
-const torch = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" }).status === 0;
-const netns = netnsUnavailable();
-const missing = !torch ? `${PYTHON} cannot import torch` : netns;
+const missing = torchMissing ?? netnsUnavailable();
 if (missing && process.env.CI) throw new Error(`the DDP migration test cannot run: ${missing}; .ci/run runs as root and installs python3-torch`);
 
 const env = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };

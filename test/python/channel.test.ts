@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type AddressInfo, type Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,19 +16,14 @@ import {
   type ChannelReply,
   type ChannelRequest,
 } from "../../sdk/protocol/channel.ts";
+import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
 
 // The Python side of the local channel (sdk/python/monkeytree/hook.py) against a scripted fake of
 // `monkeytree launch`, driving examples/ddp/train.py and fixtures/probe.py with Debian's torch.
-const PYTHON = "/usr/bin/python3";
-const hookPath = new URL("../../sdk/python", import.meta.url).pathname;
 const train = new URL("../../examples/ddp/train.py", import.meta.url).pathname;
 const probeScript = new URL("./fixtures/probe.py", import.meta.url).pathname;
 
-const probe = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" });
-const hasTorch = probe.status === 0;
-if (!hasTorch && process.env.CI) {
-  throw new Error(`${PYTHON} cannot import torch, which .ci/run installs (python3-torch): ${probe.stderr || probe.error?.message}`);
-}
+const hasTorch = torchForTests();
 
 /** Answers one request; `undefined` sends nothing (a `phase`), a string is sent as the raw line. */
 type Script = (request: ChannelRequest) => ChannelReply | string | undefined;
@@ -91,7 +86,7 @@ interface Exit {
 }
 
 function python(args: string[], env: Record<string, string>): Promise<Exit> {
-  const base: Record<string, string | undefined> = { ...process.env, PYTHONPATH: hookPath, PYTHONDONTWRITEBYTECODE: "1", OMP_NUM_THREADS: "1" };
+  const base: Record<string, string | undefined> = { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1", OMP_NUM_THREADS: "1" };
   delete base[CHANNEL_ENV];
   const child = spawn(PYTHON, args, { env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";

@@ -1,10 +1,8 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
+import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
 
-const PYTHON = "/usr/bin/python3";
-const hookPath = new URL("../../sdk/python", import.meta.url).pathname;
-const hasTorch = spawnSync(PYTHON, ["-c", "import torch"]).status === 0;
-if (!hasTorch && process.env.CI) throw new Error(`${PYTHON} cannot import torch, which .ci/run installs (python3-torch)`);
+const hasTorch = torchForTests();
 
 // Every size class: below the vector threshold, odd lengths, several MiB; with a running CRC.
 const script = `
@@ -23,7 +21,7 @@ print(json.dumps(out))
 `;
 
 function run(env: Record<string, string> = {}): { implementation: string; agree: boolean } {
-  const result = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", env: { ...process.env, PYTHONPATH: hookPath, ...env } });
+  const result = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", env: { ...process.env, PYTHONPATH: HOOK_PATH, ...env } });
   if (result.status !== 0) throw new Error(result.stderr);
   return JSON.parse(result.stdout) as { implementation: string; agree: boolean };
 }

@@ -3,17 +3,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomFillSync } from "node:crypto";
 import { StagingBuffer, crc32c } from "../../native/index.ts";
 import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
 
-// Debian's python3-torch installs for the system interpreter; `python3` on PATH may be another one.
-const PYTHON = "/usr/bin/python3";
 const worker = new URL("./fixtures/worker.py", import.meta.url).pathname;
-const hookPath = new URL("../../sdk/python", import.meta.url).pathname;
-
-const probe = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" });
-const hasTorch = probe.status === 0;
-if (!hasTorch && process.env.CI) {
-  throw new Error(`${PYTHON} cannot import torch, which .ci/run installs (python3-torch): ${probe.stderr || probe.error?.message}`);
-}
+const hasTorch = torchForTests();
 
 interface Run {
   status: number | null;
@@ -23,7 +16,7 @@ interface Run {
 function python(mode: string, name: string, ...args: string[]): Run {
   const run = spawnSync(PYTHON, [worker, mode, name, ...args], {
     encoding: "utf8",
-    env: { ...process.env, PYTHONPATH: hookPath, PYTHONDONTWRITEBYTECODE: "1" },
+    env: { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1" },
   });
   if (run.status !== 0 && run.status !== 3) throw new Error(`worker.py ${mode} failed (${run.status}): ${run.stderr}`);
   return { status: run.status, output: JSON.parse(run.stdout) as Record<string, unknown> };
@@ -163,7 +156,7 @@ describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`
     const run = spawnSync(
       PYTHON,
       ["-c", launch, "--standalone", "--nproc_per_node=1", "--monitor_interval=0.2", worker, "rank", "-"],
-      { encoding: "utf8", env: { ...process.env, PYTHONPATH: hookPath, PYTHONDONTWRITEBYTECODE: "1" } },
+      { encoding: "utf8", env: { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1" } },
     );
     expect(run.stderr).not.toMatch(/Traceback/);
     expect(run.status).toBe(0);
