@@ -74,9 +74,7 @@ export class Journal {
       const record = journal.append(config);
       journal.flush();
       // The file's directory entry must be durable too, or a crash could lose the whole file.
-      const dirFd = openSync(dir, "r");
-      fsyncSync(dirFd);
-      closeSync(dirFd);
+      fsyncDirectory(dir);
       return { journal, state: initialState(record as Config), replay: { records: 0, tornTail } };
     }
     if (first.kind !== "config") {
@@ -140,9 +138,7 @@ export class Journal {
       closeSync(fd);
     }
     renameSync(next, this.path);
-    const dirFd = openSync(dirname(this.path), "r");
-    fsyncSync(dirFd);
-    closeSync(dirFd);
+    fsyncDirectory(dirname(this.path));
     closeSync(this.fd);
     this.fd = openSync(this.path, "a");
     this.seq = 2;
@@ -162,6 +158,16 @@ export class Journal {
     this.flush();
     this.closed = true;
     closeSync(this.fd);
+  }
+}
+
+/** Makes a file's creation or rename in `dir` durable. */
+function fsyncDirectory(dir: string): void {
+  const fd = openSync(dir, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 
