@@ -44,7 +44,7 @@ export const capabilitiesSchema = z.object({
   rdma: z.object({
     /** This build has the RDMA WRITE transport (<infiniband/verbs.h> was found when it was built). */
     compiled: z.boolean(),
-    /** compiled and a device is present: RdmaEndpoint.open() can be tried. */
+    /** compiled and a device is present: listeners offer RDMA and senders use it. */
     available: z.boolean(),
     present: z.boolean(),
     devices: z.array(z.string()),
@@ -62,12 +62,18 @@ export const transferTicketSchema = z.object({
   port: z.number().int().min(1).max(65535),
   token: z.string().regex(/^[0-9a-f]{32}$/),
   length: z.number().int().positive(),
+  /** The destination accepts the bytes as RDMA WRITEs (the handshake still uses host:port). */
+  rdma: z.boolean().optional(),
 });
 export type TransferTicket = z.infer<typeof transferTicketSchema>;
+
+export type Transport = "tcp" | "rdma";
 
 export interface TransferResult {
   bytes: number;
   seconds: number;
+  /** How the bytes travelled. */
+  transport: Transport;
 }
 
 interface NativeStagingBuffer {
@@ -81,10 +87,18 @@ interface NativeStagingBuffer {
   free(): void;
 }
 
-type ListenerEvent = (token: string, code: string | null, message: string | null, bytes: number, seconds: number) => void;
+type ListenerEvent = (
+  token: string,
+  code: string | null,
+  message: string | null,
+  bytes: number,
+  seconds: number,
+  transport: Transport,
+) => void;
 
 interface NativeListener {
   readonly port: number;
+  readonly rdmaUnavailable: string | null;
   grant(buffer: NativeStagingBuffer, offset: number, length: number): string;
   revoke(token: string): boolean;
   close(): void;
@@ -101,6 +115,17 @@ interface NativeSendOptions {
   corruptChunk: number;
   progressEvery: number;
   idleSeconds: number;
+  transport: Transport;
+  rdmaDevice: string;
+  rdmaPort: number;
+  gidIndex: number;
+}
+
+interface NativeRdmaOptions {
+  device: string;
+  port: number;
+  gidIndex: number;
+  required: boolean;
 }
 
 type SendEvent = (kind: "progress" | "done", ...args: (string | number | null)[]) => void;
@@ -109,27 +134,16 @@ interface NativeOutgoingTransfer {
   cancel(): void;
 }
 
-interface NativeRdmaEndpoint {
-  readonly local: unknown;
-  connect(peer: RdmaPeer): void;
-  write(offset: number, length: number, remoteOffset: number, imm: number): Promise<TransferResult>;
-  nextWrite(): Promise<{ imm: number }>;
-  close(): void;
-}
-
 interface NativeModule {
   StagingBuffer: new (name: string, size: number, create: boolean, lock: boolean) => NativeStagingBuffer;
-  Listener: new (host: string, port: number, idleSeconds: number, onEvent: ListenerEvent) => NativeListener;
-  OutgoingTransfer: new (buffer: NativeStagingBuffer, options: NativeSendOptions, onEvent: SendEvent) => NativeOutgoingTransfer;
-  RdmaEndpoint: new (
-    buffer: NativeStagingBuffer,
-    offset: number,
-    length: number,
-    device: string,
+  Listener: new (
+    host: string,
     port: number,
-    gidIndex: number,
     idleSeconds: number,
-  ) => NativeRdmaEndpoint;
+    rdma: NativeRdmaOptions | null,
+    onEvent: ListenerEvent,
+  ) => NativeListener;
+  OutgoingTransfer: new (buffer: NativeStagingBuffer, options: NativeSendOptions, onEvent: SendEvent) => NativeOutgoingTransfer;
   capabilities(): unknown;
   setErrorClass(errorClass: typeof TransferError): void;
   crc32c(bytes: Uint8Array, seed?: number): number;
@@ -339,6 +353,27 @@ export class StagingBuffer {
   }
 }
 
+/** Which RDMA device a listener or sender uses. */
+export interface RdmaDeviceOptions {
+  /** ibverbs device name (default: the first). */
+  device?: string;
+  /** Port of the device (default 1). */
+  port?: number;
+  /** GID table index (default: the port's first IPv4-mapped GID, which RoCE v2 routes by; else 0). */
+  gidIndex?: number;
+}
+
+function rdmaDevice(options: RdmaDeviceOptions, what: string): { device: string; port: number; gidIndex: number } {
+  if (options.device !== undefined && (typeof options.device !== "string" || options.device === "")) {
+    throw new TypeError(`${what}.device must be an ibverbs device name such as "mlx5_0", received ${String(options.device)}`);
+  }
+  return {
+    device: options.device ?? "",
+    port: checkInteger(options.port ?? 1, `${what}.port`, 1, 255),
+    gidIndex: options.gidIndex === undefined ? -1 : checkInteger(options.gidIndex, `${what}.gidIndex`, 0, 255),
+  };
+}
+
 export interface ListenOptions {
   /** Address to bind (default 127.0.0.1). */
   host?: string;
@@ -348,6 +383,12 @@ export interface ListenOptions {
   advertise?: string;
   /** Seconds a transfer may go without receiving anything before it fails with `timeout` (default 30; 0 = never). */
   idleTimeout?: number;
+  /**
+   * Whether grants accept RDMA WRITEs. By default they do when this host's RDMA device answers
+   * when the listener opens, and `rdmaUnavailable` says why not otherwise; `false` keeps to TCP;
+   * `true` or device options require RDMA (opening fails with `rdma_unavailable` without it).
+   */
+  rdma?: boolean | RdmaDeviceOptions;
 }
 
 export interface Grant {
@@ -375,11 +416,18 @@ export class Listener {
     const host = options.host ?? "127.0.0.1";
     const port = checkInteger(options.port ?? 0, "port", 0, 65535);
     const idleSeconds = checkIdleTimeout(options.idleTimeout ?? DEFAULT_IDLE_TIMEOUT, "idleTimeout");
-    this.#native = new native.Listener(host, port, idleSeconds, (token, code, message, bytes, seconds) => {
+    const rdma =
+      options.rdma === false
+        ? null
+        : {
+            ...rdmaDevice(typeof options.rdma === "object" ? options.rdma : {}, "rdma"),
+            required: options.rdma !== undefined,
+          };
+    this.#native = new native.Listener(host, port, idleSeconds, rdma, (token, code, message, bytes, seconds, transport) => {
       const pending = this.#pending.get(token);
       if (!pending) return;
       this.#pending.delete(token);
-      if (code === null) pending.resolve({ bytes, seconds });
+      if (code === null) pending.resolve({ bytes, seconds, transport });
       else pending.reject(new TransferError(message ?? code, code));
     });
     this.#host = options.advertise ?? host;
@@ -393,6 +441,11 @@ export class Listener {
     return this.#native.port;
   }
 
+  /** Why grants do not offer RDMA, or null when they do. */
+  get rdmaUnavailable(): string | null {
+    return this.#native.rdmaUnavailable;
+  }
+
   /** Authorises one write of exactly `length` bytes into [offset, offset + length) of `buffer`. */
   grant(buffer: StagingBuffer, range: { offset?: number; length: number }): Grant {
     const offset = range.offset ?? 0;
@@ -404,7 +457,13 @@ export class Listener {
     // The caller may never await a grant it revokes; that must not be an unhandled rejection.
     completion.catch(() => undefined);
     return {
-      ticket: { host: this.#host, port: this.port, token, length: range.length },
+      ticket: {
+        host: this.#host,
+        port: this.port,
+        token,
+        length: range.length,
+        ...(this.rdmaUnavailable === null ? { rdma: true } : {}),
+      },
       offset,
       completion,
     };
@@ -426,7 +485,15 @@ export interface SendOptions {
   buffer: StagingBuffer;
   /** Where the bytes start in `buffer` (default 0); `ticket.length` bytes are sent. */
   offset?: number;
-  /** Parallel TCP streams (default 4). */
+  /**
+   * `auto` (default) writes by RDMA when the ticket offers it and this host has a usable device,
+   * falling back to TCP when either end turns out to have none (nothing has been written then);
+   * `tcp` and `rdma` insist.
+   */
+  transport?: "auto" | Transport;
+  /** The device RDMA uses on this host. */
+  rdma?: RdmaDeviceOptions;
+  /** Parallel TCP streams (default 4; RDMA uses one queue pair). */
   streams?: number;
   /** Bytes per chunk, each with its own CRC32C (default 8 MiB). */
   chunkSize?: number;
@@ -439,7 +506,8 @@ export interface SendOptions {
   idleTimeout?: number;
   /**
    * Test-only fault injection: the chunk with this index is checksummed, then sent with one
-   * bit flipped in its middle byte (the source buffer is untouched), so the receiver must reject it.
+   * bit flipped in its middle byte (the source buffer is untouched), so the receiver must reject
+   * it. Over RDMA, where bytes in flight cannot be altered, its checksum carries the flipped bit.
    */
   corruptChunkForTesting?: number;
 }
@@ -449,6 +517,11 @@ export function send(options: SendOptions): Promise<TransferResult> {
   const ticket = transferTicketSchema.parse(options.ticket);
   const offset = options.offset ?? 0;
   checkRange(offset, ticket.length, options.buffer.size, "send");
+  const transport = options.transport ?? "auto";
+  if (!["auto", "tcp", "rdma"].includes(transport)) {
+    throw new TypeError(`transport must be "auto", "tcp" or "rdma", received ${String(transport)}`);
+  }
+  const device = rdmaDevice(options.rdma ?? {}, "rdma");
   const nativeOptions: NativeSendOptions = {
     host: ticket.host,
     port: ticket.port,
@@ -460,10 +533,32 @@ export function send(options: SendOptions): Promise<TransferResult> {
     corruptChunk: checkInteger(options.corruptChunkForTesting ?? -1, "corruptChunkForTesting", -1),
     progressEvery: options.onProgress ? checkInteger(options.progressEvery ?? 64 * 2 ** 20, "progressEvery", 1) : 0,
     idleSeconds: checkIdleTimeout(options.idleTimeout ?? DEFAULT_IDLE_TIMEOUT, "idleTimeout"),
+    transport: "tcp",
+    rdmaDevice: device.device,
+    rdmaPort: device.port,
+    gidIndex: device.gidIndex,
   };
   if (options.signal?.aborted) {
     return Promise.reject(new TransferError("the transfer was cancelled before it started", "cancelled"));
   }
+  if (transport === "rdma" && !ticket.rdma) {
+    return Promise.reject(
+      new TransferError("the destination does not offer RDMA for this ticket; send with transport \"tcp\"", "rdma_unavailable"),
+    );
+  }
+  if (transport === "tcp" || (transport === "auto" && !(ticket.rdma && capabilities().rdma.available))) {
+    return startTransfer(options, nativeOptions);
+  }
+  const attempt = startTransfer(options, { ...nativeOptions, transport: "rdma" });
+  if (transport === "rdma") return attempt;
+  // rdma_unavailable comes before the grant is touched, on either side: TCP can still use it.
+  return attempt.catch((error: unknown) => {
+    if (!(error instanceof TransferError) || error.code !== "rdma_unavailable" || options.signal?.aborted) throw error;
+    return startTransfer(options, nativeOptions);
+  });
+}
+
+function startTransfer(options: SendOptions, nativeOptions: NativeSendOptions): Promise<TransferResult> {
   let settle: { resolve(result: TransferResult): void; reject(error: TransferError): void } | undefined;
   const result = new Promise<TransferResult>((resolve, reject) => {
     settle = { resolve, reject };
@@ -476,112 +571,10 @@ export function send(options: SendOptions): Promise<TransferResult> {
     }
     options.signal?.removeEventListener("abort", onAbort);
     const [code, message, bytes, seconds] = args as [string | null, string | null, number, number];
-    if (code === null) settle?.resolve({ bytes, seconds });
+    if (code === null) settle?.resolve({ bytes, seconds, transport: nativeOptions.transport });
     else settle?.reject(new TransferError(message ?? code, code));
   });
   const onAbort = (): void => transfer.cancel();
   options.signal?.addEventListener("abort", onAbort, { once: true });
   return result;
-}
-
-/** What an RDMA endpoint hands its peer (through any channel) so that the peer can connect(). */
-export const rdmaPeerSchema = z.object({
-  device: z.string(),
-  port: z.number().int().min(1).max(255),
-  qpn: z.number().int().min(0).max(0xffffff),
-  psn: z.number().int().min(0).max(0xffffff),
-  lid: z.number().int().min(0).max(0xffff),
-  gid: z.string().regex(/^[0-9a-f]{32}$/),
-  /** ibv_mtu: 1 = 256 … 5 = 4096 bytes. */
-  mtu: z.number().int().min(1).max(5),
-  /** Virtual address of the registered range, 16 hex digits. */
-  address: z.string().regex(/^[0-9a-f]{16}$/),
-  rkey: z.number().int().min(0).max(0xffffffff),
-  length: z.number().int().positive(),
-});
-export type RdmaPeer = z.infer<typeof rdmaPeerSchema>;
-
-export interface OpenRdmaOptions {
-  buffer: StagingBuffer;
-  /** The range of `buffer` to register (default: all of it); the peer may write anywhere in it. */
-  offset?: number;
-  length?: number;
-  /** ibverbs device name (default: the first). */
-  device?: string;
-  /** Port of the device (default 1). */
-  port?: number;
-  /** GID table index (default 0; RoCE v2 usually needs the index of the IPv4-mapped GID). */
-  gidIndex?: number;
-  /** Seconds write()/nextWrite() wait for their completion before failing with `timeout` (default 30; 0 = never). */
-  idleTimeout?: number;
-}
-
-/**
- * One-sided RDMA WRITE over an ibverbs RC queue pair, over one registered range of a staging
- * buffer. Both sides open() an endpoint, exchange `local` through any channel, and connect() to
- * each other; the source's write() then puts bytes straight into the destination's range, and the
- * destination's nextWrite() resolves once a write has fully landed. Holding an endpoint pins
- * its buffer (free() refuses with `buffer_busy`) until close(). Transfers choose TCP (`send`)
- * unless `capabilities().rdma.available`.
- */
-export class RdmaEndpoint {
-  readonly #native: NativeRdmaEndpoint;
-  readonly #length: number;
-
-  private constructor(handle: NativeRdmaEndpoint, length: number) {
-    this.#native = handle;
-    this.#length = length;
-  }
-
-  /** Throws TransferError `rdma_unavailable` when this build has no RDMA or the host no usable device. */
-  static open(options: OpenRdmaOptions): RdmaEndpoint {
-    const offset = options.offset ?? 0;
-    const length = options.length ?? options.buffer.size - offset;
-    checkRange(offset, length, options.buffer.size, "rdma");
-    const port = checkInteger(options.port ?? 1, "port", 1, 255);
-    const gidIndex = checkInteger(options.gidIndex ?? 0, "gidIndex", 0, 255);
-    const idleSeconds = checkIdleTimeout(options.idleTimeout ?? DEFAULT_IDLE_TIMEOUT, "idleTimeout");
-    const handle = new native.RdmaEndpoint(
-      handleOf(options.buffer),
-      offset,
-      length,
-      options.device ?? "",
-      port,
-      gidIndex,
-      idleSeconds,
-    );
-    return new RdmaEndpoint(handle, length);
-  }
-
-  get local(): RdmaPeer {
-    return rdmaPeerSchema.parse(this.#native.local);
-  }
-
-  /** Brings the queue pair to ready-to-send against the peer's `local`. */
-  connect(peer: RdmaPeer): void {
-    this.#native.connect(rdmaPeerSchema.parse(peer));
-  }
-
-  /**
-   * Writes [offset, offset + length) of this endpoint's range into the peer's range at
-   * `remoteOffset`; resolves once the peer's adapter has acknowledged every byte. `imm` (32 bits)
-   * reaches the peer's nextWrite().
-   */
-  write(options: { offset?: number; length: number; remoteOffset?: number; imm?: number }): Promise<TransferResult> {
-    const offset = options.offset ?? 0;
-    checkRange(offset, options.length, this.#length, "write");
-    const remoteOffset = checkInteger(options.remoteOffset ?? 0, "write.remoteOffset", 0);
-    const imm = checkInteger(options.imm ?? 0, "write.imm", 0, 0xffffffff);
-    return this.#native.write(offset, options.length, remoteOffset, imm);
-  }
-
-  /** Resolves with the immediate of the next write the peer completed into this endpoint's range. */
-  nextWrite(): Promise<{ imm: number }> {
-    return this.#native.nextWrite();
-  }
-
-  /** Destroys the queue pair and deregisters the range; pending operations reject with `cancelled`. */
-  close(): void {
-    this.#native.close();
-  }
 }

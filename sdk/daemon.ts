@@ -6,6 +6,7 @@ import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, tran
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
 import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
 import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+import { formatTransferEndpoint, parseTransferEndpoint } from "./protocol/endpoint.ts";
 import { replacementEnvironment } from "./protocol/replacement.ts";
 
 /**
@@ -68,14 +69,11 @@ type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | 
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
-/** The `endpoint` a grant is announced with: the transfer engine's TCP address. */
-export const transferEndpoint = ({ host, port }: Pick<TransferTicket, "host" | "port">): string => `tcp://${host.includes(":") ? `[${host}]` : host}:${port}`;
-
 /** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
 export function ticketFor(endpoint: string, token: string, length: number): TransferTicket {
-  const match = /^tcp:\/\/(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(endpoint);
-  if (!match) throw new TypeError(`endpoint must be tcp://HOST:PORT, got "${endpoint}"`);
-  return transferTicketSchema.parse({ host: match[1] ?? match[2], port: Number(match[3]), token, length });
+  const parsed = parseTransferEndpoint(endpoint);
+  if (!parsed) throw new TypeError(`endpoint must be tcp://HOST:PORT[?rdma], got "${endpoint}"`);
+  return transferTicketSchema.parse({ host: parsed.host, port: parsed.port, token, length, ...(parsed.rdma ? { rdma: true } : {}) });
 }
 
 export class HostDaemon {
@@ -120,7 +118,11 @@ export class HostDaemon {
 
   /** The transfer engine's address, as grants announce it. */
   get endpoint(): string {
-    return transferEndpoint({ host: this.options.listen.advertise ?? this.options.listen.host, port: this.listener.port });
+    return formatTransferEndpoint({
+      host: this.options.listen.advertise ?? this.options.listen.host,
+      port: this.listener.port,
+      rdma: this.listener.rdmaUnavailable === null,
+    });
   }
 
   /**
@@ -286,7 +288,7 @@ export class HostDaemon {
     void this.startReplacement(staged, command.replacement, token).then((failure) => {
       if (failure) this.log.warn(() => `migration ${command.migration}: ${failure.message}`);
     });
-    return { v: PROTOCOL_VERSION, type: "daemon.prepared", id: command.id, host: this.options.host, endpoint: transferEndpoint(grant.ticket), token };
+    return { v: PROTOCOL_VERSION, type: "daemon.prepared", id: command.id, host: this.options.host, endpoint: formatTransferEndpoint({ ...grant.ticket, rdma: grant.ticket.rdma === true }), token };
   }
 
   private async spawn(command: SpawnCommand): Promise<CommandReply> {

@@ -1,5 +1,5 @@
 import { performance } from "node:perf_hooks";
-import { send, StagingBuffer } from "../native/index.ts";
+import { send, StagingBuffer, type Transport } from "../native/index.ts";
 import { packCheckpointAsync, readCheckpoint, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
 import { ticketFor } from "./daemon.ts";
 import { ReplacementEnvSchema, type ReplacementEnv } from "./protocol/replacement.ts";
@@ -68,6 +68,8 @@ export interface SentCheckpoint {
   readonly bytes: number;
   readonly packSeconds: number;
   readonly sendSeconds: number;
+  /** How the bytes travelled: RDMA where both hosts have a device, TCP otherwise. */
+  readonly transport: Transport;
 }
 
 /**
@@ -88,7 +90,7 @@ export async function sendCheckpoint(directive: MigrateOut, items: readonly Chec
       ...(options.onProgress === undefined ? {} : { onProgress: options.onProgress }),
       ...(options.progressEvery === undefined ? {} : { progressEvery: options.progressEvery }),
     });
-    return { bytes: result.bytes, packSeconds, sendSeconds: result.seconds };
+    return { bytes: result.bytes, packSeconds, sendSeconds: result.seconds, transport: result.transport };
   } finally {
     buffer.free();
   }

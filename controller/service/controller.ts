@@ -7,6 +7,7 @@ import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { Reply, Request } from "../../sdk/protocol/codec.ts";
 import type { Directive, Register, Barrier, Parallelism } from "../../sdk/protocol/worker.ts";
 import type { Heartbeat, HostRegister, TransferResult } from "../../sdk/protocol/daemon.ts";
+import { parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { Journal } from "./journal.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
@@ -814,7 +815,6 @@ export class Controller {
   }
 }
 
-/** `HOST` of `tcp://HOST:PORT` (brackets of an IPv6 literal removed). */
-const addressIn = (endpoint: string): string | null => /^tcp:\/\/(?:\[([^\]]+)\]|([^:]+)):\d+$/.exec(endpoint)?.slice(1).find((part) => part !== undefined) ?? null;
+const addressIn = (endpoint: string): string | null => parseTransferEndpoint(endpoint)?.host ?? null;
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -7,7 +7,6 @@
 #include "errors.hpp"
 #include "listener.hpp"
 #include "outgoing_transfer.hpp"
-#include "rdma.hpp"
 #include "staging_buffer.hpp"
 
 namespace mt {
@@ -101,7 +100,6 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("StagingBuffer", stagingBuffer);
   exports.Set("Listener", Listener::Init(env));
   exports.Set("OutgoingTransfer", OutgoingTransfer::Init(env));
-  exports.Set("RdmaEndpoint", InitRdmaEndpoint(env));
   exports.Set("capabilities", Napi::Function::New(env, Capabilities, "capabilities"));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass, "setErrorClass"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32cOf, "crc32c"));

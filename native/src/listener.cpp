@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <system_error>
 
 #include "crc32c.hpp"
@@ -25,6 +26,15 @@ std::string RangeText(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + length) + ")";
 }
 
+Failure ChecksumMismatch(uint64_t chunkOffset, uint64_t chunkLength, uint64_t grantOffset, uint64_t grantLength,
+                         uint32_t expected, uint32_t actual) {
+  char text[96];
+  std::snprintf(text, sizeof text, ": sender's CRC32C 0x%08x, received bytes' CRC32C 0x%08x", expected, actual);
+  return {"checksum_mismatch", "chunk " + RangeText(chunkOffset, chunkLength) + " of the transfer into " +
+                                   RangeText(grantOffset, grantLength) + " arrived corrupted" + text +
+                                   "; the range holds partial data, retry with a new grant"};
+}
+
 // After an error reply, keep reading until the sender hangs up so the reply is not lost to a
 // TCP reset; bounded so a stuck sender cannot hold the thread.
 void DrainUntilClosed(int fd) {
@@ -41,30 +51,33 @@ Napi::Function Listener::Init(Napi::Env env) {
   return DefineClass(env, "Listener",
                      {
                          InstanceAccessor<&Listener::GetPort>("port"),
+                         InstanceAccessor<&Listener::GetRdmaUnavailable>("rdmaUnavailable"),
                          InstanceMethod<&Listener::GrantRange>("grant"),
                          InstanceMethod<&Listener::Revoke>("revoke"),
                          InstanceMethod<&Listener::JsClose>("close"),
                      });
 }
 
-// new Listener(host, port, idleSeconds, onEvent(token, code | null, message | null, bytes, seconds))
+// new Listener(host, port, idleSeconds, rdma: { device, port, gidIndex, required } | null,
+//              onEvent(token, code | null, message | null, bytes, seconds, "tcp" | "rdma"))
 Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(info), addon_(&GetAddon(info.Env())) {
   Napi::Env env = info.Env();
-  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsFunction()) {
-    Napi::TypeError::New(env, "Listener(host: string, port: number, idleSeconds: number, onEvent: function)")
+  if (info.Length() < 5 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[4].IsFunction()) {
+    Napi::TypeError::New(env, "Listener(host: string, port: number, idleSeconds: number, rdma: object | null, onEvent: function)")
         .ThrowAsJavaScriptException();
     return;
   }
   const std::string host = info[0].As<Napi::String>();
   port_ = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
   idleSeconds_ = info[2].As<Napi::Number>().DoubleValue();
+  if (!ConfigureRdma(env, info[3])) return;
   Failure failure;
   listenFd_ = ListenTcp(host, &port_, &failure);
   if (!listenFd_.valid()) {
     ThrowTransferError(env, failure.code, failure.message);
     return;
   }
-  events_ = Napi::ThreadSafeFunction::New(env, info[3].As<Napi::Function>(), "monkeytree.listener", 0, 1);
+  events_ = Napi::ThreadSafeFunction::New(env, info[4].As<Napi::Function>(), "monkeytree.listener", 0, 1);
   try {
     acceptThread_ = std::thread(&Listener::AcceptLoop, this);
   } catch (const std::system_error& error) {
@@ -100,7 +113,31 @@ void Listener::Close() {
   events_.Release();
 }
 
+// Offers RDMA only when the device answers now; `required` turns its absence into an error.
+bool Listener::ConfigureRdma(Napi::Env env, Napi::Value options) {
+  if (!options.IsObject()) {
+    rdmaUnavailable_ = "RDMA is turned off for this listener";
+    return true;
+  }
+  Napi::Object object = options.As<Napi::Object>();
+  rdma_.device = object.Get("device").As<Napi::String>();
+  rdma_.port = static_cast<uint8_t>(object.Get("port").As<Napi::Number>().Uint32Value());
+  rdma_.gidIndex = object.Get("gidIndex").As<Napi::Number>().Int32Value();
+  Failure failure;
+  if (RdmaQueuePair::Probe(rdma_, &failure)) return true;
+  if (object.Get("required").ToBoolean()) {
+    ThrowTransferError(env, failure.code, failure.message + "; open the listener without `rdma` to use TCP");
+    return false;
+  }
+  rdmaUnavailable_ = failure.message;
+  return true;
+}
+
 Napi::Value Listener::GetPort(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), port_); }
+
+Napi::Value Listener::GetRdmaUnavailable(const Napi::CallbackInfo& info) {
+  return rdmaUnavailable_.empty() ? info.Env().Null() : Napi::String::New(info.Env(), rdmaUnavailable_);
+}
 
 // grant(buffer, offset, length) -> token
 Napi::Value Listener::GrantRange(const Napi::CallbackInfo& info) {
@@ -199,9 +236,11 @@ void Listener::Serve(Connection* connection) {
   const int fd = connection->fd.get();
   Failure failure;
   wire::Hello hello;
+  wire::RdmaPeer peer;
   std::shared_ptr<Grant> grant;
   SetReceiveTimeout(fd, kHelloSeconds);
-  if (wire::RecvHello(fd, &hello, &failure)) grant = Join(fd, hello, &failure);
+  const bool rdma = wire::RecvHello(fd, &hello, &failure) && hello.transport == wire::Transport::Rdma;
+  if (!failure.failed() && (!rdma || AcceptRdma(fd, hello, &peer, &failure))) grant = Join(fd, hello, &failure);
   SetIdleTimeout(fd, idleSeconds_);
   Failure ignored;
   if (!grant) {
@@ -209,21 +248,32 @@ void Listener::Serve(Connection* connection) {
       wire::SendReply(fd, failure, &ignored);
       DrainUntilClosed(fd);
     }
-  } else if (wire::SendReply(fd, {}, &failure)) {
-    for (;;) {
-      wire::ChunkHeader header;
-      if (!wire::RecvChunkHeader(fd, &header, &failure)) break;
-      if (header.kind == wire::FrameKind::End) {
-        EndStream(grant);
+  } else {
+    if (rdma) {
+      std::unique_ptr<RdmaQueuePair> queuePair = ConnectRdma(fd, *grant, peer, &failure);
+      if (queuePair && ReceiveRdma(fd, *grant, *queuePair, &failure)) {
         std::lock_guard<std::mutex> guard(mutex_);
-        failure = grant->outcome;
-        break;
+        FinishLocked(grant, {}, -1);
       }
-      if (!ReceiveChunk(fd, *grant, header, &failure)) break;
+      // Destroyed before the outcome is reported: after this the adapter cannot write into the
+      // range any more, whatever the sender still has in flight.
+      queuePair.reset();
+    } else if (wire::SendReply(fd, {}, &failure)) {
+      for (;;) {
+        wire::ChunkHeader header;
+        if (!wire::RecvChunkHeader(fd, &header, &failure)) break;
+        if (header.kind == wire::FrameKind::End) {
+          EndStream(grant);
+          std::lock_guard<std::mutex> guard(mutex_);
+          failure = grant->outcome;
+          break;
+        }
+        if (!ReceiveChunk(fd, *grant, header, &failure)) break;
+      }
     }
     std::unique_lock<std::mutex> guard(mutex_);
-    // A stream that ended cleanly, or whose grant another stream already settled, only
-    // reports; otherwise this stream's failure settles the grant.
+    // A stream that ended cleanly, or whose grant another stream (or a revoke) already settled,
+    // only reports; otherwise this stream's failure settles the grant.
     const bool settledElsewhere = !failure.failed() || grant->finished;
     if (!settledElsewhere) FinishLocked(grant, failure, fd);
     const Failure reply = grant->outcome;
@@ -238,6 +288,63 @@ void Listener::Serve(Connection* connection) {
   }
   connection->fd.reset();
   connection->done.store(true);
+}
+
+// The sender's queue pair follows its hello; it is read even when RDMA is refused, so that the
+// refusal is the next thing on the connection.
+bool Listener::AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure) {
+  if (!wire::RecvRdmaPeer(fd, peer, failure)) return false;
+  if (!rdmaUnavailable_.empty()) {
+    *failure = {"rdma_unavailable", "the destination does not offer RDMA (" + rdmaUnavailable_ + "); send over TCP"};
+    return false;
+  }
+  if (hello.streamCount != 1) {
+    *failure = {"protocol", "an RDMA transfer has exactly one connection"};
+    return false;
+  }
+  return true;
+}
+
+// Registers the granted range, connects a queue pair to the sender's and tells the sender how
+// to reach it. Receives are posted before the reply, so no write can arrive unexpected.
+std::unique_ptr<RdmaQueuePair> Listener::ConnectRdma(int fd, const Grant& grant, const wire::RdmaPeer& peer,
+                                                     Failure* failure) {
+  if (peer.length != grant.length) {
+    *failure = {"protocol", "the sender registered " + std::to_string(peer.length) + " bytes for a grant of " +
+                                std::to_string(grant.length)};
+    return nullptr;
+  }
+  std::unique_ptr<RdmaQueuePair> queuePair =
+      RdmaQueuePair::Open(grant.pin->region().data() + grant.offset, grant.length, rdma_, failure);
+  if (!queuePair || !queuePair->Connect(peer, RdmaQueuePair::kRecvDepth, failure) ||
+      !wire::SendReply(fd, {}, failure) || !wire::SendRdmaPeer(fd, queuePair->Local(), failure))
+    return nullptr;
+  return queuePair;
+}
+
+// Chunk i arrives as the i-th write with immediate (RC delivers in order), carrying the chunk's
+// CRC32C; each is verified as soon as it has landed. The connection is watched meanwhile: the
+// sender never speaks on it, so anything readable means it hung up or the grant was settled.
+bool Listener::ReceiveRdma(int fd, Grant& grant, RdmaQueuePair& queuePair, Failure* failure) {
+  const std::atomic<bool> never{false};
+  const uint8_t* range = grant.pin->region().data() + grant.offset;
+  for (uint64_t index = 0; index < grant.chunkCount; ++index) {
+    uint32_t expected = 0;
+    const RdmaWait wait = queuePair.Await(false, fd, never, idleSeconds_, &expected, failure);
+    if (wait == RdmaWait::PeerReadable) *failure = {"peer_closed", "connection lost: the sender hung up mid-transfer"};
+    if (wait != RdmaWait::Completed) return false;
+    const uint64_t offset = index * grant.chunkSize;
+    const uint64_t length = std::min<uint64_t>(grant.chunkSize, grant.length - offset);
+    const uint32_t actual = Crc32c(0, range + offset, length);
+    if (actual != expected) {
+      *failure = ChecksumMismatch(offset, length, grant.offset, grant.length, expected, actual);
+      return false;
+    }
+    if (!queuePair.PostReceive(failure)) return false;
+    std::lock_guard<std::mutex> guard(mutex_);
+    ++grant.chunksVerified;
+  }
+  return true;
 }
 
 std::shared_ptr<Listener::Grant> Listener::Join(int fd, const wire::Hello& hello, Failure* failure) {
@@ -265,6 +372,7 @@ std::shared_ptr<Listener::Grant> Listener::Join(int fd, const wire::Hello& hello
   }
   if (!grant.active) {
     grant.active = true;
+    grant.rdma = hello.transport == wire::Transport::Rdma;
     grant.streamCount = hello.streamCount;
     grant.chunkSize = hello.chunkSize;
     grant.chunkCount = (grant.length + hello.chunkSize - 1) / hello.chunkSize;
@@ -312,11 +420,7 @@ bool Listener::ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& heade
   const uint32_t expected = wire::GetU32(trailer);
   std::lock_guard<std::mutex> guard(mutex_);
   if (crc != expected) {
-    char text[96];
-    std::snprintf(text, sizeof text, ": sender's CRC32C 0x%08x, received bytes' CRC32C 0x%08x", expected, crc);
-    *failure = {"checksum_mismatch", "chunk " + RangeText(header.offset, header.length) + " of the transfer into " +
-                                         RangeText(grant.offset, grant.length) + " arrived corrupted" + text +
-                                         "; the range holds partial data, retry with a new grant"};
+    *failure = ChecksumMismatch(header.offset, header.length, grant.offset, grant.length, expected, crc);
     return false;
   }
   ++grant.chunksVerified;
@@ -363,6 +467,7 @@ void Listener::EmitLocked(Grant& grant) {
   event->token = TokenToHex(grant.token);
   event->failure = grant.outcome;
   event->bytes = grant.outcome.failed() ? 0 : static_cast<double>(grant.length);
+  event->rdma = grant.rdma;
   if (grant.active)
     event->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - grant.started).count();
   const napi_status status = events_.NonBlockingCall(event, [](Napi::Env env, Napi::Function callback, Event* event) {
@@ -371,7 +476,8 @@ void Listener::EmitLocked(Grant& grant) {
     callback.Call({Napi::String::New(env, event->token),
                    event->failure.failed() ? Napi::String::New(env, event->failure.code) : env.Null(),
                    event->failure.failed() ? Napi::String::New(env, event->failure.message) : env.Null(),
-                   Napi::Number::New(env, event->bytes), Napi::Number::New(env, event->seconds)});
+                   Napi::Number::New(env, event->bytes), Napi::Number::New(env, event->seconds),
+                   Napi::String::New(env, event->rdma ? "rdma" : "tcp")});
   });
   if (status != napi_ok) delete event;
 }

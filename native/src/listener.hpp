@@ -1,8 +1,9 @@
 #pragma once
 // JS class Listener: the destination side of the transfer engine. It owns a listening socket,
 // grants single-use tokens authorising a write into a range of one staging buffer, receives
-// chunks straight into that range, verifies each chunk's CRC32C, and reports every grant's
-// outcome to JS exactly once, after its last stream thread has let go of the buffer.
+// chunks straight into that range (over TCP streams, or as RDMA WRITEs when it offers RDMA and
+// the sender asks for it), verifies each chunk's CRC32C, and reports every grant's outcome to
+// JS exactly once, after its last stream thread (and queue pair) has let go of the buffer.
 #include <napi.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "addon.hpp"
 #include "net.hpp"
+#include "rdma.hpp"
 #include "region.hpp"
 #include "wire.hpp"
 
@@ -38,6 +40,7 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
     uint64_t offset = 0;
     uint64_t length = 0;
     bool active = false;
+    bool rdma = false;
     uint32_t streamCount = 0;
     uint32_t chunkSize = 0;
     uint64_t chunkCount = 0;
@@ -63,9 +66,12 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
     Failure failure;
     double bytes = 0;
     double seconds = 0;
+    bool rdma = false;
   };
 
   Napi::Value GetPort(const Napi::CallbackInfo& info);
+  Napi::Value GetRdmaUnavailable(const Napi::CallbackInfo& info);
+  bool ConfigureRdma(Napi::Env env, Napi::Value options);
   Napi::Value GrantRange(const Napi::CallbackInfo& info);
   Napi::Value Revoke(const Napi::CallbackInfo& info);
   Napi::Value JsClose(const Napi::CallbackInfo& info);
@@ -74,6 +80,9 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   void Serve(Connection* connection);
   std::shared_ptr<Grant> Join(int fd, const wire::Hello& hello, Failure* failure);
   bool ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& header, Failure* failure);
+  bool AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure);
+  std::unique_ptr<RdmaQueuePair> ConnectRdma(int fd, const Grant& grant, const wire::RdmaPeer& peer, Failure* failure);
+  bool ReceiveRdma(int fd, Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
   void EndStream(const std::shared_ptr<Grant>& grant);
   // Records the outcome once and wakes the grant's other streams (all but exceptFd).
   void FinishLocked(const std::shared_ptr<Grant>& grant, const Failure& outcome, int exceptFd);
@@ -86,6 +95,8 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   Fd listenFd_;
   uint16_t port_ = 0;
   double idleSeconds_ = 0;
+  RdmaOptions rdma_;
+  std::string rdmaUnavailable_;  // why this listener does not offer RDMA; empty when it does
   std::thread acceptThread_;
   std::mutex mutex_;
   bool closed_ = true;  // until the constructor has started everything Close() stops

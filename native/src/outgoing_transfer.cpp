@@ -40,7 +40,8 @@ Napi::Function OutgoingTransfer::Init(Napi::Env env) {
 }
 
 // new OutgoingTransfer(buffer, {offset, length, host, port, token, streams, chunkSize,
-//   corruptChunk, progressEvery, idleSeconds}, onEvent)
+//   corruptChunk, progressEvery, idleSeconds, transport: "tcp" | "rdma", rdmaDevice, rdmaPort,
+//   gidIndex}, onEvent)
 // onEvent("progress", bytesSent) | onEvent("done", code | null, message | null, bytes, seconds)
 OutgoingTransfer::OutgoingTransfer(const Napi::CallbackInfo& info)
     : Napi::ObjectWrap<OutgoingTransfer>(info), addon_(&GetAddon(info.Env())) {
@@ -98,6 +99,13 @@ bool OutgoingTransfer::ParseOptions(const Napi::CallbackInfo& info, Options* opt
   options->corruptChunk = static_cast<int64_t>(number("corruptChunk"));
   options->progressEvery = static_cast<uint64_t>(number("progressEvery"));
   options->idleSeconds = number("idleSeconds");
+  if (object.Get("transport").As<Napi::String>().Utf8Value() == "rdma") {
+    options->transport = wire::Transport::Rdma;
+    options->streams = 1;
+    options->rdma.device = object.Get("rdmaDevice").As<Napi::String>();
+    options->rdma.port = static_cast<uint8_t>(number("rdmaPort"));
+    options->rdma.gidIndex = static_cast<int>(number("gidIndex"));
+  }
   if (!TokenFromHex(object.Get("token").As<Napi::String>(), &options->token)) {
     Napi::TypeError::New(env, "token must be a 32-character hex string from the destination's grant()")
         .ThrowAsJavaScriptException();
@@ -146,6 +154,16 @@ Napi::Value OutgoingTransfer::Cancel(const Napi::CallbackInfo& info) {
 
 void OutgoingTransfer::RunStream(uint32_t index) {
   Failure failure;
+  // RDMA registers the source range before connecting: a host without a usable device fails
+  // here, before the grant is touched, so the caller can still send the same ticket over TCP.
+  std::unique_ptr<RdmaQueuePair> queuePair;
+  if (options_.transport == wire::Transport::Rdma) {
+    queuePair = RdmaQueuePair::Open(pin_->region().data() + options_.offset, options_.length, options_.rdma, &failure);
+    if (!queuePair) {
+      StreamFinished(index, failure, false);
+      return;
+    }
+  }
   Fd fd = ConnectTcp(options_.host, options_.port, &failure);
   if (!fd.valid()) {
     StreamFinished(index, failure, false);
@@ -157,23 +175,27 @@ void OutgoingTransfer::RunStream(uint32_t index) {
     fds_[index] = fd.get();
     if (cancelled_) Interrupt(fd.get());
   }
-  wire::Hello hello;
-  hello.streamIndex = static_cast<uint16_t>(index);
-  hello.streamCount = static_cast<uint16_t>(options_.streams);
-  hello.chunkSize = options_.chunkSize;
-  hello.length = options_.length;
-  hello.token = options_.token;
   Failure reply;
   bool fromReceiver = false;
-  if (wire::SendHello(fd.get(), hello, &failure) && wire::RecvReply(fd.get(), &reply, &failure)) {
-    if (reply.failed()) {
-      failure = reply;
-      fromReceiver = true;
-    } else if (SendChunks(fd.get(), &failure) &&
-               wire::SendChunkHeader(fd.get(), {wire::FrameKind::End, 0, 0}, &failure) &&
-               wire::RecvReply(fd.get(), &reply, &failure) && reply.failed()) {
-      failure = reply;
-      fromReceiver = true;
+  if (queuePair) {
+    SendRdma(fd.get(), *queuePair, &failure, &fromReceiver);
+  } else {
+    wire::Hello hello;
+    hello.streamIndex = static_cast<uint16_t>(index);
+    hello.streamCount = static_cast<uint16_t>(options_.streams);
+    hello.chunkSize = options_.chunkSize;
+    hello.length = options_.length;
+    hello.token = options_.token;
+    if (wire::SendHello(fd.get(), hello, &failure) && wire::RecvReply(fd.get(), &reply, &failure)) {
+      if (reply.failed()) {
+        failure = reply;
+        fromReceiver = true;
+      } else if (SendChunks(fd.get(), &failure) &&
+                 wire::SendChunkHeader(fd.get(), {wire::FrameKind::End, 0, 0}, &failure) &&
+                 wire::RecvReply(fd.get(), &reply, &failure) && reply.failed()) {
+        failure = reply;
+        fromReceiver = true;
+      }
     }
   }
   // A stalled receiver will not explain itself; anyone else may have said why it stopped us.
@@ -182,11 +204,78 @@ void OutgoingTransfer::RunStream(uint32_t index) {
     failure = reply;
     fromReceiver = true;
   }
+  // The adapter must be done with the source range before the transfer lets go of the buffer.
+  queuePair.reset();
   {
     std::lock_guard<std::mutex> guard(mutex_);
     fds_[index] = -1;
   }
   StreamFinished(index, failure, fromReceiver);
+}
+
+// One connection carries the handshake and the outcome; the bytes go as one signalled WRITE WITH
+// IMMEDIATE per chunk, the immediate being the chunk's CRC32C, at most kSendDepth in flight. Each
+// chunk is checksummed right before it is posted, while the adapter is still sending earlier ones.
+bool OutgoingTransfer::SendRdma(int fd, RdmaQueuePair& queuePair, Failure* failure, bool* fromReceiver) {
+  wire::Hello hello;
+  hello.streamCount = 1;
+  hello.transport = wire::Transport::Rdma;
+  hello.chunkSize = options_.chunkSize;
+  hello.length = options_.length;
+  hello.token = options_.token;
+  Failure reply;
+  wire::RdmaPeer peer;
+  if (!wire::SendHello(fd, hello, failure) || !wire::SendRdmaPeer(fd, queuePair.Local(), failure) ||
+      !wire::RecvReply(fd, &reply, failure))
+    return false;
+  if (reply.failed()) {
+    *failure = reply;
+    *fromReceiver = true;
+    return false;
+  }
+  if (!wire::RecvRdmaPeer(fd, &peer, failure) || !queuePair.Connect(peer, 0, failure)) return false;
+  const uint8_t* source = pin_->region().data() + options_.offset;
+  const uint64_t chunkCount = (options_.length + options_.chunkSize - 1) / options_.chunkSize;
+  auto chunkLength = [&](uint64_t index) {
+    return static_cast<uint32_t>(std::min<uint64_t>(options_.chunkSize, options_.length - index * options_.chunkSize));
+  };
+  for (uint64_t posted = 0, completed = 0; completed < chunkCount;) {
+    for (; posted < chunkCount && posted - completed < RdmaQueuePair::kSendDepth; ++posted) {
+      const uint64_t offset = posted * options_.chunkSize;
+      uint32_t crc = Crc32c(0, source + offset, chunkLength(posted));
+      // Bytes in flight cannot be altered here without touching the source, so the test-only
+      // fault injection flips a bit of the chunk's checksum instead: the receiver sees the same.
+      if (static_cast<int64_t>(posted) == options_.corruptChunk) crc ^= 1u;
+      if (!queuePair.PostWrite(offset, chunkLength(posted), crc, failure)) return false;
+    }
+    switch (queuePair.Await(true, fd, cancelled_, options_.idleSeconds, nullptr, failure)) {
+      case RdmaWait::Completed:
+        ReportProgress(chunkLength(completed++));
+        break;
+      case RdmaWait::PeerReadable:
+        // The receiver only speaks early to refuse; a hang-up reads as a failed reply.
+        if (cancelled_ || !wire::RecvReply(fd, &reply, failure)) break;
+        *failure = reply.failed() ? reply : Failure{"protocol", "the receiver answered before the last chunk"};
+        *fromReceiver = reply.failed();
+        return false;
+      case RdmaWait::Stopped:
+        break;
+      case RdmaWait::Failed:
+        return false;
+    }
+    if (cancelled_) {
+      *failure = {"cancelled", "the transfer was cancelled"};
+      return false;
+    }
+    if (failure->failed()) return false;
+  }
+  if (!wire::RecvReply(fd, &reply, failure)) return false;
+  if (reply.failed()) {
+    *failure = reply;
+    *fromReceiver = true;
+    return false;
+  }
+  return true;
 }
 
 bool OutgoingTransfer::SendChunks(int fd, Failure* failure) {

@@ -1,8 +1,9 @@
 #pragma once
 // JS class OutgoingTransfer: the source side of the transfer engine. Writes a range of a local
-// staging buffer into a range a remote Listener granted, over several parallel TCP streams that
-// pull chunks from a shared counter, sending straight from the staging memory. It starts in the
-// constructor, reports progress and one final outcome through onEvent, and can be cancelled.
+// staging buffer into a range a remote Listener granted: over several parallel TCP streams that
+// pull chunks from a shared counter, sending straight from the staging memory, or as RDMA WRITEs
+// on one queue pair whose handshake rides one TCP connection. It starts in the constructor,
+// reports progress and one final outcome through onEvent, and can be cancelled.
 #include <napi.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "addon.hpp"
+#include "rdma.hpp"
 #include "region.hpp"
 #include "wire.hpp"
 
@@ -40,6 +42,8 @@ class OutgoingTransfer : public Napi::ObjectWrap<OutgoingTransfer>, public Closa
     int64_t corruptChunk = -1;
     uint64_t progressEvery = 0;
     double idleSeconds = 0;
+    wire::Transport transport = wire::Transport::Tcp;
+    RdmaOptions rdma;
   };
   struct Event;
 
@@ -47,6 +51,7 @@ class OutgoingTransfer : public Napi::ObjectWrap<OutgoingTransfer>, public Closa
   bool ParseOptions(const Napi::CallbackInfo& info, Options* options);
 
   void RunStream(uint32_t index);
+  bool SendRdma(int fd, RdmaQueuePair& queuePair, Failure* failure, bool* fromReceiver);
   bool SendChunks(int fd, Failure* failure);
   bool SendChunk(int fd, uint64_t index, Failure* failure);
   void ReportProgress(uint64_t bytes);

@@ -1,23 +1,26 @@
-// Built instead of rdma.cpp when <infiniband/verbs.h> was absent at configure time.
-#include "errors.hpp"
+// Built instead of rdma.cpp when <infiniband/verbs.h> was absent at configure time: the engine
+// then offers and uses TCP only.
 #include "rdma.hpp"
-#include "staging_buffer.hpp"
 
 namespace mt {
 namespace {
 
-// Checks the buffer argument first, like the real constructor, so a freed buffer is reported
-// the same way by both builds.
-Napi::Value Unavailable(const Napi::CallbackInfo& info) {
-  if (!StagingBuffer::RegionOf(info.Env(), info[0], "buffer")) return info.Env().Undefined();
-  ThrowTransferError(info.Env(), "rdma_unavailable",
-                     "this build of the native addon has no RDMA transport: <infiniband/verbs.h> was not found "
-                     "when it was built (install libibverbs-dev, then rebuild with `npm install`); use TCP");
-  return info.Env().Undefined();
+Failure NotCompiled() {
+  return {"rdma_unavailable",
+          "this build of the native addon has no RDMA transport: <infiniband/verbs.h> was not found when it was "
+          "built (install libibverbs-dev, then rebuild with `npm install`)"};
 }
 
 }  // namespace
 
-Napi::Function InitRdmaEndpoint(Napi::Env env) { return Napi::Function::New(env, Unavailable, "RdmaEndpoint"); }
+bool RdmaQueuePair::Probe(const RdmaOptions&, Failure* failure) {
+  *failure = NotCompiled();
+  return false;
+}
+
+std::unique_ptr<RdmaQueuePair> RdmaQueuePair::Open(uint8_t*, uint64_t, const RdmaOptions&, Failure* failure) {
+  *failure = NotCompiled();
+  return nullptr;
+}
 
 }  // namespace mt

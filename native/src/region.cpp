@@ -28,8 +28,13 @@ std::shared_ptr<Region> Region::Create(const std::string& name, size_t size, boo
   }
   const size_t rounded = RoundToPages(size);
   // Reserve the pages now: a sparse file would map fine and then kill the process with SIGBUS
-  // on first touch once /dev/shm is full.
-  const int err = posix_fallocate(fd, 0, static_cast<off_t>(rounded));
+  // on first touch once /dev/shm is full. tmpfs gives up with EINTR when a signal arrives (a
+  // child exiting, say) during a large reservation; what it reserved stays, so asking again
+  // finishes the rest.
+  int err = 0;
+  do {
+    err = posix_fallocate(fd, 0, static_cast<off_t>(rounded));
+  } while (err == EINTR);
   if (err != 0) {
     close(fd);
     shm_unlink(ShmName(name).c_str());

@@ -4,6 +4,13 @@
 //   receiver -> Reply (empty code = accepted)
 //   sender   -> { ChunkHeader, payload[length], u32 crc32c(payload) }*  then ChunkHeader{kind = End}
 //   receiver -> Reply (empty code = every chunk of this stream verified)
+// RDMA (Hello.transport = Rdma, one stream; the bytes bypass this connection):
+//   sender   -> Hello, RdmaPeer (its queue pair over the source range)
+//   receiver -> Reply, then on success RdmaPeer (its queue pair over the granted range)
+//   sender   -> per chunk, in order, one RDMA WRITE WITH IMMEDIATE whose immediate is the
+//               chunk's CRC32C; the receiver verifies each chunk once its write has landed
+//   receiver -> Reply (empty code = every chunk verified)
+// The connection stays open throughout, so either side notices the other's death at once.
 // The receiver may send an error Reply at any time and stop reading; senders peek for it
 // between chunks. The checksum trails its payload so both sides can compute it piece by piece
 // while the bytes are in cache; the receiver fails the chunk before counting it as arrived.
@@ -28,10 +35,12 @@ constexpr uint32_t kMaxReplyText = 4096;
 using Token = std::array<uint8_t, kTokenBytes>;
 
 enum class FrameKind : uint32_t { Chunk = 1, End = 2 };
+enum class Transport : uint16_t { Tcp = 0, Rdma = 1 };
 
 struct Hello {
   uint16_t streamIndex = 0;
   uint16_t streamCount = 0;
+  Transport transport = Transport::Tcp;
   uint32_t chunkSize = 0;
   uint64_t length = 0;
   Token token{};
@@ -73,6 +82,7 @@ inline bool SendHello(int fd, const Hello& hello, Failure* failure) {
   PutU16(&bytes[4], kVersion);
   PutU16(&bytes[6], hello.streamIndex);
   PutU16(&bytes[8], hello.streamCount);
+  PutU16(&bytes[10], static_cast<uint16_t>(hello.transport));
   PutU32(&bytes[12], hello.chunkSize);
   PutU64(&bytes[16], hello.length);
   std::memcpy(&bytes[24], hello.token.data(), kTokenBytes);
@@ -89,6 +99,12 @@ inline bool RecvHello(int fd, Hello* hello, Failure* failure) {
   }
   hello->streamIndex = GetU16(&bytes[6]);
   hello->streamCount = GetU16(&bytes[8]);
+  const uint16_t transport = GetU16(&bytes[10]);
+  if (transport > static_cast<uint16_t>(Transport::Rdma)) {
+    *failure = {"protocol", "the sender asked for unknown transport " + std::to_string(transport)};
+    return false;
+  }
+  hello->transport = static_cast<Transport>(transport);
   hello->chunkSize = GetU32(&bytes[12]);
   hello->length = GetU64(&bytes[16]);
   std::memcpy(hello->token.data(), &bytes[24], kTokenBytes);
@@ -137,6 +153,46 @@ inline bool RecvReply(int fd, Failure* reply, Failure* failure) {
   if (!RecvAll(fd, text.data(), text.size(), "reply", failure)) return false;
   reply->code = text.substr(0, codeLength);
   reply->message = text.substr(codeLength);
+  return true;
+}
+
+// One side's RC queue pair and registered range: what the other side needs to reach it.
+struct RdmaPeer {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  uint16_t lid = 0;
+  uint8_t mtu = 0;  // ibv_mtu
+  std::array<uint8_t, 16> gid{};
+  uint64_t address = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;
+  static constexpr size_t kBytes = 48;
+};
+
+inline bool SendRdmaPeer(int fd, const RdmaPeer& peer, Failure* failure) {
+  std::array<uint8_t, RdmaPeer::kBytes> bytes{};
+  PutU32(&bytes[0], peer.qpn);
+  PutU32(&bytes[4], peer.psn);
+  PutU16(&bytes[8], peer.lid);
+  bytes[10] = peer.mtu;
+  std::memcpy(&bytes[12], peer.gid.data(), peer.gid.size());
+  PutU64(&bytes[28], peer.address);
+  PutU32(&bytes[36], peer.rkey);
+  PutU64(&bytes[40], peer.length);
+  return SendAll(fd, bytes.data(), bytes.size(), false, "RDMA queue pair description", failure);
+}
+
+inline bool RecvRdmaPeer(int fd, RdmaPeer* peer, Failure* failure) {
+  std::array<uint8_t, RdmaPeer::kBytes> bytes{};
+  if (!RecvAll(fd, bytes.data(), bytes.size(), "RDMA queue pair description", failure)) return false;
+  peer->qpn = GetU32(&bytes[0]);
+  peer->psn = GetU32(&bytes[4]);
+  peer->lid = GetU16(&bytes[8]);
+  peer->mtu = bytes[10];
+  std::memcpy(peer->gid.data(), &bytes[12], peer->gid.size());
+  peer->address = GetU64(&bytes[28]);
+  peer->rkey = GetU32(&bytes[36]);
+  peer->length = GetU64(&bytes[40]);
   return true;
 }
 

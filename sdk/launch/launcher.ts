@@ -270,7 +270,7 @@ export class Launcher {
     const started = performance.now();
     try {
       const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
-      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s`);
+      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s over ${result.transport}`);
     } catch (failure) {
       // The destination reports the failure (or goes silent); the controller rolls back.
       this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { ParallelismSchema } from "./worker.ts";
 
@@ -50,11 +51,11 @@ export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;
 export const CommandSchema = z.discriminatedUnion("type", [PrepareCommandSchema, ReleaseCommandSchema, SpawnCommandSchema]);
 export type Command = z.infer<typeof CommandSchema>;
 
-/** The grant: the source writes to `endpoint` (`tcp://HOST:PORT` of the transfer engine) with `token`. */
+/** The grant: the source writes to `endpoint` (the destination's transfer engine) with `token`. */
 export const PreparedSchema = z.strictObject({
   ...envelope("daemon.prepared"),
   host: HostSchema,
-  endpoint: z.string().min(1),
+  endpoint: TransferEndpointSchema,
   token: z.string().min(1),
 });
 export type Prepared = z.infer<typeof PreparedSchema>;

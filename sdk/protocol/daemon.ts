@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema } from "./envelope.ts";
 
 /** Daemon ↔ controller: one daemon per host registers it, heartbeats, and reports staging. */
@@ -12,7 +13,7 @@ export const HostRegisterSchema = z.strictObject({
   /** Size of the pre-allocated migration staging buffer. */
   stagingBytes: bytes("stagingBytes"),
   /** Where the host's transfer engine listens. */
-  endpoint: z.string().min(1, { error: "endpoint must not be empty" }),
+  endpoint: TransferEndpointSchema,
 });
 export type HostRegister = z.infer<typeof HostRegisterSchema>;
 

@@ -6,3 +6,4 @@ export * from "./status.ts";
 export * from "./errors.ts";
 export * from "./codec.ts";
 export * from "./replacement.ts";
+export * from "./endpoint.ts";

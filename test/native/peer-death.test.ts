@@ -2,8 +2,9 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
-import { Listener, StagingBuffer, send, transferTicketSchema, type TransferTicket } from "../../native/index.ts";
+import { Listener, StagingBuffer, send as sendBy, transferTicketSchema, type SendOptions, type Transport, type TransferTicket } from "../../native/index.ts";
 import { rejection } from "./rejection.ts";
+import { transports } from "./transports.ts";
 
 const MiB = 1 << 20;
 const LENGTH = 256 * MiB;
@@ -11,9 +12,11 @@ const runTs = new URL("../../bin/run-ts.js", import.meta.url).pathname;
 const fixture = (name: string): string => new URL(`./fixtures/${name}`, import.meta.url).pathname;
 
 
-/** A child sending `ticket` from `source`, which signals itself once bytes are moving. */
-function signalledSender(ticket: TransferTicket, source: StagingBuffer, signal: "SIGKILL" | "SIGSTOP") {
-  return spawn(process.execPath, [runTs, fixture("signalled-sender.ts"), JSON.stringify(ticket), source.name, signal], { stdio: "inherit" });
+/** A child sending `ticket` from `source` by `transport`, which signals itself once bytes are moving. */
+function signalledSender(ticket: TransferTicket, source: StagingBuffer, signal: "SIGKILL" | "SIGSTOP", transport: Transport) {
+  return spawn(process.execPath, [runTs, fixture("signalled-sender.ts"), JSON.stringify(ticket), source.name, signal, transport], {
+    stdio: "inherit",
+  });
 }
 
 /** A child listening for one transfer into `destination`, with its ticket. */
@@ -23,14 +26,16 @@ async function childReceiver(destination: StagingBuffer) {
   return { child, ticket: transferTicketSchema.parse(JSON.parse(line)) };
 }
 
-describe("a peer that dies or stalls mid-transfer", () => {
+describe.each(transports)("a peer that dies or stalls mid-transfer (%s)", (transport) => {
+  const send = (options: SendOptions) => sendBy({ ...options, transport });
+
   it("fails the grant cleanly when the sender dies, and the range can be written again", async () => {
     const source = StagingBuffer.create({ size: LENGTH, lock: false });
     const destination = StagingBuffer.create({ size: LENGTH, lock: false });
     const listener = Listener.open();
     try {
       const grant = listener.grant(destination, { length: LENGTH });
-      const child = signalledSender(grant.ticket, source, "SIGKILL");
+      const child = signalledSender(grant.ticket, source, "SIGKILL", transport);
       const [, signal] = (await once(child, "exit")) as [number | null, string | null];
       expect(signal).toBe("SIGKILL");
       expect((await rejection(grant.completion)).code).toBe("peer_closed");
@@ -70,7 +75,7 @@ describe("a peer that dies or stalls mid-transfer", () => {
     const destination = StagingBuffer.create({ size: LENGTH, lock: false });
     const listener = Listener.open({ idleTimeout: 0.5 });
     const grant = listener.grant(destination, { length: LENGTH });
-    const child = signalledSender(grant.ticket, source, "SIGSTOP");
+    const child = signalledSender(grant.ticket, source, "SIGSTOP", transport);
     try {
       const error = await rejection(grant.completion);
       expect(error.code).toBe("timeout");

@@ -1,7 +1,7 @@
-import { randomFillSync } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { capabilities, RdmaEndpoint, StagingBuffer, TransferError } from "../../native/index.ts";
+import { capabilities, Listener, StagingBuffer, send, TransferError } from "../../native/index.ts";
+import { rejection } from "./rejection.ts";
 
 // binding.gyp probes for <infiniband/verbs.h> + libibverbs when it configures; the generated
 // makefile records the answer as a define, and only an RDMA build links the queue-pair verbs.
@@ -11,14 +11,24 @@ const builtWithVerbs = readFileSync(new URL("monkeytree_native.target.mk", build
 );
 const linksVerbs = readFileSync(new URL("Release/monkeytree_native.node", buildDir)).includes("ibv_create_qp");
 const { available } = capabilities().rdma;
+const MiB = 1 << 20;
 
-function openError(buffer: StagingBuffer): unknown {
-  try {
-    RdmaEndpoint.open({ buffer }).close();
-  } catch (error) {
-    return error;
-  }
-  return undefined;
+/** A source filled with a pattern, an empty destination, and a listener opened with `rdma`. */
+function setup(rdma?: boolean) {
+  const source = StagingBuffer.create({ size: 4 * MiB, lock: false });
+  const destination = StagingBuffer.create({ size: 4 * MiB, lock: false });
+  source.bytes().forEach((_, i, bytes) => (bytes[i] = (i * 7 + 3) & 0xff));
+  const listener = Listener.open(rdma === undefined ? {} : { rdma });
+  return {
+    source,
+    destination,
+    listener,
+    [Symbol.dispose]() {
+      listener.close();
+      source.free();
+      destination.free();
+    },
+  };
 }
 
 describe("RDMA transport", () => {
@@ -34,58 +44,69 @@ describe("RDMA transport", () => {
     if (!rdma.present) expect(rdma.reason).toMatch(/no RDMA devices/);
   });
 
-  it.skipIf(available)("without a usable device, open() throws rdma_unavailable and leaves the buffer free", () => {
-    const buffer = StagingBuffer.create({ size: 1 << 16, lock: false });
-    try {
-      const error = openError(buffer);
-      expect(error).toBeInstanceOf(TransferError);
-      expect((error as TransferError).code).toBe("rdma_unavailable");
-      expect((error as TransferError).message).toMatch(
-        builtWithVerbs ? /no RDMA device on this host \(ibv_get_device_list/ : /no RDMA transport.*libibverbs-dev/,
-      );
-      buffer.free(); // nothing kept it pinned
-      expect(buffer.freed).toBe(true);
-    } finally {
-      if (!buffer.freed) buffer.free();
+  it("offers RDMA in tickets exactly when the host can, and says why not", () => {
+    using env = setup();
+    const { ticket } = env.listener.grant(env.destination, { length: MiB });
+    expect(ticket.rdma === true).toBe(available);
+    if (available) {
+      expect(env.listener.rdmaUnavailable).toBeNull();
+    } else {
+      expect(env.listener.rdmaUnavailable).toMatch(builtWithVerbs ? /no RDMA device on this host/ : /no RDMA transport.*libibverbs-dev/);
+      expect(() => Listener.open({ rdma: true })).toThrow(expect.objectContaining({ code: "rdma_unavailable" }));
     }
+    expect(Listener.open({ rdma: false }).rdmaUnavailable).toBe("RDMA is turned off for this listener");
   });
 
-  it("checks its options before touching the device", () => {
-    const buffer = StagingBuffer.create({ size: 4096, lock: false });
-    try {
-      expect(() => RdmaEndpoint.open({ buffer, offset: 4096, length: 1 })).toThrow(RangeError);
-      expect(() => RdmaEndpoint.open({ buffer, port: 0 })).toThrow(RangeError);
-      buffer.free();
-      expect(() => RdmaEndpoint.open({ buffer, length: 4096 })).toThrow(
-        expect.objectContaining({ code: "buffer_freed" }),
-      );
-    } finally {
-      if (!buffer.freed) buffer.free();
-    }
+  it("refuses RDMA without touching the grant, which TCP then fills (transport auto)", async () => {
+    // A ticket that claims RDMA from a listener that does not offer it: where this host has no
+    // device the sender refuses before connecting, elsewhere the listener refuses the hello.
+    using env = setup(false);
+    const grant = env.listener.grant(env.destination, { offset: 4096, length: MiB + 5 });
+    const ticket = { ...grant.ticket, rdma: true };
+    const refused = await rejection(send({ ticket, buffer: env.source, transport: "rdma" }));
+    expect(refused.code).toBe("rdma_unavailable");
+    expect(refused.message).toMatch(available ? /destination does not offer RDMA.*send over TCP/ : /RDMA/);
+    const sent = await send({ ticket, buffer: env.source });
+    expect(sent.transport).toBe("tcp");
+    expect(await grant.completion).toMatchObject({ transport: "tcp", bytes: MiB + 5 });
+    expect(env.destination.crc32c(4096, MiB + 5)).toBe(env.source.crc32c(0, MiB + 5));
   });
 
-  // Only where an RDMA device exists (none on the machines this was written on, so this has not
-  // run yet): two endpoints in this process, connected to each other through the device.
-  it.runIf(available)("writes a range into the peer's range over a loopback queue pair", async () => {
-    const source = StagingBuffer.create({ size: 1 << 20 });
-    const destination = StagingBuffer.create({ size: 1 << 20 });
-    const writer = RdmaEndpoint.open({ buffer: source, idleTimeout: 10 });
-    const reader = RdmaEndpoint.open({ buffer: destination, idleTimeout: 10 });
-    try {
-      randomFillSync(source.bytes());
-      writer.connect(reader.local);
-      reader.connect(writer.local);
-      const arrived = reader.nextWrite();
-      const result = await writer.write({ offset: 4096, length: 65536, remoteOffset: 8192, imm: 7 });
-      expect(result.bytes).toBe(65536);
-      expect(await arrived).toEqual({ imm: 7 });
-      expect(destination.crc32c(8192, 65536)).toBe(source.crc32c(4096, 65536));
-      expect(() => source.free()).toThrow(expect.objectContaining({ code: "buffer_busy" }));
-    } finally {
-      writer.close();
-      reader.close();
-      source.free();
-      destination.free();
-    }
+  it("refuses transport rdma for a ticket that does not offer it, and checks the device options", async () => {
+    using env = setup(false);
+    const grant = env.listener.grant(env.destination, { length: MiB });
+    const refused = await rejection(send({ ticket: grant.ticket, buffer: env.source, transport: "rdma" }));
+    expect(refused.message).toMatch(/does not offer RDMA for this ticket/);
+    expect(() => send({ ticket: grant.ticket, buffer: env.source, rdma: { port: 0 } })).toThrow(/rdma.port/);
+    expect(() => send({ ticket: grant.ticket, buffer: env.source, rdma: { device: "" } })).toThrow(/rdma.device/);
+    expect(() => send({ ticket: grant.ticket, buffer: env.source, transport: "udp" as never })).toThrow(/transport must be/);
+    expect(() => Listener.open({ rdma: { gidIndex: 256 } })).toThrow(/rdma.gidIndex/);
+    env.listener.revoke(grant.ticket.token);
+  });
+
+  // Only where an RDMA device exists: `npm run test:rdma` runs this file (and the transfer
+  // suites, over both transports) in a virtual machine with a soft-RoCE device.
+  it.runIf(available)("moves more chunks than the send window and the receive queue hold", async () => {
+    using env = setup();
+    const length = 4 * MiB - 12345;
+    const grant = env.listener.grant(env.destination, { offset: 12345, length });
+    const progress: number[] = [];
+    const sent = await send({ ticket: grant.ticket, buffer: env.source, chunkSize: 4096, progressEvery: MiB, onProgress: (n) => progress.push(n) });
+    expect(sent).toMatchObject({ transport: "rdma", bytes: length });
+    expect(await grant.completion).toMatchObject({ transport: "rdma", bytes: length });
+    expect(env.destination.crc32c(12345, length)).toBe(env.source.crc32c(0, length));
+    expect(progress.length).toBeGreaterThanOrEqual(3);
+    expect(progress).toEqual([...progress].sort((a, b) => a - b));
+  });
+
+  it.runIf(available)("reports an unknown device by name, listing the devices there are", async () => {
+    expect(() => Listener.open({ rdma: { device: "nonexistent0" } })).toThrow(/no RDMA device named "nonexistent0" \(have: /);
+    using env = setup();
+    const grant = env.listener.grant(env.destination, { length: MiB });
+    const refused = await rejection(send({ ticket: grant.ticket, buffer: env.source, transport: "rdma", rdma: { device: "nonexistent0" } }));
+    expect(refused).toBeInstanceOf(TransferError);
+    expect(refused.code).toBe("rdma_unavailable");
+    expect((await send({ ticket: grant.ticket, buffer: env.source, rdma: { device: "nonexistent0" } })).transport).toBe("tcp");
+    await grant.completion;
   });
 });

@@ -1,8 +1,9 @@
 import { connect } from "node:net";
 import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Listener, StagingBuffer, TransferError, send, type TransferTicket } from "../../native/index.ts";
+import { Listener, StagingBuffer, TransferError, send as sendBy, type SendOptions, type TransferTicket } from "../../native/index.ts";
 import { rejection } from "./rejection.ts";
+import { transports } from "./transports.ts";
 
 const MiB = 1 << 20;
 let listener: Listener;
@@ -32,7 +33,10 @@ function expectSameBytes(from: number, to: number, length: number): void {
   expect(Buffer.from(destination.bytes(to, length)).equals(source.bytes(from, length))).toBe(true);
 }
 
-describe("TCP transfer", () => {
+describe.each(transports)("%s transfer", (transport) => {
+  // Every send of this suite goes by `transport`: RDMA where the host has a device, TCP always.
+  const send = (options: SendOptions) => sendBy({ ...options, transport });
+
   it("round-trips random sizes and offsets exactly, touching nothing outside the range", async () => {
     let seed = 12345;
     const random = (n: number): number => {
@@ -51,8 +55,8 @@ describe("TCP transfer", () => {
         send({ ticket: grant.ticket, buffer: source, offset: from, streams, chunkSize }),
         grant.completion,
       ]);
-      expect(sent.bytes).toBe(length);
-      expect(received.bytes).toBe(length);
+      expect(sent).toMatchObject({ bytes: length, transport });
+      expect(received).toMatchObject({ bytes: length, transport });
       expectSameBytes(from, to, length);
       expect(destination.bytes(to - 1, 1)[0]).toBe(0xee);
       expect(destination.bytes(to + length, 1)[0]).toBe(0xee);

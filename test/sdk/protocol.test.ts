@@ -1,6 +1,8 @@
 import { describe, expect, expectTypeOf, it } from "vitest";
 import {
   decodeRequest,
+  formatTransferEndpoint,
+  parseTransferEndpoint,
   encode,
   PROTOCOL_VERSION,
   ProtocolError,
@@ -72,5 +74,30 @@ describe("protocol", () => {
     expect(result).toEqual({ success: true, data: reply });
     expectTypeOf<Extract<Directive, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
     expect(safeDecodeReply(JSON.stringify({ ...reply, directive: { kind: "teleport" } })).success).toBe(false);
+  });
+});
+
+describe("transfer endpoints", () => {
+  it("round-trip host, port and the RDMA offer, IPv6 literals in brackets", () => {
+    for (const endpoint of [
+      { host: "10.0.0.5", port: 41234, rdma: false },
+      { host: "h3", port: 7000, rdma: true },
+      { host: "fe80::1", port: 1, rdma: true },
+    ]) {
+      const text = formatTransferEndpoint(endpoint);
+      expect(parseTransferEndpoint(text)).toEqual(endpoint);
+    }
+    expect(formatTransferEndpoint({ host: "fe80::1", port: 9, rdma: true })).toBe("tcp://[fe80::1]:9?rdma");
+  });
+
+  it("refuse anything else, and a registration carrying one says how to fix it", () => {
+    for (const bad of ["udp://h:1", "tcp://h", "tcp://h:0", "tcp://h:70000", "tcp://h:1?tcp", "tcp://a:b:1", "h:1"]) {
+      expect(parseTransferEndpoint(bad)).toBeNull();
+    }
+    const decoded = safeDecodeRequest(
+      Buffer.from(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, stagingBytes: 1, endpoint: "tcp://h:0" })),
+    );
+    expect(decoded.success).toBe(false);
+    if (!decoded.success) expect(decoded.error.message).toMatch(/endpoint must be tcp:\/\/HOST:PORT/);
   });
 });
