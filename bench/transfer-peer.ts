@@ -32,7 +32,8 @@ if (positionals[0] === "receive") {
 } else if (positionals[0] === "send") {
   const ticket = transferTicketSchema.parse(JSON.parse(values.ticket ?? ""));
   const started = performance.now();
-  await send({ ticket, buffer, streams: Number(values.streams), chunkSize: Number(values.chunk) });
+  // TCP by name: the rows compare the TCP engine with a plain socket, even on a host with RDMA.
+  await send({ ticket, buffer, transport: "tcp", streams: Number(values.streams), chunkSize: Number(values.chunk) });
   say({ sent: { bytes: ticket.length, seconds: (performance.now() - started) / 1000 } });
 } else {
   throw new Error(`transfer-peer: unknown role ${JSON.stringify(positionals[0])}; use receive or send`);

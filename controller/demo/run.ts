@@ -177,7 +177,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       print("");
       print("the workers' side:");
       for (const e of transfers) {
-        if (e.event === "sent") print(`  ${e.migration}  source on host ${e.host}: packed ${mib(e.bytes)} in ${ms(e.packSeconds)}, sent it in ${ms(e.sendSeconds)} (${gbps(e.bytes, e.sendSeconds)})`);
+        if (e.event === "sent") print(`  ${e.migration}  source on host ${e.host}: packed ${mib(e.bytes)} in ${ms(e.packSeconds)}, sent it over ${e.transport.toUpperCase()} in ${ms(e.sendSeconds)} (${gbps(e.bytes, e.sendSeconds)})`);
         if (e.event === "resumed") print(`  ${e.migration}  replacement on host ${e.host}: loaded the checkpoint in ${ms(e.loadSeconds)}, resumed at iteration ${e.step}`);
       }
     }

@@ -112,7 +112,7 @@ async function obey(directive: Directive, step: number): Promise<boolean> {
       try {
         const sent = await sendCheckpoint(directive, checkpointItems(state), { bytes: checkpointBytes });
         log.info(() => `migration ${directive.migration}: packed in ${(sent.packSeconds * 1000).toFixed(0)} ms, sent ${sent.bytes} bytes to host ${directive.to} in ${(sent.sendSeconds * 1000).toFixed(0)} ms over ${sent.transport}`);
-        report({ ...who, event: "sent", migration: directive.migration, to: directive.to, step, bytes: sent.bytes, packSeconds: sent.packSeconds, sendSeconds: sent.sendSeconds });
+        report({ ...who, event: "sent", migration: directive.migration, to: directive.to, step, bytes: sent.bytes, packSeconds: sent.packSeconds, sendSeconds: sent.sendSeconds, transport: sent.transport });
       } catch (error) {
         // The controller learns of the failure from the destination (or its silence) and rolls back.
         log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to} (${(error as Error).message}); waiting for the controller`);

@@ -3,14 +3,21 @@
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t tmpfs run /run
 mkdir -p /dev/shm /dev/pts && mount -t tmpfs shm /dev/shm && mount -t devpts pts /dev/pts
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
+    monkeytree.repo=*) repo="${arg#*=}" ;;
     monkeytree.cache=*) cache="${arg#*=}" ;;
     monkeytree.modules=*) modules="${arg#*=}" ;;
   esac
+done
+# The guest's own /tmp and /run; a checkout or cache that lives under them on the host stays
+# visible through a bind mount of the shared root.
+mount -t tmpfs run /run
+mkdir -p /run/host && mount --bind / /run/host
+mount -t tmpfs tmp /tmp
+for dir in "$repo" "$cache"; do
+  case "$dir" in /tmp/* | /run/*) mkdir -p "$dir" && mount --bind "/run/host$dir" "$dir" ;; esac
 done
 # The kernel asks for crc32 by name (request_module knows nothing of the unpacked tree).
 for module in virtio_net crc32_generic rdma_rxe ib_uverbs; do

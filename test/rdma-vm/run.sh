@@ -80,7 +80,7 @@ say "booting $version ($accel, $memory) to run: $*"
 # The guest's serial console is its only output; the firmware and network boot ROM say nothing.
 qemu-system-x86_64 "${cpu[@]}" -smp 2 -m "$memory" -display none -vga none -serial stdio -no-reboot \
   -kernel "$cache/kernel/boot/vmlinuz-$version" -initrd "$cache/initrd.gz" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 monkeytree.guest=$here/guest.sh monkeytree.cache=$cache monkeytree.modules=$cache/kernel" \
+  -append "console=ttyS0 quiet loglevel=3 panic=-1 monkeytree.guest=$here/guest.sh monkeytree.repo=$repo monkeytree.cache=$cache monkeytree.modules=$cache/kernel" \
   -fsdev "local,id=root,path=/,security_model=passthrough,multidevs=remap" \
   -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
   -netdev user,id=net -device virtio-net-pci,netdev=net,romfile= </dev/null | tr -d '\r'
