@@ -239,8 +239,10 @@ void Listener::Serve(Connection* connection) {
   wire::RdmaPeer peer;
   std::shared_ptr<Grant> grant;
   SetReceiveTimeout(fd, kHelloSeconds);
+  std::unique_ptr<RdmaQueuePair> queuePair;
   const bool rdma = wire::RecvHello(fd, &hello, &failure) && hello.transport == wire::Transport::Rdma;
-  if (!failure.failed() && (!rdma || AcceptRdma(fd, hello, &peer, &failure))) grant = Join(fd, hello, &failure);
+  if (rdma && AcceptRdma(fd, hello, &peer, &failure)) queuePair = OpenRdma(hello, peer, &failure);
+  if (!failure.failed()) grant = Join(fd, hello, &failure);
   SetIdleTimeout(fd, idleSeconds_);
   Failure ignored;
   if (!grant) {
@@ -250,8 +252,9 @@ void Listener::Serve(Connection* connection) {
     }
   } else {
     if (rdma) {
-      std::unique_ptr<RdmaQueuePair> queuePair = ConnectRdma(fd, *grant, peer, &failure);
-      if (queuePair && ReceiveRdma(fd, *grant, *queuePair, &failure)) {
+      // Join accepts exactly the grants OpenRdma registered; anything else is a broken invariant.
+      if (!queuePair) failure = {"protocol", "no queue pair was registered for this grant"};
+      if (queuePair && ConnectRdma(fd, *queuePair, peer, &failure) && ReceiveRdma(fd, *grant, *queuePair, &failure)) {
         std::lock_guard<std::mutex> guard(mutex_);
         FinishLocked(grant, {}, -1);
       }
@@ -305,21 +308,35 @@ bool Listener::AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer
   return true;
 }
 
-// Registers the granted range, connects a queue pair to the sender's and tells the sender how
-// to reach it. Receives are posted before the reply, so no write can arrive unexpected.
-std::unique_ptr<RdmaQueuePair> Listener::ConnectRdma(int fd, const Grant& grant, const wire::RdmaPeer& peer,
-                                                     Failure* failure) {
-  if (peer.length != grant.length) {
-    *failure = {"protocol", "the sender registered " + std::to_string(peer.length) + " bytes for a grant of " +
-                                std::to_string(grant.length)};
+// Registers the range of the grant the hello names, before the grant is claimed: a host that
+// turns out to have no usable device answers rdma_unavailable with the grant untouched, and the
+// sender can still use it over TCP. Without such a grant, Join says what is wrong with the hello.
+std::unique_ptr<RdmaQueuePair> Listener::OpenRdma(const wire::Hello& hello, const wire::RdmaPeer& peer,
+                                                  Failure* failure) {
+  uint8_t* range = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto found = grants_.find(hello.token);
+    if (found == grants_.end() || found->second->active || found->second->length != hello.length) return nullptr;
+    // Copied under the lock, while the grant's pin keeps it mapped. Should the grant be revoked
+    // and the buffer freed meanwhile, registering fails or Join does; nothing is written.
+    range = found->second->pin->region().data() + found->second->offset;
+  }
+  if (peer.length != hello.length) {
+    *failure = {"protocol", "the sender registered " + std::to_string(peer.length) + " bytes to send " +
+                                std::to_string(hello.length)};
     return nullptr;
   }
-  std::unique_ptr<RdmaQueuePair> queuePair =
-      RdmaQueuePair::Open(grant.pin->region().data() + grant.offset, grant.length, rdma_, failure);
-  if (!queuePair || !queuePair->Connect(peer, RdmaQueuePair::kRecvDepth, failure) ||
-      !wire::SendReply(fd, {}, failure) || !wire::SendRdmaPeer(fd, queuePair->Local(), failure))
-    return nullptr;
+  std::unique_ptr<RdmaQueuePair> queuePair = RdmaQueuePair::Open(range, hello.length, rdma_, failure);
+  if (!queuePair) failure->code = "rdma_unavailable";  // whatever refused, the grant is untouched
   return queuePair;
+}
+
+// Connects the queue pair to the sender's and tells the sender how to reach it. Receives are
+// posted before the reply, so no write can arrive unexpected.
+bool Listener::ConnectRdma(int fd, RdmaQueuePair& queuePair, const wire::RdmaPeer& peer, Failure* failure) {
+  return queuePair.Connect(peer, RdmaQueuePair::kRecvDepth, failure) && wire::SendReply(fd, {}, failure) &&
+         wire::SendRdmaPeer(fd, queuePair.Local(), failure);
 }
 
 // Chunk i arrives as the i-th write with immediate (RC delivers in order), carrying the chunk's

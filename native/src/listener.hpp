@@ -81,7 +81,8 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   std::shared_ptr<Grant> Join(int fd, const wire::Hello& hello, Failure* failure);
   bool ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& header, Failure* failure);
   bool AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure);
-  std::unique_ptr<RdmaQueuePair> ConnectRdma(int fd, const Grant& grant, const wire::RdmaPeer& peer, Failure* failure);
+  std::unique_ptr<RdmaQueuePair> OpenRdma(const wire::Hello& hello, const wire::RdmaPeer& peer, Failure* failure);
+  bool ConnectRdma(int fd, RdmaQueuePair& queuePair, const wire::RdmaPeer& peer, Failure* failure);
   bool ReceiveRdma(int fd, Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
   void EndStream(const std::shared_ptr<Grant>& grant);
   // Records the outcome once and wakes the grant's other streams (all but exceptFd).

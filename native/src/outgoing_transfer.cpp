@@ -160,6 +160,7 @@ void OutgoingTransfer::RunStream(uint32_t index) {
   if (options_.transport == wire::Transport::Rdma) {
     queuePair = RdmaQueuePair::Open(pin_->region().data() + options_.offset, options_.length, options_.rdma, &failure);
     if (!queuePair) {
+      failure.code = "rdma_unavailable";  // whatever refused, nothing was sent
       StreamFinished(index, failure, false);
       return;
     }

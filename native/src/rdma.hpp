@@ -39,7 +39,8 @@ class RdmaQueuePair {
   static bool Probe(const RdmaOptions& options, Failure* failure);
   // Opens the device, registers [data, data + length) for local and remote write and creates an
   // RC queue pair in INIT. Fails with `rdma_unavailable` when there is no usable device, and
-  // `rdma_failed` when one exists but refuses.
+  // `rdma_failed` when one exists but refuses (the engine reports either as `rdma_unavailable`:
+  // nothing has been sent or claimed yet, so TCP can still carry the transfer).
   static std::unique_ptr<RdmaQueuePair> Open(uint8_t* data, uint64_t length, const RdmaOptions& options,
                                              Failure* failure);
 
