@@ -327,7 +327,7 @@ std::unique_ptr<RdmaQueuePair> Listener::OpenRdma(const wire::Hello& hello, cons
                                 std::to_string(hello.length)};
     return nullptr;
   }
-  std::unique_ptr<RdmaQueuePair> queuePair = RdmaQueuePair::Open(range, hello.length, rdma_, failure);
+  std::unique_ptr<RdmaQueuePair> queuePair = RdmaQueuePair::Open(range, hello.length, true, rdma_, failure);
   if (!queuePair) failure->code = "rdma_unavailable";  // whatever refused, the grant is untouched
   return queuePair;
 }

@@ -158,7 +158,8 @@ void OutgoingTransfer::RunStream(uint32_t index) {
   // here, before the grant is touched, so the caller can still send the same ticket over TCP.
   std::unique_ptr<RdmaQueuePair> queuePair;
   if (options_.transport == wire::Transport::Rdma) {
-    queuePair = RdmaQueuePair::Open(pin_->region().data() + options_.offset, options_.length, options_.rdma, &failure);
+    queuePair =
+        RdmaQueuePair::Open(pin_->region().data() + options_.offset, options_.length, false, options_.rdma, &failure);
     if (!queuePair) {
       failure.code = "rdma_unavailable";  // whatever refused, nothing was sent
       StreamFinished(index, failure, false);

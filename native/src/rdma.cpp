@@ -122,11 +122,12 @@ class VerbsQueuePair final : public RdmaQueuePair {
  public:
   VerbsQueuePair(Device device, uint8_t port) : device_(std::move(device)), port_(port) {}
 
-  bool Create(uint8_t* data, uint64_t length, Failure* failure) {
+  bool Create(uint8_t* data, uint64_t length, bool remoteWrite, Failure* failure) {
     ibv_context* context = device_.context.get();
     pd_.reset(ibv_alloc_pd(context));
     if (!pd_) return Fail("rdma_failed", "ibv_alloc_pd(" + device_.name + ")", errno, failure);
-    mr_.reset(ibv_reg_mr(pd_.get(), data, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+    const int access = remoteWrite ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
+    mr_.reset(ibv_reg_mr(pd_.get(), data, length, access));
     if (!mr_) {
       return Fail("rdma_failed", "ibv_reg_mr of " + std::to_string(length) + " bytes", errno, failure,
                   " (registration pins the pages: check `ulimit -l`)");
@@ -153,7 +154,7 @@ class VerbsQueuePair final : public RdmaQueuePair {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = port_;
-    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    attr.qp_access_flags = remoteWrite ? IBV_ACCESS_REMOTE_WRITE : 0;
     if (const int rc = ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       return Fail("rdma_failed", "queue pair RESET→INIT", rc, failure);
     std::random_device entropy;
@@ -323,12 +324,12 @@ bool RdmaQueuePair::Probe(const RdmaOptions& options, Failure* failure) {
   return OpenDevice(options, &device, failure);
 }
 
-std::unique_ptr<RdmaQueuePair> RdmaQueuePair::Open(uint8_t* data, uint64_t length, const RdmaOptions& options,
-                                                   Failure* failure) {
+std::unique_ptr<RdmaQueuePair> RdmaQueuePair::Open(uint8_t* data, uint64_t length, bool remoteWrite,
+                                                   const RdmaOptions& options, Failure* failure) {
   Device device;
   if (!OpenDevice(options, &device, failure)) return nullptr;
   auto queuePair = std::make_unique<VerbsQueuePair>(std::move(device), options.port);
-  if (!queuePair->Create(data, length, failure)) return nullptr;
+  if (!queuePair->Create(data, length, remoteWrite, failure)) return nullptr;
   return queuePair;
 }
 

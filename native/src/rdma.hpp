@@ -37,12 +37,12 @@ class RdmaQueuePair {
   // Checks that the device exists and its port is active, without registering anything: a
   // listener asks once, and offers RDMA in its tickets only when this succeeds.
   static bool Probe(const RdmaOptions& options, Failure* failure);
-  // Opens the device, registers [data, data + length) for local and remote write and creates an
-  // RC queue pair in INIT. Fails with `rdma_unavailable` when there is no usable device, and
+  // Opens the device, registers [data, data + length) and creates an RC queue pair in INIT. Only a
+  // receiver (`remoteWrite`) lets the peer write into its range; a sender's range stays local. Fails with `rdma_unavailable` when there is no usable device, and
   // `rdma_failed` when one exists but refuses (the engine reports either as `rdma_unavailable`:
   // nothing has been sent or claimed yet, so TCP can still carry the transfer).
-  static std::unique_ptr<RdmaQueuePair> Open(uint8_t* data, uint64_t length, const RdmaOptions& options,
-                                             Failure* failure);
+  static std::unique_ptr<RdmaQueuePair> Open(uint8_t* data, uint64_t length, bool remoteWrite,
+                                             const RdmaOptions& options, Failure* failure);
 
   virtual ~RdmaQueuePair() = default;
   virtual wire::RdmaPeer Local() const = 0;

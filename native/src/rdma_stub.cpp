@@ -18,7 +18,7 @@ bool RdmaQueuePair::Probe(const RdmaOptions&, Failure* failure) {
   return false;
 }
 
-std::unique_ptr<RdmaQueuePair> RdmaQueuePair::Open(uint8_t*, uint64_t, const RdmaOptions&, Failure* failure) {
+std::unique_ptr<RdmaQueuePair> RdmaQueuePair::Open(uint8_t*, uint64_t, bool, const RdmaOptions&, Failure* failure) {
   *failure = NotCompiled();
   return nullptr;
 }

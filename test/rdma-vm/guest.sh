@@ -24,7 +24,8 @@ for module in virtio_net crc32_generic rdma_rxe ib_uverbs; do
   modprobe -d "$modules" "$module" || echo "rdma-vm: cannot load $module"
 done
 ip link set lo up
-ip link set eth0 up
+# Jumbo frames let soft-RoCE use 4 KiB packets: a quarter of the per-packet work under emulation.
+ip link set eth0 mtu 9000 up
 ip addr add 10.0.2.15/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0 || echo "rdma-vm: cannot create the soft-RoCE device"
 ulimit -l unlimited

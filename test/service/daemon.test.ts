@@ -3,7 +3,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
-import { send, StagingBuffer } from "../../native/index.ts";
+import { capabilities, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { HostDaemon, ticketFor } from "../../sdk/daemon.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
@@ -23,7 +23,7 @@ afterEach(async () => {
 
 async function controllerWithDaemons(): Promise<{ harness: Harness; client: ControllerClient }> {
   const daemons = new DaemonHosts(1_000);
-  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 600 } });
+  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 2_000 } });
   const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
   cleanups.push(() => client.close());
   return { harness, client };
@@ -78,7 +78,7 @@ const checkpoint = (): StagingBuffer => {
 };
 
 describe("per-host daemon: a migration carried out by the destination's daemon", () => {
-  it("stages the source's bytes, reports them verified, and launches the replacement with its environment", async () => {
+  it("stages the source's bytes (by RDMA where the host has a device), reports them verified, and launches the replacement with its environment", async () => {
     const { harness, client } = await controllerWithDaemons();
     const envFile = join(tempDir(), "env.json");
     cleanups.push(() => rmSync(join(envFile, ".."), { recursive: true, force: true }));
@@ -92,9 +92,12 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(out).toMatchObject({ kind: "migrate-out", migration: move.id, to: move.to, endpoint: daemon.endpoint, step });
     const { endpoint, token } = out as Extract<Directive, { kind: "migrate-out" }>;
 
-    // The test plays the source worker: its checkpoint goes from its own buffer to the ticket.
+    // The test plays the source worker: its checkpoint goes from its own buffer to the ticket, by
+    // RDMA where this host has a device (the daemon's endpoint then offers it), else by TCP.
     const buffer = checkpoint();
-    expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT });
+    const transport = capabilities().rdma.available ? "rdma" : "tcp";
+    expect(endpoint.endsWith("?rdma")).toBe(transport === "rdma");
+    expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT, transport });
     expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
 
     await expect.poll(() => readFileSync(envFile, "utf8"), { timeout: 5_000 }).toContain("MONKEYTREE_TOKEN");
