@@ -83,7 +83,7 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   bool AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure);
   std::unique_ptr<RdmaQueuePair> OpenRdma(const wire::Hello& hello, const wire::RdmaPeer& peer, Failure* failure);
   bool ConnectRdma(int fd, RdmaQueuePair& queuePair, const wire::RdmaPeer& peer, Failure* failure);
-  bool ReceiveRdma(int fd, Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
+  bool ReceiveRdma(int fd, const Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
   void EndStream(const std::shared_ptr<Grant>& grant);
   // Records the outcome once and wakes the grant's other streams (all but exceptFd).
   void FinishLocked(const std::shared_ptr<Grant>& grant, const Failure& outcome, int exceptFd);
