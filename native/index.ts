@@ -546,12 +546,11 @@ export function send(options: SendOptions): Promise<TransferResult> {
       new TransferError("the destination does not offer RDMA for this ticket; send with transport \"tcp\"", "rdma_unavailable"),
     );
   }
-  if (transport === "tcp" || (transport === "auto" && !(ticket.rdma && capabilities().rdma.available))) {
-    return startTransfer(options, nativeOptions);
-  }
+  if (transport === "tcp" || !ticket.rdma) return startTransfer(options, nativeOptions);
   const attempt = startTransfer(options, { ...nativeOptions, transport: "rdma" });
   if (transport === "rdma") return attempt;
-  // rdma_unavailable comes before the grant is touched, on either side: TCP can still use it.
+  // A host without a usable device, on either side, answers rdma_unavailable before the grant is
+  // touched (this side before it even connects): TCP can still use it.
   return attempt.catch((error: unknown) => {
     if (!(error instanceof TransferError) || error.code !== "rdma_unavailable" || options.signal?.aborted) throw error;
     return startTransfer(options, nativeOptions);
