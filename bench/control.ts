@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
 import { context } from "zeromq";
-import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import { ControllerClient, WorkerClient } from "../sdk/client.ts";
 

@@ -1,4 +1,4 @@
-import { UsageError } from "../controller/cli/io.ts";
+import { UsageError } from "../cli/io.ts";
 
 /**
  * A benchmark's command line: `--help` prints its usage; a bad flag prints the reason and the

@@ -5,7 +5,7 @@
 // ours and the paper's, and the trace continues from our plan, as the controller would.
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
-import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanStatus } from "../controller/plan/index.ts";

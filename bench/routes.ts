@@ -8,7 +8,7 @@
 // each), groups dropped on random racks while every rack stays within λ = 32, 95% full.
 //
 //   npm run bench:routes -- --sizes 1024,8192 --reps 30
-import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/model/cluster.ts";
 import {
@@ -21,7 +21,7 @@ import {
   type BipartiteMultigraph,
   type ColourMethod,
 } from "../controller/route/index.ts";
-import { syntheticCluster } from "../test/route/synthetic.ts";
+import { syntheticCluster } from "../controller/sim/synthetic.ts";
 
 const HOSTS_PER_RACK = 8;
 const GPUS_PER_RACK = HOSTS_PER_RACK * 8;

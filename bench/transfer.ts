@@ -11,7 +11,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface, type Interface } from "node:readline";
 import { z } from "zod";
-import { numberFlag, parseFlags, table, UsageError } from "../controller/cli/io.ts";
+import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
 import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/checkpoint/index.ts";

@@ -1,6 +1,6 @@
 // Plans migrations for a snapshot file with the library API.
 // Run: node bin/run-ts.js examples/plan.ts [snapshot.json]
-import { readSnapshotFile } from "../controller/cli/io.ts";
+import { readSnapshotFile } from "../cli/io.ts";
 import { InvalidInputError } from "../controller/model/index.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 

@@ -1,4 +1,4 @@
-import { InvalidInputError } from "./errors.ts";
+import { InvalidInputError } from "../../sdk/errors.ts";
 import { SnapshotSchema, type Snapshot, type Topology } from "./snapshot.ts";
 
 /** One DP replica group: a whole pure-DP/FSDP job, or one pipeline stage of a job. */

@@ -1,4 +1,4 @@
 export * from "./snapshot.ts";
-export * from "./errors.ts";
+export * from "../../sdk/errors.ts";
 export * from "./cluster.ts";
 export * from "./fragmentation.ts";

@@ -1,6 +1,6 @@
 import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, writeSync, existsSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { InvalidInputError } from "../model/errors.ts";
+import { InvalidInputError } from "../../sdk/errors.ts";
 import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
 
 /**

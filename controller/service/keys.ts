@@ -1,7 +1,7 @@
 import { chmodSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { curveKeyPair } from "zeromq";
 import { z } from "zod";
-import { InvalidInputError } from "../model/errors.ts";
+import { InvalidInputError } from "../../sdk/errors.ts";
 import type { CurveKeys } from "./server.ts";
 
 /** Z85 text of a 32-byte CURVE key. */

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { clusterFromSnapshot, parseSnapshot, toSnapshot, type Cluster, type Placement } from "../model/cluster.ts";
-import { InvalidInputError } from "../model/errors.ts";
+import { InvalidInputError } from "../../sdk/errors.ts";
 import { podFragmentation, rackFragmentation } from "../model/fragmentation.ts";
 import { TopologySchema, type Snapshot } from "../model/snapshot.ts";
 import { Random } from "./random.ts";

@@ -1,7 +1,7 @@
 // Reads a checkpoint in place (see FORMAT.md): checks the header, parses the metadata with its
 // zod schema, bounds-checks every item, and hands out views into the source without copying.
 import { crc32c } from "../../native/index.ts";
-import { InvalidInputError } from "../../controller/model/errors.ts";
+import { InvalidInputError } from "../errors.ts";
 import { CheckpointError } from "./errors.ts";
 import {
   FORMAT_VERSION,

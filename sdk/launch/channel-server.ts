@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { createInterface } from "node:readline";
-import { formatPath } from "../../controller/model/errors.ts";
+import { formatPath } from "../errors.ts";
 import { CHANNEL_VERSION, ChannelRequestSchema, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { Logger } from "../log.ts";
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { formatPath } from "../../controller/model/errors.ts";
+import { formatPath } from "../errors.ts";
 import { CommandReplySchema, CommandSchema, type Command, type CommandReply } from "./commands.ts";
 import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../controller/demo/processes.ts";
+import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";

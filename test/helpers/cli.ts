@@ -1,5 +1,5 @@
 import { PassThrough } from "node:stream";
-import { main } from "../../controller/cli/main.ts";
+import { main } from "../../cli/main.ts";
 
 export interface CliResult {
   readonly code: number;

@@ -9,13 +9,12 @@ beforeAll(async () => {
   planner = await createPlanner();
 });
 
-const example = (name: string) =>
-  parseSnapshotText(readFileSync(new URL(`../../examples/snapshots/${name}`, import.meta.url), "utf8"), name);
+const example = (path: string) => parseSnapshotText(readFileSync(new URL(`../../${path}`, import.meta.url), "utf8"), path);
 
 describe("planner on the design examples", () => {
   it.each([
-    ["dp-1024gpu-lambda2.json", 2],
-    ["tp8-pp-1024gpu.json", 4],
+    ["cli/snapshots/dp-1024gpu-lambda2.json", 2],
+    ["examples/snapshots/tp8-pp-1024gpu.json", 4],
   ])("%s: matches the known optimum of %i moves, proved", (name, optimum) => {
     const cluster = example(name);
     for (const formulation of ["monkeytree", "paper"] as const) {

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { toSnapshot } from "../../controller/model/index.ts";
 import { RoutesSchema } from "../../controller/route/index.ts";
 import { runCli } from "../helpers/cli.ts";
-import { syntheticCluster } from "./synthetic.ts";
+import { syntheticCluster } from "../../controller/sim/synthetic.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-routes-"));
 const file = (name: string, value: unknown) => {

@@ -12,7 +12,7 @@ import {
   type SwitchHashModel,
 } from "../../controller/route/index.ts";
 import { referenceHop } from "./reference-hash.ts";
-import { syntheticCluster } from "./synthetic.ts";
+import { syntheticCluster } from "../../controller/sim/synthetic.ts";
 
 const ascii = (s: string) => new TextEncoder().encode(s);
 

@@ -4,9 +4,9 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { ControllerClient } from "../../sdk/client.ts";
-import { HostDaemon } from "../../sdk/daemon.ts";
+import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { adaptTorchrun } from "../../sdk/launch/torchrun.ts";
-import { CLI } from "../../controller/demo/processes.ts";
+import { CLI } from "../../cli/demo/processes.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 import { runCli } from "../helpers/cli.ts";
 

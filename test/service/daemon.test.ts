@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { HostDaemon, ticketFor } from "../../sdk/daemon.ts";
+import { HostDaemon, ticketFor } from "../../controller/daemon/daemon.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { startController, tempDir, type Harness } from "./harness.ts";
 

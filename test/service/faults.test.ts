@@ -1,9 +1,9 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../controller/demo/processes.ts";
-import { readEvents } from "../../examples/train/events.ts";
-import { digest, initialState, seedOf, trainStep } from "../../examples/train/model.ts";
+import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { readEvents } from "../../cli/demo/events.ts";
+import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "./harness.ts";
 

@@ -1,13 +1,13 @@
 import { once } from "node:events";
-import { createPlanner } from "../plan/planner.ts";
-import { InvalidInputError } from "../model/errors.ts";
-import { parseSnapshot, type Cluster } from "../model/cluster.ts";
-import { DaemonHosts } from "../service/daemon-hosts.ts";
-import { JournalConfigError, JournalCorruptError } from "../service/journal.ts";
-import { loadOrCreateKeys } from "../service/keys.ts";
-import { createLogger } from "../../sdk/log.ts";
-import { ControllerServer } from "../service/server.ts";
-import { DEFAULT_STOP_LEAD_STEPS } from "../service/controller.ts";
+import { createPlanner } from "../controller/plan/planner.ts";
+import { InvalidInputError } from "../sdk/errors.ts";
+import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
+import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
+import { JournalConfigError, JournalCorruptError } from "../controller/service/journal.ts";
+import { loadOrCreateKeys } from "../controller/service/keys.ts";
+import { createLogger } from "../sdk/log.ts";
+import { ControllerServer } from "../controller/service/server.ts";
+import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */

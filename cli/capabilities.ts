@@ -1,4 +1,4 @@
-import { capabilities } from "../../native/index.ts";
+import { capabilities } from "../native/index.ts";
 import { ExitCode, parseFlags, writeJson, type Command } from "./io.ts";
 
 const help = `usage: monkeytree capabilities [--json]

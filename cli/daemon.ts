@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
-import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../../sdk/daemon.ts";
-import { createLogger } from "../../sdk/log.ts";
+import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
+import { createLogger } from "../sdk/log.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;

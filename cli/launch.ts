@@ -1,9 +1,9 @@
 import { hostname } from "node:os";
-import { ControllerError, ControllerTimeoutError } from "../../sdk/client.ts";
-import { createLogger } from "../../sdk/log.ts";
-import { Launcher, LaunchError } from "../../sdk/launch/launcher.ts";
-import { adaptTorchrun, TorchrunArgsError } from "../../sdk/launch/torchrun.ts";
-import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/migrate.ts";
+import { ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { createLogger } from "../sdk/log.ts";
+import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
+import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
+import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
 import { CLI } from "./paths.ts";
 

@@ -1,12 +1,12 @@
 import { writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
-import { toSnapshot, type Cluster } from "../model/cluster.ts";
-import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../plan/index.ts";
-import type { PlanDocument } from "../plan/schema.ts";
+import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
+import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
+import type { PlanDocument } from "../controller/plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
-export const EMBEDDED_SNAPSHOT = fileURLToPath(new URL("../../examples/snapshots/dp-1024gpu-lambda2.json", import.meta.url));
+export const EMBEDDED_SNAPSHOT = fileURLToPath(new URL("./snapshots/dp-1024gpu-lambda2.json", import.meta.url));
 
 const formulations = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
 

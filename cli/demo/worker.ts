@@ -2,7 +2,7 @@
  * An example launcher written against the TypeScript SDK: one data-parallel worker of a job,
  * training `model.ts`'s state and meeting the controller at every iteration's barrier.
  *
- *   node bin/run-ts.js examples/train/worker.ts --job llama --host 3 --dp 2 --events DIR
+ *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR
  *
  * It registers the command that starts its replacement; a destination's daemon runs it for a
  * migration, the job, host and parallelism then come from the MONKEYTREE_* environment and
@@ -12,7 +12,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
-import { RUN_TS } from "../../controller/cli/paths.ts";
+import { RUN_TS } from "../paths.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";

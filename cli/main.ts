@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../model/errors.ts";
+import { InvalidInputError } from "../sdk/errors.ts";
 import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 
 /** Subcommands, loaded on demand so `monkeytree plan` does not pay for the others. */

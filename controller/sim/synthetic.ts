@@ -1,5 +1,5 @@
-import { parseSnapshot, type Cluster } from "../../controller/model/index.ts";
-import { Random } from "../../controller/sim/random.ts";
+import { parseSnapshot, type Cluster } from "../model/index.ts";
+import { Random } from "./random.ts";
 
 export interface SyntheticShape {
   readonly racks: number;

@@ -1,5 +1,5 @@
-import { ControllerClient, ControllerError, ControllerTimeoutError } from "../../sdk/client.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import type { StatusReport } from "../sdk/protocol/status.ts";
 import { ExitCode, numberFlag, parseFlags, table, writeJson, type Command } from "./io.ts";
 
 const help = `usage: monkeytree status [--connect ADDR] [--server-key=KEY] [--timeout S] [--json]

@@ -3,11 +3,11 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
-import { readEvents, type WorkerEvent } from "../../examples/train/events.ts";
-import { digest, initialState, seedOf, trainStep } from "../../examples/train/model.ts";
-import { table } from "../cli/io.ts";
-import { parseSnapshot } from "../model/cluster.ts";
-import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import { readEvents, type WorkerEvent } from "./events.ts";
+import { digest, initialState, seedOf, trainStep } from "./model.ts";
+import { table } from "../io.ts";
+import { parseSnapshot } from "../../controller/model/cluster.ts";
+import { rackFragmentation, withinBounds } from "../../controller/model/fragmentation.ts";
 import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "./processes.ts";
 
 /**

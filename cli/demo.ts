@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "../demo/run.ts";
+import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "./demo/run.ts";
 import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const t = DEMO_TOPOLOGY;
@@ -9,7 +9,7 @@ const help = `usage: monkeytree demo [--state-mb N] [--steps N] [--step-ms N] [-
 
 Runs MonkeyTree end to end on this machine, with no configuration: a controller, a daemon per
 emulated host (${t.racks} racks × ${t.hostsPerRack} hosts, ${t.uplinksPerRack} uplinks per rack) and three data-parallel jobs of the
-example training loop (examples/train/), every one a real process. ${DEMO_RUNNING.map((j) => j.id).join(" and ")} start
+example training loop (cli/demo/), every one a real process. ${DEMO_RUNNING.map((j) => j.id).join(" and ")} start
 first; then ${DEMO_ARRIVING.id} arrives on the free hosts, which takes two racks over their bound. The
 controller plans the fewest moves (swaps: no host is free), the moved workers' checkpoints
 travel through the native transfer engine

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { openSync, closeSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-export { CLI, RUN_TS, WORKER } from "../cli/paths.ts";
+export { CLI, RUN_TS, WORKER } from "../paths.ts";
 
 /**
  * Starts and stops the demo's processes (controller, daemons, workers). Each gets its own

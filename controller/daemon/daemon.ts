@@ -1,13 +1,13 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import type { Dealer } from "zeromq";
-import { connectToController } from "./client.ts";
-import type { Logger } from "./log.ts";
-import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../native/index.ts";
-import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "./protocol/commands.ts";
-import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
-import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
-import { formatTransferEndpoint, parseTransferEndpoint } from "./protocol/endpoint.ts";
-import { replacementEnvironment } from "./protocol/replacement.ts";
+import { connectToController } from "../../sdk/client.ts";
+import type { Logger } from "../../sdk/log.ts";
+import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../../native/index.ts";
+import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
+import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "../../sdk/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { formatTransferEndpoint, parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
+import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
 
 /**
  * The per-host daemon: owns the host's migration staging buffer and transfer listener,

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { InvalidInputError } from "../model/errors.ts";
-import { parseSnapshotText, type Cluster } from "../model/cluster.ts";
+import { InvalidInputError } from "../sdk/errors.ts";
+import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
 
 /** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal. */
 export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3 } as const;
