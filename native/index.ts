@@ -4,6 +4,7 @@
 import { createRequire } from "node:module";
 import { randomBytes } from "node:crypto";
 import { readdirSync, rmSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { z } from "zod";
 
 export const transferErrorCodes = [
@@ -165,6 +166,9 @@ function loadNative(): NativeModule {
 
 const native = loadNative();
 native.setErrorClass(TransferError);
+
+/** The same CRC32C built as a plain shared library of two C functions, which the Python hook loads with ctypes. */
+export const crc32cLibraryPath = fileURLToPath(new URL("./build/Release/monkeytree_crc32c.node", import.meta.url));
 
 const MAX_STREAMS = 64;
 const MIN_CHUNK = 4096;

@@ -3,11 +3,11 @@ import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { send, StagingBuffer } from "../../native/index.ts";
+import { crc32cLibraryPath, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../client.ts";
 import { ticketFor } from "../../controller/daemon/daemon.ts";
 import type { Logger } from "../log.ts";
-import { CHANNEL_ENV, CHANNEL_VERSION, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
@@ -153,7 +153,7 @@ export class Launcher {
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
     const [program, ...args] = this.options.torchrun.local(await freePort());
-    const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel } });
+    const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath } });
     this.child = child;
     let started: () => void;
     const spawned = new Promise<void>((resolve) => (started = resolve));

@@ -20,6 +20,8 @@ import { z } from "zod";
 
 export const CHANNEL_VERSION = 1;
 export const CHANNEL_ENV = "MONKEYTREE_CHANNEL";
+/** The launcher also names the addon's CRC32C library for its processes, so the hook checksums checkpoints fast. */
+export const CRC32C_LIBRARY_ENV = "MONKEYTREE_CRC32C_LIB";
 
 const whole = z.int().min(0);
 const head = <T extends string>(type: T) => ({ v: z.literal(CHANNEL_VERSION), type: z.literal(type) });

@@ -9,6 +9,7 @@ import { readCheckpoint } from "../../sdk/checkpoint/index.ts";
 import {
   CHANNEL_ENV,
   CHANNEL_VERSION,
+  CRC32C_LIBRARY_ENV,
   ChannelReplySchema,
   ChannelRequestSchema,
   type Attached,
@@ -16,7 +17,7 @@ import {
   type ChannelReply,
   type ChannelRequest,
 } from "../../sdk/protocol/channel.ts";
-import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
+import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
 
 // The Python side of the local channel (sdk/python/monkeytree/hook.py) against a scripted fake of
 // `monkeytree launch`, driving examples/ddp/train.py and fixtures/probe.py with Debian's torch.
@@ -85,8 +86,8 @@ interface Exit {
   pid: number;
 }
 
-function python(args: string[], env: Record<string, string>): Promise<Exit> {
-  const base: Record<string, string | undefined> = { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1", OMP_NUM_THREADS: "1" };
+function python(args: string[], env: Record<string, string | undefined>): Promise<Exit> {
+  const base: Record<string, string | undefined> = { ...process.env, ...HOOK_ENV, PYTHONDONTWRITEBYTECODE: "1", OMP_NUM_THREADS: "1" };
   delete base[CHANNEL_ENV];
   const child = spawn(PYTHON, args, { env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
@@ -314,6 +315,18 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     } finally {
       staged.free();
     }
+  });
+
+  it("attach says once on stderr that checksums take the slow path when the launcher named no CRC32C library", async () => {
+    const port = await freePort();
+    const fake = await launcher((request) => {
+      if (request.type === "attach") return attached(0, group(0, 1, port, 0));
+      return request.type === "barrier" ? stop : undefined;
+    });
+    const exit = await python([probeScript], { ...env(fake, 0), [CRC32C_LIBRARY_ENV]: undefined });
+    expect(exit.code, exit.stderr).toBe(0);
+    // Said at the start, though this process never migrates and so never checksums anything.
+    expect(exit.stderr.match(/^monkeytree: MONKEYTREE_CRC32C_LIB is not set .*torch CRC32C.*$/gm)).toHaveLength(1);
   });
 
   it("an error reply or a malformed line raises ChannelError naming the problem, and the process exits non-zero", async () => {

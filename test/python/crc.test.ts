@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
+import { CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
+import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
 
 const hasTorch = torchForTests();
 
@@ -9,7 +10,7 @@ const script = `
 import json, torch
 from monkeytree import crc
 from monkeytree.layout import crc32c as table
-out = {"implementation": crc.IMPLEMENTATION, "agree": True}
+out = {"native": crc.native_library() is not None, "agree": True}
 gen = torch.Generator().manual_seed(7)
 for size in (0, 1, 9, 65535, 65536, 1_000_003, 8 << 20):
     data = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=gen)
@@ -20,18 +21,30 @@ for size in (0, 1, 9, 65535, 65536, 1_000_003, 8 << 20):
 print(json.dumps(out))
 `;
 
-function run(env: Record<string, string> = {}): { implementation: string; agree: boolean } {
-  const result = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", env: { ...process.env, PYTHONPATH: HOOK_PATH, ...env } });
+interface Run {
+  native: boolean;
+  agree: boolean;
+  stderr: string;
+}
+
+function run(env: Record<string, string | undefined>): Run {
+  const result = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", env: { ...process.env, ...HOOK_ENV, ...env } });
   if (result.status !== 0) throw new Error(result.stderr);
-  return JSON.parse(result.stdout) as { implementation: string; agree: boolean };
+  return { ...(JSON.parse(result.stdout) as { native: boolean; agree: boolean }), stderr: result.stderr };
 }
 
 describe.skipIf(!hasTorch)("the hook's CRC32C", () => {
-  it("uses the addon's CRC32C through ctypes and agrees with the torch and table versions", () => {
-    expect(run()).toEqual({ implementation: "native", agree: true });
+  it("uses the addon's library named by MONKEYTREE_CRC32C_LIB and agrees with the torch and table versions", () => {
+    expect(run({})).toEqual({ native: true, agree: true, stderr: "" });
   });
 
-  it("falls back to torch where the addon's library cannot be loaded", () => {
-    expect(run({ MONKEYTREE_CRC32C_LIB: "/nonexistent/monkeytree_crc32c.node" })).toEqual({ implementation: "torch", agree: true });
+  it("falls back to torch where the variable is unset or names no loadable library, and says so once on stderr", () => {
+    const fallback = /^monkeytree: MONKEYTREE_CRC32C_LIB[ =].*; checksums fall back to the torch CRC32C, about 30 times slower\n$/;
+    const unset = run({ [CRC32C_LIBRARY_ENV]: undefined });
+    expect(unset).toMatchObject({ native: false, agree: true, stderr: expect.stringMatching(fallback) });
+    expect(unset.stderr).toContain("MONKEYTREE_CRC32C_LIB is not set (monkeytree launch sets it");
+    const missing = run({ [CRC32C_LIBRARY_ENV]: "/nonexistent/monkeytree_crc32c.node" });
+    expect(missing).toMatchObject({ native: false, agree: true, stderr: expect.stringMatching(fallback) });
+    expect(missing.stderr).toContain("MONKEYTREE_CRC32C_LIB=/nonexistent/monkeytree_crc32c.node cannot be loaded (");
   });
 });

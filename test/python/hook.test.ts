@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomFillSync } from "node:crypto";
 import { StagingBuffer, crc32c } from "../../native/index.ts";
 import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
-import { HOOK_PATH, PYTHON, torchForTests } from "../helpers/python.ts";
+import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
 
 const worker = new URL("./fixtures/worker.py", import.meta.url).pathname;
 const hasTorch = torchForTests();
@@ -16,7 +16,7 @@ interface Run {
 function python(mode: string, name: string, ...args: string[]): Run {
   const run = spawnSync(PYTHON, [worker, mode, name, ...args], {
     encoding: "utf8",
-    env: { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1" },
+    env: { ...process.env, ...HOOK_ENV, PYTHONDONTWRITEBYTECODE: "1" },
   });
   if (run.status !== 0 && run.status !== 3) throw new Error(`worker.py ${mode} failed (${run.status}): ${run.stderr}`);
   return { status: run.status, output: JSON.parse(run.stdout) as Record<string, unknown> };
@@ -156,7 +156,7 @@ describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`
     const run = spawnSync(
       PYTHON,
       ["-c", launch, "--standalone", "--nproc_per_node=1", "--monitor_interval=0.2", worker, "rank", "-"],
-      { encoding: "utf8", env: { ...process.env, PYTHONPATH: HOOK_PATH, PYTHONDONTWRITEBYTECODE: "1" } },
+      { encoding: "utf8", env: { ...process.env, ...HOOK_ENV, PYTHONDONTWRITEBYTECODE: "1" } },
     );
     expect(run.stderr).not.toMatch(/Traceback/);
     expect(run.status).toBe(0);

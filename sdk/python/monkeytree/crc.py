@@ -1,8 +1,9 @@
 """CRC32C of large buffers, so checksumming a checkpoint does not dominate a migration.
 
-Where the native addon is built (``npm install``), its CRC32C (SSE4.2, several GB/s) is loaded
-with ctypes from ``native/build/Release/monkeytree_crc32c.node`` (or ``$MONKEYTREE_CRC32C_LIB``),
-and ``copy_with_crc32c`` checksums bytes while copying them. Without it, torch does the work:
+The native addon's CRC32C (SSE4.2, several GB/s) is a shared library of its own,
+``monkeytree_crc32c.node``, which ``monkeytree launch`` names in ``$MONKEYTREE_CRC32C_LIB`` for
+the processes it starts; it is loaded with ctypes on first use, and ``copy_with_crc32c``
+checksums bytes while copying them. Without it (said once on stderr), torch does the work:
 the byte-at-a-time table loop in ``layout.crc32c`` runs at about 6 MB/s on CPython; this runs at
 about 140 MB/s on one core. The data is cut into ``2**k`` equal blocks whose CRCs advance together,
 one torch gather per two bytes (a 65536-entry table), and the block CRCs are then merged pairwise.
@@ -13,7 +14,7 @@ map on 32 bits, built here as a GF(2) matrix and applied through four 256-entry 
 import ctypes
 import functools
 import os
-import pathlib
+import sys
 
 import torch
 
@@ -88,39 +89,50 @@ def _advance(states, tables):
     return shifted
 
 
-def _load_native():
-    """The addon's C entry points, or None where the addon is not built."""
-    default = pathlib.Path(__file__).resolve().parents[3] / "native/build/Release/monkeytree_crc32c.node"
-    path = os.environ.get("MONKEYTREE_CRC32C_LIB", str(default))
+#: Names the addon's CRC32C library; `monkeytree launch` sets it for torchrun and its processes.
+LIBRARY_ENV = "MONKEYTREE_CRC32C_LIB"
+
+
+@functools.cache
+def native_library():
+    """The addon's C entry points from ``$MONKEYTREE_CRC32C_LIB``, or None where that names nothing
+    loadable: then every large checksum takes the torch path, which is said once on stderr because
+    it makes a migration's checkpoint write and load several times slower."""
+    path = os.environ.get(LIBRARY_ENV)
+    if not path:
+        _slow(f"{LIBRARY_ENV} is not set (monkeytree launch sets it to the addon's monkeytree_crc32c.node)")
+        return None
     try:
         library = ctypes.CDLL(path)
-    except OSError:
+        for name, arguments in (("monkeytree_crc32c", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32]),
+                                ("monkeytree_copy_crc32c", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32])):
+            function = getattr(library, name)
+            function.argtypes = arguments
+            function.restype = ctypes.c_uint32
+    except (OSError, AttributeError) as error:
+        _slow(f"{LIBRARY_ENV}={path} cannot be loaded ({error})")
         return None
-    for name, arguments in (("monkeytree_crc32c", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32]),
-                            ("monkeytree_copy_crc32c", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32])):
-        function = getattr(library, name)
-        function.argtypes = arguments
-        function.restype = ctypes.c_uint32
     return library
 
 
-_NATIVE = _load_native()
-#: Which implementation checksums large buffers: "native" or "torch".
-IMPLEMENTATION = "torch" if _NATIVE is None else "native"
+def _slow(why):
+    print(f"monkeytree: {why}; checksums fall back to the torch CRC32C, about 30 times slower", file=sys.stderr)
 
 
 def copy_with_crc32c(destination, source):
     """Copies 1-D uint8 CPU tensor ``source`` into ``destination`` and returns its CRC32C."""
-    if _NATIVE is not None and source.is_contiguous() and destination.is_contiguous():
-        return _NATIVE.monkeytree_copy_crc32c(destination.data_ptr(), source.data_ptr(), source.numel(), 0)
+    native = native_library()
+    if native is not None and source.is_contiguous() and destination.is_contiguous():
+        return native.monkeytree_copy_crc32c(destination.data_ptr(), source.data_ptr(), source.numel(), 0)
     destination.copy_(source)
     return crc32c_tensor(source)
 
 
 def crc32c_tensor(data, crc=0):
     """CRC32C of a 1-D ``torch.uint8`` CPU tensor, continuing from ``crc``; equals ``layout.crc32c``."""
-    if _NATIVE is not None and data.is_contiguous():
-        return _NATIVE.monkeytree_crc32c(data.data_ptr(), data.numel(), crc)
+    native = native_library()
+    if native is not None and data.is_contiguous():
+        return native.monkeytree_crc32c(data.data_ptr(), data.numel(), crc)
     return _crc32c_torch(data, crc)
 
 

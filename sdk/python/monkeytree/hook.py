@@ -23,6 +23,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from .crc import native_library
 from .state import load as _load
 from .state import save as _save
 
@@ -234,6 +235,9 @@ def attach(backend="gloo", timeout=timedelta(minutes=5)):
     if not path:
         dist.init_process_group(backend, timeout=timeout)
         return Job(dist.get_rank(), dist.get_world_size(), local_rank, backend=backend, timeout=timeout)
+    # Looked up now, so that a worker without the addon's CRC32C says so when it starts rather than
+    # at its first migration, whose checkpoint write it slows.
+    native_library()
     channel = _Channel(path, local_rank)
     try:
         channel.send("attach", pid=os.getpid())
