@@ -10,7 +10,7 @@ batch from its own generator, dropout from the RNG state the checkpoint carries.
 migrated, or whose group was re-formed, ends with the same parameters, bit for bit, as one that was
 not; rank 0 writes the final step and a SHA-256 of the parameters to --out to show it.
 
-CPU and gloo only; put sdk/python on PYTHONPATH.
+CPU and gloo only; needs the hook installed (pip install sdk/python).
 """
 import argparse
 import hashlib

@@ -1,6 +1,6 @@
 """Times monkeytree.save/load of a training state through a staging buffer in /dev/shm.
 
-usage: /usr/bin/python3 sdk/python/bench.py [MEGABYTES]   (default 100: parameters plus Adam's
+usage: MONKEYTREE_CRC32C_LIB=native/build/Release/monkeytree_crc32c.node /usr/bin/python3 sdk/python/bench.py [MEGABYTES]   (default 100: parameters plus Adam's
 two moments, each a third of it)
 """
 import os
