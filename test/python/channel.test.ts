@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type AddressInfo, type Server } from "node:net";
+import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,6 +17,7 @@ import {
   type ChannelReply,
   type ChannelRequest,
 } from "../../sdk/protocol/channel.ts";
+import { freePort } from "../helpers/net.ts";
 import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
 
 // The Python side of the local channel (sdk/python/monkeytree/hook.py) against a scripted fake of
@@ -98,14 +99,6 @@ function python(args: string[], env: Record<string, string | undefined>): Promis
     child.on("error", reject);
     child.on("close", (code) => resolve({ code, stdout, stderr, pid: child.pid ?? -1 }));
   });
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 const head = { v: CHANNEL_VERSION } as const;
