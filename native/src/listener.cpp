@@ -277,7 +277,8 @@ void Listener::AcceptWaiting() {
 // refused (and closed at once by the caller), or handed to a thread of its own.
 bool Listener::Advance(Handshake& handshake) {
   const size_t wanted = handshake.received < wire::Hello::kBytes ? wire::Hello::kBytes : handshake.bytes.size();
-  const ssize_t n = recv(handshake.fd.get(), handshake.bytes.data() + handshake.received, wanted - handshake.received, 0);
+  uint8_t* next = handshake.bytes.data() + handshake.received;
+  const ssize_t n = recv(handshake.fd.get(), next, wanted - handshake.received, 0);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
   if (n == 0) return false;
   handshake.received += static_cast<size_t>(n);
@@ -293,7 +294,9 @@ bool Listener::Advance(Handshake& handshake) {
     return true;
   }
   wire::RdmaPeer peer;
-  if (handshake.hello.transport == wire::Transport::Rdma) wire::ParseRdmaPeer(handshake.bytes.data() + wire::Hello::kBytes, &peer);
+  if (handshake.hello.transport == wire::Transport::Rdma) {
+    wire::ParseRdmaPeer(handshake.bytes.data() + wire::Hello::kBytes, &peer);
+  }
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (grants_.count(handshake.hello.token) == 0) failure = UnknownTokenLocked(handshake.hello.token);

@@ -40,7 +40,6 @@ bool RecvAll(int fd, void* data, size_t length, const char* what, Failure* failu
 
 // Bounds how long one blocking receive waits (0 = forever).
 void SetReceiveTimeout(int fd, double seconds);
-// O_NONBLOCK on or off.
 void SetNonBlocking(int fd, bool on);
 // Waits until fd is readable (or closed by the peer); false once `deadline` has passed.
 bool WaitReadable(int fd, std::chrono::steady_clock::time_point deadline);
