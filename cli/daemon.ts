@@ -21,8 +21,9 @@ options:
   --server-key=KEY     the controller's CURVE public key, when it runs with --curve-keys
   --staging-bytes N    staging buffer size in bytes, the largest checkpoint the host
                        accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
-  --listen HOST:PORT   where the transfer engine listens (default 0.0.0.0:0, any free port;
-                       sources are told this machine's host name)
+  --listen HOST:PORT   this host's cluster address, where the transfer engine listens (port 0:
+                       any free one); required unless the controller is on this machine, when
+                       it defaults to 127.0.0.1:0. 0.0.0.0 binds every interface (with a warning)
   --launch CMD         shell command that starts a replacement launcher for jobs that
                        registered none (\`monkeytree launch\` registers its own); it gets
                        MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _MIGRATION, _TOKEN and
@@ -63,9 +64,13 @@ export const command: Command = {
     if (!Number.isInteger(host)) throw new UsageError(`--host must be a whole number, got "${flags.host}"`);
     const stagingBytes = numberFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
     if (!Number.isInteger(stagingBytes)) throw new UsageError(`--staging-bytes must be a whole number of bytes, got "${flags["staging-bytes"]}"`);
-    const listen = parseListen(flags.listen ?? "0.0.0.0:0");
     const controller = flags.connect ?? "tcp://127.0.0.1:5555";
+    if (flags.listen === undefined && !/^(ipc:\/\/|tcp:\/\/(127\.[\d.]+|localhost|\[::1\]):)/.test(controller)) {
+      throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
+    }
+    const listen = parseListen(flags.listen ?? "127.0.0.1:0");
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
+    if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const daemon = HostDaemon.start({
       host,
       controller,

@@ -141,6 +141,8 @@ interface NativeModule {
     host: string,
     port: number,
     idleSeconds: number,
+    helloSeconds: number,
+    maxConnections: number,
     rdma: NativeRdmaOptions | null,
     onEvent: ListenerEvent,
   ) => NativeListener;
@@ -186,6 +188,15 @@ function checkInteger(value: unknown, option: string, min: number, max = Number.
 
 /** Seconds without progress after which a transfer fails with `timeout`; 0 waits forever. */
 const DEFAULT_IDLE_TIMEOUT = 30;
+/** Seconds from connecting within which a sender must have sent its whole hello. */
+const DEFAULT_HELLO_TIMEOUT = 10;
+const MAX_HELLO_TIMEOUT = 3600;
+/**
+ * Connections a listener keeps open at once: room for dozens of concurrent incoming transfers
+ * of several streams each, far below a process's descriptor limit.
+ */
+const DEFAULT_MAX_CONNECTIONS = 256;
+const MAX_CONNECTIONS = 65536;
 
 function checkIdleTimeout(value: unknown, option: string): number {
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
@@ -388,6 +399,17 @@ export interface ListenOptions {
   /** Seconds a transfer may go without receiving anything before it fails with `timeout` (default 30; 0 = never). */
   idleTimeout?: number;
   /**
+   * Seconds from connecting within which a sender must have sent its whole hello (default 10,
+   * at most 3600); a connection still short of it then is closed.
+   */
+  helloTimeout?: number;
+  /**
+   * Connections open at once, whether still saying hello or serving a grant (default 256, at
+   * most 65536); each one serving a grant has its own thread. A connection beyond it closes
+   * the oldest one still owing its hello, or itself when every one is serving a grant.
+   */
+  maxConnections?: number;
+  /**
    * Whether grants accept RDMA WRITEs. By default they do when this host's RDMA device answers
    * when the listener opens, and `rdmaUnavailable` says why not otherwise; `false` keeps to TCP;
    * `true` or device options require RDMA (opening fails with `rdma_unavailable` without it).
@@ -420,6 +442,11 @@ export class Listener {
     const host = options.host ?? "127.0.0.1";
     const port = checkInteger(options.port ?? 0, "port", 0, 65535);
     const idleSeconds = checkIdleTimeout(options.idleTimeout ?? DEFAULT_IDLE_TIMEOUT, "idleTimeout");
+    const helloSeconds = options.helloTimeout ?? DEFAULT_HELLO_TIMEOUT;
+    if (typeof helloSeconds !== "number" || !(helloSeconds > 0 && helloSeconds <= MAX_HELLO_TIMEOUT)) {
+      throw new RangeError(`helloTimeout must be a number of seconds > 0 and ≤ ${MAX_HELLO_TIMEOUT}, received ${String(helloSeconds)}`);
+    }
+    const maxConnections = checkInteger(options.maxConnections ?? DEFAULT_MAX_CONNECTIONS, "maxConnections", 1, MAX_CONNECTIONS);
     const rdma =
       options.rdma === false
         ? null
@@ -427,7 +454,7 @@ export class Listener {
             ...rdmaDevice(typeof options.rdma === "object" ? options.rdma : {}, "rdma"),
             required: options.rdma !== undefined,
           };
-    this.#native = new native.Listener(host, port, idleSeconds, rdma, (token, code, message, bytes, seconds, transport) => {
+    this.#native = new native.Listener(host, port, idleSeconds, helloSeconds, maxConnections, rdma, (token, code, message, bytes, seconds, transport) => {
       const pending = this.#pending.get(token);
       if (!pending) return;
       this.#pending.delete(token);

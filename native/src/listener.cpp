@@ -1,5 +1,6 @@
 #include "listener.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,7 +21,8 @@ namespace {
 // still in this core's caches: about its L2, in whole checksum blocks so every piece is summed
 // at full speed. Quarter-sized pieces measured slower, with four streams on two cores as well.
 constexpr size_t kPiece = 42 * kCrc32cBlock;
-constexpr double kHelloSeconds = 10;   // a connection that never introduces itself is dropped
+// How long a refused sender's remaining bytes are read so the refusal reaches it, in all.
+constexpr std::chrono::seconds kDrain{2};
 
 std::string RangeText(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + length) + ")";
@@ -35,14 +37,21 @@ Failure ChecksumMismatch(uint64_t chunkOffset, uint64_t chunkLength, uint64_t gr
                                    "; the range holds partial data, retry with a new grant"};
 }
 
-// After an error reply, keep reading until the sender hangs up so the reply is not lost to a
-// TCP reset; bounded so a stuck sender cannot hold the thread.
+// After an error reply mid-transfer, keep reading until the sender hangs up so the reply is not
+// lost to a TCP reset; bounded in all, so a sender trickling bytes cannot hold the thread.
 void DrainUntilClosed(int fd) {
-  SetReceiveTimeout(fd, 2);
-  shutdown(fd, SHUT_WR);
+  const auto deadline = std::chrono::steady_clock::now() + kDrain;
+  StopSending(fd);
   static thread_local std::vector<uint8_t> sink(64 * 1024);
-  while (recv(fd, sink.data(), sink.size(), 0) > 0) {
+  while (WaitReadable(fd, deadline) && recv(fd, sink.data(), sink.size(), MSG_DONTWAIT) > 0) {
   }
+}
+
+// Best effort, from the accept thread: the socket does not block, and a reply that does not fit
+// its send buffer is dropped rather than waited for. The caller closes the connection.
+void Refuse(int fd, const Failure& reason) {
+  Failure ignored;
+  wire::SendReply(fd, reason, &ignored);
 }
 
 }  // namespace
@@ -58,26 +67,34 @@ Napi::Function Listener::Init(Napi::Env env) {
                      });
 }
 
-// new Listener(host, port, idleSeconds, rdma: { device, port, gidIndex, required } | null,
+// new Listener(host, port, idleSeconds, helloSeconds, maxConnections,
+//              rdma: { device, port, gidIndex, required } | null,
 //              onEvent(token, code | null, message | null, bytes, seconds, "tcp" | "rdma"))
+// The TS layer has checked every value's range.
 Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(info), addon_(&GetAddon(info.Env())) {
   Napi::Env env = info.Env();
-  if (info.Length() < 5 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[4].IsFunction()) {
-    Napi::TypeError::New(env, "Listener(host: string, port: number, idleSeconds: number, rdma: object | null, onEvent: function)")
+  if (info.Length() < 7 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber() ||
+      !info[4].IsNumber() || !info[6].IsFunction()) {
+    Napi::TypeError::New(env,
+                         "Listener(host: string, port: number, idleSeconds: number, helloSeconds: number, "
+                         "maxConnections: number, rdma: object | null, onEvent: function)")
         .ThrowAsJavaScriptException();
     return;
   }
   const std::string host = info[0].As<Napi::String>();
   port_ = static_cast<uint16_t>(info[1].As<Napi::Number>().Uint32Value());
   idleSeconds_ = info[2].As<Napi::Number>().DoubleValue();
-  if (!ConfigureRdma(env, info[3])) return;
+  helloSeconds_ = info[3].As<Napi::Number>().DoubleValue();
+  maxConnections_ = info[4].As<Napi::Number>().Uint32Value();
+  if (!ConfigureRdma(env, info[5])) return;
   Failure failure;
   listenFd_ = ListenTcp(host, &port_, &failure);
   if (!listenFd_.valid()) {
     ThrowTransferError(env, failure.code, failure.message);
     return;
   }
-  events_ = Napi::ThreadSafeFunction::New(env, info[4].As<Napi::Function>(), "monkeytree.listener", 0, 1);
+  SetNonBlocking(listenFd_.get(), true);
+  events_ = Napi::ThreadSafeFunction::New(env, info[6].As<Napi::Function>(), "monkeytree.listener", 0, 1);
   try {
     acceptThread_ = std::thread(&Listener::AcceptLoop, this);
   } catch (const std::system_error& error) {
@@ -195,29 +212,112 @@ Napi::Value Listener::JsClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// Serves the listening socket and every handshake from one thread: a stranger costs a
+// descriptor and a few bytes here, never a thread of its own.
 void Listener::AcceptLoop() {
+  std::vector<pollfd> polled;
+  std::vector<std::list<Handshake>::iterator> shaking;
   for (;;) {
-    const int fd = accept4(listenFd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    const int acceptErrno = errno;
-    std::unique_lock<std::mutex> guard(mutex_);
-    if (closed_) {
-      if (fd >= 0) ::close(fd);
+    // Every handshake gets the same time, so the ones past their deadline are the oldest.
+    const Clock::time_point now = Clock::now();
+    while (!handshakes_.empty() && handshakes_.front().deadline <= now) handshakes_.pop_front();
+    polled.assign({pollfd{listenFd_.get(), POLLIN, 0}});
+    shaking.clear();
+    for (auto it = handshakes_.begin(); it != handshakes_.end(); ++it) {
+      polled.push_back({it->fd.get(), POLLIN, 0});
+      shaking.push_back(it);
+    }
+    const int timeout = handshakes_.empty() ? -1 : PollTimeout(handshakes_.front().deadline);
+    // Close() shuts the listening socket down, which wakes this poll.
+    if (poll(polled.data(), polled.size(), timeout) < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of memory: back off
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (closed_) break;
+    }
+    for (size_t i = 0; i < shaking.size(); ++i) {
+      if (polled[i + 1].revents != 0 && !Advance(*shaking[i])) handshakes_.erase(shaking[i]);
+    }
+    if (polled[0].revents != 0) AcceptWaiting();
+  }
+  handshakes_.clear();
+}
+
+// Accepts every connection waiting. At the cap, the oldest connection still owing its hello
+// gives way: it had the longest to introduce itself, while a sender writes its hello as soon
+// as it has connected, so strangers holding connections open cannot keep a sender out. Only
+// when every connection is serving a grant is the new one closed at once.
+void Listener::AcceptWaiting() {
+  for (;;) {
+    Fd fd(accept4(listenFd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd.valid()) {
+      // Out of descriptors: back off instead of spinning until serving threads free some.
+      if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
-    ReapLocked();
-    if (fd < 0) {
-      // Out of descriptors: back off instead of spinning until serving threads free some.
-      guard.unlock();
-      if (acceptErrno == EMFILE || acceptErrno == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      continue;
+    size_t serving = 0;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      ReapLocked();
+      serving = connections_.size();
     }
-    Connection& connection = connections_.emplace_back();
-    connection.fd = Fd(fd);
-    try {
-      connection.thread = std::thread(&Listener::Serve, this, &connection);
-    } catch (const std::system_error&) {
-      connections_.pop_back();
+    if (serving + handshakes_.size() >= maxConnections_) {
+      if (handshakes_.empty()) continue;
+      handshakes_.pop_front();
     }
+    Handshake& handshake = handshakes_.emplace_back();
+    handshake.fd = std::move(fd);
+    handshake.deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(helloSeconds_));
+  }
+}
+
+// Reads what has arrived of a handshake; false once the connection is done with here: gone,
+// refused (and closed at once by the caller), or handed to a thread of its own.
+bool Listener::Advance(Handshake& handshake) {
+  const size_t wanted = handshake.received < wire::Hello::kBytes ? wire::Hello::kBytes : handshake.bytes.size();
+  uint8_t* next = handshake.bytes.data() + handshake.received;
+  const ssize_t n = recv(handshake.fd.get(), next, wanted - handshake.received, 0);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  if (n == 0) return false;
+  handshake.received += static_cast<size_t>(n);
+  Failure failure;
+  if (handshake.received < wire::Hello::kBytes) return true;
+  if (handshake.received == wire::Hello::kBytes) {
+    if (!wire::ParseHello(handshake.bytes.data(), &handshake.hello, &failure)) {
+      Refuse(handshake.fd.get(), failure);
+      return false;
+    }
+    if (handshake.hello.transport == wire::Transport::Rdma) return true;  // its queue pair follows
+  } else if (handshake.received < handshake.bytes.size()) {
+    return true;
+  }
+  wire::RdmaPeer peer;
+  if (handshake.hello.transport == wire::Transport::Rdma) {
+    wire::ParseRdmaPeer(handshake.bytes.data() + wire::Hello::kBytes, &peer);
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (grants_.count(handshake.hello.token) == 0) failure = UnknownTokenLocked(handshake.hello.token);
+  }
+  if (failure.failed()) {
+    Refuse(handshake.fd.get(), failure);
+    return false;
+  }
+  StartServing(std::move(handshake.fd), handshake.hello, peer);
+  return false;
+}
+
+void Listener::StartServing(Fd fd, const wire::Hello& hello, const wire::RdmaPeer& peer) {
+  SetNonBlocking(fd.get(), false);
+  std::lock_guard<std::mutex> guard(mutex_);
+  Connection& connection = connections_.emplace_back();
+  connection.fd = std::move(fd);
+  try {
+    connection.thread = std::thread(&Listener::Serve, this, &connection, hello, peer);
+  } catch (const std::system_error&) {
+    connections_.pop_back();  // closes the connection: the sender sees it go
   }
 }
 
@@ -232,24 +332,19 @@ void Listener::ReapLocked() {
   }
 }
 
-void Listener::Serve(Connection* connection) {
+void Listener::Serve(Connection* connection, wire::Hello hello, wire::RdmaPeer peer) {
   const int fd = connection->fd.get();
   Failure failure;
-  wire::Hello hello;
-  wire::RdmaPeer peer;
   std::shared_ptr<Grant> grant;
-  SetReceiveTimeout(fd, kHelloSeconds);
   std::unique_ptr<RdmaQueuePair> queuePair;
-  const bool rdma = wire::RecvHello(fd, &hello, &failure) && hello.transport == wire::Transport::Rdma;
-  if (rdma && AcceptRdma(fd, hello, &peer, &failure)) queuePair = OpenRdma(hello, peer, &failure);
+  const bool rdma = hello.transport == wire::Transport::Rdma;
+  if (rdma && AcceptRdma(hello, &failure)) queuePair = OpenRdma(hello, peer, &failure);
   if (!failure.failed()) grant = Join(fd, hello, &failure);
   SetIdleTimeout(fd, idleSeconds_);
   Failure ignored;
   if (!grant) {
-    if (failure.code != "peer_closed") {
-      wire::SendReply(fd, failure, &ignored);
-      DrainUntilClosed(fd);
-    }
+    // The sender has sent nothing since its hello, so closing at once loses no reply.
+    wire::SendReply(fd, failure, &ignored);
   } else {
     if (rdma) {
       // Join accepts exactly the grants OpenRdma registered; anything else is a broken invariant.
@@ -293,10 +388,9 @@ void Listener::Serve(Connection* connection) {
   connection->done.store(true);
 }
 
-// The sender's queue pair follows its hello; it is read even when RDMA is refused, so that the
-// refusal is the next thing on the connection.
-bool Listener::AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure) {
-  if (!wire::RecvRdmaPeer(fd, peer, failure)) return false;
+// The sender's queue pair, which followed its hello, has been read even when RDMA is refused, so
+// the refusal is the next thing on the connection.
+bool Listener::AcceptRdma(const wire::Hello& hello, Failure* failure) {
   if (!rdmaUnavailable_.empty()) {
     *failure = {"rdma_unavailable", "the destination does not offer RDMA (" + rdmaUnavailable_ + "); send over TCP"};
     return false;
@@ -362,15 +456,19 @@ bool Listener::ReceiveRdma(int fd, const Grant& grant, RdmaQueuePair& queuePair,
   return true;
 }
 
+Failure Listener::UnknownTokenLocked(const wire::Token& token) const {
+  return consumed_.count(token) != 0
+             ? Failure{"token_used", "this token was already used by a finished or revoked transfer; "
+                                     "ask the destination for a new grant"}
+             : Failure{"bad_token", "the destination knows no grant with this token; "
+                                    "use the token returned by its grant()"};
+}
+
 std::shared_ptr<Listener::Grant> Listener::Join(int fd, const wire::Hello& hello, Failure* failure) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto found = grants_.find(hello.token);
   if (found == grants_.end()) {
-    *failure = consumed_.count(hello.token) != 0
-                   ? Failure{"token_used", "this token was already used by a finished or revoked transfer; "
-                                           "ask the destination for a new grant"}
-                   : Failure{"bad_token", "the destination knows no grant with this token; "
-                                          "use the token returned by its grant()"};
+    *failure = UnknownTokenLocked(hello.token);
     return nullptr;
   }
   Grant& grant = *found->second;

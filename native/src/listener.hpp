@@ -4,8 +4,12 @@
 // chunks straight into that range (over TCP streams, or as RDMA WRITEs when it offers RDMA and
 // the sender asks for it), verifies each chunk's CRC32C, and reports every grant's outcome to
 // JS exactly once, after its last stream thread (and queue pair) has let go of the buffer.
+// Strangers cost little: one accept thread reads every connection's hello without blocking,
+// within an absolute deadline, and only a connection naming an outstanding grant gets a thread;
+// connections of both kinds together are capped.
 #include <napi.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <list>
@@ -55,6 +59,19 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
     std::chrono::steady_clock::time_point started;
   };
 
+  using Clock = std::chrono::steady_clock;
+
+  // A connection that has not yet said which grant it is for: the hello (and for RDMA the
+  // sender's queue pair) is all it may send, by its deadline.
+  struct Handshake {
+    Fd fd;
+    Clock::time_point deadline;
+    std::array<uint8_t, wire::Hello::kBytes + wire::RdmaPeer::kBytes> bytes{};
+    size_t received = 0;
+    wire::Hello hello;
+  };
+
+  // A connection naming an outstanding grant, served by its own thread.
   struct Connection {
     Fd fd;
     std::thread thread;
@@ -77,10 +94,14 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   Napi::Value JsClose(const Napi::CallbackInfo& info);
 
   void AcceptLoop();
-  void Serve(Connection* connection);
+  void AcceptWaiting();
+  bool Advance(Handshake& handshake);
+  void StartServing(Fd fd, const wire::Hello& hello, const wire::RdmaPeer& peer);
+  void Serve(Connection* connection, wire::Hello hello, wire::RdmaPeer peer);
+  Failure UnknownTokenLocked(const wire::Token& token) const;
   std::shared_ptr<Grant> Join(int fd, const wire::Hello& hello, Failure* failure);
   bool ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& header, Failure* failure);
-  bool AcceptRdma(int fd, const wire::Hello& hello, wire::RdmaPeer* peer, Failure* failure);
+  bool AcceptRdma(const wire::Hello& hello, Failure* failure);
   std::unique_ptr<RdmaQueuePair> OpenRdma(const wire::Hello& hello, const wire::RdmaPeer& peer, Failure* failure);
   bool ConnectRdma(int fd, RdmaQueuePair& queuePair, const wire::RdmaPeer& peer, Failure* failure);
   bool ReceiveRdma(int fd, const Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
@@ -96,6 +117,8 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   Fd listenFd_;
   uint16_t port_ = 0;
   double idleSeconds_ = 0;
+  double helloSeconds_ = 0;
+  size_t maxConnections_ = 0;
   RdmaOptions rdma_;
   std::string rdmaUnavailable_;  // why this listener does not offer RDMA; empty when it does
   std::thread acceptThread_;
@@ -104,6 +127,7 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   std::map<wire::Token, std::shared_ptr<Grant>> grants_;
   std::set<wire::Token> consumed_;
   std::list<Connection> connections_;
+  std::list<Handshake> handshakes_;  // the accept thread's alone, oldest first
 };
 
 }  // namespace mt

@@ -1,8 +1,10 @@
 #include "net.hpp"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -161,6 +163,26 @@ bool RecvAll(int fd, void* data, size_t length, const char* what, Failure* failu
 void SetReceiveTimeout(int fd, double seconds) {
   const timeval timeout = ToTimeval(seconds);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+}
+
+void SetNonBlocking(int fd, bool on) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK);
+}
+
+int PollTimeout(std::chrono::steady_clock::time_point deadline) {
+  const auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return 0;
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+}
+
+bool WaitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    pollfd polled{fd, POLLIN, 0};
+    const int rc = poll(&polled, 1, PollTimeout(deadline));
+    if (rc > 0) return true;
+    if (rc == 0 || errno != EINTR) return false;
+  }
 }
 
 void SetIdleTimeout(int fd, double seconds) {

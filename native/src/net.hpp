@@ -1,6 +1,7 @@
 #pragma once
 // Blocking TCP helpers for the transfer threads. Every call reports failures as a Failure
 // (code + actionable message) instead of errno, so threads can hand them to JS unchanged.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,6 +40,11 @@ bool RecvAll(int fd, void* data, size_t length, const char* what, Failure* failu
 
 // Bounds how long one blocking receive waits (0 = forever).
 void SetReceiveTimeout(int fd, double seconds);
+void SetNonBlocking(int fd, bool on);
+// Waits until fd is readable (or closed by the peer); false once `deadline` has passed.
+bool WaitReadable(int fd, std::chrono::steady_clock::time_point deadline);
+// Milliseconds until `deadline` for poll(), rounded up so a wake-up never comes early; 0 once past.
+int PollTimeout(std::chrono::steady_clock::time_point deadline);
 // Bounds how long one blocking send or receive waits without progress (0 = forever).
 void SetIdleTimeout(int fd, double seconds);
 

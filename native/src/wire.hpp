@@ -14,6 +14,10 @@
 // The receiver may send an error Reply at any time and stop reading; senders peek for it
 // between chunks. The checksum trails its payload so both sides can compute it piece by piece
 // while the bytes are in cache; the receiver fails the chunk before counting it as arrived.
+// Until its token has been checked a peer is a stranger: the receiver reads only the fixed-size
+// Hello (and for RDMA the RdmaPeer), all of it within the hello timeout counted from accepting
+// the connection, and closes the connection right after refusing it (the refusal Reply is all
+// the sender reads; it has sent nothing more, so closing does not reset the connection).
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -89,9 +93,8 @@ inline bool SendHello(int fd, const Hello& hello, Failure* failure) {
   return SendAll(fd, bytes.data(), bytes.size(), false, "hello", failure);
 }
 
-inline bool RecvHello(int fd, Hello* hello, Failure* failure) {
-  std::array<uint8_t, Hello::kBytes> bytes{};
-  if (!RecvAll(fd, bytes.data(), bytes.size(), "hello", failure)) return false;
+// Decodes the Hello in `bytes` (Hello::kBytes of them).
+inline bool ParseHello(const uint8_t* bytes, Hello* hello, Failure* failure) {
   if (GetU32(&bytes[0]) != kMagic || GetU16(&bytes[4]) != kVersion) {
     *failure = {"protocol", "peer is not a MonkeyTree transfer sender of protocol version " +
                                 std::to_string(kVersion)};
@@ -182,9 +185,8 @@ inline bool SendRdmaPeer(int fd, const RdmaPeer& peer, Failure* failure) {
   return SendAll(fd, bytes.data(), bytes.size(), false, "RDMA queue pair description", failure);
 }
 
-inline bool RecvRdmaPeer(int fd, RdmaPeer* peer, Failure* failure) {
-  std::array<uint8_t, RdmaPeer::kBytes> bytes{};
-  if (!RecvAll(fd, bytes.data(), bytes.size(), "RDMA queue pair description", failure)) return false;
+// Decodes the RdmaPeer in `bytes` (RdmaPeer::kBytes of them).
+inline void ParseRdmaPeer(const uint8_t* bytes, RdmaPeer* peer) {
   peer->qpn = GetU32(&bytes[0]);
   peer->psn = GetU32(&bytes[4]);
   peer->lid = GetU16(&bytes[8]);
@@ -193,6 +195,12 @@ inline bool RecvRdmaPeer(int fd, RdmaPeer* peer, Failure* failure) {
   peer->address = GetU64(&bytes[28]);
   peer->rkey = GetU32(&bytes[36]);
   peer->length = GetU64(&bytes[40]);
+}
+
+inline bool RecvRdmaPeer(int fd, RdmaPeer* peer, Failure* failure) {
+  std::array<uint8_t, RdmaPeer::kBytes> bytes{};
+  if (!RecvAll(fd, bytes.data(), bytes.size(), "RDMA queue pair description", failure)) return false;
+  ParseRdmaPeer(bytes.data(), peer);
   return true;
 }
 

@@ -1,0 +1,184 @@
+import { connect, type Socket } from "node:net";
+import { once } from "node:events";
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Listener, StagingBuffer, send } from "../../native/index.ts";
+import { rejection } from "./rejection.ts";
+import { transports } from "./transports.ts";
+
+// What a listener spends on peers that hold no token: a connection cap a sender still gets
+// through, an absolute deadline for the hello, and no time at all after a refused one.
+
+const MiB = 1 << 20;
+/** Longer than any test here, so only the behaviour under test can close a connection. */
+const FOREVER = 3600;
+/** Far above the milliseconds these closes take; the old listener held such peers ≥ 40 s. */
+const SAFETY_MS = 5_000;
+
+let source: StagingBuffer;
+let destination: StagingBuffer;
+beforeAll(() => {
+  source = StagingBuffer.create({ size: 4 * MiB, lock: false });
+  destination = StagingBuffer.create({ size: 4 * MiB, lock: false });
+  source.bytes().set(randomBytes(4 * MiB));
+});
+afterAll(() => {
+  source.free();
+  destination.free();
+});
+
+/** A hello as src/wire.hpp lays it out. */
+function hello(token: string, fields: { length: number; streamIndex?: number; streamCount?: number; rdma?: boolean }): Buffer {
+  const bytes = Buffer.alloc(48);
+  bytes.writeUInt32LE(0x3158544d, 0);
+  bytes.writeUInt16LE(1, 4);
+  bytes.writeUInt16LE(fields.streamIndex ?? 0, 6);
+  bytes.writeUInt16LE(fields.streamCount ?? 1, 8);
+  bytes.writeUInt16LE(fields.rdma ? 1 : 0, 10);
+  bytes.writeUInt32LE(MiB, 12);
+  bytes.writeBigUInt64LE(BigInt(fields.length), 16);
+  Buffer.from(token, "hex").copy(bytes, 24);
+  return bytes;
+}
+
+interface Peer {
+  readonly socket: Socket;
+  /** Everything the listener sent, so far. */
+  readonly received: () => Buffer;
+  /** Settles when the listener has closed the connection (or reset it). */
+  readonly closed: Promise<void>;
+}
+
+/** A raw connection to `listener`, connected: a stranger, or a sender written by hand. */
+async function peer(listener: Listener): Promise<Peer> {
+  const socket = connect(listener.port, "127.0.0.1");
+  const chunks: Buffer[] = [];
+  socket.on("data", (chunk: Buffer) => chunks.push(chunk));
+  // A listener closing with bytes unread resets the connection; that is a close here too.
+  socket.on("error", () => undefined);
+  const closed = once(socket, "close").then(() => undefined);
+  await once(socket, "connect");
+  return { socket, received: () => Buffer.concat(chunks), closed };
+}
+
+/** Writes one byte every 50 ms until the connection closes: a hello's 48 bytes take 2.4 s. */
+function trickle(socket: Socket): void {
+  const timer = setInterval(() => socket.write(Buffer.of(0)), 50);
+  socket.once("close", () => clearInterval(timer));
+}
+
+/** Rejects when `promise` takes longer than SAFETY_MS. */
+function promptly<T>(promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took over ${SAFETY_MS} ms`)), SAFETY_MS);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+/** The code of the reply the listener sent, "" for an acceptance. */
+async function replyCode(connection: Peer): Promise<string> {
+  while (connection.received().length < 8) await once(connection.socket, "data");
+  const bytes = connection.received();
+  return bytes.subarray(8, 8 + bytes.readUInt32LE(0)).toString();
+}
+
+describe.each(transports)("a listener whose connections strangers hold (%s)", (transport) => {
+  it("lets a sender through: the oldest connection still owing its hello gives way", async () => {
+    const listener = Listener.open({ maxConnections: 8, helloTimeout: FOREVER });
+    const strangers = await Promise.all(Array.from({ length: 8 }, () => peer(listener)));
+    try {
+      // Slow-loris: every hello stops one byte short, so none is ever refused or served.
+      const partial = hello(randomBytes(16).toString("hex"), { length: MiB }).subarray(0, 47);
+      for (const stranger of strangers) stranger.socket.write(partial);
+      const grant = listener.grant(destination, { length: 4 * MiB });
+      await send({ ticket: grant.ticket, buffer: source, transport, streams: 2, chunkSize: MiB });
+      await grant.completion;
+      expect(destination.crc32c()).toBe(source.crc32c());
+      // Connected first, so accepted first: the sender's connections displaced these.
+      await promptly(strangers[0]!.closed, "closing the oldest stranger");
+      expect(strangers[0]!.received().length).toBe(0);
+    } finally {
+      for (const stranger of strangers) stranger.socket.destroy();
+      listener.close();
+    }
+  });
+});
+
+describe("a listener's bounds on peers without a grant", () => {
+  it.each([
+    ["a hello trickled from its first byte", Buffer.alloc(0)],
+    ["an RDMA sender's queue pair trickled after its hello", hello(randomBytes(16).toString("hex"), { length: MiB, rdma: true })],
+  ])("closes %s at the hello deadline, counted from accepting it", async (_, start) => {
+    const listener = Listener.open({ helloTimeout: 0.5 });
+    try {
+      const stranger = await peer(listener);
+      const connected = performance.now();
+      stranger.socket.write(start);
+      trickle(stranger.socket);
+      await stranger.closed;
+      const held = performance.now() - connected;
+      expect(held).toBeGreaterThanOrEqual(450);
+      expect(held).toBeLessThan(SAFETY_MS);
+      expect(stranger.received().length).toBe(0);
+    } finally {
+      listener.close();
+    }
+  });
+
+  it.each([
+    ["an unknown token", "bad_token"],
+    ["a spent token", "token_used"],
+    ["a length the grant does not cover", "out_of_range"],
+  ])("answers a hello with %s and closes at once, though the peer keeps trickling", async (_, code) => {
+    const listener = Listener.open({ helloTimeout: FOREVER });
+    try {
+      const grant = listener.grant(destination, { length: MiB });
+      let token = grant.ticket.token;
+      let length = MiB;
+      if (code === "bad_token") token = randomBytes(16).toString("hex");
+      if (code === "token_used") {
+        await send({ ticket: grant.ticket, buffer: source, transport: "tcp" });
+        await grant.completion;
+      }
+      if (code === "out_of_range") length = MiB + 1;
+      const sender = await peer(listener);
+      sender.socket.write(hello(token, { length }));
+      trickle(sender.socket);
+      expect(await replyCode(sender)).toBe(code);
+      await promptly(sender.closed, "closing after the refusal");
+    } finally {
+      listener.close();
+    }
+  });
+
+  it("closes a connection beyond the cap at once when every connection serves a grant", async () => {
+    const listener = Listener.open({ maxConnections: 2, helloTimeout: FOREVER });
+    const grant = listener.grant(destination, { length: MiB });
+    const streams = await Promise.all([0, 1].map(() => peer(listener)));
+    try {
+      for (const [streamIndex, stream] of streams.entries()) {
+        stream.socket.write(hello(grant.ticket.token, { length: MiB, streamIndex, streamCount: 2 }));
+        expect(await replyCode(stream)).toBe("");
+      }
+      const extra = await peer(listener);
+      await promptly(extra.closed, "closing the connection beyond the cap");
+      expect(extra.received().length).toBe(0);
+      expect(streams.every((stream) => !stream.socket.closed)).toBe(true);
+    } finally {
+      listener.revoke(grant.ticket.token);
+      for (const stream of streams) stream.socket.destroy();
+      listener.close();
+    }
+    expect((await rejection(grant.completion)).code).toBe("revoked");
+  });
+
+  it("checks the cap and the hello deadline, naming the option", () => {
+    expect(() => Listener.open({ maxConnections: 0 })).toThrow(/^maxConnections must be between 1 and 65536, received 0$/);
+    expect(() => Listener.open({ maxConnections: 65537 })).toThrow(RangeError);
+    expect(() => Listener.open({ maxConnections: 1.5 })).toThrow(/^maxConnections must be an integer, received 1.5$/);
+    for (const helloTimeout of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 3601, "10" as unknown as number]) {
+      expect(() => Listener.open({ helloTimeout })).toThrow(/^helloTimeout must be a number of seconds > 0 and ≤ 3600, received /);
+    }
+  });
+});
