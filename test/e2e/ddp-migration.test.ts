@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
-import { createHosts, netnsUnavailable, type Hosts } from "./netns.ts";
-import { PYTHON, torchMissing } from "../helpers/python.ts";
+import { createHosts, type Hosts } from "./netns.ts";
+import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
+import { PYTHON } from "../helpers/python.ts";
 
 /**
  * A real torchrun DDP job (gloo, CPU, Debian's torch) migrated between emulated hosts: four
@@ -22,12 +23,11 @@ const TRAIN = "examples/ddp/train.py";
 const STEPS = 300;
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
 
-const missing = torchMissing ?? netnsUnavailable();
-if (missing && process.env.CI) throw new Error(`the DDP migration test cannot run: ${missing}; .ci/run runs as root and installs python3-torch`);
+const runs = canRun("test/e2e/ddp-migration.test.ts", torch(), networkNamespaces());
 
 const env = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };
 
-describe.skipIf(missing !== null)("a live DDP job migrated between network namespaces", () => {
+describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () => {
   let hosts: Hosts;
   let reference: string;
   const dirs: string[] = [];

@@ -18,16 +18,6 @@ function ip(...args: string[]): void {
   if (run.status !== 0) throw new Error(`ip ${args.join(" ")}: ${run.stderr.trim() || run.error?.message}`);
 }
 
-/** Whether this process may create network namespaces (root with iproute2), and why not. */
-export function netnsUnavailable(): string | null {
-  if (process.getuid?.() !== 0) return "network namespaces need root";
-  const probe = `mtprobe${process.pid}`;
-  const add = spawnSync("ip", ["netns", "add", probe], { encoding: "utf8" });
-  if (add.status !== 0) return `ip netns add failed: ${add.stderr.trim() || add.error?.message}`;
-  spawnSync("ip", ["netns", "del", probe]);
-  return null;
-}
-
 export function createHosts(count: number): Hosts {
   // Names unique to this process, short enough for 15-character interface names.
   const tag = `mt${process.pid % 100_000}`;

@@ -4,7 +4,7 @@ import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, send as sendBy, transferTicketSchema, type SendOptions, type Transport, type TransferTicket } from "../../native/index.ts";
 import { rejection } from "./rejection.ts";
-import { transports } from "./transports.ts";
+import { transportsFor } from "./transports.ts";
 
 const MiB = 1 << 20;
 const LENGTH = 256 * MiB;
@@ -26,7 +26,7 @@ async function childReceiver(destination: StagingBuffer) {
   return { child, ticket: transferTicketSchema.parse(JSON.parse(line)) };
 }
 
-describe.each(transports)("a peer that dies or stalls mid-transfer (%s)", (transport) => {
+describe.each(transportsFor("test/native/peer-death.test.ts"))("a peer that dies or stalls mid-transfer (%s)", (transport) => {
   const send = (options: SendOptions) => sendBy({ ...options, transport });
 
   it("fails the grant cleanly when the sender dies, and the range can be written again", async () => {

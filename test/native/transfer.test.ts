@@ -3,7 +3,7 @@ import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, TransferError, send as sendBy, type SendOptions, type TransferTicket } from "../../native/index.ts";
 import { rejection } from "./rejection.ts";
-import { transports } from "./transports.ts";
+import { transportsFor } from "./transports.ts";
 
 const MiB = 1 << 20;
 let listener: Listener;
@@ -33,7 +33,7 @@ function expectSameBytes(from: number, to: number, length: number): void {
   expect(Buffer.from(destination.bytes(to, length)).equals(source.bytes(from, length))).toBe(true);
 }
 
-describe.each(transports)("%s transfer", (transport) => {
+describe.each(transportsFor("test/native/transfer.test.ts"))("%s transfer", (transport) => {
   // Every send of this suite goes by `transport`: RDMA where the host has a device, TCP always.
   const send = (options: SendOptions) => sendBy({ ...options, transport });
 

@@ -1,14 +1,10 @@
-import { capabilities, type Transport } from "../../native/index.ts";
+import type { Transport } from "../../native/index.ts";
+import { canRun, rdmaDevice } from "../helpers/prerequisites.ts";
 
 /**
  * The transports the transfer suites run over: TCP everywhere, RDMA too where this host has a
  * usable device (`npm run test:rdma` provides one: a soft-RoCE device in a virtual machine).
- * MONKEYTREE_REQUIRE_RDMA=1 makes a missing device an error instead of a smaller list.
  */
-export const transports: readonly Transport[] = (() => {
-  const { rdma } = capabilities();
-  if (process.env.MONKEYTREE_REQUIRE_RDMA === "1" && !rdma.available) {
-    throw new Error(`MONKEYTREE_REQUIRE_RDMA=1 but RDMA is unavailable here: ${rdma.reason ?? "not compiled"}`);
-  }
-  return rdma.available ? ["tcp", "rdma"] : ["tcp"];
-})();
+export function transportsFor(suite: string): readonly Transport[] {
+  return canRun(`${suite} over RDMA`, rdmaDevice()) ? ["tcp", "rdma"] : ["tcp"];
+}

@@ -18,14 +18,15 @@ import {
   type ChannelRequest,
 } from "../../sdk/protocol/channel.ts";
 import { freePort } from "../helpers/net.ts";
-import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
+import { canRun, torch } from "../helpers/prerequisites.ts";
+import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 
 // The Python side of the local channel (sdk/python/monkeytree/hook.py) against a scripted fake of
 // `monkeytree launch`, driving examples/ddp/train.py and fixtures/probe.py with Debian's torch.
 const train = new URL("../../examples/ddp/train.py", import.meta.url).pathname;
 const probeScript = new URL("./fixtures/probe.py", import.meta.url).pathname;
 
-const hasTorch = torchForTests();
+const hasTorch = canRun("test/python/channel.test.ts", torch());
 
 /** Answers one request; `undefined` sends nothing (a `phase`), a string is sent as the raw line. */
 type Script = (request: ChannelRequest) => ChannelReply | string | undefined;

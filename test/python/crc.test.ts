@@ -1,9 +1,10 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
-import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
+import { canRun, torch } from "../helpers/prerequisites.ts";
+import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 
-const hasTorch = torchForTests();
+const hasTorch = canRun("test/python/crc.test.ts", torch());
 
 // Every size class: below the vector threshold, odd lengths, several MiB; with a running CRC.
 const script = `

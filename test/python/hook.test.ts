@@ -3,10 +3,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomFillSync } from "node:crypto";
 import { StagingBuffer, crc32c } from "../../native/index.ts";
 import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
-import { HOOK_ENV, PYTHON, torchForTests } from "../helpers/python.ts";
+import { canRun, torch } from "../helpers/prerequisites.ts";
+import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 
 const worker = new URL("./fixtures/worker.py", import.meta.url).pathname;
-const hasTorch = torchForTests();
+const hasTorch = canRun("test/python/hook.test.ts", torch());
 
 interface Run {
   status: number | null;

@@ -7,7 +7,8 @@ import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { CHANNEL_ENV, CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
 import { freePort } from "../helpers/net.ts";
-import { PYTHON, torchForTests } from "../helpers/python.ts";
+import { canRun, torch } from "../helpers/prerequisites.ts";
+import { PYTHON } from "../helpers/python.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 
 // sdk/python as a user gets it: `pip install` into a fresh virtual environment, then a training
@@ -23,7 +24,7 @@ describe("the Python package's version", () => {
   });
 });
 
-const hasTorch = torchForTests();
+const hasTorch = canRun("test/python/package.test.ts", torch());
 
 interface Exit {
   code: number | null;

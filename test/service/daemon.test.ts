@@ -21,9 +21,14 @@ afterEach(async () => {
   harness = undefined;
 });
 
-async function controllerWithDaemons(): Promise<{ harness: Harness; client: ControllerClient }> {
-  const daemons = new DaemonHosts(1_000);
-  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 2_000 } });
+/**
+ * A controller that commands daemons. Its deadlines for their answers and heartbeats are
+ * generous unless a test is about them: on a slow host (the emulated RDMA guest of test:rdma)
+ * a late answer rolls the move back, and the source then gets `continue`, not `migrate-out`.
+ */
+async function controllerWithDaemons(heartbeatTimeoutMs = 60_000): Promise<{ harness: Harness; client: ControllerClient }> {
+  const daemons = new DaemonHosts(60_000);
+  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs } });
   const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
   cleanups.push(() => client.close());
   return { harness, client };
@@ -60,14 +65,26 @@ async function forceMigration(client: ControllerClient) {
   const a = await start("a", [0, 4]);
   for (const w of a) expect(await w.barrier(0)).toEqual({ kind: "continue" });
   const b = await start("b", [1, 5]);
-  const move = (await client.status()).migrations[0]!;
+  // The controller plans before it answers the registration that completes job b.
+  const [move, ...others] = (await client.status()).migrations;
+  if (!move || others.length) expect.fail(`expected one move once job b registered, got ${JSON.stringify([move, ...others])}`);
   const moving = move.job === "a" ? a : b;
   return {
     move,
-    step: move.stopStep!,
+    step: move.stopStep ?? expect.fail(`move ${move.id} has no stop step: ${JSON.stringify(move)}`),
     source: moving.find((w) => w.worker.host === move.from)!,
     stayer: moving.find((w) => w.worker.host !== move.from)!,
   };
+}
+
+/**
+ * The source's directive at its stop barrier, which the controller holds until the destination
+ * has granted staging. Anything but `migrate-out` means the move rolled back: say why.
+ */
+async function migrateOut(client: ControllerClient, source: WorkerClient, step: number): Promise<Extract<Directive, { kind: "migrate-out" }>> {
+  const directive = await source.barrier(step);
+  if (directive.kind === "migrate-out") return directive;
+  return expect.fail(`the source got ${JSON.stringify(directive)} at barrier ${step}, not migrate-out; moves: ${JSON.stringify((await client.status()).migrations)}`);
 }
 
 const checkpoint = (): StagingBuffer => {
@@ -88,9 +105,9 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
-    const out = await source.barrier(step);
-    expect(out).toMatchObject({ kind: "migrate-out", migration: move.id, to: move.to, endpoint: daemon.endpoint, step });
-    const { endpoint, token } = out as Extract<Directive, { kind: "migrate-out" }>;
+    const out = await migrateOut(client, source, step);
+    expect(out).toMatchObject({ migration: move.id, to: move.to, endpoint: daemon.endpoint, step });
+    const { endpoint, token } = out;
 
     // The test plays the source worker: its checkpoint goes from its own buffer to the ticket, by
     // RDMA where this host has a device (the daemon's endpoint then offers it), else by TCP.
@@ -124,13 +141,14 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
   });
 
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
-    const { harness, client } = await controllerWithDaemons();
+    // The daemon is declared lost after this long without a heartbeat (it sends one every 100 ms).
+    const { harness, client } = await controllerWithDaemons(2_000);
     const daemons = await startDaemons(harness);
     const { move, step, source, stayer } = await forceMigration(client);
     const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
-    const { endpoint, token } = (await source.barrier(step)) as Extract<Directive, { kind: "migrate-out" }>;
+    const { endpoint, token } = await migrateOut(client, source, step);
     await daemon.close();
     await expect(send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({ name: "TransferError" });
 

@@ -1,0 +1,85 @@
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { CHECKED, checkImports, LAYERS, TIERS, type Violation } from "./helpers/architecture.ts";
+
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+
+/**
+ * Imports that break the direction in this tree and are being moved on other branches. Each
+ * must still break it: a fixed one fails here until its line is deleted.
+ */
+const PENDING: readonly { file: string; target: string }[] = [
+  { file: "examples/plan.ts", target: "cli/io.ts" },
+  { file: "examples/plan.ts", target: "controller/model/index.ts" },
+  { file: "examples/plan.ts", target: "controller/plan/index.ts" },
+  { file: "sdk/migrate.ts", target: "controller/daemon/daemon.ts" },
+  { file: "sdk/launch/launcher.ts", target: "controller/daemon/daemon.ts" },
+];
+
+const pending = (v: Violation) => PENDING.some((p) => p.file === v.file && p.target === v.target);
+const describeViolation = (v: Violation) => `${v.file}:${v.line}: imports "${v.specifier}" (${v.target}): ${v.rule}`;
+
+function trackedSources(): string[] {
+  const run = spawnSync("git", ["ls-files", "-z", "--", ...CHECKED], { cwd: ROOT, encoding: "utf8" });
+  if (run.status !== 0) throw new Error(`git ls-files failed in ${ROOT}: ${run.stderr.trim() || run.error?.message}`);
+  return run.stdout.split("\0").filter((file) => /\.(ts|mjs|js)$/.test(file));
+}
+
+describe("the import direction (test/helpers/architecture.ts)", () => {
+  const files = trackedSources();
+  const violations = files.flatMap((file) => checkImports(file, readFileSync(`${ROOT}${file}`, "utf8")));
+
+  it("holds for every source file git tracks", () => {
+    expect(files).toContain("native/index.ts");
+    expect(files).toContain("bin/monkeytree.js");
+    expect(violations.filter((v) => !pending(v)).map(describeViolation)).toEqual([]);
+  });
+
+  it("lists as pending only imports that still break it", () => {
+    const stale = PENDING.filter((p) => !violations.some((v) => p.file === v.file && p.target === v.target));
+    expect(stale, "fixed: delete these from PENDING").toEqual([]);
+  });
+
+  it("names the file, the line and the rule of a layer broken by any kind of import", () => {
+    const check = (file: string, source: string) => checkImports(file, source).map((v) => [v.line, v.target, v.rule]);
+    expect(check("sdk/client.ts", `import { a } from "./protocol/codec.ts";\nimport {\n  b,\n} from "../controller/plan/index.ts";`)).toEqual([
+      [4, "controller/plan/index.ts", "sdk/ may import only sdk/, native/ (layers, bottom to top: native ← sdk ← controller ← cli)"],
+    ]);
+    expect(check("native/index.ts", `const m = require("../sdk/log.ts");`)).toEqual([[1, "sdk/log.ts", expect.stringMatching(/^native\/ may import only native\//)]]);
+    expect(check("cli/main.ts", `export * from "../test/helpers/cli.ts";`)).toEqual([[1, "test/helpers/cli.ts", expect.stringMatching(/^cli\/ may import only cli\//)]]);
+    expect(check("bench/plan.ts", `const f = new URL("../examples/snapshots/x.json", import.meta.url);`)).toEqual([
+      [1, "examples/snapshots/x.json", expect.stringMatching(/^bench\/ may import only bench\/, native\//)],
+    ]);
+    expect(check("examples/plan.ts", `const { createPlanner } = await import("../controller/plan/index.ts");\nimport { WorkerClient } from "monkeytree";`)).toEqual([
+      [1, "controller/plan/index.ts", expect.stringContaining("import MonkeyTree by its package name")],
+    ]);
+  });
+
+  it("holds the finer order inside sdk/ and controller/", () => {
+    const rules = (file: string, specifier: string) => checkImports(file, `import type { X } from "${specifier}";`).map((v) => v.rule);
+    expect(rules("controller/model/cluster.ts", "../plan/planner.ts")).toEqual([
+      "inside controller/, controller/model/ may import only nothing of its layer besides itself (see TIERS in test/helpers/architecture.ts)",
+    ]);
+    // Units of one tier are independent of each other.
+    expect(rules("sdk/protocol/codec.ts", "../checkpoint/index.ts")).toEqual([expect.stringMatching(/^inside sdk\/, sdk\/protocol\/ may import only sdk\/errors.ts/)]);
+    // A file no tier names is an entry point, above every tier.
+    expect(rules("sdk/client.ts", "./index.ts")).toHaveLength(1);
+    expect(rules("sdk/index.ts", "./launch/launcher.ts")).toEqual([]);
+    expect(rules("controller/service/server.ts", "../plan/planner.ts")).toEqual([]);
+    expect(rules("cli/plan.ts", "./snapshots/x.json")).toEqual([]);
+    // The repository root is no layer: the CLI finds its own entry points from there.
+    expect(checkImports("cli/paths.ts", `const ROOT = new URL("../", import.meta.url);`)).toEqual([]);
+  });
+
+  it("is what README.md's Architecture section shows", () => {
+    const readme = readFileSync(`${ROOT}README.md`, "utf8");
+    const section = readme.slice(readme.indexOf("\n## Architecture\n"), readme.indexOf("\n## ", readme.indexOf("\n## Architecture\n") + 1));
+    expect(section).toContain(LAYERS.map((layer) => `\`${layer}\``).join(" ← "));
+    expect(section).toContain("test/architecture.test.ts");
+    for (const [layer, tiers] of Object.entries(TIERS)) {
+      for (const unit of tiers.flat()) expect(section, `README's tree misses ${unit}`).toContain(unit.slice(layer.length + 1));
+    }
+  });
+});

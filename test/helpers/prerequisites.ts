@@ -1,0 +1,71 @@
+import { spawnSync } from "node:child_process";
+import { capabilities } from "../../native/index.ts";
+import { PYTHON } from "./python.ts";
+
+/** Something a suite needs beyond the README's prerequisites (Node 20, npm, python3, g++, make). */
+export interface Prerequisite {
+  /** What is needed, as "torch for /usr/bin/python3". */
+  readonly what: string;
+  /** Why it is missing here, or null when it is here. */
+  readonly missing: string | null;
+  /** How to get it. */
+  readonly install: string;
+  /** Set where its absence is an error, not a skip: the environment that promises it. */
+  readonly promisedBy: string | null;
+}
+
+// .ci/run installs every package and runs as root.
+const ci = process.env.CI ? "CI (.ci/run installs it)" : null;
+
+export function torch(): Prerequisite {
+  const probe = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" });
+  const error = probe.stderr?.trim().split("\n").at(-1) || probe.error?.message;
+  return {
+    what: `torch for ${PYTHON}`,
+    missing: probe.status === 0 ? null : `${PYTHON} cannot import torch (${error})`,
+    install: "apt-get install python3-torch",
+    promisedBy: ci,
+  };
+}
+
+/** Root with iproute2, to emulate hosts as network namespaces. */
+export function networkNamespaces(): Prerequisite {
+  const install = "run as root, with apt-get install iproute2";
+  const what = "network namespaces";
+  if (process.getuid?.() !== 0) return { what, missing: "network namespaces need root", install, promisedBy: ci };
+  const probe = `mtprobe${process.pid}`;
+  const add = spawnSync("ip", ["netns", "add", probe], { encoding: "utf8" });
+  if (add.status !== 0) return { what, missing: `ip netns add failed: ${add.stderr?.trim() || add.error?.message}`, install, promisedBy: ci };
+  spawnSync("ip", ["netns", "del", probe]);
+  return { what, missing: null, install, promisedBy: ci };
+}
+
+/**
+ * A usable RDMA device for this build. CI's `npm test` host has none: `npm run test:rdma` runs
+ * the RDMA suites in a virtual machine with a soft-RoCE device, and sets MONKEYTREE_REQUIRE_RDMA.
+ */
+export function rdmaDevice(): Prerequisite {
+  const { rdma } = capabilities();
+  return {
+    what: "an RDMA device",
+    missing: rdma.available ? null : (rdma.reason ?? "RDMA is unavailable"),
+    install:
+      "apt-get install libibverbs-dev ibverbs-providers, rebuild with npm install, and run on a host with an RDMA NIC " +
+      "or as root with `npm run test:rdma` (a soft-RoCE VM: apt-get install qemu-system-x86 busybox-static kmod cpio)",
+    promisedBy: process.env.MONKEYTREE_REQUIRE_RDMA === "1" ? "MONKEYTREE_REQUIRE_RDMA=1" : null,
+  };
+}
+
+/**
+ * Whether `suite` can run here. When something it needs is missing it says so in one line on
+ * stderr, with what to install, and the suite skips; where an environment promises that thing
+ * (CI, MONKEYTREE_REQUIRE_RDMA) the absence throws instead, failing the file.
+ */
+export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
+  const missing = needs.filter((need) => need.missing !== null);
+  if (missing.length === 0) return true;
+  const promised = missing.find((need) => need.promisedBy !== null);
+  if (promised) throw new Error(`${suite} cannot run: ${promised.missing}, but ${promised.promisedBy} promises ${promised.what}; install: ${promised.install}`);
+  process.stderr.write(`skipping ${suite}: ${missing.map((need) => `${need.missing}; install: ${need.install}`).join("; and ")}\n`);
+  return false;
+}
