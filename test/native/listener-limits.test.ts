@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, send } from "../../native/index.ts";
 import { rejection } from "./rejection.ts";
-import { transports } from "./transports.ts";
+import { transportsFor } from "./transports.ts";
 
 // What a listener spends on peers that hold no token: a connection cap a sender still gets
 // through, an absolute deadline for the hello, and no time at all after a refused one.
@@ -83,7 +83,7 @@ async function replyCode(connection: Peer): Promise<string> {
   return bytes.subarray(8, 8 + bytes.readUInt32LE(0)).toString();
 }
 
-describe.each(transports)("a listener whose connections strangers hold (%s)", (transport) => {
+describe.each(transportsFor("test/native/listener-limits.test.ts"))("a listener whose connections strangers hold (%s)", (transport) => {
   it("lets a sender through: the oldest connection still owing its hello gives way", async () => {
     const listener = Listener.open({ maxConnections: 8, helloTimeout: FOREVER });
     const strangers = await Promise.all(Array.from({ length: 8 }, () => peer(listener)));
