@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "native/build/", ".scratch/"] },
+  { ignores: ["node_modules/", "native/build/", ".scratch/", "dist/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -13,7 +13,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["bin/**/*.js", "**/*.mjs"],
-    languageOptions: { globals: { process: "readonly", Buffer: "readonly", setTimeout: "readonly" } },
+    files: ["bin/**/*.js", "examples/**/*.js", "**/*.mjs"],
+    languageOptions: { globals: { process: "readonly", Buffer: "readonly", setTimeout: "readonly", URL: "readonly" } },
   },
 );

@@ -19,6 +19,7 @@ import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
 import { context } from "zeromq";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { CLI } from "../cli/paths.ts";
 import { benchMain } from "./entry.ts";
 import { ControllerClient, WorkerClient } from "../sdk/client.ts";
 
@@ -50,7 +51,7 @@ async function startController(hosts: number): Promise<Controller> {
   writeFileSync(snapshot, JSON.stringify({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 }, jobs: [] }));
   const child = spawn(
     process.execPath,
-    ["bin/monkeytree.js", "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")],
+    [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   // If the benchmark dies, the controller must not outlive it.

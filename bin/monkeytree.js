@@ -1,7 +1,11 @@
 #!/usr/bin/env node
-// The CLI is TypeScript run in place; tsx compiles it on load so there is no build step.
-import { register } from "tsx/esm/api";
+// The CLI runs compiled: `npm run build` (run by `npm install` in a checkout, and before
+// packing) writes dist/, so plain Node starts it without a TypeScript loader.
+import { existsSync } from "node:fs";
 
-register();
-const { main } = await import("../cli/main.ts");
-process.exitCode = await main(process.argv.slice(2), { out: process.stdout, err: process.stderr });
+const entry = new URL("../dist/cli/monkeytree.js", import.meta.url);
+if (!existsSync(entry)) {
+  process.stderr.write("monkeytree: dist/ is not built; run `npm run build` in the checkout\n");
+  process.exit(2);
+}
+await import(entry.href);

@@ -24,8 +24,12 @@ export interface Command {
   run(argv: string[], io: Io): Promise<ExitCode>;
 }
 
+type StrictConfig<T> = { args: string[]; options: T; allowPositionals: false; strict: true };
+
 /** `parseArgs` with unknown flags and stray positionals reported as `UsageError`. */
-export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(argv: string[], options: T) {
+// The return type is spelled out because the one inferred names @types/node types that a
+// declaration file cannot import.
+export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(argv: string[], options: T): ReturnType<typeof parseArgs<StrictConfig<T>>>["values"] {
   try {
     return parseArgs({ args: argv, options, allowPositionals: false, strict: true }).values;
   } catch (error) {

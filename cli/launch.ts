@@ -103,7 +103,7 @@ export const command: Command = {
       replacement,
       // Identity and controller come from the daemon's MONKEYTREE_* environment there.
       replacementCommand: [
-        process.execPath, CLI, "launch", "--checkpoint-bytes", String(checkpointBytes), "--master-port", String(masterPortBase),
+        process.execPath, ...CLI, "launch", "--checkpoint-bytes", String(checkpointBytes), "--master-port", String(masterPortBase),
         ...(flags["server-key"] === undefined ? [] : [`--server-key=${flags["server-key"]}`]),
         "--", ...argv.slice(split + 1),
       ],

@@ -1,12 +1,13 @@
 import { writeFile } from "node:fs/promises";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
 import type { PlanDocument } from "../controller/plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { PACKAGE_ROOT } from "./paths.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
-export const EMBEDDED_SNAPSHOT = fileURLToPath(new URL("./snapshots/dp-1024gpu-lambda2.json", import.meta.url));
+export const EMBEDDED_SNAPSHOT = join(PACKAGE_ROOT, "cli/snapshots/dp-1024gpu-lambda2.json");
 
 const formulations = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
 

@@ -4,7 +4,7 @@
 import { createRequire } from "node:module";
 import { randomBytes } from "node:crypto";
 import { readdirSync, rmSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
 import { z } from "zod";
 
 export const transferErrorCodes = [
@@ -154,10 +154,16 @@ interface NativeModule {
   copyWithCrc32cAsync(pairs: readonly (readonly [Uint8Array, Uint8Array])[], pin: readonly NativeStagingBuffer[]): Promise<Uint32Array>;
 }
 
+const require = createRequire(import.meta.url);
+/**
+ * node-gyp's output in the package (`npm install` runs it there). Found through the package's
+ * own name, so it is the same from the sources (native/) and the compiled modules (dist/native/).
+ */
+const ADDON_DIR = join(dirname(require.resolve("monkeytree/package.json")), "native/build/Release");
+
 function loadNative(): NativeModule {
-  const require = createRequire(import.meta.url);
   try {
-    return require("./build/Release/monkeytree_native.node") as NativeModule;
+    return require(join(ADDON_DIR, "monkeytree_native.node")) as NativeModule;
   } catch (cause) {
     throw new Error(
       "the MonkeyTree native addon is not built; run `npm install` (it runs `node-gyp rebuild --directory native`)",
@@ -170,7 +176,7 @@ const native = loadNative();
 native.setErrorClass(TransferError);
 
 /** The same CRC32C built as a plain shared library of two C functions, which the Python hook loads with ctypes. */
-export const crc32cLibraryPath = fileURLToPath(new URL("./build/Release/monkeytree_crc32c.node", import.meta.url));
+export const crc32cLibraryPath = join(ADDON_DIR, "monkeytree_crc32c.node");
 
 const MAX_STREAMS = 64;
 const MIN_CHUNK = 4096;

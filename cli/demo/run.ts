@@ -8,7 +8,7 @@ import { digest, initialState, seedOf, trainStep } from "./model.ts";
 import { table } from "../io.ts";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { rackFragmentation, withinBounds } from "../../controller/model/fragmentation.ts";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "./processes.ts";
+import { CLI, ProcessGroup, WORKER, type Managed } from "./processes.ts";
 
 /**
  * The whole system on one machine: a controller, a daemon per emulated host and several jobs
@@ -84,7 +84,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   try {
     const snapshot = join(dir, "topology.json");
     writeFileSync(snapshot, JSON.stringify({ topology: DEMO_TOPOLOGY, jobs: [] }));
-    const controller = group.start("controller", [CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--heartbeat-timeout", "5"]);
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--heartbeat-timeout", "5"]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, options.timeoutMs))[1]!;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 500 });
     const status = client.status.bind(client);
@@ -95,7 +95,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     // No --launch: every worker registers the command that starts its replacement.
     const stagingBytes = 2 * options.stateBytes + 4 * MiB;
     for (let host = 0; host < hosts; host++) {
-      group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes)]);
+      group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes)]);
     }
     await until(group, async () => (await status()).hosts.registered === hosts, options.timeoutMs, "every host daemon to register");
     print(`${elapsed()}  controller on ${endpoint}; ${hosts} host daemons registered, each with ${mib(stagingBytes)} of staging`);
@@ -103,7 +103,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const startJob = (job: DemoJob, gate: string[] = []): Managed[] =>
       job.hosts.map((host) =>
         group.start(`${job.id}-${host}`, [
-          RUN_TS, WORKER, "--controller", endpoint, "--job", job.id, "--host", String(host), "--tp", String(TP), "--dp", String(job.hosts.length),
+          ...WORKER, "--controller", endpoint, "--job", job.id, "--host", String(host), "--tp", String(TP), "--dp", String(job.hosts.length),
           ...pace, "--state-bytes", String(options.stateBytes), "--events", events, ...gate,
         ]),
       );

@@ -3,16 +3,16 @@
  * training `model.ts`'s state and meeting the controller at every iteration's barrier.
  *
  *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR
+ *   node dist/cli/demo/worker.js --job llama --host 3 --dp 2 --events DIR
  *
  * It registers the command that starts its replacement; a destination's daemon runs it for a
  * migration, the job, host and parallelism then come from the MONKEYTREE_* environment and
  * the state from the staging buffer, and the worker carries on at the step its source stopped at.
  */
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
-import { RUN_TS } from "../paths.ts";
+import { WORKER } from "../paths.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
@@ -72,7 +72,7 @@ const gate = flags["start-when-exists"];
 while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
 // A destination's daemon starts the replacement with this; job, host and state come from there.
-const replacementCommand = [process.execPath, RUN_TS, fileURLToPath(import.meta.url), "--steps", String(steps), "--step-ms", String(stepMs), ...(flags.events === undefined ? [] : ["--events", flags.events])];
+const replacementCommand = [process.execPath, ...WORKER, "--steps", String(steps), "--step-ms", String(stepMs), ...(flags.events === undefined ? [] : ["--events", flags.events])];
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
   launch: replacementCommand,

@@ -62,7 +62,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const group = new ProcessGroup(dir);
     const snapshot = join(dir, "topology.json");
     writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
-    const controller = group.start("controller", [CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--journal", join(dir, "journal"), "--heartbeat-timeout", "2"]);
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--journal", join(dir, "journal"), "--heartbeat-timeout", "2"]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
     const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     const inHost = (host: number, args: string[]) => [...hosts.exec(host).slice(1), "env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), process.execPath, ...args];
@@ -70,20 +70,20 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const startIn = (name: string, host: number, args: string[]): Managed =>
       group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
     const daemons = [0, 1, 2, 3].map((host) =>
-      startIn(`daemon-${host}`, host, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20)]),
+      startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20)]),
     );
     await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 30_000, interval: 200 }).toBe(4);
     const out = join(dir, "ddp.json");
     const ddp = [0, 2].map((host) =>
       startIn(`ddp-${host}`, host, [
-        CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
+        ...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
         "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
       ]),
     );
     const gate = join(dir, "other.admitted");
     for (const host of [1, 3]) {
-      const worker = hold === undefined ? [WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [FAULT_WORKER, "--fault", `hold:${hold}`];
-      startIn(`other-${host}`, host, [RUN_TS, ...worker, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", "2", "--steps", "100000", "--start-when-exists", gate]);
+      const worker = hold === undefined ? [...WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`];
+      startIn(`other-${host}`, host, [...worker, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", "2", "--steps", "100000", "--start-when-exists", gate]);
     }
     const teardown = async () => {
       await client.close();

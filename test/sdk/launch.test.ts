@@ -108,7 +108,7 @@ describe("monkeytree launch", () => {
     const exits: Promise<number | null>[] = [];
     const start = (job: string, hosts: number[]) => {
       for (const host of hosts) {
-        const child = spawn(process.execPath, [CLI, "launch", "--job", job, "--host", String(host), "--dp", "2", "--connect", endpoint, ...shared, "--", ...torchrun], { stdio: "ignore" });
+        const child = spawn(process.execPath, [...CLI, "launch", "--job", job, "--host", String(host), "--dp", "2", "--connect", endpoint, ...shared, "--", ...torchrun], { stdio: "ignore" });
         exits.push(new Promise((resolve) => child.once("exit", resolve)));
         cleanups.push(() => void child.kill("SIGKILL"));
       }

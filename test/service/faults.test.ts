@@ -40,14 +40,14 @@ async function startCluster(): Promise<Cluster> {
   const snapshot = join(dir, "topology.json");
   writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
   const startController = async (bind: string) => {
-    const controller = group.start("controller", [CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", "1"]);
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", "1"]);
     return { controller, endpoint: (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]! };
   };
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
   teardown.push(() => client.close());
   const daemons = [0, 1, 2, 3].map((host) =>
-    group.start(`daemon-${host}`, [CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2"]),
+    group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2"]),
   );
   await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
   const cluster: Cluster = {
@@ -131,7 +131,7 @@ describe("faults with real processes", () => {
     const stateBytes = 8 * 2 ** 20;
     const start = (job: string, hosts: number[]) => {
       for (const host of hosts) {
-        cluster.group.start(`${job}-${host}`, [RUN_TS, WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace]);
+        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace]);
       }
     };
     start("a", [0, 2]);

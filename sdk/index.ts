@@ -1,0 +1,31 @@
+/**
+ * `monkeytree`: what a launcher or a training integration imports. The controller protocol's
+ * schemas are `monkeytree/protocol`, the checkpoint layout `monkeytree/checkpoint`, the
+ * transfer engine `monkeytree/native` and the planner `monkeytree/planner`.
+ */
+export {
+  ClientClosedError,
+  ControllerClient,
+  ControllerError,
+  ControllerTimeoutError,
+  UnexpectedReplyError,
+  WorkerClient,
+  type ClientOptions,
+} from "./client.ts";
+export { InvalidInputError, type InputIssue } from "./errors.ts";
+export { CheckpointError, type CheckpointErrorCode, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
+export { TransferError, type TransferErrorCode, type TransferResult, type Transport } from "../native/index.ts";
+export {
+  openStagedCheckpoint,
+  ReplacementEnvironmentError,
+  replacementFromEnv,
+  sendCheckpoint,
+  type MigrateOut,
+  type SendCheckpointOptions,
+  type SentCheckpoint,
+  type StagedCheckpoint,
+} from "./migrate.ts";
+export type { ReplacementEnv } from "./protocol/replacement.ts";
+export type { Assignment, Directive, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
+export type { StatusReport } from "./protocol/status.ts";
+export type { ErrorCode } from "./protocol/errors.ts";
