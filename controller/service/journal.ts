@@ -243,7 +243,7 @@ function pathError(path: string, error: unknown, fix: string): JournalPathError 
     code === "EACCES" || code === "EPERM" ? "is not readable and writable by this user" :
     code === "EROFS" ? "is on a read-only file system" :
     `cannot be used (${(error as Error).message})`;
-  return new JournalPathError(`journal ${path} ${what}; ${fix}`);
+  return new JournalPathError(`${path} ${what}; ${fix}`);
 }
 
 /**

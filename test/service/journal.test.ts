@@ -325,11 +325,11 @@ describe("journal paths", () => {
     const dir = fresh();
     mkdirSync(join(dir, JOURNAL_FILE));
     expect(() => Journal.open(dir, config, clock)).toThrow(JournalPathError);
-    expect(() => Journal.open(dir, config, clock)).toThrow(`journal ${join(dir, JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR`);
+    expect(() => Journal.open(dir, config, clock)).toThrow(`${join(dir, JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR`);
     const file = join(fresh(), "file");
     writeFileSync(file, "");
-    expect(() => Journal.open(file, config, clock)).toThrow(`journal ${file} is (or is inside) a file, not a directory; give --journal a directory`);
-    expect(() => Journal.open(join(file, "journal"), config, clock)).toThrow(`journal ${join(file, "journal")} is (or is inside) a file, not a directory`);
+    expect(() => Journal.open(file, config, clock)).toThrow(`${file} is (or is inside) a file, not a directory; give --journal a directory`);
+    expect(() => Journal.open(join(file, "journal"), config, clock)).toThrow(`${join(file, "journal")} is (or is inside) a file, not a directory`);
   });
 
   it.skipIf(process.getuid?.() === 0)("refuses a journal it may not read, naming the path", () => {
@@ -337,7 +337,7 @@ describe("journal paths", () => {
     write(dir, []);
     const path = join(dir, JOURNAL_FILE);
     writeFileSync(path, readFileSync(path), { mode: 0o200 });
-    expect(() => Journal.open(dir, config, clock)).toThrow(`journal ${path} is not readable and writable by this user`);
+    expect(() => Journal.open(dir, config, clock)).toThrow(`${path} is not readable and writable by this user`);
   });
 
   it("refuses a format 1 journal (no checksums), naming it and how to start afresh", () => {
