@@ -12,15 +12,16 @@ import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type D
  * outside already saw.
  *
  * Each record is one line, `CRC LENGTH JSON\n`: LENGTH is the JSON's size in bytes and CRC
- * its CRC-32C, both as 8 hex digits (JSON has no raw newline, so a damaged LENGTH puts the
- * line's end where there is no newline, or the CRC around a stretch with one). CRC-32C catches every damaged run of
- * up to 4 bytes (so any flipped byte) and misses a random larger one with odds of 2⁻³²;
- * a cryptographic hash would add nothing, since anyone who can write the file can recompute
- * either, and file permissions are what keep others out. The length and the newline are two
- * independent marks of a complete record: an append cut short by a crash ends the file
- * before the length says, with no newline after it, and is the one damage replay forgives
- * (nothing acted on it, as its fsync never returned). A flipped byte can change one mark,
- * not both, so a damaged record that was complete is never taken for a torn one.
+ * its CRC-32C, both as 8 hex digits. CRC-32C catches every damaged run of up to 4 bytes (so
+ * any flipped byte) and misses a random longer one with odds of 2⁻³²; a cryptographic hash
+ * would add nothing, since whoever can write the file can recompute either, and the file's
+ * permissions are what keep others out.
+ *
+ * The length and the newline are two independent marks of a complete record (JSON has no raw
+ * newline). An append cut short by a crash ends the file before its length says, with no
+ * newline, and is the one damage replay forgives: nothing acted on it, as its fsync never
+ * returned. A damaged byte changes one mark, not both, so a record that was complete is
+ * never taken for a torn one: its newline is still there, or it is as long as it says.
  */
 
 /** Format 2: checksummed records. Format 1 (`journal.jsonl`, plain JSON lines) had none. */
@@ -31,9 +32,8 @@ const HEADER_BYTES = 18;
 const HEADER = /^([0-9a-f]{8}) ([0-9a-f]{8}) $/;
 const NEWLINE = 0x0a;
 /**
- * The largest record's JSON: far above any the controller writes (a snapshot of a large
- * cluster is a few MB), and far below what a V8 string or the heap can hold, so replay's
- * memory stays bounded whatever the file says.
+ * The largest record's JSON: far above any the controller writes, far below what a V8 string
+ * or the heap can hold, so replay's memory stays bounded whatever the file says.
  */
 export const MAX_RECORD_BYTES = 64 * 2 ** 20;
 /** Replay reads the file in pieces of this size, so its memory does not grow with the journal. */
