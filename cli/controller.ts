@@ -3,7 +3,7 @@ import { createPlanner } from "../controller/plan/planner.ts";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
-import { JournalConfigError, JournalCorruptError } from "../controller/service/journal.ts";
+import { JournalError } from "../controller/service/journal.ts";
 import { loadOrCreateKeys } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
@@ -90,7 +90,7 @@ export const command: Command = {
         ...(curve ? { curve: curve.keys } : {}),
       });
     } catch (error) {
-      if (error instanceof JournalCorruptError || error instanceof JournalConfigError) {
+      if (error instanceof JournalError) {
         throw new InvalidInputError("journal", [{ path: "", message: error.message }]);
       }
       throw error;

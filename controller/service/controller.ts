@@ -49,6 +49,8 @@ export interface ControllerOptions {
   readonly stopLeadSteps?: number;
   /** Compact the journal once it holds this many records (default 50,000). */
   readonly compactAfterRecords?: number;
+  /** Or once this many bytes of records were appended since the last compaction (default 32 MiB). */
+  readonly compactAfterBytes?: number;
   /** State replayed from `journal`. */
   readonly state: DurableState;
   readonly planner: Planner;
@@ -74,6 +76,8 @@ export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
 export const DEFAULT_STOP_LEAD_STEPS = 0;
 /** The journal is rewritten as one snapshot once it holds this many records. */
 export const DEFAULT_COMPACT_AFTER_RECORDS = 50_000;
+/** Or once this many bytes of records follow the last snapshot, however few records that is. */
+export const DEFAULT_COMPACT_AFTER_BYTES = 32 * 2 ** 20;
 
 interface WorkerSession {
   readonly job: string;
@@ -198,7 +202,10 @@ export class Controller {
     if (this.replanWanted) this.safely("planning", () => this.replan());
     this.options.journal.flush();
     // Compaction happens here, between bursts, so no record is ever half in an old journal.
-    if (this.options.journal.records >= (this.options.compactAfterRecords ?? DEFAULT_COMPACT_AFTER_RECORDS)) {
+    if (
+      this.options.journal.records >= (this.options.compactAfterRecords ?? DEFAULT_COMPACT_AFTER_RECORDS) ||
+      this.options.journal.bytesSinceCompaction >= (this.options.compactAfterBytes ?? DEFAULT_COMPACT_AFTER_BYTES)
+    ) {
       this.options.journal.compact(this.state);
       this.log.info(() => `journal ${this.options.journal.path}: compacted to a snapshot of ${this.state.jobs.size} jobs`);
     }

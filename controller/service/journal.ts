@@ -1,36 +1,85 @@
-import { closeSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, writeSync, existsSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { InvalidInputError } from "../../sdk/errors.ts";
+import { crc32 } from "../route/ecmp.ts";
+import { misfit } from "./replay-check.ts";
 import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
 
 /**
- * Append-only JSON-lines journal of every durable state change. Records are buffered by
- * `append` and written with one fsync by `flush`, which the controller calls before it acts
- * on any of them (sends a reply, asks a daemon), so a crash never loses a change that
- * something outside already saw.
+ * Append-only journal of every durable state change. Records are buffered by `append` and
+ * written with one fsync by `flush`, which the controller calls before it acts on any of
+ * them (sends a reply, asks a daemon), so a crash never loses a change that something
+ * outside already saw.
+ *
+ * Each record is one line, `CRC LENGTH JSON\n`: LENGTH is the JSON's size in bytes and CRC
+ * its CRC-32C, both as 8 hex digits. CRC-32C catches every damaged run of up to 4 bytes (so
+ * any flipped byte) and misses a random longer one with odds of 2⁻³²; a cryptographic hash
+ * would add nothing, since whoever can write the file can recompute either, and the file's
+ * permissions are what keep others out.
+ *
+ * The length and the newline are two independent marks of a complete record (JSON has no raw
+ * newline). An append cut short by a crash ends the file before its length says, with no
+ * newline, and is the one damage replay forgives: nothing acted on it, as its fsync never
+ * returned. A damaged byte changes one mark, not both, so a record that was complete is
+ * never taken for a torn one: its newline is still there, or it is as long as it says.
  */
 
-export const JOURNAL_FILE = "journal.jsonl";
+/** Format 2: checksummed records. Format 1 (`journal.jsonl`, plain JSON lines) had none. */
+export const JOURNAL_FILE = "journal.log";
+const FORMAT_1_FILE = "journal.jsonl";
+/** `CRC LENGTH ` */
+const HEADER_BYTES = 18;
+const HEADER = /^([0-9a-f]{8}) ([0-9a-f]{8}) $/;
+const NEWLINE = 0x0a;
+/**
+ * The largest record's JSON: far above any the controller writes, far below what a V8 string
+ * or the heap can hold, so replay's memory stays bounded whatever the file says.
+ */
+export const MAX_RECORD_BYTES = 64 * 2 ** 20;
+/** Replay reads the file in pieces of this size, so its memory does not grow with the journal. */
+const READ_BYTES = 2 ** 20;
+/** The journal holds migration tokens: only the controller's user may read it. */
+const FILE_MODE = 0o600;
 
-/** A journal line that is not the last one fails to parse: the file was damaged, not torn. */
-export class JournalCorruptError extends Error {
+/** Anything that keeps the controller from using its journal; the message says how to fix it. */
+export abstract class JournalError extends Error {
+  abstract readonly code: string;
+}
+
+/** A record is damaged or does not fit the state before it: the journal cannot be trusted. */
+export class JournalCorruptError extends JournalError {
   override readonly name = "JournalCorruptError";
   readonly code = "journal_corrupt";
   constructor(readonly path: string, readonly line: number, detail: string) {
-    super(`${path} line ${line}: ${detail}; restore the journal from a backup or start with an empty --journal directory`);
+    super(
+      `${path} line ${line}: ${detail}; the journal is damaged: restore it from a backup, or move it aside ` +
+        `(mv ${path} ${path}.damaged) to start with an empty journal, which forgets the jobs it recorded`,
+    );
   }
 }
 
 /** The journal was written for another cluster than the one the controller was started with. */
-export class JournalConfigError extends Error {
+export class JournalConfigError extends JournalError {
   override readonly name = "JournalConfigError";
   readonly code = "journal_config_mismatch";
+}
+
+/** The journal's directory or file cannot be created, read or written, or is of an older format. */
+export class JournalPathError extends JournalError {
+  override readonly name = "JournalPathError";
+  readonly code = "journal_path";
+}
+
+/** A record larger than replay accepts; the journal refuses to write what it could not read back. */
+export class JournalRecordTooLargeError extends JournalError {
+  override readonly name = "JournalRecordTooLargeError";
+  readonly code = "journal_record_too_large";
 }
 
 export interface ReplayReport {
   /** Records read back, the config record included. */
   readonly records: number;
-  /** A last line cut short by a crash during a write; it was dropped from the file. */
+  /** A last record cut short by a crash during a write; it was dropped from the file. */
   readonly tornTail: { readonly line: number; readonly bytes: number } | null;
 }
 
@@ -43,96 +92,91 @@ export interface OpenedJournal {
 type Config = Extract<RecordBody, { kind: "config" }>;
 
 export class Journal {
-  private pending: string[] = [];
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
   private closed = false;
 
   private constructor(
     private fd: number,
     readonly path: string,
     private seq: number,
+    private bytes: number,
     private readonly clock: () => number,
     private readonly config: Config,
   ) {}
 
   /**
    * Opens (or creates) the journal in `dir` and replays it. A new journal starts with
-   * `config`; an existing one must have been written for the same config.
+   * `config`; an existing one must have been written for the same config. Replay checks
+   * every record's checksum, and that it fits the state before it, before applying it.
+   *
+   * @throws JournalPathError when `dir` or the file cannot be used, or `dir` holds a format 1 journal
+   * @throws JournalCorruptError naming the line of the first damaged or impossible record
+   * @throws JournalConfigError when the journal was written for another cluster
    */
   static open(dir: string, config: Config, clock: () => number = Date.now): OpenedJournal {
-    mkdirSync(dir, { recursive: true });
     const path = join(dir, JOURNAL_FILE);
-    const text = existsSync(path) ? readFileSync(path, "utf8") : "";
-    const { records, goodBytes, tornTail } = parseJournal(text, path);
-    const fd = openSync(path, "a+");
-    if (tornTail) {
-      ftruncateSync(fd, goodBytes);
-      fsyncSync(fd);
-    }
-    const first = records[0];
-    if (!first) {
-      const journal = new Journal(fd, path, 0, clock, config);
+    const fd = openJournalFile(dir, path);
+    try {
+      // A compaction that crashed before its rename left this; the journal beside it is whole.
+      rmSync(compactionFile(path), { force: true });
+      const { state, records, bytes, end } = replay(fd, path, config);
+      const tornTail = end.tornTail;
+      if (tornTail) {
+        ftruncateSync(fd, end.goodBytes);
+        fsyncSync(fd);
+      }
+      if (state) return { journal: new Journal(fd, path, records, bytes, clock, config), state, replay: { records, tornTail } };
+      const journal = new Journal(fd, path, 0, 0, clock, config);
       const record = journal.append(config);
       journal.flush();
       // The file's directory entry must be durable too, or a crash could lose the whole file.
       fsyncDirectory(dir);
       return { journal, state: initialState(record as Config), replay: { records: 0, tornTail } };
-    }
-    if (first.kind !== "config") {
+    } catch (error) {
       closeSync(fd);
-      throw new JournalCorruptError(path, 1, "the first record must be the cluster config");
+      throw error;
     }
-    if (!sameConfig(first, config)) {
-      closeSync(fd);
-      throw new JournalConfigError(
-        `${path} was written for another cluster (${describeConfig(first)}) than this one (${describeConfig(config)}); ` +
-          "start with the same topology or with a new --journal directory",
-      );
-    }
-    let state = initialState(first);
-    for (const [index, record] of records.slice(1).entries()) {
-      try {
-        state = applyRecord(state, record);
-      } catch (error) {
-        closeSync(fd);
-        if (error instanceof StateError) throw new JournalCorruptError(path, index + 2, error.message);
-        throw error;
-      }
-    }
-    return { journal: new Journal(fd, path, records.length, clock, config), state, replay: { records: records.length, tornTail } };
   }
 
   /** Numbers and stamps a record and buffers it; `flush` makes it durable. */
   append(body: RecordBody): JournalRecord {
     if (this.closed) throw new Error(`journal ${this.path} is closed`);
-    const record = { seq: this.seq++, at: this.clock(), ...body } as JournalRecord;
-    this.pending.push(`${JSON.stringify(record)}\n`);
+    const record = { seq: this.seq, at: this.clock(), ...body } as JournalRecord;
+    const line = journalLine(record);
+    this.seq++;
+    this.pending.push(line);
+    this.pendingBytes += line.length;
     return record;
   }
 
   /** Writes buffered records and fsyncs; returns how many it wrote. */
   flush(): number {
     if (this.pending.length === 0) return 0;
-    const data = this.pending.join("");
+    const data = Buffer.concat(this.pending);
     const written = this.pending.length;
     this.pending = [];
-    writeSync(this.fd, data);
+    this.pendingBytes = 0;
+    writeAll(this.fd, data);
     fsyncSync(this.fd);
+    this.bytes += data.length;
     return written;
   }
 
   /**
    * Rewrites the journal as its config and one snapshot of `state` (the state its records
    * built), so replay stays short however long the controller runs. The new file is written
-   * and fsync'd beside the old one and renamed over it: a crash leaves one or the other.
+   * and fsync'd beside the old one and renamed over it: a crash leaves one or the other,
+   * and `open` removes a leftover new file.
    */
   compact(state: DurableState): void {
     this.flush();
     const at = this.clock();
-    const data = [{ seq: 0, at, ...this.config }, { seq: 1, at, ...snapshotOf(state) }].map((record) => `${JSON.stringify(record)}\n`).join("");
-    const next = `${this.path}.compact`;
-    const fd = openSync(next, "w");
+    const data = Buffer.concat([journalLine({ seq: 0, at, ...this.config }), journalLine({ seq: 1, at, ...snapshotOf(state) })]);
+    const next = compactionFile(this.path);
+    const fd = openSync(next, "w", FILE_MODE);
     try {
-      writeSync(fd, data);
+      writeAll(fd, data);
       fsyncSync(fd);
     } finally {
       closeSync(fd);
@@ -140,12 +184,19 @@ export class Journal {
     renameSync(next, this.path);
     fsyncDirectory(dirname(this.path));
     closeSync(this.fd);
-    this.fd = openSync(this.path, "a");
+    this.fd = openSync(this.path, "a", FILE_MODE);
     this.seq = 2;
+    this.bytes = 0;
   }
 
+  /** Records in the journal, buffered ones included. */
   get records(): number {
     return this.seq;
+  }
+
+  /** Bytes of records after the config and snapshot, buffered ones included: what compaction would save. */
+  get bytesSinceCompaction(): number {
+    return this.bytes + this.pendingBytes;
   }
 
   /** Records appended but not yet durable. */
@@ -161,6 +212,188 @@ export class Journal {
   }
 }
 
+const compactionFile = (path: string): string => `${path}.compact`;
+
+/** Creates `dir` if needed and opens the journal in it for reading and appending. */
+function openJournalFile(dir: string, path: string): number {
+  const old = join(dir, FORMAT_1_FILE);
+  if (existsSync(old)) {
+    throw new JournalPathError(
+      `${old} is a journal of format 1 (MonkeyTree 0.1, records without checksums), which this controller cannot verify; ` +
+        `let its jobs finish under the controller that wrote it, or move it aside (mv ${old} ${old}.format1) to start with an empty journal`,
+    );
+  }
+  try {
+    mkdirSync(dir, { recursive: true });
+  } catch (error) {
+    throw pathError(dir, error, "give --journal a directory the controller may create and write");
+  }
+  try {
+    return openSync(path, "a+", FILE_MODE);
+  } catch (error) {
+    throw pathError(path, error, "the journal is a file in --journal DIR: move whatever is at that path aside, or give another --journal directory");
+  }
+}
+
+function pathError(path: string, error: unknown, fix: string): JournalPathError {
+  const code = (error as NodeJS.ErrnoException).code;
+  const what =
+    code === "EISDIR" ? "is a directory" :
+    code === "EEXIST" || code === "ENOTDIR" ? "is (or is inside) a file, not a directory" :
+    code === "EACCES" || code === "EPERM" ? "is not readable and writable by this user" :
+    code === "EROFS" ? "is on a read-only file system" :
+    `cannot be used (${(error as Error).message})`;
+  return new JournalPathError(`${path} ${what}; ${fix}`);
+}
+
+/**
+ * Applies the journal's records, each checked against the state before it; `state` is null
+ * for a journal without a whole config record (new, or its first write was torn).
+ */
+function replay(fd: number, path: string, config: Config) {
+  const lines = readJournal(fd, path);
+  let state: DurableState | null = null;
+  let records = 0;
+  // Bytes of records after the config and snapshot: those compaction would fold away.
+  let bytes = 0;
+  let next = lines.next();
+  for (; !next.done; next = lines.next()) {
+    const { line, record, size } = next.value;
+    records++;
+    if (state === null) {
+      if (record.kind !== "config") throw new JournalCorruptError(path, line, "the first record must be the cluster config");
+      if (!sameConfig(record, config)) {
+        throw new JournalConfigError(
+          `${path} was written for another cluster (${describeConfig(record)}) than this one (${describeConfig(config)}); ` +
+            "start with the same topology or with a new --journal directory",
+        );
+      }
+      state = initialState(record);
+      continue;
+    }
+    try {
+      const after = applyRecord(state, record);
+      const problem = misfit(state, record, after);
+      if (problem) throw new StateError(problem);
+      state = after;
+    } catch (error) {
+      if (error instanceof StateError) throw new JournalCorruptError(path, line, error.message);
+      throw error;
+    }
+    if (record.kind !== "snapshot") bytes += size;
+  }
+  return { state, records, bytes, end: next.value };
+}
+
+interface ReadRecord {
+  readonly line: number;
+  readonly record: JournalRecord;
+  /** Bytes of its line, newline included. */
+  readonly size: number;
+}
+
+interface ReadEnd {
+  /** Bytes of whole records: where a torn tail starts. */
+  readonly goodBytes: number;
+  readonly tornTail: ReplayReport["tornTail"];
+}
+
+/**
+ * Reads the records of an open journal one at a time, checking each line's length, newline,
+ * checksum, JSON, schema and sequence number; memory stays within one record. Returns where
+ * the whole records end and the torn last record, if any.
+ *
+ * @throws JournalCorruptError naming the line of the first record that is damaged, or larger than `MAX_RECORD_BYTES`
+ */
+export function* readJournal(fd: number, path: string): Generator<ReadRecord, ReadEnd> {
+  const reader = new FileReader(fd);
+  let offset = 0;
+  for (let line = 1; ; line++) {
+    const corrupt = (detail: string) => new JournalCorruptError(path, line, detail);
+    const header = reader.take(HEADER_BYTES);
+    if (header.length === 0) return { goodBytes: offset, tornTail: null };
+    if (header.length < HEADER_BYTES) {
+      if (header.includes(NEWLINE)) throw corrupt("a line too short to be a record");
+      return { goodBytes: offset, tornTail: { line, bytes: header.length } };
+    }
+    const match = HEADER.exec(header.toString("latin1"));
+    if (!match) throw corrupt("no checksum and length at the start of the line");
+    const [, crc = "", length = ""] = match;
+    const bytes = Number.parseInt(length, 16);
+    if (bytes > MAX_RECORD_BYTES) throw corrupt(`a record of ${bytes} bytes, over the limit of ${MAX_RECORD_BYTES}`);
+    const rest = reader.take(bytes + 1);
+    if (rest.length < bytes + 1) {
+      // Only an append cut short ends the file early with no newline; a record that was
+      // whole before its length was damaged still has its newline.
+      if (rest.includes(NEWLINE)) throw corrupt(`the line is shorter than the ${bytes} bytes its header gives`);
+      return { goodBytes: offset, tornTail: { line, bytes: header.length + rest.length } };
+    }
+    if (rest[bytes] !== NEWLINE) throw corrupt(`the line does not end after the ${bytes} bytes its header gives`);
+    const actual = checksum(rest.subarray(0, bytes));
+    if (actual !== crc) throw corrupt(`checksum ${actual} does not match the stored ${crc}`);
+    const parsed = parseRecord(rest.toString("utf8", 0, bytes), line - 1);
+    if (!parsed.ok) throw corrupt(parsed.detail);
+    const size = HEADER_BYTES + bytes + 1;
+    yield { line, record: parsed.record, size };
+    offset += size;
+  }
+}
+
+/** Sequential reads of a file through a fixed-size buffer. */
+class FileReader {
+  private buffer = Buffer.alloc(0);
+  private start = 0;
+  private position = 0;
+
+  constructor(private readonly fd: number) {}
+
+  /** The next `n` bytes, fewer only at the end of the file. */
+  take(n: number): Buffer {
+    while (this.buffer.length - this.start < n) {
+      const held = this.buffer.subarray(this.start);
+      const chunk = Buffer.allocUnsafe(Math.max(READ_BYTES, n - held.length));
+      const got = readSync(this.fd, chunk, 0, chunk.length, this.position);
+      if (got === 0) break;
+      this.position += got;
+      this.buffer = Buffer.concat([held, chunk.subarray(0, got)]);
+      this.start = 0;
+    }
+    const out = this.buffer.subarray(this.start, this.start + n);
+    this.start += out.length;
+    return out;
+  }
+}
+
+/** A record as its journal line: what `append` buffers and replay reads back. */
+export function journalLine(record: JournalRecord): Buffer {
+  const json = Buffer.from(JSON.stringify(record));
+  if (json.length > MAX_RECORD_BYTES) {
+    throw new JournalRecordTooLargeError(`a ${record.kind} record of ${json.length} bytes is over the journal's limit of ${MAX_RECORD_BYTES}; it was not written`);
+  }
+  const header = `${checksum(json)} ${json.length.toString(16).padStart(8, "0")} `;
+  return Buffer.concat([Buffer.from(header, "latin1"), json, Buffer.of(NEWLINE)]);
+}
+
+/** CRC-32C (the aggregation tier's polynomial in the ECMP model) as 8 hex digits. */
+const checksum = (bytes: Uint8Array): string => crc32(bytes, "aggregation").toString(16).padStart(8, "0");
+
+function parseRecord(json: string, expectedSeq: number): { ok: true; record: JournalRecord } | { ok: false; detail: string } {
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch (error) {
+    return { ok: false, detail: `not JSON (${(error as Error).message})` };
+  }
+  const result = RecordSchema.safeParse(value);
+  if (!result.success) return { ok: false, detail: InvalidInputError.fromZod("record", result.error).message };
+  if (result.data.seq !== expectedSeq) return { ok: false, detail: `sequence number ${result.data.seq}, expected ${expectedSeq}` };
+  return { ok: true, record: result.data };
+}
+
+function writeAll(fd: number, data: Buffer): void {
+  for (let done = 0; done < data.length; ) done += writeSync(fd, data, done);
+}
+
 /** Makes a file's creation or rename in `dir` durable. */
 function fsyncDirectory(dir: string): void {
   const fd = openSync(dir, "r");
@@ -169,46 +402,6 @@ function fsyncDirectory(dir: string): void {
   } finally {
     closeSync(fd);
   }
-}
-
-/** Parses journal text; only the last line may be damaged (a torn write), and is then dropped. */
-export function parseJournal(text: string, path: string): { records: JournalRecord[]; goodBytes: number; tornTail: ReplayReport["tornTail"] } {
-  const records: JournalRecord[] = [];
-  let offset = 0;
-  let line = 0;
-  while (offset < text.length) {
-    const end = text.indexOf("\n", offset);
-    const raw = end === -1 ? text.slice(offset) : text.slice(offset, end);
-    line++;
-    // A line without its newline was cut short by a crash inside `flush`, before the fsync
-    // returned, so nothing acted on it: dropping it loses nothing.
-    if (end === -1) {
-      return { records, goodBytes: Buffer.byteLength(text.slice(0, offset)), tornTail: { line, bytes: Buffer.byteLength(raw) } };
-    }
-    const parsed = parseLine(raw, records.length);
-    if (!parsed.ok) {
-      if (end === text.length - 1) {
-        return { records, goodBytes: Buffer.byteLength(text.slice(0, offset)), tornTail: { line, bytes: Buffer.byteLength(raw) + 1 } };
-      }
-      throw new JournalCorruptError(path, line, parsed.detail);
-    }
-    records.push(parsed.record);
-    offset = end + 1;
-  }
-  return { records, goodBytes: Buffer.byteLength(text), tornTail: null };
-}
-
-function parseLine(raw: string, expectedSeq: number): { ok: true; record: JournalRecord } | { ok: false; detail: string } {
-  let value: unknown;
-  try {
-    value = JSON.parse(raw);
-  } catch (error) {
-    return { ok: false, detail: `not JSON (${(error as Error).message})` };
-  }
-  const result = RecordSchema.safeParse(value);
-  if (!result.success) return { ok: false, detail: InvalidInputError.fromZod("record", result.error).message };
-  if (result.data.seq !== expectedSeq) return { ok: false, detail: `sequence number ${result.data.seq}, expected ${expectedSeq}` };
-  return { ok: true, record: result.data };
 }
 
 function sameConfig(a: Config, b: Config): boolean {

@@ -88,7 +88,7 @@ describe.skipIf(!hasTorch)(`sdk/python installed with pip into a virtual environ
       const launch = spawn(
         process.execPath,
         [
-          CLI, "launch", "--job", "pip", "--host", "0", "--dp", "1", "--connect", harness.server.endpoint,
+          ...CLI, "launch", "--job", "pip", "--host", "0", "--dp", "1", "--connect", harness.server.endpoint,
           "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", String(await freePort()),
           "--", python, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", train, "--steps", "5", "--out", out,
         ],

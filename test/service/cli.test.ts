@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { StatusReportSchema } from "../../sdk/protocol/status.ts";
+import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { runCli } from "../helpers/cli.ts";
 import { startController, tempDir, type Harness } from "./harness.ts";
 
@@ -75,6 +76,6 @@ describe("monkeytree controller", () => {
       child.kill("SIGTERM");
     }
     expect(await exited).toBe(0);
-    expect(existsSync(join(dir, "journal", "journal.jsonl"))).toBe(true);
+    expect(existsSync(join(dir, "journal", JOURNAL_FILE))).toBe(true);
   });
 });

@@ -1,7 +1,7 @@
-import { readFileSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { JOURNAL_FILE } from "../../controller/service/journal.ts";
+import { JOURNAL_FILE, readJournal } from "../../controller/service/journal.ts";
 import { curveKeyPair, Dealer } from "zeromq";
 import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
 import { startController, type Harness } from "./harness.ts";
@@ -146,7 +146,10 @@ describe("journal compaction in a running controller", () => {
     }
     const before = await client.status();
     expect(before.migrations).toHaveLength(1);
-    const lines = readFileSync(join(harness.dir, JOURNAL_FILE), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { kind: string });
+    const path = join(harness.dir, JOURNAL_FILE);
+    const fd = openSync(path, "r");
+    const lines = [...readJournal(fd, path)].map((line) => line.record);
+    closeSync(fd);
     expect(lines[1]?.kind).toBe("snapshot");
     expect(lines.length).toBeLessThan(before.journalRecords + 1);
     harness = await harness.restart();

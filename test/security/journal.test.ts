@@ -1,0 +1,128 @@
+import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { parseSnapshot } from "../../controller/model/cluster.ts";
+import { Journal, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
+import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
+import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { runCli } from "../helpers/cli.ts";
+import { SMALL, startController, tempDir, type Harness } from "../service/harness.ts";
+
+/**
+ * Issue 11, attacks 6 and 7: a client must not be able to make the journal too large to
+ * replay, and a damaged or forged journal must stop the controller, naming the line, instead
+ * of being believed.
+ */
+
+const dirs: string[] = [];
+let harness: Harness | undefined;
+const clients: ControllerClient[] = [];
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await harness?.close();
+  harness = undefined;
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+const fresh = () => {
+  const dir = tempDir();
+  dirs.push(dir);
+  return dir;
+};
+
+const snapshot = { topology: SMALL, lambda: 1, jobs: [] };
+const cluster = parseSnapshot(snapshot);
+const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null };
+const dp2 = { tp: 1, pp: 1, dp: 2 };
+const started = (job: string, hosts: number[]): RecordBody => ({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [hosts], checkpointBytes: {}, launch: null });
+
+/** A journal in a new directory, as a controller that ran `bodies` left it. */
+function journalOf(bodies: RecordBody[]): { dir: string; path: string } {
+  const dir = fresh();
+  const { journal, state } = Journal.open(join(dir, "journal"), config);
+  bodies.reduce((s, body) => applyRecord(s, journal.append(body)), state);
+  journal.close();
+  return { dir, path: join(dir, "journal", JOURNAL_FILE) };
+}
+
+/** Starts `monkeytree controller` on the journal; it must refuse before it listens. */
+async function startCli(dir: string) {
+  const file = join(dir, "cluster.json");
+  writeFileSync(file, JSON.stringify(snapshot));
+  return runCli("controller", "--snapshot", file, "--journal", join(dir, "journal"), "--bind", "tcp://127.0.0.1:*");
+}
+
+describe("attack 7: a journal that lies", () => {
+  it("a damaged last record that was complete (a durable job-finished) stops the controller with exit 2, naming the line and the way out", async () => {
+    const { dir, path } = journalOf([started("a", [0, 4]), { kind: "job-finished", job: "a" }]);
+    const bytes = readFileSync(path);
+    // One byte of the job id, inside the last line.
+    bytes[bytes.lastIndexOf('"a"') + 1] = "b".charCodeAt(0);
+    writeFileSync(path, bytes);
+    const result = await startCli(dir);
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toMatch(new RegExp(`^monkeytree controller: journal: ${path} line 3: checksum [0-9a-f]{8} does not match the stored [0-9a-f]{8}; .*mv ${path} ${path}\\.damaged`));
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it("a checksum-valid host outside the topology, or on another job's host, stops the controller with exit 2", async () => {
+    for (const [hosts, message] of [
+      [[0, 8], `line 3: job "b": host 8 is out of range: the cluster has hosts 0..7`],
+      [[1, 4], `line 3: host 4 is already job "a"'s`],
+    ] as const) {
+      const { dir, path } = journalOf([started("a", [0, 4])]);
+      appendFileSync(path, journalLine({ seq: 2, at: 1, ...started("b", [...hosts]) } as JournalRecord));
+      const result = await startCli(dir);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(`monkeytree controller: journal: ${path} ${message}; the journal is damaged`);
+    }
+  });
+
+  it("a journal path that is a directory stops the controller with exit 2, naming the path", async () => {
+    const dir = fresh();
+    mkdirSync(join(dir, "journal", JOURNAL_FILE), { recursive: true });
+    const result = await startCli(dir);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(`monkeytree controller: journal: ${join(dir, "journal", JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR: move whatever is at that path aside, or give another --journal directory\n`);
+  });
+});
+
+describe("attack 6: a journal too large to replay", () => {
+  /** Bytes of the records after the journal's config and snapshot: what replay applies one by one. */
+  function bytesSinceSnapshot(path: string): number {
+    const fd = openSync(path, "r");
+    try {
+      let bytes = 0;
+      for (const { record, size } of readJournal(fd, path)) if (record.kind !== "config" && record.kind !== "snapshot") bytes += size;
+      return bytes;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  it("register/finish cycles cannot grow the journal past its byte bound, and the controller restarts from it", async () => {
+    const bound = 4 * 1024;
+    harness = await startController({ overrides: { compactAfterBytes: bound } });
+    const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
+    clients.push(client);
+    const path = join(harness.dir, JOURNAL_FILE);
+    let compactions = 0;
+    let records = 1;
+    // Long ids make long records (about 670 bytes a cycle); far fewer than the 50,000 that compact by count.
+    for (let cycle = 0; cycle < 40; cycle++) {
+      const job = `${"j".repeat(200)}-${cycle}`;
+      await Promise.all([0, 4].map((host) => new WorkerClient(client, { job, group: 0, host }, dp2).register(5_000)));
+      await client.finish(job);
+      // Replies go out after the burst's compaction check, so the bound holds whenever one arrives.
+      expect(bytesSinceSnapshot(path)).toBeLessThan(bound);
+      const now = (await client.status()).journalRecords;
+      if (now < records) compactions++;
+      records = now;
+    }
+    expect(compactions).toBeGreaterThanOrEqual(4);
+    harness = await harness.restart();
+    const again = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000 });
+    clients.push(again);
+    expect((await again.status()).jobs).toEqual([]);
+  });
+});
