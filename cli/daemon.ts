@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { createLogger } from "../sdk/log.ts";
-import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ExitCode, UsageError, intFlag, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
@@ -59,10 +59,8 @@ export const command: Command = {
     });
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
-    const host = numberFlag("host", flags.host, 0, 0);
-    if (!Number.isInteger(host)) throw new UsageError(`--host must be a whole number, got "${flags.host}"`);
-    const stagingBytes = numberFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-    if (!Number.isInteger(stagingBytes)) throw new UsageError(`--staging-bytes must be a whole number of bytes, got "${flags["staging-bytes"]}"`);
+    const host = intFlag("host", flags.host, undefined, 0);
+    const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
     const listen = parseListen(flags.listen ?? "0.0.0.0:0");
     const controller = flags.connect ?? "tcp://127.0.0.1:5555";
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
