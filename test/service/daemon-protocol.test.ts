@@ -44,7 +44,7 @@ describe("per-host daemon: requests and commands on one connection", () => {
       id: 900,
       host: 2,
       code: "malformed",
-      message: "daemon.prepare: at bytes: a checkpoint to stage has at least 1 byte",
+      message: "daemon.prepare at bytes: a checkpoint to stage has at least 1 byte",
     });
   });
 
