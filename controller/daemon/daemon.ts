@@ -175,7 +175,7 @@ export class HostDaemon {
     });
   }
 
-  private refused(request: string, error: { code: string; message: string }): void {
+  private refused(request: string, error: Pick<ControllerError, "code" | "message">): void {
     this.log.warn(() => `the controller refused ${request}: ${error.message}`);
     // A restarted controller no longer knows this host: register it again.
     if (error.code === "unknown_worker" && !this.registering) this.registered = this.register();
