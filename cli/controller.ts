@@ -8,7 +8,7 @@ import { loadOrCreateKeys } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
-import { ExitCode, UsageError, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+import { ExitCode, UsageError, intFlag, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -62,8 +62,7 @@ export const command: Command = {
       "heartbeat-timeout": { type: "string" },
       "stop-lead": { type: "string" },
     });
-    const stopLeadSteps = numberFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
-    if (!Number.isInteger(stopLeadSteps)) throw new UsageError(`--stop-lead must be a whole number of steps, got "${flags["stop-lead"]}"`);
+    const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
     const cluster: Cluster = flags.snapshot === undefined ? parseSnapshot(DEFAULT_SNAPSHOT, "default topology") : await readSnapshotFile(flags.snapshot);

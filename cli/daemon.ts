@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { createLogger } from "../sdk/log.ts";
-import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ExitCode, UsageError, intFlag, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
@@ -60,10 +60,8 @@ export const command: Command = {
     });
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
-    const host = numberFlag("host", flags.host, 0, 0);
-    if (!Number.isInteger(host)) throw new UsageError(`--host must be a whole number, got "${flags.host}"`);
-    const stagingBytes = numberFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-    if (!Number.isInteger(stagingBytes)) throw new UsageError(`--staging-bytes must be a whole number of bytes, got "${flags["staging-bytes"]}"`);
+    const host = intFlag("host", flags.host, undefined, 0);
+    const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
     const controller = flags.connect ?? "tcp://127.0.0.1:5555";
     if (flags.listen === undefined && !/^(ipc:\/\/|tcp:\/\/(127\.[\d.]+|localhost|\[::1\]):)/.test(controller)) {
       throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "./demo/run.ts";
-import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ExitCode, intFlag, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const t = DEMO_TOPOLOGY;
 const help = `usage: monkeytree demo [--state-mb N] [--steps N] [--step-ms N] [--keep] [--timeout S]
@@ -39,9 +39,8 @@ export const command: Command = {
       timeout: { type: "string" },
     });
     const stateMb = numberFlag("state-mb", flags["state-mb"], 64, 1);
-    const steps = numberFlag("steps", flags.steps, 40, 2);
-    const stepMs = numberFlag("step-ms", flags["step-ms"], 100, 0);
-    if (!Number.isInteger(steps)) throw new UsageError(`--steps must be a whole number, got "${flags.steps}"`);
+    const steps = intFlag("steps", flags.steps, 40, 2);
+    const stepMs = intFlag("step-ms", flags["step-ms"], 100, 0);
     const timeoutMs = numberFlag("timeout", flags.timeout, 60, 1) * 1000;
     const dir = mkdtempSync(join(tmpdir(), "monkeytree-demo-"));
     const print = (line: string) => io.out.write(`${line}\n`);
@@ -50,7 +49,7 @@ export const command: Command = {
     print(`working directory ${dir}`);
     let ok = false;
     try {
-      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs: Math.round(stepMs), timeoutMs, print });
+      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs, timeoutMs, print });
       ok = result.ok;
       print("");
       print(ok ? "ok: every move committed, every rack is within its bound, and every job's state is bit-identical to its replay" : "FAILED: see above");

@@ -37,7 +37,24 @@ export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(ar
   }
 }
 
-/** A number flag such as `--time-limit 2.5`, checked against a minimum. */
+/**
+ * A whole-number flag such as `--host 3`, checked against `min` and, when given, `max`.
+ * Without a `fallback` the flag is required.
+ */
+export function intFlag(name: string, raw: string | undefined, fallback: number | undefined, min: number, max?: number): number {
+  if (raw === undefined) {
+    if (fallback === undefined) throw new UsageError(`--${name} is required`);
+    return fallback;
+  }
+  const value = Number(raw);
+  if (raw.trim() === "" || !Number.isInteger(value) || value < min || (max !== undefined && value > max)) {
+    const range = max === undefined ? `≥ ${min}` : `from ${min} to ${max}`;
+    throw new UsageError(`--${name} must be a whole number ${range}, got "${raw}"`);
+  }
+  return value;
+}
+
+/** A number flag such as `--time-limit 2.5`, checked against a minimum; whole numbers use `intFlag`. */
 export function numberFlag(name: string, raw: string | undefined, fallback: number, min: number): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);

@@ -4,7 +4,7 @@ import { createLogger } from "../sdk/log.ts";
 import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
-import { ExitCode, UsageError, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ExitCode, UsageError, intFlag, parseFlags, type Command } from "./io.ts";
 import { CLI } from "./paths.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
@@ -76,21 +76,15 @@ export const command: Command = {
       if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError) throw new UsageError(error.message);
       throw error;
     }
-    const whole = (name: string, raw: string | undefined, fallback: number | undefined, min: number): number => {
-      if (raw === undefined && fallback === undefined) throw new UsageError(`--${name} is required`);
-      const value = numberFlag(name, raw, fallback ?? 0, min);
-      if (!Number.isInteger(value)) throw new UsageError(`--${name} must be a whole number, got "${raw}"`);
-      return value;
-    };
     const worker = replacement
       ? { job: replacement.MONKEYTREE_JOB, group: replacement.MONKEYTREE_GROUP, host: replacement.MONKEYTREE_HOST }
-      : { job: flags.job ?? "", group: whole("group", flags.group, 0, 0), host: whole("host", flags.host, undefined, 0) };
+      : { job: flags.job ?? "", group: intFlag("group", flags.group, 0, 0), host: intFlag("host", flags.host, undefined, 0) };
     if (!worker.job) throw new UsageError("--job is required: the job's id, the same on every host");
     const parallelism = replacement
       ? { tp: replacement.MONKEYTREE_TP, pp: replacement.MONKEYTREE_PP, dp: replacement.MONKEYTREE_DP }
-      : { tp: whole("tp", flags.tp, 1, 1), pp: whole("pp", flags.pp, 1, 1), dp: whole("dp", flags.dp, undefined, 1) };
-    const checkpointBytes = whole("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
-    const masterPortBase = whole("master-port", flags["master-port"], 29500, 1024);
+      : { tp: intFlag("tp", flags.tp, 1, 1), pp: intFlag("pp", flags.pp, 1, 1), dp: intFlag("dp", flags.dp, undefined, 1) };
+    const checkpointBytes = intFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
+    const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
     const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
     const launcher = new Launcher({
       controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? "tcp://127.0.0.1:5555",

@@ -7,6 +7,15 @@ export interface InputIssue {
   readonly message: string;
 }
 
+/**
+ * The one place zod issues become text: `SOURCE at PATH: MESSAGE (and N more)`, naming the
+ * first issue. Sites that throw their own error class (a protocol error, a channel reply)
+ * take the text from here.
+ */
+export function formatZodError(source: string, error: z.ZodError): string {
+  return render(source, error.issues.map(toIssue));
+}
+
 /** A document (snapshot, config, message) that does not match its schema. */
 export class InvalidInputError extends Error {
   override readonly name = "InvalidInputError";
@@ -16,21 +25,21 @@ export class InvalidInputError extends Error {
     readonly source: string,
     readonly issues: readonly InputIssue[],
   ) {
-    super(InvalidInputError.render(source, issues));
-  }
-
-  /** One line: the first issue, and how many more there are. */
-  static render(source: string, issues: readonly InputIssue[]): string {
-    const first = issues[0];
-    if (!first) return `${source}: invalid`;
-    const where = first.path ? `${source} at ${first.path}` : source;
-    const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : "";
-    return `${where}: ${first.message}${more}`;
+    super(render(source, issues));
   }
 
   static fromZod(source: string, error: z.ZodError): InvalidInputError {
     return new InvalidInputError(source, error.issues.map(toIssue));
   }
+}
+
+/** One line: the first issue, and how many more there are. */
+function render(source: string, issues: readonly InputIssue[]): string {
+  const first = issues[0];
+  if (!first) return `${source}: invalid`;
+  const where = first.path ? `${source} at ${first.path}` : source;
+  const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : "";
+  return `${where}: ${first.message}${more}`;
 }
 
 function toIssue(issue: z.core.$ZodIssue): InputIssue {

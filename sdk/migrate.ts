@@ -2,6 +2,7 @@ import { performance } from "node:perf_hooks";
 import { send, StagingBuffer, type Transport } from "../native/index.ts";
 import { packCheckpointAsync, readCheckpoint, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
 import { ticketFor } from "../controller/daemon/daemon.ts";
+import { formatZodError } from "./errors.ts";
 import { ReplacementEnvSchema, type ReplacementEnv } from "./protocol/replacement.ts";
 import type { Directive } from "./protocol/worker.ts";
 
@@ -26,8 +27,7 @@ export function replacementFromEnv(env: NodeJS.ProcessEnv = process.env): Replac
   if (env.MONKEYTREE_TOKEN === undefined) return null;
   const parsed = ReplacementEnvSchema.safeParse(env);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    throw new ReplacementEnvironmentError(`${issue.message} (${String(issue.path[0])}); a replacement gets these from the daemon that starts it`);
+    throw new ReplacementEnvironmentError(`${formatZodError("replacement environment", parsed.error)}; a replacement gets these from the daemon that starts it`);
   }
   return parsed.data;
 }

@@ -1,6 +1,7 @@
 import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { formatZodError } from "../../sdk/errors.ts";
 
 /**
  * What the example worker reports, one JSON line per event in `<dir>/<job>.jsonl`. Lines of
@@ -32,7 +33,7 @@ export function readEvents(text: string, source: string): WorkerEvent[] {
     .filter((line) => line.trim() !== "")
     .map((line, index) => {
       const parsed = WorkerEventSchema.safeParse(JSON.parse(line));
-      if (!parsed.success) throw new Error(`${source}:${index + 1}: ${parsed.error.issues[0]?.message ?? "bad event"}`);
+      if (!parsed.success) throw new Error(formatZodError(`${source}:${index + 1}`, parsed.error));
       return parsed.data;
     });
 }

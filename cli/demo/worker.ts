@@ -12,6 +12,7 @@
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
+import { intFlag } from "../io.ts";
 import { WORKER } from "../paths.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
@@ -39,11 +40,7 @@ const { values: flags } = parseArgs({
 });
 
 const replacement = replacementFromEnv();
-const whole = (name: string, raw: string | undefined): number => {
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`--${name} must be a whole number, got "${raw}"`);
-  return value;
-};
+const whole = (name: string, raw: string | undefined): number => intFlag(name, raw, undefined, 0);
 const job = replacement?.MONKEYTREE_JOB ?? flags.job;
 if (job === undefined) throw new Error("--job is required (or start this as a daemon's replacement)");
 const identity = {

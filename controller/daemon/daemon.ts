@@ -1,10 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import type { Dealer } from "zeromq";
-import { connectToController } from "../../sdk/client.ts";
+import { ClientClosedError, ControllerConnection, ControllerError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
-import { encode, safeDecodeCommand, safeDecodeReply, type Reply, type Request } from "../../sdk/protocol/codec.ts";
+import { safeDecodeCommand, safeDecodeReply } from "../../sdk/protocol/codec.ts";
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { formatTransferEndpoint, parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
@@ -17,13 +16,11 @@ import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
  * the controller's commands (answered `daemon.prepared`/`daemon.done`/`daemon.refused`) share it.
  */
 
-export interface DaemonOptions {
+export interface DaemonOptions extends Pick<ConnectionOptions, "serverKey" | "retryMs"> {
   /** This host's global index. */
   readonly host: number;
   /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
   readonly controller: string;
-  /** The controller's CURVE public key (Z85), when it uses CURVE. */
-  readonly serverKey?: string;
   /** Size of the staging buffer, allocated once at start. */
   readonly stagingBytes: number;
   /** Where the transfer engine listens; port 0 picks a free one. `advertise` is the name sources dial. */
@@ -31,13 +28,10 @@ export interface DaemonOptions {
   /** Shell command that starts a replacement launcher for jobs that registered no command of their own. */
   readonly launch?: string;
   readonly heartbeatMs?: number;
-  /** Resend an unanswered registration or transfer report this often. */
-  readonly retryMs?: number;
   readonly log?: Logger;
 }
 
 export const DEFAULT_HEARTBEAT_MS = 2_000;
-export const DEFAULT_RETRY_MS = 1_000;
 /** Ranges start on page boundaries, so a checkpoint never shares a page with another. */
 const ALIGN = 4096;
 
@@ -65,8 +59,6 @@ function stopGroup(child: ChildProcess | null): void {
   }
 }
 
-type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
-
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 /** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
@@ -77,15 +69,10 @@ export function ticketFor(endpoint: string, token: string, length: number): Tran
 }
 
 export class HostDaemon {
-  private readonly socket: Dealer;
+  private readonly connection: ControllerConnection;
   private readonly staged = new Map<string, Staged>();
-  /** Requests to the controller awaiting its answer, by id, with their resend timers. */
-  private readonly waiting = new Map<number, { readonly answered: (reply: Reply) => void; readonly retry: NodeJS.Timeout }>();
-  private nextId = 1;
-  private sending: Promise<void> = Promise.resolve();
   private closed = false;
   private readonly heartbeat: NodeJS.Timeout;
-  private readonly loop: Promise<void>;
   private readonly log: Logger;
   private registered: Promise<void>;
   private registering = false;
@@ -96,8 +83,15 @@ export class HostDaemon {
     readonly listener: Listener,
   ) {
     this.log = options.log ?? silent;
-    this.socket = connectToController(options.controller, options.serverKey);
-    this.loop = this.receive();
+    // Requests are resent until answered: the controller may start after its daemons.
+    this.connection = new ControllerConnection({
+      endpoint: options.controller,
+      timeoutMs: Infinity,
+      log: this.log,
+      onMessage: (frame) => this.receive(frame),
+      ...(options.serverKey === undefined ? {} : { serverKey: options.serverKey }),
+      ...(options.retryMs === undefined ? {} : { retryMs: options.retryMs }),
+    });
     this.registered = this.register();
     this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   }
@@ -143,90 +137,69 @@ export class HostDaemon {
     clearInterval(this.heartbeat);
     this.listener.close();
     await Promise.allSettled([...this.staged.values()].map((s) => s.grant.completion));
-    for (const { retry } of this.waiting.values()) clearInterval(retry);
-    this.socket.close();
-    await this.loop;
+    await this.connection.close();
     this.buffer.free();
   }
 
   private register(): Promise<void> {
     this.registering = true;
-    const registered = this.request({ type: "daemon.register", host: this.options.host, stagingBytes: this.buffer.size, endpoint: this.endpoint }).then((reply) => {
-      this.registering = false;
-      if (reply.type === "error") throw new Error(`the controller refused host ${this.options.host}: ${reply.message}`);
-      this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
-    });
+    const body = { type: "daemon.register", host: this.options.host, stagingBytes: this.buffer.size, endpoint: this.endpoint } as const;
+    const registered = this.connection.request(body).then(
+      () => {
+        this.registering = false;
+        this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
+      },
+      (error: unknown) => {
+        this.registering = false;
+        throw error instanceof ControllerError ? new Error(`the controller refused host ${this.options.host}: ${error.message}`) : error;
+      },
+    );
     // Callers of `ready()` see the refusal; this keeps an unobserved one from crashing the process.
-    registered.catch((error: unknown) => this.log.error(() => (error as Error).message));
+    registered.catch((error: unknown) => {
+      if (!(error instanceof ClientClosedError)) this.log.error(() => (error as Error).message);
+    });
     return registered;
   }
 
   private beat(): void {
-    // Not resent: the next beat stands in for a lost one.
-    this.send(encode({ v: PROTOCOL_VERSION, id: this.nextId++, type: "daemon.heartbeat", host: this.options.host }));
+    // Not resent: the next beat stands in for a lost one. Its answer comes to `receive`.
+    this.connection.send({ type: "daemon.heartbeat", host: this.options.host });
   }
 
-  /** Sends a request until it is answered, with `ack` or `error`. */
-  private request(body: RequestBody): Promise<Reply> {
-    const id = this.nextId++;
-    const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
-    return new Promise<Reply>((resolve) => {
-      const retry = setInterval(() => this.send(frame), this.options.retryMs ?? DEFAULT_RETRY_MS);
-      this.waiting.set(id, {
-        retry,
-        answered: (reply) => {
-          clearInterval(retry);
-          this.waiting.delete(id);
-          resolve(reply);
-        },
-      });
-      this.send(frame);
+  /** Sends a report until the controller answers it; a refusal is logged, and closing drops it. */
+  private report(body: RequestBody): void {
+    if (this.closed) return;
+    this.connection.request(body).catch((error: unknown) => {
+      if (error instanceof ControllerError) this.refused(body.type, error);
+      else if (!(error instanceof ClientClosedError)) this.log.error(() => `${body.type}: ${(error as Error).message}`);
     });
   }
 
-  private send(frame: string): void {
-    if (this.closed) return;
-    this.sending = this.sending
-      .then(() => this.socket.send(frame))
-      .catch((error: unknown) => {
-        if (!this.closed) this.log.warn(() => `message to the controller not sent: ${(error as Error).message}`);
-      });
+  private refused(request: string, error: Pick<ControllerError, "code" | "message">): void {
+    this.log.warn(() => `the controller refused ${request}: ${error.message}`);
+    // A restarted controller no longer knows this host: register it again.
+    if (error.code === "unknown_worker" && !this.registering) this.registered = this.register();
   }
 
-  private async receive(): Promise<void> {
-    try {
-      for await (const [frame] of this.socket) {
-        if (!frame) continue;
-        const command = safeDecodeCommand(frame);
-        if (command.success) {
-          this.answer(this.carryOut(command.data));
-          continue;
-        }
-        if (command.error.code !== "unknown_type") {
-          this.log.warn(() => `unreadable command: ${command.error.message}`);
-          if (command.id !== null) this.answer(this.refuse(command.id, "malformed", command.error.message));
-          continue;
-        }
-        const decoded = safeDecodeReply(frame);
-        if (!decoded.success) {
-          this.log.warn(() => `unreadable answer from the controller: ${decoded.error.message}`);
-          continue;
-        }
-        const reply = decoded.data;
-        if (reply.type === "error") {
-          this.log.warn(() => `the controller refused request #${reply.id}: ${reply.message}`);
-          // A restarted controller no longer knows this host: register it again.
-          if (reply.code === "unknown_worker" && !this.registering) this.registered = this.register();
-        }
-        this.waiting.get(reply.id)?.answered(reply);
-      }
-    } catch (error) {
-      if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+  /** Frames from the controller that answer no waiting request: its commands, and heartbeats' answers. */
+  private receive(frame: Buffer): void {
+    const command = safeDecodeCommand(frame);
+    if (command.success) {
+      this.answer(this.carryOut(command.data));
+      return;
     }
+    if (command.error.code !== "unknown_type") {
+      this.log.warn(() => `unreadable command: ${command.error.message}`);
+      if (command.id !== null) this.answer(this.refuse(command.id, "malformed", command.error.message));
+      return;
+    }
+    const decoded = safeDecodeReply(frame);
+    if (!decoded.success) this.log.warn(() => `unreadable answer from the controller: ${decoded.error.message}`);
+    else if (decoded.data.type === "error") this.refused(`request #${decoded.data.id}`, decoded.data);
   }
 
   private answer(reply: CommandReply | Promise<CommandReply>): void {
-    void Promise.resolve(reply).then((r) => this.send(encode(r)));
+    void Promise.resolve(reply).then((r) => this.connection.answer(r));
   }
 
   private carryOut(command: Command): CommandReply | Promise<CommandReply> {
@@ -261,7 +234,7 @@ export class HostDaemon {
       (result) => {
         staged.state = "verified";
         this.log.info(() => `migration ${command.migration}: received ${result.bytes} bytes in ${result.seconds.toFixed(3)} s`);
-        void this.request({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
+        this.report({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
       },
       (error: unknown) => {
         staged.state = "failed";
@@ -272,7 +245,7 @@ export class HostDaemon {
         const code = error instanceof TransferError ? error.code : "io";
         const detail = `${code}: ${(error as Error).message}`;
         this.log.warn(() => `migration ${command.migration}: transfer failed (${detail})`);
-        void this.request({
+        this.report({
           type: "daemon.transfer-result",
           host: this.options.host,
           token,

@@ -1,5 +1,5 @@
 import type { Cluster, Placement } from "../model/cluster.ts";
-import type { Move } from "./moves.ts";
+import type { Move } from "./schema.ts";
 
 /** A plan that breaks the plan contract; raised by `applyMoves`. */
 export class PlanError extends Error {

@@ -1,16 +1,6 @@
 import { rackOf, type Cluster } from "../model/cluster.ts";
 import type { Counts } from "./counts.ts";
-
-/** One worker's migration, as in the plan contract of the design page. */
-export interface Move {
-  readonly job: string;
-  /** Index in the job's `groups`; 0 for a job given as `hosts`. */
-  readonly group: number;
-  readonly from: number;
-  readonly to: number;
-  /** Moves run in increasing step; see `PlanError` for what a step guarantees. */
-  readonly step: number;
-}
+import type { Move } from "./schema.ts";
 
 /**
  * Turns target worker counts per (group, rack) into concrete host moves.

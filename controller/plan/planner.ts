@@ -6,7 +6,8 @@ import { applyMoves, PlanError } from "./check.ts";
 import { CountState, moveDistance, type Counts } from "./counts.ts";
 import { monkeytreeProgram, paperProgram } from "./ilp.ts";
 import { solveMip } from "./mip.ts";
-import { hostMoves, type Move } from "./moves.ts";
+import { hostMoves } from "./moves.ts";
+import type { Move, PlanDocument, PlanStatus } from "./schema.ts";
 import { searchMoves, type RackMove } from "./search.ts";
 
 export type Formulation = "monkeytree" | "paper";
@@ -31,8 +32,6 @@ export interface PlanProgress {
 
 export const DEFAULT_TIME_LIMIT_MS = 5_000;
 
-export type PlanStatus = "unchanged" | "optimal" | "feasible" | "infeasible";
-
 export interface Plan {
   /**
    * `unchanged`: already within bounds. `optimal`: no plan with fewer moves exists.
@@ -47,7 +46,7 @@ export interface Plan {
   /** Proven lower bound on the number of moves. */
   readonly lowerBound: number;
   /** How the plan was found: exact neighbourhood search, or the ILP. */
-  readonly method: "none" | "search" | "ilp";
+  readonly method: PlanDocument["method"];
   readonly fragmentation: { readonly before: readonly number[]; readonly after: readonly number[] };
   readonly podFragmentation?: { readonly before: readonly number[]; readonly after: readonly number[] };
   readonly placement: Placement;

@@ -1,16 +1,20 @@
 import { z } from "zod";
 
-/** The JSON document `monkeytree plan --json` prints; consumers parse it with this schema. */
+/** One worker's migration, as in the plan contract of the design page. */
 export const MoveSchema = z.strictObject({
   job: z.string(),
+  /** Index in the job's `groups`; 0 for a job given as `hosts`. */
   group: z.int().min(0),
   from: z.int().min(0),
   to: z.int().min(0),
+  /** Moves run in increasing step; see `PlanError` for what a step guarantees. */
   step: z.int().min(0),
 });
+export type Move = Readonly<z.infer<typeof MoveSchema>>;
 
 const Degrees = z.strictObject({ before: z.array(z.int().min(0)), after: z.array(z.int().min(0)) });
 
+/** The JSON document `monkeytree plan --json` prints; consumers parse it with this schema. */
 export const PlanDocumentSchema = z.strictObject({
   status: z.enum(["unchanged", "optimal", "feasible", "infeasible"]),
   moves: z.array(MoveSchema),
@@ -27,3 +31,4 @@ export const PlanDocumentSchema = z.strictObject({
   solveMs: z.number().min(0),
 });
 export type PlanDocument = z.infer<typeof PlanDocumentSchema>;
+export type PlanStatus = PlanDocument["status"];

@@ -144,12 +144,12 @@ export function podLoads(cluster: Cluster, routes: readonly DpRoute[]): Routes["
   });
 }
 
-export { RoutesSchema, DpRouteSchema, PpRouteSchema, type Routes, type DpRoute, type PpRoute } from "./schema.ts";
+export { RoutesSchema, DpRouteSchema, PpRouteSchema, type Routes, type DpRoute, type PpRoute, type RackLoad } from "./schema.ts";
 export { colourEdges, maxDegree, isProperColouring, type BipartiteMultigraph, type EdgeColouring } from "./edge-colouring.ts";
 export { colourByRegularMatchings } from "./hopcroft-karp.ts";
 export { ringOrders, ringOrder, isContiguous } from "./ring-order.ts";
 export { dpFlows, ppFlows, type DpFlow, type PpFlow } from "./flows.ts";
-export { foldColours, rackLoads, type RackLoad } from "./uplinks.ts";
+export { foldColours, rackLoads } from "./uplinks.ts";
 export {
   crc32,
   crc32HashModel,

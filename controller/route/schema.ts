@@ -53,9 +53,12 @@ export const RackRouteLoadSchema = z.strictObject({
   flowsOut: index,
   flowsIn: index,
   uplinks: index,
+  /** Most flows leaving through one uplink; 1 means every outgoing flow has its own. */
   maxFlowsPerUplink: index,
+  /** Most flows arriving through one downlink (the spine-to-rack side of an uplink). */
   maxFlowsPerDownlink: index,
 });
+export type RackLoad = Readonly<z.infer<typeof RackRouteLoadSchema>>;
 
 export const PodRouteLoadSchema = z.strictObject({
   pod: index,

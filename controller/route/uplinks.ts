@@ -1,4 +1,5 @@
 import type { BipartiteMultigraph, EdgeColouring } from "./edge-colouring.ts";
+import type { RackLoad } from "./schema.ts";
 
 /**
  * From colours to physical links. With Δ ≤ uplinks a colour is an uplink (and the spine, or
@@ -82,17 +83,6 @@ export interface RackHop {
   readonly dstRack: number;
   readonly uplink: number;
   readonly downlink: number;
-}
-
-export interface RackLoad {
-  readonly rack: number;
-  readonly flowsOut: number;
-  readonly flowsIn: number;
-  readonly uplinks: number;
-  /** Most flows leaving through one uplink; 1 means every outgoing flow has its own. */
-  readonly maxFlowsPerUplink: number;
-  /** Most flows arriving through one downlink (the spine-to-rack side of an uplink). */
-  readonly maxFlowsPerDownlink: number;
 }
 
 /** Per-rack flow counts and the heaviest uplink and downlink, from routed flows. */

@@ -1,7 +1,7 @@
 import { rmSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { createInterface } from "node:readline";
-import { formatPath } from "../errors.ts";
+import { formatZodError } from "../errors.ts";
 import { CHANNEL_VERSION, ChannelRequestSchema, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { Logger } from "../log.ts";
 
@@ -73,7 +73,5 @@ function parse(line: string): ChannelRequest | { error: string } {
     return { error: `not JSON: ${line.slice(0, 80)}` };
   }
   const parsed = ChannelRequestSchema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0]!;
-  return { error: `${formatPath(issue.path) || "message"}: ${issue.message}` };
+  return parsed.success ? parsed.data : { error: formatZodError("channel request", parsed.error) };
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { formatPath } from "../errors.ts";
+import { formatZodError } from "../errors.ts";
 import { CommandReplySchema, CommandSchema, type Command, type CommandReply } from "./commands.ts";
 import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
@@ -69,7 +69,7 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
     return fail(new ProtocolError("malformed", `the ${what} is not JSON (${(error as Error).message}); send one JSON object per frame`));
   }
   const head = EnvelopeSchema.safeParse(value);
-  if (!head.success) return fail(new ProtocolError("malformed", `${what} envelope: ${describe(head.error)}`));
+  if (!head.success) return fail(new ProtocolError("malformed", formatZodError(`${what} envelope`, head.error)));
   const { v, type, id } = head.data;
   if (v !== PROTOCOL_VERSION) {
     return fail(
@@ -84,15 +84,6 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
     return fail(new ProtocolError("unknown_type", `unknown ${what} type "${type}"; expected one of ${[...types].join(", ")}`), id);
   }
   const body = schema.safeParse(value);
-  if (!body.success) return fail(new ProtocolError("malformed", `${type}: ${describe(body.error)}`), id);
+  if (!body.success) return fail(new ProtocolError("malformed", formatZodError(type, body.error)), id);
   return { success: true, data: body.data };
-}
-
-function describe(error: z.ZodError): string {
-  const issue = error.issues[0];
-  if (!issue) return "invalid";
-  const path = formatPath(issue.path);
-  const message = issue.code === "unrecognized_keys" ? `unknown field ${issue.keys.map((k) => `"${k}"`).join(", ")}; remove it` : issue.message;
-  const more = error.issues.length > 1 ? ` (and ${error.issues.length - 1} more)` : "";
-  return `${path ? `at ${path}: ` : ""}${message}${more}`;
 }

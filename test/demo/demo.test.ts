@@ -16,6 +16,6 @@ describe("monkeytree demo", () => {
   }, 120_000);
 
   it("rejects bad flags with exit code 2", async () => {
-    expect(await runCli("demo", "--steps", "1")).toMatchObject({ code: 2, stderr: expect.stringContaining("--steps must be a number ≥ 2") });
+    expect(await runCli("demo", "--steps", "1")).toMatchObject({ code: 2, stderr: expect.stringContaining(`--steps must be a whole number ≥ 2, got "1"`) });
   });
 });

@@ -28,7 +28,7 @@ describe("planner on the design examples", () => {
   });
 
   it("is deterministic", () => {
-    const cluster = example("tp8-pp-1024gpu.json");
+    const cluster = example("examples/snapshots/tp8-pp-1024gpu.json");
     expect(planner.plan(cluster).moves).toEqual(planner.plan(cluster).moves);
   });
 });

@@ -52,11 +52,11 @@ describe("protocol", () => {
   it("rejects malformed frames, naming the field", () => {
     const cases: [string, string][] = [
       ["{not json", "the request is not JSON"],
-      [JSON.stringify({ type: "status", id: 1 }), "request envelope: at v: v is the protocol version, a whole number"],
-      [JSON.stringify({ ...register, parallelism: { tp: 0, pp: 2, dp: 4 } }), "worker.register: at parallelism.tp: parallelism.tp must be at least 1"],
-      [JSON.stringify({ ...register, worker: { job: "llama", group: 1, host: -1 } }), "worker.register: at worker.host: host indices start at 0"],
-      [JSON.stringify({ ...register, extra: true }), 'worker.register: unknown field "extra"; remove it'],
-      [JSON.stringify({ v: 1, type: "worker.barrier", id: 4, worker: register.worker, step: 3 }), "worker.barrier: at generation: generation must be a whole number"],
+      [JSON.stringify({ type: "status", id: 1 }), "request envelope at v: v is the protocol version, a whole number"],
+      [JSON.stringify({ ...register, parallelism: { tp: 0, pp: 2, dp: 4 } }), "worker.register at parallelism.tp: parallelism.tp must be at least 1"],
+      [JSON.stringify({ ...register, worker: { job: "llama", group: 1, host: -1 } }), "worker.register at worker.host: host indices start at 0"],
+      [JSON.stringify({ ...register, extra: true }), 'worker.register: unknown field "extra"; remove it or check its spelling'],
+      [JSON.stringify({ v: 1, type: "worker.barrier", id: 4, worker: register.worker, step: 3 }), "worker.barrier at generation: generation must be a whole number"],
     ];
     for (const [frame, message] of cases) {
       const result = safeDecodeRequest(frame);

@@ -1,0 +1,187 @@
+import { curveKeyPair, Dealer } from "zeromq";
+import type { Logger } from "./log.ts";
+import type { CommandReply } from "./protocol/commands.ts";
+import { encode, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
+import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+import type { ErrorCode, ErrorReply } from "./protocol/errors.ts";
+
+/**
+ * One DEALER to the controller, shared by everything that talks to it from one process: the
+ * worker client and the host daemon. Requests are idempotent, so a request without an answer
+ * is sent again every `retryMs` until its deadline: that rides out a controller restart
+ * (ZeroMQ reconnects by itself) and lost replies. Replies are matched to requests by id;
+ * every other frame (a command from the controller, the answer to a message sent without
+ * waiting, a late duplicate) goes to `onMessage`.
+ */
+
+export interface ConnectionOptions {
+  /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
+  readonly endpoint: string;
+  /**
+   * The controller's CURVE public key (Z85); required when the controller uses CURVE. The
+   * connection then authenticates with a fresh keypair of its own.
+   */
+  readonly serverKey?: string;
+  /** Default deadline of a request, in ms; `Infinity` waits until the connection closes. */
+  readonly timeoutMs?: number;
+  /** Resend an unanswered request this often, in ms. */
+  readonly retryMs?: number;
+  /** Frames that answer no waiting request, raw: commands, answers to `send`, late duplicates. */
+  readonly onMessage?: (frame: Buffer) => void;
+  /** Where a message that could not be sent is reported; silent by default. */
+  readonly log?: Logger;
+}
+
+/** The controller refused a request; `code` says why (see `ErrorCode`). */
+export class ControllerError extends Error {
+  override readonly name = "ControllerError";
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** No answer before the deadline: the controller is down, unreachable, or holds another key. */
+export class ControllerTimeoutError extends Error {
+  override readonly name = "ControllerTimeoutError";
+  readonly code = "timeout";
+  constructor(
+    readonly request: string,
+    readonly endpoint: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`no answer to ${request} from ${endpoint} within ${timeoutMs} ms; check that the controller runs there and that --server-key matches its CURVE key`);
+  }
+}
+
+/** The connection was closed while a request waited. */
+export class ClientClosedError extends Error {
+  override readonly name = "ClientClosedError";
+  readonly code = "closed";
+}
+
+/** An answer of another type than the request calls for. */
+export class UnexpectedReplyError extends Error {
+  override readonly name = "UnexpectedReplyError";
+  readonly code = "unexpected_reply";
+}
+
+/** A request as its sender writes it: the connection adds the protocol version and the id. */
+export type RequestBody = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
+
+/** Every answer but `error`, which rejects the request with `ControllerError`. */
+export type Answer = Exclude<Reply, ErrorReply>;
+
+export const DEFAULT_TIMEOUT_MS = 30_000;
+export const DEFAULT_RETRY_MS = 1_000;
+
+interface Waiting {
+  readonly resolve: (reply: Reply) => void;
+  readonly reject: (error: Error) => void;
+}
+
+const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+
+export class ControllerConnection {
+  private readonly socket: Dealer;
+  private readonly waiting = new Map<number, Waiting>();
+  private nextId = 1;
+  private sending: Promise<void> = Promise.resolve();
+  private closed = false;
+  private readonly loop: Promise<void>;
+  private readonly log: Logger;
+
+  constructor(private readonly options: ConnectionOptions) {
+    this.log = options.log ?? silent;
+    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+    if (options.serverKey !== undefined) {
+      const own = curveKeyPair();
+      this.socket.curveServerKey = options.serverKey;
+      this.socket.curvePublicKey = own.publicKey;
+      this.socket.curveSecretKey = own.secretKey;
+    }
+    this.socket.connect(options.endpoint);
+    this.loop = this.receive();
+  }
+
+  get endpoint(): string {
+    return this.options.endpoint;
+  }
+
+  /**
+   * Sends a request until it is answered or `timeoutMs` passes. An `error` reply rejects with
+   * `ControllerError`, no answer in time with `ControllerTimeoutError`, and closing the
+   * connection meanwhile with `ClientClosedError`.
+   */
+  async request(body: RequestBody, timeoutMs = this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS): Promise<Answer> {
+    if (this.closed) throw new ClientClosedError("the connection is closed");
+    const id = this.nextId++;
+    const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
+    const reply = await new Promise<Reply>((resolve, reject) => {
+      const deadline = Number.isFinite(timeoutMs)
+        ? setTimeout(() => finish(() => reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs))), timeoutMs)
+        : undefined;
+      const retry = setInterval(() => this.write(frame), this.options.retryMs ?? DEFAULT_RETRY_MS);
+      const finish = (settle: () => void) => {
+        clearTimeout(deadline);
+        clearInterval(retry);
+        this.waiting.delete(id);
+        settle();
+      };
+      this.waiting.set(id, { resolve: (r) => finish(() => resolve(r)), reject: (e) => finish(() => reject(e)) });
+      this.write(frame);
+    });
+    if (reply.type === "error") throw new ControllerError(reply.code, reply.message);
+    return reply;
+  }
+
+  /** Sends a request once, without waiting: its answer goes to `onMessage`. */
+  send(body: RequestBody): void {
+    if (this.closed) return;
+    this.write(encode({ ...body, v: PROTOCOL_VERSION, id: this.nextId++ } as Request));
+  }
+
+  /** Answers a command the controller sent over this connection. */
+  answer(reply: CommandReply): void {
+    if (this.closed) return;
+    this.write(encode(reply));
+  }
+
+  /** Closes the socket; requests still waiting reject with `ClientClosedError`. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const waiting of [...this.waiting.values()]) waiting.reject(new ClientClosedError("the connection was closed while waiting"));
+    this.socket.close();
+    await this.loop;
+  }
+
+  private write(frame: string): void {
+    this.sending = this.sending
+      .then(() => this.socket.send(frame))
+      .catch((error: unknown) => {
+        // Expected once closing; before that, a waiting request's deadline reports it too.
+        if (!this.closed) this.log.warn(() => `message to ${this.options.endpoint} not sent: ${(error as Error).message}`);
+      });
+  }
+
+  private async receive(): Promise<void> {
+    try {
+      for await (const [frame] of this.socket) {
+        if (!frame) continue;
+        const decoded = safeDecodeReply(frame);
+        // A frame of another type (a command) is no reply, even when its id matches a request's.
+        const id = decoded.success ? decoded.data.id : decoded.error.code === "unknown_type" ? null : decoded.id;
+        const waiting = id === null ? undefined : this.waiting.get(id);
+        if (!waiting) this.options.onMessage?.(frame);
+        else if (decoded.success) waiting.resolve(decoded.data);
+        else waiting.reject(new ControllerError(decoded.error.code, `the controller's answer could not be read: ${decoded.error.message}`));
+      }
+    } catch (error) {
+      // The iterator ends with an error only when the socket is closed under it.
+      if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+    }
+  }
+}

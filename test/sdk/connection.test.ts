@@ -1,0 +1,107 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { curveKeyPair } from "zeromq";
+import { ClientClosedError, ControllerConnection, ControllerError, ControllerTimeoutError } from "../../sdk/connection.ts";
+import { FakeController, until } from "../helpers/fake-controller.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setup(options: { timeoutMs?: number; retryMs?: number } = {}) {
+  const controller = await FakeController.start();
+  const messages: Record<string, unknown>[] = [];
+  const connection = new ControllerConnection({
+    endpoint: controller.endpoint,
+    retryMs: options.retryMs ?? 10_000,
+    ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+    onMessage: (frame) => messages.push(JSON.parse(frame.toString()) as Record<string, unknown>),
+  });
+  cleanups.push(() => controller.close(), () => connection.close());
+  return { controller, connection, messages };
+}
+
+describe("controller connection", () => {
+  it("matches replies to requests by id, whatever their order", async () => {
+    const { controller, connection } = await setup();
+    const first = connection.request({ type: "status" });
+    const second = connection.request({ type: "job.finish", job: "a" });
+    const [a, b] = [await controller.next(), await controller.next()];
+    expect(a).toMatchObject({ v: 1, type: "status" });
+    expect(b).toMatchObject({ v: 1, type: "job.finish", job: "a" });
+    await controller.send({ v: 1, type: "job.finished", id: b.id, job: "a" });
+    await controller.send({ v: 1, type: "ack", id: a.id });
+    expect(await second).toEqual({ v: 1, type: "job.finished", id: b.id, job: "a" });
+    expect(await first).toEqual({ v: 1, type: "ack", id: a.id });
+  });
+
+  it("hands commands and unmatched replies to onMessage, even a command carrying a waiting request's id", async () => {
+    const { controller, connection, messages } = await setup();
+    const waiting = connection.request({ type: "status" });
+    const request = await controller.next();
+    const command = { v: 1, type: "daemon.release", id: request.id, token: "t" };
+    await controller.send(command);
+    connection.send({ type: "daemon.heartbeat", host: 3 });
+    const heartbeat = await controller.next();
+    expect(heartbeat).toMatchObject({ type: "daemon.heartbeat", host: 3 });
+    expect(heartbeat.id).not.toBe(request.id);
+    await controller.send({ v: 1, type: "ack", id: heartbeat.id });
+    await until(() => messages.length === 2);
+    expect(messages).toEqual([command, { v: 1, type: "ack", id: heartbeat.id }]);
+    // The command left the request waiting; its own answer still settles it.
+    await controller.send({ v: 1, type: "ack", id: request.id });
+    expect(await waiting).toMatchObject({ type: "ack" });
+  });
+
+  it("answers a command on the same socket", async () => {
+    const { controller, connection } = await setup();
+    connection.answer({ v: 1, type: "daemon.done", id: 7, host: 2 });
+    expect(await controller.next()).toEqual({ v: 1, type: "daemon.done", id: 7, host: 2 });
+  });
+
+  it("rejects with ControllerError on an error reply and on an answer it cannot read", async () => {
+    const { controller, connection } = await setup();
+    const refused = connection.request({ type: "status" });
+    await controller.send({ v: 1, type: "error", id: (await controller.next()).id, code: "unknown_worker", message: "who?" });
+    await expect(refused).rejects.toSatisfy((e) => e instanceof ControllerError && e.code === "unknown_worker" && e.message === "who?");
+    const garbled = connection.request({ type: "status" });
+    await controller.send({ v: 2, type: "ack", id: (await controller.next()).id });
+    await expect(garbled).rejects.toMatchObject({ name: "ControllerError", code: "unsupported_version", message: expect.stringMatching(/^the controller's answer could not be read: protocol version 2/) });
+  });
+
+  it("resends an unanswered request with the same id until it is answered", async () => {
+    const { controller, connection } = await setup({ retryMs: 20 });
+    const answered = connection.request({ type: "status" });
+    const first = await controller.next();
+    const again = await controller.next();
+    expect(again).toEqual(first);
+    await controller.send({ v: 1, type: "ack", id: first.id });
+    await answered;
+  });
+
+  it("waits without a deadline when timeoutMs is Infinity, until closed", async () => {
+    const { controller, connection } = await setup({ timeoutMs: Infinity });
+    const waiting = connection.request({ type: "status" });
+    await controller.next();
+    await connection.close();
+    await expect(waiting).rejects.toBeInstanceOf(ClientClosedError);
+    await expect(connection.request({ type: "status" })).rejects.toBeInstanceOf(ClientClosedError);
+  });
+
+  it("times out naming the request and the endpoint", async () => {
+    const { controller, connection } = await setup({ timeoutMs: 50 });
+    const error = await connection.request({ type: "status" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ControllerTimeoutError);
+    expect(error).toMatchObject({ request: "status #1", endpoint: controller.endpoint, timeoutMs: 50 });
+  });
+
+  it("talks CURVE when given the server's public key", async () => {
+    const keys = curveKeyPair();
+    const controller = await FakeController.start(keys.secretKey);
+    const connection = new ControllerConnection({ endpoint: controller.endpoint, serverKey: keys.publicKey });
+    cleanups.push(() => controller.close(), () => connection.close());
+    const answered = connection.request({ type: "status" });
+    await controller.send({ v: 1, type: "ack", id: (await controller.next()).id });
+    expect(await answered).toMatchObject({ type: "ack" });
+  });
+});
