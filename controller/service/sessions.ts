@@ -70,7 +70,7 @@ export class WorkerSessions {
   constructor(
     private readonly context: ControllerContext,
     private readonly addressOf: (host: number) => string | null,
-    /** Plan execution, built after the sessions it drives. */
+    /** Plan execution; a function, since it is built after the sessions it acts on. */
     private readonly moves: () => SessionMoves,
   ) {
     for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
