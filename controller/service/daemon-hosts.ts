@@ -78,15 +78,9 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     this.sendFrame = null;
   }
 
-  async prepare(request: StagingRequest): Promise<StagingGrant> {
-    const { job, group, parallelism, launch } = request.replacement;
-    const reply = await this.command(request.host, {
-      type: "daemon.prepare",
-      migration: request.migration,
-      bytes: request.bytes,
-      replacement: { job, group, parallelism, launch: launch === null ? null : [...launch] },
-    });
-    if (reply.type !== "daemon.prepared") throw unexpected(request.host, "daemon.prepare", reply);
+  async prepare({ host, ...body }: StagingRequest): Promise<StagingGrant> {
+    const reply = await this.command(host, { type: "daemon.prepare", ...body });
+    if (reply.type !== "daemon.prepared") throw unexpected(host, "daemon.prepare", reply);
     return { endpoint: reply.endpoint, token: reply.token };
   }
 
@@ -95,17 +89,9 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     if (reply.type !== "daemon.done") throw unexpected(host, "daemon.release", reply);
   }
 
-  async spawn(request: ReplacementRequest): Promise<void> {
-    const reply = await this.command(request.host, {
-      type: "daemon.spawn",
-      migration: request.migration,
-      job: request.job,
-      group: request.group,
-      parallelism: request.parallelism,
-      launch: request.launch === null ? null : [...request.launch],
-      token: request.token,
-    });
-    if (reply.type !== "daemon.done") throw unexpected(request.host, "daemon.spawn", reply);
+  async spawn({ host, ...body }: ReplacementRequest): Promise<void> {
+    const reply = await this.command(host, { type: "daemon.spawn", ...body });
+    if (reply.type !== "daemon.done") throw unexpected(host, "daemon.spawn", reply);
   }
 
   private command(host: number, body: CommandBody): Promise<CommandReply> {

@@ -2,12 +2,13 @@ import { chmodSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { curveKeyPair } from "zeromq";
 import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
-import type { CurveKeys } from "./server.ts";
 
 /** Z85 text of a 32-byte CURVE key. */
 const Z85Key = z.string().length(40, { error: "a CURVE key is 40 characters of Z85 text" });
 
+/** A CURVE keypair in Z85 text, as `curveKeyPair()` from zeromq makes it. */
 export const CurveKeysSchema = z.strictObject({ publicKey: Z85Key, secretKey: Z85Key });
+export type CurveKeys = z.infer<typeof CurveKeysSchema>;
 
 /**
  * The controller's CURVE keypair from a JSON file. A missing file is created with a fresh

@@ -1,3 +1,5 @@
+import { z } from "zod";
+
 /**
  * One worker's migration as a pure state machine: `transition(migration, event, now)` returns
  * the next record, the actions the executor must carry out (after journaling the record), and
@@ -39,31 +41,37 @@ export const isFinished = (state: MigrationState): boolean => state === "done" |
 /** Committed moves: their worker lives on the destination from now on. */
 export const isCommitted = (state: MigrationState): boolean => state === "committing" || state === "resuming" || state === "done";
 
-export interface Migration {
-  /** `plan id/index`, unique over the controller's life. */
-  readonly id: string;
-  readonly job: string;
-  readonly group: number;
-  readonly from: number;
-  readonly to: number;
-  /** The plan step this move belongs to. */
-  readonly planStep: number;
-  /** Bytes the destination stages: the source worker's checkpoint size. */
-  readonly bytes: number;
-  readonly state: MigrationState;
-  /** When the current state was entered (ms, the controller's clock). */
-  readonly since: number;
-  /** Every state the move entered and when, oldest first: how long each phase took. */
-  readonly history: readonly { readonly state: MigrationState; readonly at: number }[];
-  /** Past this the move fails with a timeout; null when the state has no deadline. */
-  readonly deadline: number | null;
-  /** The barrier step at which the job's workers stop together; set on `start`. */
-  readonly stopStep: number | null;
-  readonly endpoint: string | null;
-  readonly token: string | null;
-  /** Why it rolled back, or what went wrong after it committed. */
-  readonly reason: string | null;
-}
+const count = z.int().min(0);
+
+/** One move's record, as the journal holds it. */
+export const MigrationSchema = z
+  .strictObject({
+    /** `plan id/index`, unique over the controller's life. */
+    id: z.string(),
+    job: z.string(),
+    group: count,
+    from: count,
+    to: count,
+    /** The plan step this move belongs to. */
+    planStep: count,
+    /** Bytes the destination stages: the source worker's checkpoint size. */
+    bytes: count,
+    state: z.enum(MIGRATION_STATES),
+    /** When the current state was entered (ms, the controller's clock). */
+    since: z.number(),
+    /** Every state the move entered and when, oldest first: how long each phase took. */
+    history: z.array(z.strictObject({ state: z.enum(MIGRATION_STATES), at: z.number() }).readonly()).readonly(),
+    /** Past this the move fails with a timeout; null when the state has no deadline. */
+    deadline: z.number().nullable(),
+    /** The barrier step at which the job's workers stop together; set on `start`. */
+    stopStep: count.nullable(),
+    endpoint: z.string().nullable(),
+    token: z.string().nullable(),
+    /** Why it rolled back, or what went wrong after it committed. */
+    reason: z.string().nullable(),
+  })
+  .readonly();
+export type Migration = z.infer<typeof MigrationSchema>;
 
 export type MigrationEvent =
   | { readonly type: "start"; readonly stopStep: number }

@@ -2,17 +2,13 @@ import { Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import { Controller, type ControllerOptions, type Outgoing } from "./controller.ts";
+import { Controller, type ControllerOptions } from "./controller.ts";
+import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
+import type { CurveKeys } from "./keys.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
-
-/** A CURVE keypair in Z85 text, as `curveKeyPair()` from zeromq makes it. */
-export interface CurveKeys {
-  readonly publicKey: string;
-  readonly secretKey: string;
-}
 
 export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
   /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */

@@ -4,7 +4,7 @@ import { TopologySchema, type Topology } from "../model/snapshot.ts";
 import { ringOrder } from "../route/ring-order.ts";
 import { MoveSchema } from "../plan/schema.ts";
 import { ParallelismSchema } from "../../sdk/protocol/worker.ts";
-import { isCommitted, MIGRATION_STATES, planned, type Migration } from "./migration.ts";
+import { isCommitted, MigrationSchema, planned, type Migration } from "./migration.ts";
 
 /**
  * The controller's durable state and the one reducer that changes it. The live controller
@@ -16,36 +16,25 @@ import { isCommitted, MIGRATION_STATES, planned, type Migration } from "./migrat
 
 const count = z.int().min(0);
 
-export const MigrationSchema = z.strictObject({
-  id: z.string(),
-  job: z.string(),
-  group: count,
-  from: count,
-  to: count,
-  planStep: count,
-  bytes: count,
-  state: z.enum(MIGRATION_STATES),
-  since: z.number(),
-  history: z.array(z.strictObject({ state: z.enum(MIGRATION_STATES), at: z.number() })).readonly(),
-  deadline: z.number().nullable(),
-  stopStep: count.nullable(),
-  endpoint: z.string().nullable(),
-  token: z.string().nullable(),
-  reason: z.string().nullable(),
-});
-
 const Header = { seq: count, at: z.number() };
 
-const JobStateSchema = z.strictObject({
-  id: z.string(),
-  rings: z.int().min(1),
-  parallelism: ParallelismSchema,
-  groups: z.array(z.array(count)),
-  checkpointBytes: z.record(z.string(), count),
-  launch: z.array(z.string()).nullable(),
-  generation: count,
-  resumeStep: count.nullable(),
-});
+const JobStateSchema = z
+  .strictObject({
+    id: z.string(),
+    rings: z.int().min(1),
+    parallelism: ParallelismSchema,
+    /** Hosts of each group (pipeline stage), in ring order. */
+    groups: z.array(z.array(count).readonly()).readonly(),
+    checkpointBytes: z.record(z.string(), count).readonly(),
+    /** The replacement launcher's command, or null to use the destination daemon's --launch. */
+    launch: z.array(z.string()).readonly().nullable(),
+    /** Bumped whenever membership or order changes, so workers can tell assignments apart. */
+    generation: count,
+    /** The barrier step the job last stopped at for a reconfiguration. */
+    resumeStep: count.nullable(),
+  })
+  .readonly();
+export type JobState = z.infer<typeof JobStateSchema>;
 
 /** The durable state beyond the config, as a compacted journal's second record holds it. */
 const SnapshotSchema = z.strictObject({
@@ -85,21 +74,6 @@ export type JournalRecord = z.infer<typeof RecordSchema>;
 /** A record before the journal gives it its sequence number and time. */
 export type RecordBody = JournalRecord extends infer R ? (R extends JournalRecord ? Omit<R, "seq" | "at"> : never) : never;
 
-export interface JobState {
-  readonly id: string;
-  readonly rings: number;
-  readonly parallelism: z.infer<typeof ParallelismSchema>;
-  /** Hosts of each group (pipeline stage), in ring order. */
-  readonly groups: readonly (readonly number[])[];
-  readonly checkpointBytes: Readonly<Record<string, number>>;
-  /** The replacement launcher's command, or null to use the destination daemon's --launch. */
-  readonly launch: readonly string[] | null;
-  /** Bumped whenever membership or order changes, so workers can tell assignments apart. */
-  readonly generation: number;
-  /** The barrier step the job last stopped at for a reconfiguration. */
-  readonly resumeStep: number | null;
-}
-
 export interface DurableState {
   readonly topology: Topology;
   readonly lambda: number;
@@ -130,7 +104,7 @@ export function snapshotOf(state: DurableState): Extract<RecordBody, { kind: "sn
   return {
     kind: "snapshot",
     state: {
-      jobs: [...state.jobs.values()].map((job) => ({ ...job, groups: job.groups.map((g) => [...g]), launch: job.launch ? [...job.launch] : null })),
+      jobs: [...state.jobs.values()],
       finished: [...state.finished],
       migrations: [...state.migrations.values()].filter((m) => active.has(m.id) || state.jobs.has(m.job)),
       activePlan: state.activePlan,

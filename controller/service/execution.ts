@@ -1,0 +1,310 @@
+import { withinBounds } from "../model/fragmentation.ts";
+import type { Planner } from "../plan/planner.ts";
+import { ProtocolError } from "../../sdk/protocol/errors.ts";
+import type { TransferResult } from "../../sdk/protocol/daemon.ts";
+import type { ControllerContext, ReplyTarget } from "./context.ts";
+import type { DaemonLiveness } from "./liveness.ts";
+import { assertNever, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
+import { recoverMigrations } from "./recovery.ts";
+import type { SessionMoves, WorkerSessions } from "./sessions.ts";
+import { clusterOf, type JobState } from "./state.ts";
+import { decideStep } from "./steps.ts";
+import type { ReplacementLauncher, StagingTransport } from "./transport.ts";
+
+/**
+ * Plan execution: plans when placement breaks a bound, drives the active plan's moves step
+ * by step (`decideStep`), feeds each move's events to its state machine (`transition`) and
+ * carries out the actions it returns: holding and releasing workers, re-forming jobs, and
+ * the commands to the hosts' daemons (staging, replacements), which all go out from
+ * `prepareStaging`, `releaseStaging` and `spawnReplacement`.
+ */
+
+export interface ExecutionOptions {
+  readonly planner: Planner;
+  readonly transport: StagingTransport;
+  readonly launcher: ReplacementLauncher;
+  readonly timeouts: MigrationTimeouts;
+  readonly planTimeLimitMs: number;
+  /** Steps a job still trains after its move starts, before all its workers stop together. */
+  readonly stopLeadSteps: number;
+  /** How long after a rollback or a restart to plan again. */
+  readonly replanBackoffMs: number;
+}
+
+export class PlanExecution implements SessionMoves {
+  private replanWanted = false;
+  /** When to plan again after a rollback or restart; null when nothing is scheduled. */
+  private replanAt: number | null = null;
+  /** Set when a plan's moves are all finished, so it is not driven again. */
+  private settledPlan: string | null = null;
+
+  constructor(
+    private readonly context: ControllerContext,
+    private readonly sessions: WorkerSessions,
+    private readonly daemons: DaemonLiveness,
+    private readonly options: ExecutionOptions,
+  ) {}
+
+  /** Settles the moves a previous controller left in flight; run once, at start. */
+  recover(): void {
+    const recovery = recoverMigrations(this.context.state, this.context.clock());
+    for (const line of recovery.log) this.context.log.warn(() => line);
+    for (const m of recovery.migrations) this.context.record({ kind: "migration", migration: m });
+    for (const action of recovery.actions) this.execute(action);
+    if (this.context.state.jobs.size) this.replanLater();
+  }
+
+  replanSoon(): void {
+    this.replanWanted = true;
+  }
+
+  replanIfWanted(): void {
+    if (this.replanWanted) this.replan();
+  }
+
+  /** The daemon on `host` went silent: moves from or to it cannot finish. */
+  hostLost(host: number): void {
+    for (const m of this.openMigrations()) {
+      if (m.from === host || m.to === host) this.fire(m.id, { type: "fail", reason: `the daemon on host ${host} was lost` });
+    }
+  }
+
+  /** Moves past their deadline fail, and a replan scheduled for now is asked for. */
+  checkDeadlines(now: number): void {
+    for (const m of this.openMigrations()) this.fire(m.id, { type: "tick" });
+    if (this.replanAt !== null && now >= this.replanAt) {
+      this.replanAt = null;
+      this.replanWanted = true;
+      this.context.wake();
+    }
+    this.drive();
+  }
+
+  transferResult(target: ReplyTarget, req: TransferResult): void {
+    const m = this.openMigrations().find((x) => x.token === req.token);
+    if (!m || m.to !== req.host) throw new ProtocolError("invalid_token", `no migration in flight to host ${req.host} carries this token`);
+    if (req.outcome === "failed") {
+      this.fire(m.id, { type: "fail", reason: `transfer to host ${req.host} failed: ${req.detail ?? "no detail"}` });
+    } else {
+      this.fire(m.id, { type: "transferred", bytes: req.bytes });
+      this.fire(
+        m.id,
+        req.outcome === "verified" ? { type: "verified" } : { type: "checksum-mismatch", detail: req.detail ?? `host ${req.host} computed another checksum` },
+      );
+    }
+    this.context.ack(target);
+  }
+
+  private replan(): void {
+    this.replanWanted = false;
+    if (this.activeMoves().length) {
+      this.replanWanted = true;
+      return;
+    }
+    const cluster = clusterOf(this.context.state);
+    if (withinBounds(cluster)) return;
+    let plan;
+    try {
+      plan = this.options.planner.plan(cluster, { timeLimitMs: this.options.planTimeLimitMs });
+    } catch (error) {
+      this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
+      this.replanLater();
+      return;
+    }
+    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
+    if (plan.moves.length === 0) return;
+    const id = `p${this.context.state.plans}`;
+    this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
+    this.drive();
+  }
+
+  /**
+   * Advances the active plan as far as the current facts allow. Each round moves some move
+   * forward, and moves wait on workers and hosts after a few rounds; the bound only keeps a
+   * bug from spinning the event loop.
+   */
+  drive(): void {
+    for (let round = 0; round < 16; round++) {
+      const moves = this.activeMoves();
+      if (moves.length === 0) return;
+      const decision = decideStep(moves);
+      switch (decision.type) {
+        case "start":
+          for (const id of decision.ids) {
+            const m = this.context.state.migrations.get(id);
+            if (m) this.fire(id, { type: "start", stopStep: this.stopStepFor(m.job) });
+          }
+          continue;
+        case "commit":
+          for (const id of decision.ids) this.fire(id, { type: "commit" });
+          continue;
+        case "abort":
+          for (const id of decision.ids) this.fire(id, { type: "fail", reason: decision.reason });
+          continue;
+        case "finished":
+          this.settledPlan = this.context.state.activePlan;
+          this.context.log.info(() => `plan ${this.context.state.activePlan} ${decision.outcome === "done" ? "done" : "rolled back"}`);
+          if (decision.outcome === "done") this.replanWanted = true;
+          else this.replanLater();
+          return;
+        case "wait":
+          if (!this.checkPaused(moves)) return;
+          continue;
+        default:
+          return assertNever(decision);
+      }
+    }
+  }
+
+  /** Fires `paused` for moves whose job has every worker held at its stop step. */
+  private checkPaused(moves: readonly Migration[]): boolean {
+    let fired = false;
+    for (const m of moves) {
+      if (m.state !== "pausing" || !this.sessions.jobHeld(m.job)) continue;
+      this.fire(m.id, { type: "paused" });
+      fired = true;
+    }
+    return fired;
+  }
+
+  /** The barrier all the job's workers stop at: the first one none of them has reported yet. */
+  private stopStepFor(jobId: string): number {
+    // The job trains on for the lead's steps after the move starts, while the destination's
+    // replacement starts: its start then costs no downtime.
+    return this.sessions.heldAt(jobId) ?? this.sessions.lastStep(jobId) + 1 + this.options.stopLeadSteps;
+  }
+
+  activeMoves(): Migration[] {
+    const { state } = this.context;
+    const plan = state.activePlan;
+    if (plan === null || plan === this.settledPlan) return [];
+    return state.activeMoves.flatMap((id) => state.migrations.get(id) ?? []);
+  }
+
+  /** Only the active plan can have moves in flight: a plan ends when all of its moves have. */
+  openMigrations(): Migration[] {
+    return this.activeMoves().filter((m) => !isFinished(m.state));
+  }
+
+  fire(id: string, event: MigrationEvent): void {
+    const m = this.context.state.migrations.get(id);
+    if (!m) return;
+    const step = transition(m, event, this.context.clock(), this.options.timeouts);
+    if (step.log) {
+      const line = step.log;
+      if (step.migration.state === "rolled-back" || step.actions.some((a) => a.type === "alert")) this.context.log.warn(() => line);
+      else this.context.log.info(() => line);
+    }
+    if (step.migration !== m) this.context.record({ kind: "migration", migration: step.migration });
+    for (const action of step.actions) this.execute(action);
+  }
+
+  private execute(action: MigrationAction): void {
+    switch (action.type) {
+      case "hold-job":
+        return this.sessions.hold(action.job, action.step);
+      case "prepare-staging":
+        return this.prepareStaging(action);
+      case "migrate-out":
+        return this.sessions.migrateOut(action.from, { kind: "migrate-out", migration: action.migration, to: action.to, endpoint: action.endpoint, token: action.token, step: action.step });
+      case "release-staging":
+        return this.releaseStaging(action);
+      case "stop-source":
+        return this.sessions.stopSource(action.host);
+      case "spawn-replacement":
+        return this.spawnReplacement(action);
+      case "reconfigure-job":
+        return this.reconfigureJob(action.job);
+      case "resume-job":
+        return this.sessions.resume(action.job);
+      case "alert":
+        this.context.log.error(() => `migration ${action.migration}: ${action.message}`);
+        return;
+      default:
+        return assertNever(action);
+    }
+  }
+
+  /**
+   * Re-forms the job once every replacement of its committed moves has registered: held
+   * workers get `reconfigure`, replacements their assignment, all with the new generation.
+   */
+  reconfigureJob(jobId: string): void {
+    const job = this.context.state.jobs.get(jobId);
+    if (!job) return;
+    if (this.activeMoves().some((m) => m.job === jobId && m.state === "committing")) return;
+    this.sessions.reform(job);
+    this.checkResumed(jobId);
+  }
+
+  checkResumed(jobId: string): void {
+    const job = this.context.state.jobs.get(jobId);
+    if (!job) return;
+    const resuming = this.activeMoves().filter((m) => m.job === jobId && m.state === "resuming");
+    if (resuming.length === 0) return;
+    if (!this.sessions.current(job)) return;
+    for (const m of resuming) this.fire(m.id, { type: "resumed" });
+  }
+
+  // ── commands to the hosts' daemons ─────────────────────────────────────────────────────
+  // Each runs as an effect: only once the records that led to it are durable.
+
+  private prepareStaging(action: Extract<MigrationAction, { type: "prepare-staging" }>): void {
+    const m = this.context.state.migrations.get(action.migration);
+    const job = m && this.context.state.jobs.get(m.job);
+    if (!m || !job) return this.later(() => this.fire(action.migration, { type: "fail", reason: "its job ended before staging" }));
+    const capacity = this.daemons.stagingBytes(action.host);
+    if (capacity !== undefined && capacity < action.bytes) {
+      const reason = `host ${action.host} stages at most ${capacity} bytes; the checkpoint has ${action.bytes}`;
+      return this.context.effect(() => this.later(() => this.fire(action.migration, { type: "fail", reason })));
+    }
+    this.context.effect(() =>
+      this.options.transport.prepare({
+        migration: action.migration,
+        host: action.host,
+        bytes: action.bytes,
+        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, launch: launchOf(job) },
+      }).then(
+        (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
+        (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
+      ),
+    );
+  }
+
+  private releaseStaging(action: Extract<MigrationAction, { type: "release-staging" }>): void {
+    this.sessions.refuseEarly(action.token, "its migration rolled back");
+    this.context.effect(() =>
+      this.options.transport.release(action.host, action.token).catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
+    );
+  }
+
+  private spawnReplacement(action: Extract<MigrationAction, { type: "spawn-replacement" }>): void {
+    const early = this.sessions.takeEarly(action.token);
+    // After the whole step committed, when the host's previous worker has left it.
+    if (early) this.later(() => this.sessions.admitEarly(action.token, early));
+    const job = this.context.state.jobs.get(action.job);
+    if (!job) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
+    this.context.effect(() =>
+      this.options.launcher
+        .spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, launch: launchOf(job), host: action.host, token: action.token })
+        .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
+    );
+  }
+
+  /** Work that arrives outside a request (a host's answer): handle it, then drive. */
+  private later(run: () => void): void {
+    this.context.safely("handling a host's answer", () => {
+      run();
+      this.drive();
+    });
+  }
+
+  private replanLater(): void {
+    this.replanAt = this.context.clock() + this.options.replanBackoffMs;
+  }
+}
+
+/** The job's replacement command, as a daemon command carries it. */
+const launchOf = (job: JobState): string[] | null => (job.launch === null ? null : [...job.launch]);
+
+const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

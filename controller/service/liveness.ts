@@ -1,0 +1,71 @@
+import { ProtocolError } from "../../sdk/protocol/errors.ts";
+import type { Heartbeat, HostRegister } from "../../sdk/protocol/daemon.ts";
+import { parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
+import type { ControllerContext, ReplyTarget } from "./context.ts";
+
+/**
+ * Daemon liveness: which hosts have a registered daemon, what each advertised (its network
+ * address, its staging capacity), and which went silent. None of it is durable; after a
+ * restart it comes back as the daemons register again.
+ */
+
+interface DaemonSession {
+  lastSeen: number;
+  lost: boolean;
+  /** The host's network address, from the transfer endpoint its daemon advertises. */
+  address: string | null;
+  /** Size of the host's pre-allocated staging buffer: the largest checkpoint it can take. */
+  readonly stagingBytes: number;
+}
+
+export class DaemonLiveness {
+  private readonly daemons = new Map<number, DaemonSession>();
+
+  constructor(
+    private readonly context: ControllerContext,
+    /** A daemon silent for this long is declared lost. */
+    private readonly heartbeatTimeoutMs: number,
+  ) {}
+
+  register(target: ReplyTarget, req: HostRegister): void {
+    const hostCount = this.context.state.topology.racks * this.context.state.topology.hostsPerRack;
+    if (req.host >= hostCount) throw new ProtocolError("malformed", `host ${req.host} is out of range: the cluster has hosts 0..${hostCount - 1}`);
+    this.daemons.set(req.host, { lastSeen: this.context.clock(), lost: false, stagingBytes: req.stagingBytes, address: addressIn(req.endpoint) });
+    this.context.log.info(() => `daemon on host ${req.host} registered (${req.stagingBytes} staging bytes at ${req.endpoint})`);
+    this.context.ack(target);
+  }
+
+  heartbeat(target: ReplyTarget, req: Heartbeat): void {
+    const daemon = this.daemons.get(req.host);
+    if (!daemon) throw new ProtocolError("unknown_worker", `host ${req.host} has no registered daemon; send daemon.register first`);
+    if (daemon.lost) this.context.log.info(() => `daemon on host ${req.host} is back`);
+    daemon.lastSeen = this.context.clock();
+    daemon.lost = false;
+    this.context.ack(target);
+  }
+
+  /** Declares lost every daemon silent past the timeout, calling `lost` for each as it does. */
+  checkHeartbeats(now: number, lost: (host: number) => void): void {
+    for (const [host, daemon] of this.daemons) {
+      if (daemon.lost || now - daemon.lastSeen < this.heartbeatTimeoutMs) continue;
+      daemon.lost = true;
+      this.context.log.warn(() => `daemon on host ${host} lost: no heartbeat for ${now - daemon.lastSeen} ms`);
+      lost(host);
+    }
+  }
+
+  /** The host's network address as its daemon advertised it; null before it registered. */
+  readonly addressOf = (host: number): string | null => this.daemons.get(host)?.address ?? null;
+
+  /** The largest checkpoint the host's daemon can stage; undefined before it registered. */
+  stagingBytes(host: number): number | undefined {
+    return this.daemons.get(host)?.stagingBytes;
+  }
+
+  /** Every registered daemon, for the status report. */
+  view(): { host: number; lost: boolean }[] {
+    return [...this.daemons].map(([host, d]) => ({ host, lost: d.lost }));
+  }
+}
+
+const addressIn = (endpoint: string): string | null => parseTransferEndpoint(endpoint)?.host ?? null;

@@ -1,0 +1,415 @@
+import { clusterFromSnapshot, rackOf } from "../model/cluster.ts";
+import { ringOrder } from "../route/ring-order.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
+import type { Barrier, Directive, Parallelism, Register } from "../../sdk/protocol/worker.ts";
+import { assignmentOf, jobHosts } from "./assignment.ts";
+import type { ControllerContext, ReplyTarget } from "./context.ts";
+import { assertNever, isCommitted, type Migration, type MigrationEvent } from "./migration.ts";
+import type { DurableState, JobState, JournalRecord } from "./state.ts";
+
+/**
+ * Worker sessions: workers registering until their job starts, replacements registering on
+ * a move's destination (held while the move has not committed), barriers answered or held
+ * while the job stops for a move, and jobs finishing. Holds who is connected and which host
+ * each job owns; none of it is durable, workers bring it back by calling in again.
+ */
+
+/** What worker sessions ask of plan execution. */
+export interface SessionMoves {
+  /** The active plan's moves, finished ones included. */
+  activeMoves(): Migration[];
+  /** The active plan's moves still in flight. */
+  openMigrations(): Migration[];
+  fire(id: string, event: MigrationEvent): void;
+  /** Re-forms the job once every replacement of its committed moves has registered. */
+  reconfigureJob(job: string): void;
+  /** Fires `resumed` once every worker of the job has its current assignment. */
+  checkResumed(job: string): void;
+  /** Plans again at the next drain. */
+  replanSoon(): void;
+}
+
+interface WorkerSession {
+  readonly job: string;
+  readonly host: number;
+  lastStep: number | null;
+  /** Generation of the last assignment sent to the worker. */
+  sentGeneration: number;
+  /** A barrier waiting for the job's directive. */
+  held: { readonly step: number; readonly target: ReplyTarget } | null;
+  /** A replacement's registration waiting for its job to re-form. */
+  heldRegister: ReplyTarget | null;
+  /** A directive for this worker's next barrier (its `migrate-out`). */
+  pending: Directive | null;
+}
+
+interface PendingJob {
+  readonly parallelism: Parallelism;
+  readonly rings: number;
+  launch: readonly string[] | null;
+  readonly workers: Map<number, { group: number; bytes: number; target: ReplyTarget }>;
+}
+
+/** A replacement that registered before its move committed. */
+export interface EarlyRegistration {
+  readonly target: ReplyTarget;
+  readonly req: Register;
+}
+
+export class WorkerSessions {
+  private readonly pendingJobs = new Map<string, PendingJob>();
+  private readonly workers = new Map<number, WorkerSession>();
+  /** Replacements that registered before their move committed, by token. */
+  private readonly early = new Map<string, EarlyRegistration>();
+  /** Jobs held at a barrier step for a migration. */
+  private readonly stops = new Map<string, number>();
+  /** Which job each host runs, started or still registering. */
+  private readonly owners = new Map<number, string>();
+
+  constructor(
+    private readonly context: ControllerContext,
+    private readonly addressOf: (host: number) => string | null,
+    /** Plan execution; a function, since it is built after the sessions it acts on. */
+    private readonly moves: () => SessionMoves,
+  ) {
+    for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
+  }
+
+  private get state(): DurableState {
+    return this.context.state;
+  }
+
+  // ── requests ───────────────────────────────────────────────────────────────────────────
+
+  register(target: ReplyTarget, req: Register): void {
+    const { job: jobId, group, host } = req.worker;
+    const { pp, dp } = req.parallelism;
+    const hostCount = this.state.topology.racks * this.state.topology.hostsPerRack;
+    if (host >= hostCount) throw new ProtocolError("malformed", `worker.host ${host} is out of range: the cluster has hosts 0..${hostCount - 1}`);
+    if (group >= pp) throw new ProtocolError("malformed", `worker.group ${group} is out of range: parallelism.pp is ${pp}, so groups are 0..${pp - 1}`);
+    if (req.token !== undefined) return this.registerReplacement(target, req, req.token);
+
+    const started = this.state.jobs.get(jobId);
+    if (started) {
+      const assignment = assignmentOf(started, host, this.addressOf);
+      if (!assignment || assignment.group !== group) {
+        throw new ProtocolError("conflict", `job "${jobId}" runs group ${group} on hosts ${started.groups[group]?.join(", ") ?? "none"}, not on host ${host}; a running job takes new workers only through migrations`);
+      }
+      const session = this.session(jobId, host);
+      session.sentGeneration = started.generation;
+      this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
+      return;
+    }
+
+    const owner = this.owners.get(host);
+    if (owner !== undefined && owner !== jobId) throw new ProtocolError("conflict", `host ${host} already runs a worker of job "${owner}"; one worker per host`);
+    const incoming = this.moves().openMigrations().find((m) => m.to === host);
+    if (incoming) throw new ProtocolError("conflict", `host ${host} is reserved for migration ${incoming.id} of job "${incoming.job}"; place the job elsewhere`);
+    const rings = req.rings ?? req.parallelism.tp;
+    let pending = this.pendingJobs.get(jobId);
+    if (!pending) {
+      pending = { parallelism: req.parallelism, rings, launch: null, workers: new Map() };
+      this.pendingJobs.set(jobId, pending);
+    }
+    const p = pending.parallelism;
+    if (p.tp !== req.parallelism.tp || p.pp !== pp || p.dp !== dp || pending.rings !== rings) {
+      throw new ProtocolError(
+        "conflict",
+        `job "${jobId}" registered with parallelism tp ${p.tp} pp ${p.pp} dp ${p.dp} rings ${pending.rings}; ` +
+          `this worker says tp ${req.parallelism.tp} pp ${pp} dp ${dp} rings ${rings}; every worker of a job must agree`,
+      );
+    }
+    const existing = pending.workers.get(host);
+    if (!existing) {
+      const inGroup = [...pending.workers.values()].filter((w) => w.group === group).length;
+      if (inGroup >= dp) throw new ProtocolError("conflict", `job "${jobId}" group ${group} already has its ${dp} workers (parallelism.dp); host ${host} is one too many`);
+    } else if (existing.group !== group) {
+      throw new ProtocolError("conflict", `host ${host} registered for job "${jobId}" group ${existing.group}, not ${group}`);
+    }
+    pending.workers.set(host, { group, bytes: req.checkpointBytes, target });
+    pending.launch ??= req.launch ?? null;
+    this.owners.set(host, jobId);
+    if (pending.workers.size === pp * dp) this.startJob(jobId, pending);
+  }
+
+  private startJob(jobId: string, pending: PendingJob): void {
+    this.pendingJobs.delete(jobId);
+    const cluster = clusterFromSnapshot({ topology: this.state.topology, lambda: this.state.lambda, jobs: [] });
+    const groups = Array.from({ length: pending.parallelism.pp }, (_, g) =>
+      ringOrder(
+        cluster,
+        [...pending.workers].filter(([, w]) => w.group === g).map(([host]) => host),
+      ),
+    );
+    const checkpointBytes: Record<string, number> = {};
+    for (const [host, w] of pending.workers) checkpointBytes[String(host)] = w.bytes;
+    this.context.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes, launch: pending.launch ? [...pending.launch] : null });
+    const job = this.state.jobs.get(jobId);
+    if (!job) return;
+    this.context.log.info(() => `job ${jobId} started on hosts ${jobHosts(job).join(", ")}`);
+    for (const [host, w] of pending.workers) {
+      const assignment = assignmentOf(job, host, this.addressOf);
+      if (!assignment) continue;
+      this.session(jobId, host).sentGeneration = job.generation;
+      this.context.send(w.target, { v: PROTOCOL_VERSION, type: "worker.registered", id: w.target.id, assignment });
+    }
+    // A group inside one rack adds to no rack's fragmentation, so a job made only of such
+    // groups cannot break a bound; most jobs start that way, and skip the check.
+    if (groups.some((hosts) => new Set(hosts.map((h) => rackOf(cluster, h))).size > 1)) this.moves().replanSoon();
+  }
+
+  /**
+   * A replacement launcher registers on the destination of a move. Started at prepare, it may
+   * call before the move commits: it is held until then (`early`), and refused on a rollback.
+   */
+  private registerReplacement(target: ReplyTarget, req: Register, token: string): void {
+    const m = this.moves().activeMoves().find((x) => x.token === token);
+    if (!m || m.to !== req.worker.host || m.job !== req.worker.job || m.group !== req.worker.group || m.state === "rolled-back") {
+      throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`);
+    }
+    if (!isCommitted(m.state)) {
+      if (!this.early.has(token)) this.context.log.info(() => `migration ${m.id}: the replacement on host ${m.to} is up before the commit; its registration waits for it`);
+      this.early.set(token, { target, req });
+      return;
+    }
+    const session = this.session(m.job, m.to);
+    session.heldRegister = target;
+    if (m.state === "committing") this.moves().fire(m.id, { type: "replacement-registered" });
+    else this.moves().reconfigureJob(m.job);
+  }
+
+  barrier(target: ReplyTarget, req: Barrier): void {
+    const { job: jobId, host } = req.worker;
+    const job = this.state.jobs.get(jobId);
+    const assignment = job ? assignmentOf(job, host, this.addressOf) : null;
+    if (!job || !assignment || assignment.group !== req.worker.group) {
+      const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
+      if (replaced) return this.context.directive(target, { kind: "stop", reason: `replaced by migration ${replaced.id} to host ${replaced.to}` });
+      // Another of the job's launchers reported its end first; this worker's last barrier was still on its way.
+      if (!job && this.state.finished.includes(jobId)) return this.context.directive(target, { kind: "stop", reason: `job ${jobId} finished` });
+      if (!job) {
+        throw new ProtocolError("unknown_job", this.pendingJobs.has(jobId)
+          ? `job "${jobId}" has not started: barriers begin after every worker registered and got its assignment`
+          : `job "${jobId}" is not known to this controller; register its workers first`);
+      }
+      throw new ProtocolError("unknown_worker", `job "${jobId}" runs no worker of group ${req.worker.group} on host ${host}; register it first`);
+    }
+    const session = this.session(jobId, host);
+    session.lastStep = Math.max(session.lastStep ?? req.step, req.step);
+    // A worker that calls in with a generation already has that assignment, for instance one
+    // it got from this controller's predecessor.
+    session.sentGeneration = Math.max(session.sentGeneration, req.generation);
+    const stop = this.stops.get(jobId);
+    if (stop !== undefined && req.step >= stop) {
+      if (session.pending) {
+        const directive = session.pending;
+        session.pending = null;
+        return this.context.directive(target, directive);
+      }
+      session.held = { step: req.step, target };
+      return;
+    }
+    if (req.generation < job.generation) {
+      session.sentGeneration = job.generation;
+      this.context.directive(target, { kind: "reconfigure", assignment });
+      this.moves().checkResumed(jobId);
+      return;
+    }
+    this.context.directive(target, { kind: "continue" });
+    this.moves().checkResumed(jobId);
+  }
+
+  finish(target: ReplyTarget, jobId: string): void {
+    const pending = this.pendingJobs.get(jobId);
+    const job = this.state.jobs.get(jobId);
+    if (!pending && !job) {
+      if (!this.state.finished.includes(jobId)) throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
+      this.context.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
+      return;
+    }
+    if (pending) {
+      this.pendingJobs.delete(jobId);
+      for (const [host, w] of pending.workers) {
+        this.owners.delete(host);
+        this.context.send(w.target, errorReply(w.target.id, "unknown_job", `job "${jobId}" finished before all its workers registered`));
+      }
+    }
+    if (job) {
+      for (const m of this.moves().openMigrations()) if (m.job === jobId) this.moves().fire(m.id, { type: "fail", reason: `job ${jobId} finished` });
+      this.context.record({ kind: "job-finished", job: jobId });
+      this.stops.delete(jobId);
+      for (const [host, session] of this.workers) {
+        if (session.job !== jobId) continue;
+        if (session.held) this.context.directive(session.held.target, { kind: "stop", reason: `job ${jobId} finished` });
+        this.workers.delete(host);
+      }
+      this.context.log.info(() => `job ${jobId} finished; hosts ${jobHosts(job).join(", ")} are free`);
+      this.moves().replanSoon();
+    }
+    this.context.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
+  }
+
+  // ── what plan execution does with the workers ──────────────────────────────────────────
+
+  /** Holds the job's workers at barrier `step`: their barriers wait for the job's directive. */
+  hold(jobId: string, step: number): void {
+    this.stops.set(jobId, step);
+  }
+
+  /** The barrier step the job is held at, if it is. */
+  heldAt(jobId: string): number | undefined {
+    return this.stops.get(jobId);
+  }
+
+  /** Whether every worker of the job waits at its stop step. */
+  jobHeld(jobId: string): boolean {
+    const job = this.state.jobs.get(jobId);
+    const stop = this.stops.get(jobId);
+    if (!job || stop === undefined) return false;
+    return jobHosts(job).every((h) => {
+      const s = this.workers.get(h);
+      return s !== undefined && s.held !== null && s.held.step >= stop;
+    });
+  }
+
+  /** The last barrier step any of the job's workers reported, or -1. */
+  lastStep(jobId: string): number {
+    let last = -1;
+    for (const s of this.workers.values()) if (s.job === jobId && s.lastStep !== null) last = Math.max(last, s.lastStep);
+    return last;
+  }
+
+  /** Answers the worker's held barrier with `directive`, or keeps it for its next barrier. */
+  migrateOut(host: number, directive: Directive): void {
+    const session = this.workers.get(host);
+    if (!session) return;
+    if (session.held) {
+      const { target } = session.held;
+      session.held = null;
+      this.context.directive(target, directive);
+    } else {
+      session.pending = directive;
+    }
+  }
+
+  /** The worker on `host` was replaced by a committed move: it is told to stop and forgotten. */
+  stopSource(host: number): void {
+    const session = this.workers.get(host);
+    if (session?.held) this.context.directive(session.held.target, { kind: "stop", reason: `replaced by a migration to another host` });
+    this.workers.delete(host);
+  }
+
+  /** Takes the early registration held for `token`, if any. */
+  takeEarly(token: string): EarlyRegistration | undefined {
+    const early = this.early.get(token);
+    this.early.delete(token);
+    return early;
+  }
+
+  /** A replacement that registered before its move committed is now admitted (or told why not). */
+  admitEarly(token: string, early: EarlyRegistration): void {
+    try {
+      this.registerReplacement(early.target, early.req, token);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      this.context.send(early.target, errorReply(early.target.id, error.code, error.message));
+    }
+  }
+
+  /** Answers a held early registration with a refusal: its move will not commit. */
+  refuseEarly(token: string, why: string): void {
+    const early = this.takeEarly(token);
+    if (!early) return;
+    this.context.send(early.target, errorReply(early.target.id, "invalid_token", `the replacement is not needed: ${why}`));
+  }
+
+  /** Gives every waiting worker of the job its new assignment: held barriers and held replacements. */
+  reform(job: JobState): void {
+    this.stops.delete(job.id);
+    for (const host of jobHosts(job)) {
+      const session = this.workers.get(host);
+      const assignment = assignmentOf(job, host, this.addressOf);
+      if (!session || !assignment) continue;
+      session.pending = null;
+      if (session.heldRegister) {
+        const target = session.heldRegister;
+        session.heldRegister = null;
+        session.sentGeneration = job.generation;
+        this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
+      }
+      if (session.held) {
+        const { target } = session.held;
+        session.held = null;
+        session.sentGeneration = job.generation;
+        this.context.directive(target, { kind: "reconfigure", assignment });
+      }
+    }
+  }
+
+  /** Whether every worker of the job was sent its current assignment. */
+  current(job: JobState): boolean {
+    return jobHosts(job).every((h) => this.workers.get(h)?.sentGeneration === job.generation);
+  }
+
+  /** Releases the job's held workers where they stopped. */
+  resume(jobId: string): void {
+    this.stops.delete(jobId);
+    for (const session of this.workers.values()) {
+      if (session.job !== jobId) continue;
+      session.pending = null;
+      if (session.held) {
+        const { target } = session.held;
+        session.held = null;
+        this.context.directive(target, { kind: "continue" });
+      }
+    }
+  }
+
+  // ── bookkeeping ────────────────────────────────────────────────────────────────────────
+
+  /** Keeps `owners` in step with a record, touching only the hosts it changes. */
+  trackOwners(before: DurableState, record: JournalRecord): void {
+    switch (record.kind) {
+      case "job-started":
+        for (const hosts of record.groups) for (const h of hosts) this.owners.set(h, record.job);
+        return;
+      case "job-finished":
+        for (const h of jobHosts(before.jobs.get(record.job) ?? { groups: [] })) this.owners.delete(h);
+        return;
+      case "migration": {
+        const m = record.migration;
+        const was = before.migrations.get(m.id);
+        if (was && !isCommitted(was.state) && isCommitted(m.state)) {
+          // In a swap another move of the step may already have landed on this source.
+          if (this.owners.get(m.from) === m.job) this.owners.delete(m.from);
+          this.owners.set(m.to, m.job);
+        }
+        return;
+      }
+      case "config":
+      case "plan":
+      case "snapshot":
+        return;
+      default:
+        return assertNever(record);
+    }
+  }
+
+  /** Jobs still registering and the connected workers, for the status report. */
+  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number } {
+    return {
+      registering: [...this.pendingJobs].map(([id, p]) => ({ id, hosts: [...p.workers.keys()], expected: p.parallelism.pp * p.parallelism.dp })),
+      workers: this.workers.size,
+    };
+  }
+
+  private session(job: string, host: number): WorkerSession {
+    let session = this.workers.get(host);
+    if (!session || session.job !== job) {
+      session = { job, host, lastStep: null, sentGeneration: -1, held: null, heldRegister: null, pending: null };
+      this.workers.set(host, session);
+    }
+    return session;
+  }
+}
