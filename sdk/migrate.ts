@@ -1,7 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { send, StagingBuffer, type Transport } from "../native/index.ts";
 import { packCheckpointAsync, readCheckpoint, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
-import { ticketFor } from "../controller/daemon/daemon.ts";
+import { ticketFor } from "./protocol/endpoint.ts";
 import { formatZodError } from "./errors.ts";
 import { ReplacementEnvSchema, type ReplacementEnv } from "./protocol/replacement.ts";
 import type { Directive } from "./protocol/worker.ts";

@@ -6,19 +6,6 @@ import { CHECKED, checkImports, LAYERS, TIERS, type Violation } from "./helpers/
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 
-/**
- * Imports that break the direction in this tree and are being moved on other branches. Each
- * must still break it: a fixed one fails here until its line is deleted.
- */
-const PENDING: readonly { file: string; target: string }[] = [
-  { file: "examples/plan.ts", target: "cli/io.ts" },
-  { file: "examples/plan.ts", target: "controller/model/index.ts" },
-  { file: "examples/plan.ts", target: "controller/plan/index.ts" },
-  { file: "sdk/migrate.ts", target: "controller/daemon/daemon.ts" },
-  { file: "sdk/launch/launcher.ts", target: "controller/daemon/daemon.ts" },
-];
-
-const pending = (v: Violation) => PENDING.some((p) => p.file === v.file && p.target === v.target);
 const describeViolation = (v: Violation) => `${v.file}:${v.line}: imports "${v.specifier}" (${v.target}): ${v.rule}`;
 
 function trackedSources(): string[] {
@@ -34,12 +21,7 @@ describe("the import direction (test/helpers/architecture.ts)", () => {
   it("holds for every source file git tracks", () => {
     expect(files).toContain("native/index.ts");
     expect(files).toContain("bin/monkeytree.js");
-    expect(violations.filter((v) => !pending(v)).map(describeViolation)).toEqual([]);
-  });
-
-  it("lists as pending only imports that still break it", () => {
-    const stale = PENDING.filter((p) => !violations.some((v) => p.file === v.file && p.target === v.target));
-    expect(stale, "fixed: delete these from PENDING").toEqual([]);
+    expect(violations.map(describeViolation)).toEqual([]);
   });
 
   it("names the file, the line and the rule of a layer broken by any kind of import", () => {

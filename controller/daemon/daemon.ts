@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { ClientClosedError, ControllerConnection, ControllerError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
-import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, transferTicketSchema, type Grant, type TransferTicket } from "../../native/index.ts";
+import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
 import { safeDecodeCommand, safeDecodeReply } from "../../sdk/protocol/codec.ts";
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import { formatTransferEndpoint, parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
+import { formatTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
 
 /**
@@ -60,13 +60,6 @@ function stopGroup(child: ChildProcess | null): void {
 }
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
-
-/** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
-export function ticketFor(endpoint: string, token: string, length: number): TransferTicket {
-  const parsed = parseTransferEndpoint(endpoint);
-  if (!parsed) throw new TypeError(`endpoint must be tcp://HOST:PORT[?rdma], got "${endpoint}"`);
-  return transferTicketSchema.parse({ host: parsed.host, port: parsed.port, token, length, ...(parsed.rdma ? { rdma: true } : {}) });
-}
 
 export class HostDaemon {
   private readonly connection: ControllerConnection;

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { crc32cLibraryPath, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../client.ts";
-import { ticketFor } from "../../controller/daemon/daemon.ts";
+import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
 import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { transferTicketSchema, type TransferTicket } from "../../native/index.ts";
 
 /**
  * A host's transfer engine as the control plane names it: `tcp://HOST:PORT` (an IPv6 literal in
@@ -28,3 +29,10 @@ export function parseTransferEndpoint(endpoint: string): TransferEndpoint | null
 export const TransferEndpointSchema = z.string().refine((endpoint) => parseTransferEndpoint(endpoint) !== null, {
   error: "endpoint must be tcp://HOST:PORT, or tcp://HOST:PORT?rdma when the host accepts RDMA WRITEs",
 });
+
+/** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
+export function ticketFor(endpoint: string, token: string, length: number): TransferTicket {
+  const parsed = parseTransferEndpoint(endpoint);
+  if (!parsed) throw new TypeError(`endpoint must be tcp://HOST:PORT[?rdma], got "${endpoint}"`);
+  return transferTicketSchema.parse({ host: parsed.host, port: parsed.port, token, length, ...(parsed.rdma ? { rdma: true } : {}) });
+}

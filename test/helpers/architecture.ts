@@ -16,6 +16,7 @@ export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
     // The Python hook imports no TypeScript; the launcher points torchrun at it.
     ["sdk/errors.ts", "sdk/log.ts", "sdk/python/"],
     ["sdk/protocol/", "sdk/checkpoint/"],
+    ["sdk/connection.ts"],
     ["sdk/client.ts"],
     ["sdk/migrate.ts", "sdk/launch/"],
   ],

@@ -5,7 +5,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { HostDaemon, ticketFor } from "../../controller/daemon/daemon.ts";
+import { HostDaemon } from "../../controller/daemon/daemon.ts";
+import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { startController, tempDir, type Harness } from "./harness.ts";
 
