@@ -22,6 +22,13 @@ describe("the Python package's version", () => {
     const source = readFileSync(join(root, "sdk/python/monkeytree/_version.py"), "utf8");
     expect(source.match(/^__version__ = "([^"]*)"$/m)?.[1]).toBe(version);
   });
+
+  it("is printed by python3 -m monkeytree --version where torch cannot be imported", () => {
+    // A None entry in sys.modules makes every `import torch` fail, as on a host without it.
+    const script = "import runpy, sys; sys.modules['torch'] = None; sys.argv = ['monkeytree', '--version']; runpy.run_module('monkeytree', run_name='__main__')";
+    const result = spawnSync("python3", ["-c", script], { env: { ...process.env, PYTHONPATH: join(root, "sdk/python") }, encoding: "utf8" });
+    expect({ code: result.status, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 0, stdout: `monkeytree ${version}\n`, stderr: "" });
+  });
 });
 
 const hasTorch = canRun("test/python/package.test.ts", torch());
