@@ -28,8 +28,9 @@ const describe = (caller: Caller): string => {
     case "daemon":
       return `host ${caller.host}'s daemon credential`;
     case "operator":
+      return "an operator credential";
     case "anyone":
-      return `an ${caller.role} credential`;
+      return "no credential";
     default:
       return assertNever(caller);
   }

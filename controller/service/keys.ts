@@ -1,7 +1,6 @@
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { InvalidInputError } from "../../sdk/errors.ts";
+import { readJsonFile } from "../../sdk/errors.ts";
 import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema, type Principal } from "../../sdk/protocol/auth.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 
@@ -35,16 +34,7 @@ export type Keyring = z.infer<typeof KeyringSchema>;
 /** Reads and checks `DIR/controller.json`; every failure names the file and how to make one. */
 export function loadKeyring(dir: string): Keyring {
   const path = join(dir, KEYRING_FILE);
-  let value: unknown;
-  try {
-    value = JSON.parse(readFileSync(path, "utf8"));
-  } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message;
-    throw new InvalidInputError(`keyring ${path}`, [{ path: "", message: `cannot read it (${reason}); create it with \`monkeytree keys --dir ${dir}\`` }]);
-  }
-  const result = KeyringSchema.safeParse(value);
-  if (!result.success) throw InvalidInputError.fromZod(`keyring ${path}`, result.error);
-  return result.data;
+  return readJsonFile(path, `keyring ${path}`, KeyringSchema, `create it with \`monkeytree keys --dir ${dir}\``);
 }
 
 /**

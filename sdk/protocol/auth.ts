@@ -1,7 +1,6 @@
-import { readFileSync } from "node:fs";
 import { createHmac, createPrivateKey, createPublicKey, diffieHellman, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
-import { InvalidInputError } from "../errors.ts";
+import { readJsonFile } from "../errors.ts";
 import { JobIdSchema } from "./envelope.ts";
 
 /**
@@ -68,18 +67,8 @@ export const CredentialSchema = z.strictObject({
 export type Credential = z.infer<typeof CredentialSchema>;
 
 /** Reads a credential file; every failure names the file and the field. */
-export function readCredential(path: string): Credential {
-  let value: unknown;
-  try {
-    value = JSON.parse(readFileSync(path, "utf8"));
-  } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message;
-    throw new InvalidInputError(`credential ${path}`, [{ path: "", message: `cannot read it (${reason}); \`monkeytree keys\` writes credential files` }]);
-  }
-  const result = CredentialSchema.safeParse(value);
-  if (!result.success) throw InvalidInputError.fromZod(`credential ${path}`, result.error);
-  return result.data;
-}
+export const readCredential = (path: string): Credential =>
+  readJsonFile(path, `credential ${path}`, CredentialSchema, "`monkeytree keys` writes credential files");
 
 /** The second frame of every request to a controller that has a keyring. */
 export const AuthFrameSchema = z.strictObject({
