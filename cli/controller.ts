@@ -4,11 +4,11 @@ import { InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
 import { JournalError } from "../controller/service/journal.ts";
-import { loadOrCreateKeys } from "../controller/service/keys.ts";
+import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
-import { ExitCode, UsageError, intFlag, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -18,9 +18,11 @@ function describeDefault(): string {
   return `${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, ${t.uplinksPerRack} uplinks per rack`;
 }
 
+const DEFAULT_BIND = "tcp://127.0.0.1:5555";
+
 const help = `usage: monkeytree controller [--snapshot FILE] [--bind ADDR] [--journal DIR]
-                             [--curve-keys FILE] [--plan-time-limit S] [--heartbeat-timeout S]
-                             [--stop-lead N]
+                             [--keys DIR | --insecure] [--plan-time-limit S]
+                             [--heartbeat-timeout S] [--stop-lead N]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
 register their workers and meet it at every iteration barrier; when a job starts or ends it
@@ -31,10 +33,14 @@ journal, rolls back moves that had not committed and finishes those that had.
 options:
   --snapshot FILE        topology and bounds (as for \`monkeytree plan\`, with no jobs);
                          default: ${describeDefault()}
-  --bind ADDR            ZeroMQ address to listen on (default tcp://*:5555)
+  --bind ADDR            ZeroMQ address to listen on (default ${DEFAULT_BIND}, this machine only)
   --journal DIR          journal directory (default .monkeytree/journal)
-  --curve-keys FILE      CURVE keypair (JSON {publicKey, secretKey}); created when missing.
-                         Clients then need the public key (\`monkeytree status --server-key=KEY\`)
+  --keys DIR             the keyring \`monkeytree keys --dir DIR\` writes: the controller speaks
+                         CURVE, admits only the keyring's client keys, and lets each do only
+                         what its role allows (a daemon its host, a job its own workers, an
+                         operator \`status\`). Required to bind anything but loopback
+  --insecure             bind another address without a keyring: anyone who reaches it may
+                         register daemons and jobs, and so run commands on every host
   --plan-time-limit S    planner budget per event in seconds (default 2)
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
   --stop-lead N          steps a job trains after its move starts, before its workers stop
@@ -57,7 +63,8 @@ export const command: Command = {
       snapshot: { type: "string" },
       bind: { type: "string" },
       journal: { type: "string" },
-      "curve-keys": { type: "string" },
+      keys: { type: "string" },
+      insecure: { type: "boolean" },
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
       "stop-lead": { type: "string" },
@@ -69,13 +76,25 @@ export const command: Command = {
     if (cluster.groups.length) {
       throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
     }
-    const curve = flags["curve-keys"] === undefined ? undefined : loadOrCreateKeys(flags["curve-keys"]);
+    const bind = flags.bind ?? DEFAULT_BIND;
+    if (flags.keys !== undefined && flags.insecure) throw new UsageError("--keys and --insecure contradict each other: give one");
+    if (flags.keys === undefined && !flags.insecure && !isLoopback(bind)) {
+      throw new UsageError(
+        `refusing to listen on ${bind} without a keyring: anyone who reaches it could run commands on every host. ` +
+          "Create keys with `monkeytree keys --dir keys --daemon 0-127 --job JOB --operator NAME` and pass --keys keys, " +
+          "or pass --insecure on a network only trusted machines reach",
+      );
+    }
+    const keyring = flags.keys === undefined ? undefined : loadKeyring(flags.keys);
     const logger = createLogger("controller", (line) => io.err.write(`${line}\n`));
+    if (flags.insecure && !isLoopback(bind)) {
+      logger.warn(() => `listening on ${bind} with --insecure: any client on the network can register daemons and jobs, and so owns every host`);
+    }
     const daemons = new DaemonHosts();
     let server: ControllerServer;
     try {
       server = await ControllerServer.start({
-        bind: flags.bind ?? "tcp://*:5555",
+        bind,
         journalDir: flags.journal ?? ".monkeytree/journal",
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
         planner: await createPlanner(),
@@ -86,7 +105,7 @@ export const command: Command = {
         heartbeatTimeoutMs: heartbeatSeconds * 1000,
         stopLeadSteps,
         logger,
-        ...(curve ? { curve: curve.keys } : {}),
+        ...(keyring ? { keyring } : {}),
       });
     } catch (error) {
       if (error instanceof JournalError) {
@@ -94,7 +113,7 @@ export const command: Command = {
       }
       throw error;
     }
-    if (curve) io.out.write(`server key ${curve.keys.publicKey}${curve.created ? ` (new keypair written to ${flags["curve-keys"]})` : ""}\n`);
+    if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
     io.out.write(`controller listening on ${server.endpoint}\n`);
     const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
     logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);

@@ -2,11 +2,11 @@ import { once } from "node:events";
 import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { createLogger } from "../sdk/log.ts";
-import { ExitCode, UsageError, intFlag, numberFlag, parseFlags, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
-const help = `usage: monkeytree daemon --host H [--connect ADDR] [--server-key=KEY] [--staging-bytes N]
+const help = `usage: monkeytree daemon --host H [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--launch CMD] [--heartbeat S]
 
 Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
@@ -18,7 +18,8 @@ starts the replacement launcher with --launch.
 options:
   --host H             this host's global index in the controller's topology (required)
   --connect ADDR       the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
-  --server-key=KEY     the controller's CURVE public key, when it runs with --curve-keys
+  --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),
+                       required when the controller has a keyring; default $${CREDENTIALS_ENV}
   --staging-bytes N    staging buffer size in bytes, the largest checkpoint the host
                        accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
   --listen HOST:PORT   this host's cluster address, where the transfer engine listens (port 0:
@@ -52,7 +53,7 @@ export const command: Command = {
     const flags = parseFlags(argv, {
       host: { type: "string" },
       connect: { type: "string" },
-      "server-key": { type: "string" },
+      credentials: { type: "string" },
       "staging-bytes": { type: "string" },
       listen: { type: "string" },
       launch: { type: "string" },
@@ -63,10 +64,17 @@ export const command: Command = {
     const host = intFlag("host", flags.host, undefined, 0);
     const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
     const controller = flags.connect ?? "tcp://127.0.0.1:5555";
-    if (flags.listen === undefined && !/^(ipc:\/\/|tcp:\/\/(127\.[\d.]+|localhost|\[::1\]):)/.test(controller)) {
+    if (flags.listen === undefined && !isLoopback(controller)) {
       throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
     }
     const listen = parseListen(flags.listen ?? "127.0.0.1:0");
+    const credential = credentialFlag(flags.credentials);
+    if (credential && !(credential.credential.principal.role === "daemon" && credential.credential.principal.host === host)) {
+      throw new UsageError(`${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`);
+    }
+    // The replacement launchers this daemon starts inherit its environment; they must never
+    // find the daemon's credential there.
+    delete process.env[CREDENTIALS_ENV];
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const daemon = HostDaemon.start({
@@ -76,7 +84,7 @@ export const command: Command = {
       listen,
       heartbeatMs,
       log: logger,
-      ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }),
+      ...(credential ? { credential: credential.credential } : {}),
       ...(flags.launch === undefined ? {} : { launch: flags.launch }),
     });
     io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}\n`);

@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { InvalidInputError } from "../sdk/errors.ts";
+import { readCredential, type Credential } from "../sdk/protocol/auth.ts";
 import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
 
 /** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal. */
@@ -89,3 +90,19 @@ export function table(header: readonly string[], rows: readonly (readonly (strin
   const widths = header.map((_, c) => Math.max(...cells.map((row) => row[c]?.length ?? 0)));
   return cells.map((row) => row.map((cell, c) => cell.padStart(widths[c] ?? 0)).join("  ")).join("\n");
 }
+
+/** Where a client finds its credential file when `--credentials` is not given. */
+export const CREDENTIALS_ENV = "MONKEYTREE_CREDENTIALS";
+
+/**
+ * The credential named by `--credentials FILE`, else by $MONKEYTREE_CREDENTIALS; none talks to
+ * a controller without a keyring.
+ */
+export function credentialFlag(raw: string | undefined): { path: string; credential: Credential } | undefined {
+  const path = raw ?? process.env[CREDENTIALS_ENV];
+  if (path === undefined || path === "") return undefined;
+  return { path, credential: readCredential(path) };
+}
+
+/** Whether a ZeroMQ address reaches this machine only: loopback TCP, ipc:// or inproc://. */
+export const isLoopback = (endpoint: string): boolean => /^(ipc:\/\/|inproc:\/\/|tcp:\/\/(127\.[\d.]+|localhost|\[::1\]):)/.test(endpoint);

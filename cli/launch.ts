@@ -4,13 +4,14 @@ import { createLogger } from "../sdk/log.ts";
 import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
-import { ExitCode, UsageError, intFlag, parseFlags, type Command } from "./io.ts";
+import { resolve } from "node:path";
+import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, parseFlags, type Command } from "./io.ts";
 import { CLI } from "./paths.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
 
 const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
-                         [--connect ADDR] [--server-key=KEY] [--checkpoint-bytes N]
+                         [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
                          [--master-port P] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
 
 Wraps a job's torchrun command on one host. It registers this host's worker with the
@@ -35,7 +36,9 @@ options:
   --pp N                 pipeline stages (default 1)
   --tp N                 tensor-parallel degree; the DP rings a rack boundary carries (default 1)
   --connect ADDR         the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
-  --server-key=KEY       the controller's CURVE public key, when it uses CURVE
+  --credentials FILE     the job's credential (job-J.json from \`monkeytree keys --job J\`),
+                         required when the controller has a keyring; default $${CREDENTIALS_ENV}.
+                         A replacement on another host uses the same path there
   --checkpoint-bytes N   staging for this host's checkpoint, split among its local processes
                          (default ${DEFAULT_CHECKPOINT_BYTES}, 256 MiB). The launcher holds that much shared memory
                          from its start, so a migration does not wait for it; a destination
@@ -63,7 +66,7 @@ export const command: Command = {
       pp: { type: "string" },
       tp: { type: "string" },
       connect: { type: "string" },
-      "server-key": { type: "string" },
+      credentials: { type: "string" },
       "checkpoint-bytes": { type: "string" },
       "master-port": { type: "string" },
     });
@@ -83,12 +86,16 @@ export const command: Command = {
     const parallelism = replacement
       ? { tp: replacement.MONKEYTREE_TP, pp: replacement.MONKEYTREE_PP, dp: replacement.MONKEYTREE_DP }
       : { tp: intFlag("tp", flags.tp, 1, 1), pp: intFlag("pp", flags.pp, 1, 1), dp: intFlag("dp", flags.dp, undefined, 1) };
+    const credential = credentialFlag(flags.credentials);
+    if (credential && !(credential.credential.principal.role === "job" && credential.credential.principal.job === worker.job)) {
+      throw new UsageError(`${credential.path} is not job ${JSON.stringify(worker.job)}'s credential; give --credentials the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`);
+    }
     const checkpointBytes = intFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
     const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
     const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
     const launcher = new Launcher({
       controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? "tcp://127.0.0.1:5555",
-      ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }),
+      ...(credential ? { credential: credential.credential } : {}),
       worker,
       parallelism,
       checkpointBytes,
@@ -98,7 +105,7 @@ export const command: Command = {
       // Identity and controller come from the daemon's MONKEYTREE_* environment there.
       replacementCommand: [
         process.execPath, ...CLI, "launch", "--checkpoint-bytes", String(checkpointBytes), "--master-port", String(masterPortBase),
-        ...(flags["server-key"] === undefined ? [] : [`--server-key=${flags["server-key"]}`]),
+        ...(credential ? [`--credentials=${resolve(credential.path)}`] : []),
         "--", ...argv.slice(split + 1),
       ],
       log,

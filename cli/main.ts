@@ -11,6 +11,7 @@ const commands: Record<string, () => Promise<Command>> = {
   status: async () => (await import("./status.ts")).command,
   demo: async () => (await import("./demo.ts")).command,
   launch: async () => (await import("./launch.ts")).command,
+  keys: async () => (await import("./keys.ts")).command,
 };
 
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */

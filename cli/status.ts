@@ -1,16 +1,16 @@
 import { ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
-import { ExitCode, numberFlag, parseFlags, table, writeJson, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, credentialFlag, numberFlag, parseFlags, table, writeJson, type Command } from "./io.ts";
 
-const help = `usage: monkeytree status [--connect ADDR] [--server-key=KEY] [--timeout S] [--json]
+const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json]
 
 Asks a running controller what it holds: jobs and their workers, host daemons, per-rack
 fragmentation against the bound, and every migration with its state.
 
 options:
   --connect ADDR    controller address (default tcp://127.0.0.1:5555)
-  --server-key=KEY  the controller's CURVE public key (Z85), when it runs with --curve-keys;
-                    write it with "=" since a Z85 key may start with "-"
+  --credentials FILE  an operator credential (operator-NAME.json from \`monkeytree keys\`),
+                    required when the controller has a keyring; default $${CREDENTIALS_ENV}
   --timeout S       give up after S seconds (default 5)
   --json            print the status document as JSON
   -h, --help        show this help
@@ -23,13 +23,14 @@ export const command: Command = {
   async run(argv, io) {
     const flags = parseFlags(argv, {
       connect: { type: "string" },
-      "server-key": { type: "string" },
+      credentials: { type: "string" },
       timeout: { type: "string" },
       json: { type: "boolean" },
     });
     const timeoutMs = numberFlag("timeout", flags.timeout, 5, 0.1) * 1000;
     const endpoint = flags.connect ?? "tcp://127.0.0.1:5555";
-    const client = new ControllerClient({ endpoint, ...(flags["server-key"] === undefined ? {} : { serverKey: flags["server-key"] }), timeoutMs });
+    const credential = credentialFlag(flags.credentials);
+    const client = new ControllerClient({ endpoint, ...(credential ? { credential: credential.credential } : {}), timeoutMs });
     let report: StatusReport;
     try {
       report = await client.status();

@@ -1,5 +1,6 @@
-import { curveKeyPair, Dealer } from "zeromq";
+import { Dealer } from "zeromq";
 import type { Logger } from "./log.ts";
+import { sharedSecret, signFrame, type Credential } from "./protocol/auth.ts";
 import type { CommandReply } from "./protocol/commands.ts";
 import { encode, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
 import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
@@ -18,10 +19,11 @@ export interface ConnectionOptions {
   /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
   readonly endpoint: string;
   /**
-   * The controller's CURVE public key (Z85); required when the controller uses CURVE. The
-   * connection then authenticates with a fresh keypair of its own.
+   * The credential `monkeytree keys` made for this client; required when the controller has a
+   * keyring. The connection then speaks CURVE with the credential's keypair and proves every
+   * message with its MAC frame (`protocol/auth.ts`).
    */
-  readonly serverKey?: string;
+  readonly credential?: Credential;
   /** Default deadline of a request, in ms; `Infinity` waits until the connection closes. */
   readonly timeoutMs?: number;
   /** Resend an unanswered request this often, in ms. */
@@ -52,7 +54,7 @@ export class ControllerTimeoutError extends Error {
     readonly endpoint: string,
     readonly timeoutMs: number,
   ) {
-    super(`no answer to ${request} from ${endpoint} within ${timeoutMs} ms; check that the controller runs there and that --server-key matches its CURVE key`);
+    super(`no answer to ${request} from ${endpoint} within ${timeoutMs} ms; check that the controller runs there and, when it has a keyring, that its keyring lists this credential's key`);
   }
 }
 
@@ -92,15 +94,20 @@ export class ControllerConnection {
   private closed = false;
   private readonly loop: Promise<void>;
   private readonly log: Logger;
+  /** With a credential: the auth frame that goes with each message. */
+  private readonly sign: ((frame: string) => string) | null;
 
   constructor(private readonly options: ConnectionOptions) {
     this.log = options.log ?? silent;
     this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
-    if (options.serverKey !== undefined) {
-      const own = curveKeyPair();
-      this.socket.curveServerKey = options.serverKey;
-      this.socket.curvePublicKey = own.publicKey;
-      this.socket.curveSecretKey = own.secretKey;
+    const credential = options.credential;
+    this.sign = null;
+    if (credential) {
+      const secret = sharedSecret(credential, credential.serverKey);
+      this.sign = (frame) => signFrame(credential, secret, frame);
+      this.socket.curveServerKey = credential.serverKey;
+      this.socket.curvePublicKey = credential.publicKey;
+      this.socket.curveSecretKey = credential.secretKey;
     }
     this.socket.connect(options.endpoint);
     this.loop = this.receive();
@@ -159,8 +166,9 @@ export class ControllerConnection {
   }
 
   private write(frame: string): void {
+    const message = this.sign ? [frame, this.sign(frame)] : frame;
     this.sending = this.sending
-      .then(() => this.socket.send(frame))
+      .then(() => this.socket.send(message))
       .catch((error: unknown) => {
         // Expected once closing; before that, a waiting request's deadline reports it too.
         if (!this.closed) this.log.warn(() => `message to ${this.options.endpoint} not sent: ${(error as Error).message}`);

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import type { z } from "zod";
 
 /** One problem in an input document, located by its path. */
@@ -58,4 +59,21 @@ export function formatPath(path: readonly PropertyKey[]): string {
     else out += out ? `.${String(key)}` : String(key);
   }
   return out;
+}
+
+/**
+ * A JSON file checked against `schema`; every failure is an `InvalidInputError` naming
+ * `source`, and one that cannot be read says `hint` (how to make the file).
+ */
+export function readJsonFile<T>(path: string, source: string, schema: z.ZodType<T>, hint: string): T {
+  let value: unknown;
+  try {
+    value = JSON.parse(readFileSync(path, "utf8"));
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message;
+    throw new InvalidInputError(source, [{ path: "", message: `cannot read it (${reason}); ${hint}` }]);
+  }
+  const result = schema.safeParse(value);
+  if (!result.success) throw InvalidInputError.fromZod(source, result.error);
+  return result.data;
 }

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { ClientClosedError, ControllerConnection, ControllerError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
@@ -16,7 +17,7 @@ import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
  * the controller's commands (answered `daemon.prepared`/`daemon.done`/`daemon.refused`) share it.
  */
 
-export interface DaemonOptions extends Pick<ConnectionOptions, "serverKey" | "retryMs"> {
+export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "retryMs"> {
   /** This host's global index. */
   readonly host: number;
   /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
@@ -69,6 +70,8 @@ export class HostDaemon {
   private readonly log: Logger;
   private registered: Promise<void>;
   private registering = false;
+  /** This process's id to the controller: its own re-registrations are not a second daemon. */
+  private readonly incarnation = randomBytes(16).toString("hex");
 
   private constructor(
     private readonly options: DaemonOptions,
@@ -82,7 +85,7 @@ export class HostDaemon {
       timeoutMs: Infinity,
       log: this.log,
       onMessage: (frame) => this.receive(frame),
-      ...(options.serverKey === undefined ? {} : { serverKey: options.serverKey }),
+      ...(options.credential === undefined ? {} : { credential: options.credential }),
       ...(options.retryMs === undefined ? {} : { retryMs: options.retryMs }),
     });
     this.registered = this.register();
@@ -136,17 +139,26 @@ export class HostDaemon {
 
   private register(): Promise<void> {
     this.registering = true;
-    const body = { type: "daemon.register", host: this.options.host, stagingBytes: this.buffer.size, endpoint: this.endpoint } as const;
-    const registered = this.connection.request(body).then(
-      () => {
-        this.registering = false;
-        this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
-      },
-      (error: unknown) => {
-        this.registering = false;
-        throw error instanceof ControllerError ? new Error(`the controller refused host ${this.options.host}: ${error.message}`) : error;
-      },
-    );
+    const body = { type: "daemon.register", host: this.options.host, incarnation: this.incarnation, stagingBytes: this.buffer.size, endpoint: this.endpoint } as const;
+    const attempt = (): Promise<void> =>
+      this.connection.request(body).then(
+        () => {
+          this.registering = false;
+          this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
+        },
+        async (error: unknown) => {
+          // The host's previous daemon (this one before a restart, say) is still live to the
+          // controller: wait for its heartbeats to lapse rather than give up.
+          if (error instanceof ControllerError && error.code === "conflict" && !this.closed) {
+            this.log.warn(() => `${error.message}; trying again`);
+            await new Promise((resolve) => setTimeout(resolve, this.options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS));
+            return attempt();
+          }
+          this.registering = false;
+          throw error instanceof ControllerError ? new Error(`the controller refused host ${this.options.host}: ${error.message}`) : error;
+        },
+      );
+    const registered = attempt();
     // Callers of `ready()` see the refusal; this keeps an unobserved one from crashing the process.
     registered.catch((error: unknown) => {
       if (!(error instanceof ClientClosedError)) this.log.error(() => (error as Error).message);
@@ -155,8 +167,10 @@ export class HostDaemon {
   }
 
   private beat(): void {
+    // Until registered there is nothing to keep alive.
+    if (this.registering) return;
     // Not resent: the next beat stands in for a lost one. Its answer comes to `receive`.
-    this.connection.send({ type: "daemon.heartbeat", host: this.options.host });
+    this.connection.send({ type: "daemon.heartbeat", host: this.options.host, incarnation: this.incarnation });
   }
 
   /** Sends a report until the controller answers it; a refusal is logged, and closing drops it. */

@@ -2,6 +2,7 @@ import type { Planner } from "../plan/planner.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { Request } from "../../sdk/protocol/codec.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
+import { authorize, type Caller } from "./authorization.ts";
 import { ControllerContext, type Outgoing, type ReplyTarget } from "./context.ts";
 import { PlanExecution } from "./execution.ts";
 import type { Journal } from "./journal.ts";
@@ -50,6 +51,11 @@ export interface ControllerOptions {
    * jobs over and over.
    */
   readonly replanBackoffMs?: number;
+  /**
+   * Told of every daemon registration the controller accepted, with the routing identity and
+   * transfer endpoint it came from: the only place a host's command route is recorded.
+   */
+  readonly daemonRegistered?: (host: number, peer: Uint8Array, endpoint: string) => void;
 }
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
@@ -82,7 +88,7 @@ export class Controller {
       wake: () => this.onWork(),
       applied: (before, record) => this.sessions.trackOwners(before, record),
     });
-    this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS);
+    this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
     this.plan = new PlanExecution(this.context, this.sessions, this.daemons, {
       planner: options.planner,
@@ -100,10 +106,15 @@ export class Controller {
     return this.context.state;
   }
 
-  /** Handles one decoded request; refusals become error replies, never exceptions. */
-  handle(peer: Uint8Array, request: Request): void {
+  /**
+   * Handles one decoded request from `caller` (the principal its auth frame proved, or `ANYONE`
+   * without a keyring); refusals become error replies, never exceptions.
+   */
+  handle(peer: Uint8Array, request: Request, caller: Caller): void {
     const target = { peer, id: request.id };
     try {
+      const refusal = authorize(caller, request);
+      if (refusal) throw new ProtocolError("forbidden", `${refusal.rule}: ${refusal.message}`);
       this.dispatch(target, request);
     } catch (error) {
       if (error instanceof ProtocolError) {

@@ -42,7 +42,8 @@ interface Waiting {
  * so a daemon that does not answer in time fails the command, and the migration rolls back.
  */
 export class DaemonHosts implements StagingTransport, ReplacementLauncher {
-  private readonly peers = new Map<number, Uint8Array>();
+  /** Each host's daemon: the routing identity and transfer endpoint of its accepted registration. */
+  private readonly peers = new Map<number, { readonly peer: Uint8Array; readonly endpoint: string }>();
   private readonly waiting = new Map<number, Waiting>();
   private nextId = 1;
   private sendFrame: SendToPeer | null = null;
@@ -54,15 +55,21 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     this.sendFrame = send;
   }
 
-  /** A daemon registered `host` from `peer`; a re-registration replaces the identity. */
-  register(host: number, peer: Uint8Array): void {
-    this.peers.set(host, Uint8Array.from(peer));
+  /**
+   * The controller accepted `host`'s registration from `peer` (the daemon's own, after a
+   * reconnection): commands to the host go there, and its grants name `endpoint`.
+   */
+  register(host: number, peer: Uint8Array, endpoint: string): void {
+    this.peers.set(host, { peer: Uint8Array.from(peer), endpoint });
   }
 
-  /** A daemon answered a command; answers to nothing waiting (late, or from another peer) are dropped. */
+  /**
+   * A daemon answered a command; answers to nothing waiting (late, from another peer, or about
+   * another host) are dropped.
+   */
   answer(peer: Uint8Array, reply: CommandReply): void {
     const waiting = this.waiting.get(reply.id);
-    if (!waiting || !Buffer.from(waiting.peer).equals(Buffer.from(peer))) return;
+    if (!waiting || waiting.host !== reply.host || !Buffer.from(waiting.peer).equals(Buffer.from(peer))) return;
     if (reply.type === "daemon.refused") {
       waiting.reject(new DaemonCommandError(reply.code, waiting.host, `the daemon on host ${waiting.host} refused: ${reply.message}`));
     } else {
@@ -81,6 +88,11 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
   async prepare({ host, ...body }: StagingRequest): Promise<StagingGrant> {
     const reply = await this.command(host, { type: "daemon.prepare", ...body });
     if (reply.type !== "daemon.prepared") throw unexpected(host, "daemon.prepare", reply);
+    // A ticket names only the endpoint the host's daemon registered with, under its own key.
+    const registered = this.peers.get(host)?.endpoint;
+    if (reply.endpoint !== registered) {
+      throw new DaemonCommandError("unexpected_reply", host, `the daemon on host ${host} granted staging at ${reply.endpoint}, not at ${registered ?? "a registered endpoint"}`);
+    }
     return { endpoint: reply.endpoint, token: reply.token };
   }
 
@@ -95,7 +107,7 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
   }
 
   private command(host: number, body: CommandBody): Promise<CommandReply> {
-    const peer = this.peers.get(host);
+    const peer = this.peers.get(host)?.peer;
     const send = this.sendFrame;
     if (!peer || !send) {
       return Promise.reject(new DaemonCommandError("no_daemon", host, `no daemon is registered for host ${host}; start \`monkeytree daemon --host ${host}\` there`));

@@ -1,33 +1,80 @@
-import { chmodSync, existsSync, readFileSync, writeFileSync } from "node:fs";
-import { curveKeyPair } from "zeromq";
+import { join } from "node:path";
 import { z } from "zod";
-import { InvalidInputError } from "../../sdk/errors.ts";
+import { readJsonFile } from "../../sdk/errors.ts";
+import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema, type Principal } from "../../sdk/protocol/auth.ts";
+import { ProtocolError } from "../../sdk/protocol/errors.ts";
 
-/** Z85 text of a 32-byte CURVE key. */
-const Z85Key = z.string().length(40, { error: "a CURVE key is 40 characters of Z85 text" });
+/** The controller's keyring inside the directory `monkeytree keys --dir` writes. */
+export const KEYRING_FILE = "controller.json";
 
-/** A CURVE keypair in Z85 text, as `curveKeyPair()` from zeromq makes it. */
-export const CurveKeysSchema = z.strictObject({ publicKey: Z85Key, secretKey: Z85Key });
-export type CurveKeys = z.infer<typeof CurveKeysSchema>;
+export const KeyringClientSchema = z.strictObject({
+  /** The credential file's name, for log lines and for people. */
+  name: z.string().min(1),
+  publicKey: Z85KeySchema,
+  principal: PrincipalSchema,
+});
+export type KeyringClient = z.infer<typeof KeyringClientSchema>;
+
+/** The controller's CURVE keypair and every client key it admits, with what each may do. */
+export const KeyringSchema = z
+  .strictObject({ publicKey: Z85KeySchema, secretKey: Z85KeySchema, clients: z.array(KeyringClientSchema) })
+  .superRefine((keyring, ctx) => {
+    const seen = new Set<string>();
+    const hosts = new Set<number>();
+    for (const [i, client] of keyring.clients.entries()) {
+      if (seen.has(client.publicKey)) ctx.addIssue({ code: "custom", path: ["clients", i, "publicKey"], message: `key of ${client.name} is listed twice; each credential needs a key of its own` });
+      seen.add(client.publicKey);
+      if (client.principal.role !== "daemon") continue;
+      if (hosts.has(client.principal.host)) ctx.addIssue({ code: "custom", path: ["clients", i, "principal"], message: `host ${client.principal.host} has a second daemon key (${client.name}); a host's daemon has exactly one` });
+      hosts.add(client.principal.host);
+    }
+  });
+export type Keyring = z.infer<typeof KeyringSchema>;
+
+/** Reads and checks `DIR/controller.json`; every failure names the file and how to make one. */
+export function loadKeyring(dir: string): Keyring {
+  const path = join(dir, KEYRING_FILE);
+  return readJsonFile(path, `keyring ${path}`, KeyringSchema, `create it with \`monkeytree keys --dir ${dir}\``);
+}
 
 /**
- * The controller's CURVE keypair from a JSON file. A missing file is created with a fresh
- * keypair, readable by its owner only; hand the public key to every host.
+ * Who sent a request, from its auth frame: the key must be in the keyring and the MAC must be
+ * the request frame's under the secret that key shares with the controller's.
  */
-export function loadOrCreateKeys(path: string): { keys: CurveKeys; created: boolean } {
-  if (!existsSync(path)) {
-    const keys = curveKeyPair();
-    writeFileSync(path, `${JSON.stringify(keys, null, 2)}\n`, { mode: 0o600 });
-    chmodSync(path, 0o600);
-    return { keys, created: true };
+export class Authenticator {
+  private readonly clients: ReadonlyMap<string, KeyringClient>;
+  private readonly admitted: ReadonlySet<string>;
+  private readonly secrets = new Map<string, Buffer>();
+
+  constructor(private readonly keyring: Keyring) {
+    this.clients = new Map(keyring.clients.map((c) => [c.publicKey, c]));
+    this.admitted = new Set(keyring.clients.map((c) => keyBytes(c.publicKey).toString("hex")));
   }
-  let value: unknown;
-  try {
-    value = JSON.parse(readFileSync(path, "utf8"));
-  } catch (error) {
-    throw new InvalidInputError(`keys ${path}`, [{ path: "", message: `not readable JSON (${(error as Error).message})` }]);
+
+  /** Whether a CURVE handshake with this raw 32-byte client key may complete (the ZAP answer). */
+  admits(key: Uint8Array): boolean {
+    return this.admitted.has(Buffer.from(key).toString("hex"));
   }
-  const result = CurveKeysSchema.safeParse(value);
-  if (!result.success) throw InvalidInputError.fromZod(`keys ${path}`, result.error);
-  return { keys: result.data, created: false };
+
+  /** The principal behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
+  principalOf(frame: Uint8Array, auth: Uint8Array | undefined): Principal {
+    if (!auth) throw new ProtocolError("forbidden", "the request carries no auth frame; this controller has a keyring, so connect with a credential file (--credentials, or MONKEYTREE_CREDENTIALS)");
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.from(auth).toString("utf8"));
+    } catch {
+      parsed = null;
+    }
+    const proof = AuthFrameSchema.safeParse(parsed);
+    if (!proof.success) throw new ProtocolError("forbidden", "the auth frame is not { key, mac }; send requests through the monkeytree client");
+    const client = this.clients.get(proof.data.key);
+    if (!client) throw new ProtocolError("forbidden", "the auth frame names a key that is not in the controller's keyring");
+    let secret = this.secrets.get(client.publicKey);
+    if (!secret) {
+      secret = sharedSecret(this.keyring, client.publicKey);
+      this.secrets.set(client.publicKey, secret);
+    }
+    if (!verifyFrame(secret, frame, proof.data.mac)) throw new ProtocolError("forbidden", `the request's MAC does not match ${client.name}'s key; the credential file holds another keypair than the keyring`);
+    return client.principal;
+  }
 }

@@ -10,6 +10,8 @@ import type { ControllerContext, ReplyTarget } from "./context.ts";
  */
 
 interface DaemonSession {
+  /** The daemon process's own id, fixed for its lifetime: tells its resends from a second daemon. */
+  readonly incarnation: string;
   lastSeen: number;
   lost: boolean;
   /** The host's network address, from the transfer endpoint its daemon advertises. */
@@ -25,12 +27,28 @@ export class DaemonLiveness {
     private readonly context: ControllerContext,
     /** A daemon silent for this long is declared lost. */
     private readonly heartbeatTimeoutMs: number,
+    private readonly registered: (host: number, peer: Uint8Array, endpoint: string) => void,
   ) {}
 
+  /**
+   * A host has one daemon at a time. The same daemon process (same incarnation) may register
+   * again, after a lost reply, a reconnection or a controller restart, and its commands follow
+   * its newest connection. Another one is refused while the first is live, never re-routed to:
+   * a restarted daemon gets in once the old one's heartbeats have lapsed.
+   */
   register(target: ReplyTarget, req: HostRegister): void {
     const hostCount = this.context.state.topology.racks * this.context.state.topology.hostsPerRack;
     if (req.host >= hostCount) throw new ProtocolError("malformed", `host ${req.host} is out of range: the cluster has hosts 0..${hostCount - 1}`);
-    this.daemons.set(req.host, { lastSeen: this.context.clock(), lost: false, stagingBytes: req.stagingBytes, address: addressIn(req.endpoint) });
+    const now = this.context.clock();
+    const current = this.daemons.get(req.host);
+    if (current && current.incarnation !== req.incarnation && !this.lapsed(current, now)) {
+      throw new ProtocolError(
+        "conflict",
+        `host ${req.host} already has a live daemon (last heard ${now - current.lastSeen} ms ago); it must stop, or miss heartbeats for ${this.heartbeatTimeoutMs} ms, before another daemon registers the host`,
+      );
+    }
+    this.daemons.set(req.host, { incarnation: req.incarnation, lastSeen: now, lost: false, stagingBytes: req.stagingBytes, address: addressIn(req.endpoint) });
+    this.registered(req.host, target.peer, req.endpoint);
     this.context.log.info(() => `daemon on host ${req.host} registered (${req.stagingBytes} staging bytes at ${req.endpoint})`);
     this.context.ack(target);
   }
@@ -38,6 +56,7 @@ export class DaemonLiveness {
   heartbeat(target: ReplyTarget, req: Heartbeat): void {
     const daemon = this.daemons.get(req.host);
     if (!daemon) throw new ProtocolError("unknown_worker", `host ${req.host} has no registered daemon; send daemon.register first`);
+    if (daemon.incarnation !== req.incarnation) throw new ProtocolError("conflict", `host ${req.host} is registered by another daemon; this one is not, and its heartbeats do not keep that one alive`);
     if (daemon.lost) this.context.log.info(() => `daemon on host ${req.host} is back`);
     daemon.lastSeen = this.context.clock();
     daemon.lost = false;
@@ -47,11 +66,15 @@ export class DaemonLiveness {
   /** Declares lost every daemon silent past the timeout, calling `lost` for each as it does. */
   checkHeartbeats(now: number, lost: (host: number) => void): void {
     for (const [host, daemon] of this.daemons) {
-      if (daemon.lost || now - daemon.lastSeen < this.heartbeatTimeoutMs) continue;
+      if (daemon.lost || !this.lapsed(daemon, now)) continue;
       daemon.lost = true;
       this.context.log.warn(() => `daemon on host ${host} lost: no heartbeat for ${now - daemon.lastSeen} ms`);
       lost(host);
     }
+  }
+
+  private lapsed(daemon: DaemonSession, now: number): boolean {
+    return daemon.lost || now - daemon.lastSeen >= this.heartbeatTimeoutMs;
   }
 
   /** The host's network address as its daemon advertised it; null before it registered. */

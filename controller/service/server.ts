@@ -1,4 +1,4 @@
-import { Router } from "zeromq";
+import { Context, Reply, Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
@@ -6,7 +6,8 @@ import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
-import type { CurveKeys } from "./keys.ts";
+import { Authenticator, type Keyring } from "./keys.ts";
+import { ANYONE, authorize, type Caller } from "./authorization.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
 
@@ -15,8 +16,12 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly bind: string;
   readonly journalDir: string;
   readonly config: Extract<RecordBody, { kind: "config" }>;
-  /** With keys, only clients that hold the server's public key can talk to it. */
-  readonly curve?: CurveKeys;
+  /**
+   * With a keyring the socket speaks CURVE and admits only the keyring's client keys, and every
+   * message must prove its key (`sdk/protocol/auth.ts`); its principal decides what it may do.
+   * Without one, anyone who reaches the address may do anything.
+   */
+  readonly keyring?: Keyring;
   readonly tickMs?: number;
   readonly logger?: Logger;
   readonly planner: Planner;
@@ -38,6 +43,7 @@ export class ControllerServer {
   private closed = false;
   private readonly timer: NodeJS.Timeout;
   private readonly loop: Promise<void>;
+  private readonly zapLoop: Promise<void>;
 
   private constructor(
     private readonly socket: Router,
@@ -48,11 +54,14 @@ export class ControllerServer {
     private readonly log: Logger,
     tickMs: number,
     private readonly daemons: DaemonHosts | undefined,
+    private readonly auth: Authenticator | null,
+    private readonly zap: Reply | null,
   ) {
     controller.onWork = () => this.schedule();
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     this.timer = setInterval(() => controller.tick(), tickMs);
     this.loop = this.receive();
+    this.zapLoop = zap ? this.answerZap(zap) : Promise.resolve();
     this.schedule();
   }
 
@@ -64,23 +73,39 @@ export class ControllerServer {
       log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
-    const controller = new Controller({ ...options, journal, state, logger: log });
-    const socket = new Router({ linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
-    if (options.curve) {
-      socket.curveServer = true;
-      socket.curvePublicKey = options.curve.publicKey;
-      socket.curveSecretKey = options.curve.secretKey;
-    }
+    const controller = new Controller({
+      ...options,
+      journal,
+      state,
+      logger: log,
+      daemonRegistered: (host, peer, endpoint) => options.daemons?.register(host, peer, endpoint),
+    });
+    // A context of its own, so its ZAP handler (one per context) answers for this socket only.
+    const context = new Context();
+    const socket = new Router({ context, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    const keyring = options.keyring;
+    let zap: Reply | null = null;
     try {
+      if (keyring) {
+        // libzmq asks the handler at inproc://zeromq.zap.01 about every CURVE handshake.
+        zap = new Reply({ context, linger: 0 });
+        await zap.bind("inproc://zeromq.zap.01");
+        socket.zapDomain = "monkeytree";
+        socket.curveServer = true;
+        socket.curvePublicKey = keyring.publicKey;
+        socket.curveSecretKey = keyring.secretKey;
+      }
       await socket.bind(options.bind);
     } catch (error) {
       socket.close();
+      zap?.close();
       journal.close();
       throw new Error(`cannot bind ${options.bind}: ${(error as Error).message}; pick another --bind address`);
     }
     const endpoint = socket.lastEndpoint ?? options.bind;
-    log.info(() => `listening on ${endpoint}${options.curve ? " (CURVE)" : ""}`);
-    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons);
+    log.info(() => `listening on ${endpoint}${keyring ? ` (CURVE, ${keyring.clients.length} client keys)` : ""}`);
+    const auth = keyring ? new Authenticator(keyring) : null;
+    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap);
   }
 
   /** Stops listening and closes the journal; held requests are left unanswered. */
@@ -92,25 +117,37 @@ export class ControllerServer {
     this.flush();
     await this.sending;
     this.socket.close();
-    await this.loop;
+    this.zap?.close();
+    await Promise.all([this.loop, this.zapLoop]);
     this.journal.close();
   }
 
   private async receive(): Promise<void> {
     try {
-      for await (const [peer, ...frames] of this.socket) {
+      for await (const [peer, body, auth, ...rest] of this.socket) {
         if (!peer) continue;
-        const body = frames.length === 1 ? frames[0] : undefined;
-        if (!body) {
-          this.reject(peer, 0, new ProtocolError("malformed", `expected one frame per message, got ${frames.length}; send the JSON message as a single frame`));
+        // The JSON message, and with a keyring its auth frame; a client without a credential
+        // sends one frame, and one with a credential two, which a keyless controller ignores.
+        if (!body || rest.length > 0) {
+          this.reject(peer, 0, new ProtocolError("malformed", `expected the JSON message and at most an auth frame, got ${rest.length + 2} frames`));
           continue;
         }
         const decoded = safeDecodeRequest(body);
+        let caller: Caller = ANYONE;
+        try {
+          if (this.auth) caller = this.auth.principalOf(body, auth);
+        } catch (error) {
+          const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
+          this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), failure);
+          continue;
+        }
         if (!decoded.success && decoded.error.code === "unknown_type" && this.daemons) {
           // Daemons answer the controller's commands on the same socket they send requests on.
           const answer = safeDecodeCommandReply(body);
           if (answer.success) {
-            this.daemons.answer(peer, answer.data);
+            const refusal = authorize(caller, answer.data);
+            if (refusal) this.log.warn(() => `dropped ${answer.data.type} #${answer.data.id}: ${refusal.rule}: ${refusal.message}`);
+            else this.daemons.answer(peer, answer.data);
             continue;
           }
         }
@@ -118,14 +155,29 @@ export class ControllerServer {
           this.reject(peer, decoded.id ?? 0, decoded.error);
           continue;
         }
-        if (decoded.data.type === "daemon.register") this.daemons?.register(decoded.data.host, peer);
-        this.controller.handle(peer, decoded.data);
+        this.controller.handle(peer, decoded.data, caller);
         // Replies that wait on no journal record (most barriers) go out at once; the others
         // wait for the burst's single fsync.
         if (this.journal.unflushed === 0) this.flush();
       }
     } catch (error) {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+    }
+  }
+
+  /**
+   * The ZAP handler (RFC 27): a CURVE handshake completes only for a client key in the
+   * keyring; any other is answered 400 and its connection never carries a message.
+   */
+  private async answerZap(zap: Reply): Promise<void> {
+    try {
+      for await (const [version, requestId, , , , mechanism, key] of zap) {
+        const admitted = mechanism?.toString() === "CURVE" && key !== undefined && this.auth?.admits(key) === true;
+        if (!admitted) this.log.warn(() => `refused a ${mechanism?.toString() ?? "?"} handshake: its client key is not in the keyring`);
+        await zap.send([version ?? "1.0", requestId ?? "", admitted ? "200" : "400", admitted ? "OK" : "client key not in the keyring", "", ""]);
+      }
+    } catch (error) {
+      if (!this.closed) this.log.error(() => `ZAP handler stopped: ${(error as Error).message}`);
     }
   }
 

@@ -12,6 +12,7 @@ import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
+import type { Credential } from "../protocol/auth.ts";
 
 /**
  * `monkeytree launch`'s agent, an explicit state machine in the manner of torchrun's elastic
@@ -31,7 +32,8 @@ export type LauncherState = "registering" | "starting" | "running" | "holding" |
 
 export interface LauncherOptions {
   readonly controller: string;
-  readonly serverKey?: string;
+  /** The job's credential, when the controller has a keyring. */
+  readonly credential?: Credential;
   readonly worker: WorkerIdentity;
   readonly parallelism: Parallelism;
   /** Staging this host's checkpoint needs: every local process's share, page-aligned. */
@@ -92,7 +94,7 @@ export class Launcher {
   async run(): Promise<number> {
     const { options } = this;
     if (this.share === 0) throw new LaunchError(`--checkpoint-bytes ${options.checkpointBytes} leaves less than a page for each of ${options.torchrun.nprocPerNode} processes`);
-    this.client = new ControllerClient({ endpoint: options.controller, ...(options.serverKey === undefined ? {} : { serverKey: options.serverKey }) });
+    this.client = new ControllerClient({ endpoint: options.controller, ...(options.credential === undefined ? {} : { credential: options.credential }) });
     const channel = await ChannelServer.open(
       join(tmpdir(), `monkeytree-launch-${process.pid}.sock`),
       (request) => this.handle(request),

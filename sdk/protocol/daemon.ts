@@ -7,9 +7,16 @@ import { envelope, HostSchema } from "./envelope.ts";
 const bytes = (what: string) =>
   z.int({ error: `${what} must be a whole number of bytes` }).min(0, { error: `${what} must not be negative` });
 
+/**
+ * A daemon process's id, random and fixed for its lifetime: the controller tells a daemon's
+ * own re-registration (a resend, a reconnection) from a second daemon claiming its host.
+ */
+const IncarnationSchema = z.string().regex(/^[0-9a-f]{32}$/, { error: "incarnation is 32 hexadecimal digits, random per daemon process" });
+
 export const HostRegisterSchema = z.strictObject({
   ...envelope("daemon.register"),
   host: HostSchema,
+  incarnation: IncarnationSchema,
   /** Size of the pre-allocated migration staging buffer. */
   stagingBytes: bytes("stagingBytes"),
   /** Where the host's transfer engine listens. */
@@ -17,7 +24,7 @@ export const HostRegisterSchema = z.strictObject({
 });
 export type HostRegister = z.infer<typeof HostRegisterSchema>;
 
-export const HeartbeatSchema = z.strictObject({ ...envelope("daemon.heartbeat"), host: HostSchema });
+export const HeartbeatSchema = z.strictObject({ ...envelope("daemon.heartbeat"), host: HostSchema, incarnation: IncarnationSchema });
 export type Heartbeat = z.infer<typeof HeartbeatSchema>;
 
 /**

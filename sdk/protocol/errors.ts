@@ -13,6 +13,7 @@ export const ErrorCodeSchema = z.enum([
   "unknown_worker",
   "conflict",
   "invalid_token",
+  "forbidden",
   "internal",
 ]);
 export type ErrorCode = z.infer<typeof ErrorCodeSchema>;

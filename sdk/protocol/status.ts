@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 
-/** Anyone holding the cluster key may ask the controller what it holds. */
+/** An operator credential may ask the controller what it holds (anyone, without a keyring). */
 export const StatusRequestSchema = z.strictObject({ ...envelope("status") });
 export type StatusRequest = z.infer<typeof StatusRequestSchema>;
 

@@ -3,7 +3,9 @@ import { Router } from "zeromq";
 /** A bare ROUTER standing in for the controller, so each test decides what goes back and when. */
 export class FakeController {
   readonly router: Router;
-  private readonly frames: Buffer[] = [];
+  private readonly frames: { frame: Buffer; auth: Buffer | undefined }[] = [];
+  /** The raw frame and the auth frame (when one came) of the message `next` returned last. */
+  last: { frame: Buffer; auth: Buffer | undefined } | null = null;
   private identity: Buffer | null = null;
   private wake: (() => void) | null = null;
 
@@ -26,7 +28,8 @@ export class FakeController {
   async next(type?: string): Promise<Record<string, unknown>> {
     for (;;) {
       while (this.frames.length === 0) await new Promise<void>((resolve) => (this.wake = resolve));
-      const message = JSON.parse(this.frames.shift()!.toString()) as Record<string, unknown>;
+      this.last = this.frames.shift()!;
+      const message = JSON.parse(this.last.frame.toString()) as Record<string, unknown>;
       if (type === undefined || message.type === type) return message;
     }
   }
@@ -41,9 +44,9 @@ export class FakeController {
 
   private async receive(): Promise<void> {
     try {
-      for await (const [identity, frame] of this.router) {
+      for await (const [identity, frame, auth] of this.router) {
         this.identity = identity!;
-        this.frames.push(frame!);
+        this.frames.push({ frame: frame!, auth });
         this.wake?.();
       }
     } catch {

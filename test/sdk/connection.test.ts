@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { curveKeyPair } from "zeromq";
 import { ClientClosedError, ControllerConnection, ControllerError, ControllerTimeoutError } from "../../sdk/connection.ts";
+import { AuthFrameSchema, sharedSecret, verifyFrame } from "../../sdk/protocol/auth.ts";
 import { FakeController, until } from "../helpers/fake-controller.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -41,7 +42,7 @@ describe("controller connection", () => {
     const request = await controller.next();
     const command = { v: 1, type: "daemon.release", id: request.id, token: "t" };
     await controller.send(command);
-    connection.send({ type: "daemon.heartbeat", host: 3 });
+    connection.send({ type: "daemon.heartbeat", host: 3, incarnation: "0".repeat(32) });
     const heartbeat = await controller.next();
     expect(heartbeat).toMatchObject({ type: "daemon.heartbeat", host: 3 });
     expect(heartbeat.id).not.toBe(request.id);
@@ -95,13 +96,19 @@ describe("controller connection", () => {
     expect(error).toMatchObject({ request: "status #1", endpoint: controller.endpoint, timeoutMs: 50 });
   });
 
-  it("talks CURVE when given the server's public key", async () => {
-    const keys = curveKeyPair();
-    const controller = await FakeController.start(keys.secretKey);
-    const connection = new ControllerConnection({ endpoint: controller.endpoint, serverKey: keys.publicKey });
+  it("talks CURVE with its credential's keypair and proves every message with a MAC frame", async () => {
+    const server = curveKeyPair();
+    const client = curveKeyPair();
+    const controller = await FakeController.start(server.secretKey);
+    const connection = new ControllerConnection({ endpoint: controller.endpoint, credential: { principal: { role: "operator" }, ...client, serverKey: server.publicKey } });
     cleanups.push(() => controller.close(), () => connection.close());
     const answered = connection.request({ type: "status" });
-    await controller.send({ v: 1, type: "ack", id: (await controller.next()).id });
+    const request = await controller.next();
+    const { frame, auth } = controller.last!;
+    const proof = AuthFrameSchema.parse(JSON.parse(auth!.toString()));
+    expect(proof.key).toBe(client.publicKey);
+    expect(verifyFrame(sharedSecret(server, client.publicKey), frame, proof.mac)).toBe(true);
+    await controller.send({ v: 1, type: "ack", id: request.id });
     expect(await answered).toMatchObject({ type: "ack" });
   });
 });

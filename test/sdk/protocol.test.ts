@@ -95,7 +95,7 @@ describe("transfer endpoints", () => {
       expect(parseTransferEndpoint(bad)).toBeNull();
     }
     const decoded = safeDecodeRequest(
-      Buffer.from(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, stagingBytes: 1, endpoint: "tcp://h:0" })),
+      Buffer.from(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, incarnation: "0".repeat(32), stagingBytes: 1, endpoint: "tcp://h:0" })),
     );
     expect(decoded.success).toBe(false);
     if (!decoded.success) expect(decoded.error.message).toMatch(/endpoint must be tcp:\/\/HOST:PORT/);

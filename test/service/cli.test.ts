@@ -44,11 +44,12 @@ describe("monkeytree controller", () => {
     expect(result.stderr).toContain('give it a snapshot with "jobs": []');
   });
 
-  it("runs as a process with CURVE keys, answers only key holders, and stops cleanly on SIGTERM", async () => {
+  it("runs as a process with a keyring, answers only its operators, and stops cleanly on SIGTERM", async () => {
     const dir = tempDir();
     dirs.push(dir);
-    const keys = join(dir, "keys.json");
-    const child = spawn(process.execPath, ["bin/monkeytree.js", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--curve-keys", keys], {
+    const keys = join(dir, "keys");
+    expect((await runCli("keys", "--dir", keys, "--operator", "ops", "--job", "a")).code).toBe(0);
+    const child = spawn(process.execPath, ["bin/monkeytree.js", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--keys", keys], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
@@ -65,11 +66,12 @@ describe("monkeytree controller", () => {
           }
         });
       });
-      const publicKey = (JSON.parse(readFileSync(keys, "utf8")) as { publicKey: string }).publicKey;
-      expect(lines[0]).toBe(`server key ${publicKey} (new keypair written to ${keys})`);
-      // Z85 keys may start with "-", so the key is passed with "=".
-      const ok = await runCli("status", "--connect", endpoint, `--server-key=${publicKey}`);
+      const publicKey = (JSON.parse(readFileSync(join(keys, "controller.json"), "utf8")) as { publicKey: string }).publicKey;
+      expect(lines[0]).toBe(`server key ${publicKey}, 2 client keys from ${keys}`);
+      const ok = await runCli("status", "--connect", endpoint, "--credentials", join(keys, "operator-ops.json"));
       expect(ok, ok.stderr).toMatchObject({ code: 0, stdout: expect.stringContaining("16 racks × 8 hosts × 8 GPUs, λ 8") });
+      const job = await runCli("status", "--connect", endpoint, "--credentials", join(keys, "job-a.json"));
+      expect(job).toMatchObject({ code: 3, stderr: expect.stringContaining("status-needs-operator") });
       const refused = await runCli("status", "--connect", endpoint, "--timeout", "0.5");
       expect(refused.code).toBe(3);
     } finally {
@@ -77,5 +79,15 @@ describe("monkeytree controller", () => {
     }
     expect(await exited).toBe(0);
     expect(existsSync(join(dir, "journal", JOURNAL_FILE))).toBe(true);
+  });
+
+  it("refuses to bind anything but loopback without a keyring, saying how to make one", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const refused = await runCli("controller", "--bind", "tcp://*:0", "--journal", join(dir, "j"));
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain("refusing to listen on tcp://*:0 without a keyring");
+    expect(refused.stderr).toContain("monkeytree keys --dir keys");
+    expect(existsSync(join(dir, "j"))).toBe(false);
   });
 });

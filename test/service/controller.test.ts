@@ -1,6 +1,7 @@
 import { rmSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { createPlanner } from "../../controller/plan/planner.ts";
+import { ANYONE } from "../../controller/service/authorization.ts";
 import { Controller } from "../../controller/service/controller.ts";
 import { Journal } from "../../controller/service/journal.ts";
 import { createLogger } from "../../sdk/log.ts";
@@ -32,7 +33,7 @@ async function open(dir: string, now = { t: 1_000 }) {
     /** Sends a request; returns a function that reads its reply (undefined while held). */
     send(body: Body) {
       const id = nextId++;
-      controller.handle(new Uint8Array([1]), { ...body, v: PROTOCOL_VERSION, id } as Request);
+      controller.handle(new Uint8Array([1]), { ...body, v: PROTOCOL_VERSION, id } as Request, ANYONE);
       drain();
       return () => {
         drain();

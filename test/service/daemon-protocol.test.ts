@@ -51,7 +51,19 @@ describe("per-host daemon: requests and commands on one connection", () => {
   it("rejects ready() with the controller's reason when it refuses the host", async () => {
     const { controller, daemon } = await daemonAgainstFake();
     const registration = await controller.next("daemon.register");
-    await controller.send({ v: 1, type: "error", id: registration.id, code: "conflict", message: "host 2 is outside the topology (hosts 0..1)" });
+    await controller.send({ v: 1, type: "error", id: registration.id, code: "malformed", message: "host 2 is outside the topology (hosts 0..1)" });
     await expect(daemon.ready()).rejects.toThrow("the controller refused host 2: host 2 is outside the topology (hosts 0..1)");
+  });
+
+  it("registers again, as the same incarnation, while the host's previous daemon is still live to the controller", async () => {
+    const { controller, daemon } = await daemonAgainstFake();
+    const first = await controller.next("daemon.register");
+    await controller.send({ v: 1, type: "error", id: first.id, code: "conflict", message: "host 2 already has a live daemon" });
+    // Resends of the first request may still be on their way; the retry is a new request.
+    let second = await controller.next("daemon.register");
+    while (second.id === first.id) second = await controller.next("daemon.register");
+    expect(second).toMatchObject({ host: 2, incarnation: first.incarnation });
+    await controller.send({ v: 1, type: "ack", id: second.id });
+    await daemon.ready();
   });
 });

@@ -19,6 +19,9 @@ export interface Harness {
   close(): Promise<void>;
 }
 
+/** The incarnation of the one daemon process a test stands in for. */
+export const INCARNATION = "0123456789abcdef0123456789abcdef";
+
 export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), "monkeytree-service-"));
 }

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { startController, type Harness } from "./harness.ts";
+import { INCARNATION, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
 const clients: ControllerClient[] = [];
@@ -44,7 +44,7 @@ async function plannedMove(client: ControllerClient) {
 
 /** The destination's daemon registers and reports the checkpoint's verdict. */
 async function reportTransfer(client: ControllerClient, move: { id: string; to: number }, verdict: { outcome: "verified" } | { outcome: "checksum-mismatch"; detail: string }) {
-  await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+  await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
   await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, ...verdict });
 }
 
@@ -96,7 +96,7 @@ describe("controller service: a job start that breaks the bound", () => {
     const sourceVerdict = source.barrier(stopStep);
     const daemon = new Dealer({ linger: 0 });
     daemon.connect(harness.server.endpoint);
-    await daemon.send(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: move.to, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" }));
+    await daemon.send(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" }));
     await daemon.receive();
     await daemon.send(JSON.stringify({ v: 1, type: "daemon.transfer-result", id: 2, host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" }));
     const [ack] = await daemon.receive();
@@ -198,7 +198,7 @@ describe("controller service: a job start that breaks the bound", () => {
   it("rolls back as soon as the move starts when the destination's staging buffer is too small", async () => {
     harness = await startController();
     const client = connect(harness);
-    for (const host of [2, 3, 6, 7]) await client.request({ type: "daemon.register", host, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
+    for (const host of [2, 3, 6, 7]) await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
     const { move, moving } = await plannedMove(client);
     // Staging is asked for when the move starts, so the job is not even held at its barrier.
     await expect.poll(async () => (await client.status()).migrations[0]).toMatchObject({

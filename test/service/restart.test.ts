@@ -3,7 +3,7 @@ import { rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { tempDir } from "./harness.ts";
+import { INCARNATION, tempDir } from "./harness.ts";
 
 const fixture = "test/service/fixtures/controller-process.ts";
 const children: ChildProcess[] = [];
@@ -100,7 +100,7 @@ describe("controller restart", () => {
     const out = await source.barrier(step);
     if (out.kind !== "migrate-out") throw new Error(`expected migrate-out, got ${out.kind}`);
     const verdict = source.barrier(step);
-    await client.request({ type: "daemon.register", host: move.to, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
+    await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
     await client.request({ type: "daemon.transfer-result", host: move.to, token: out.token, bytes: 64, outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
     expect((await client.status()).migrations[0]?.state).toBe("committing");

@@ -1,0 +1,109 @@
+import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { curveKeyPair } from "zeromq";
+import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
+import type { Credential, Principal } from "../sdk/protocol/auth.ts";
+import { ExitCode, UsageError, parseFlags, type Command } from "./io.ts";
+
+const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--operator NAME]...
+
+Creates the controller's keyring and its clients' credentials in DIR. The keyring
+(DIR/${KEYRING_FILE}: the controller's CURVE keypair and every client key with what it may do)
+is what \`monkeytree controller --keys DIR\` loads; each credential file holds its holder's
+keypair, the controller's public key and its role, and is what that holder passes to
+--credentials (or names in $MONKEYTREE_CREDENTIALS). Every file is written readable by its
+owner only; hand each to its holder alone.
+
+options:
+  --dir DIR          the key directory, created when missing (required)
+  --daemon HOSTS     credentials for the daemons of these hosts, as 3, 0-15 or 0,2,5
+                     (DIR/daemon-H.json): a host's daemon may speak only for that host
+  --job J            a credential for job J's launchers and their replacements
+                     (DIR/job-J.json): they may register, barrier and finish only job J
+  --operator NAME    a credential that may read \`monkeytree status\` (DIR/operator-NAME.json)
+  -h, --help         show this help
+
+Running it again adds what is missing and keeps every key that exists: a credential file
+already there is kept, never overwritten. Restart the controller to load new keys. To revoke
+a credential, remove its entry from DIR/${KEYRING_FILE} and restart the controller.
+
+exit codes: 0 done, 2 bad usage or an unreadable keyring.`;
+
+/** A name that is safe in a file name: letters, digits, ".", "_" and "-". */
+const SAFE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+function hostsOf(raw: string): number[] {
+  return raw.split(",").flatMap((part) => {
+    const match = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
+    const from = Number(match?.[1]);
+    const to = match?.[2] === undefined ? from : Number(match[2]);
+    if (!match || !Number.isSafeInteger(to) || to < from || to - from >= 65_536) {
+      throw new UsageError(`--daemon takes host indices as 3, 0-15 or 0,2,5 (at most 65,536 in a range), got "${raw}"`);
+    }
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  });
+}
+
+function named(flag: string, value: string): string {
+  if (!SAFE.test(value)) throw new UsageError(`--${flag} "${value}" names a file: use letters, digits, ".", "_" and "-" only`);
+  return value;
+}
+
+/** Writes `text` to a new file only its owner reads; fails rather than replace one. */
+function writeSecret(path: string, text: string): void {
+  writeFileSync(path, text, { mode: 0o600, flag: "wx" });
+}
+
+export const command: Command = {
+  summary: "create the controller's keyring and daemon, job and operator credentials",
+  help,
+  async run(argv, io) {
+    const flags = parseFlags(argv, {
+      dir: { type: "string" },
+      daemon: { type: "string", multiple: true },
+      job: { type: "string", multiple: true },
+      operator: { type: "string", multiple: true },
+    });
+    const dir = flags.dir;
+    if (dir === undefined) throw new UsageError("--dir is required: the directory that holds the keyring and the credentials");
+    const wanted: { name: string; principal: Principal }[] = [
+      ...(flags.daemon ?? []).flatMap(hostsOf).map((host) => ({ name: `daemon-${host}`, principal: { role: "daemon", host } as const })),
+      ...(flags.job ?? []).map((job) => ({ name: `job-${named("job", job)}`, principal: { role: "job", job } as const })),
+      ...(flags.operator ?? []).map((name) => ({ name: `operator-${named("operator", name)}`, principal: { role: "operator" } as const })),
+    ];
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const keyringPath = join(dir, KEYRING_FILE);
+    let keyring: Keyring;
+    if (existsSync(keyringPath)) {
+      keyring = loadKeyring(dir);
+    } else {
+      keyring = { ...curveKeyPair(), clients: [] };
+      writeSecret(keyringPath, `${JSON.stringify(keyring, null, 2)}\n`);
+      io.out.write(`created ${keyringPath}: the controller's keypair (public key ${keyring.publicKey})\n`);
+    }
+    const clients = [...keyring.clients];
+    for (const { name, principal } of wanted) {
+      const path = join(dir, `${name}.json`);
+      if (existsSync(path)) {
+        io.out.write(`kept ${path}: it exists\n`);
+        continue;
+      }
+      if (clients.some((c) => c.name === name)) {
+        io.err.write(`monkeytree keys: ${keyringPath} lists ${name} but ${path} is gone; remove its entry from the keyring to issue a new one\n`);
+        return ExitCode.usage;
+      }
+      const pair = curveKeyPair();
+      writeSecret(path, `${JSON.stringify({ principal, ...pair, serverKey: keyring.publicKey } satisfies Credential, null, 2)}\n`);
+      clients.push({ name, publicKey: pair.publicKey, principal });
+      io.out.write(`created ${path}\n`);
+    }
+    if (clients.length !== keyring.clients.length) {
+      // Replaced whole, so a crash leaves the old keyring or the new one, never half of one.
+      const next = `${keyringPath}.next`;
+      writeFileSync(next, `${JSON.stringify({ ...keyring, clients }, null, 2)}\n`, { mode: 0o600 });
+      renameSync(next, keyringPath);
+      io.out.write(`${keyringPath} lists ${clients.length} client keys; restart the controller (--keys ${dir}) to load them\n`);
+    }
+    return ExitCode.ok;
+  },
+};

@@ -1,0 +1,76 @@
+import type { Principal } from "../../sdk/protocol/auth.ts";
+import type { Request } from "../../sdk/protocol/codec.ts";
+import type { CommandReply } from "../../sdk/protocol/commands.ts";
+import { assertNever } from "./migration.ts";
+
+/**
+ * Who may send what (the README's threat model): a job's credential speaks only for that job's
+ * workers, a daemon's only for its own host, and only an operator reads `status`. A controller
+ * without a keyring cannot tell senders apart and lets `anyone` do everything.
+ */
+
+/** The sender of a message: a keyring principal, or `anyone` on a controller without a keyring. */
+export type Caller = Principal | { readonly role: "anyone" };
+export const ANYONE: Caller = { role: "anyone" };
+
+/** The rules, by name; a refusal names the one it broke. */
+export type Rule = "job-credential-own-job" | "daemon-credential-own-host" | "status-needs-operator";
+
+export interface Refusal {
+  readonly rule: Rule;
+  readonly message: string;
+}
+
+const describe = (caller: Caller): string => {
+  switch (caller.role) {
+    case "job":
+      return `job ${JSON.stringify(caller.job)}'s credential`;
+    case "daemon":
+      return `host ${caller.host}'s daemon credential`;
+    case "operator":
+      return "an operator credential";
+    case "anyone":
+      return "no credential";
+    default:
+      return assertNever(caller);
+  }
+};
+
+function forJob(caller: Caller, job: string, type: string): Refusal | null {
+  if (caller.role === "anyone" || (caller.role === "job" && caller.job === job)) return null;
+  return {
+    rule: "job-credential-own-job",
+    message: `${type} for job ${JSON.stringify(job)} needs that job's credential, and this is ${describe(caller)}; a job credential may register, barrier and finish only its own job`,
+  };
+}
+
+function forHost(caller: Caller, host: number, type: string): Refusal | null {
+  if (caller.role === "anyone" || (caller.role === "daemon" && caller.host === host)) return null;
+  return {
+    rule: "daemon-credential-own-host",
+    message: `${type} for host ${host} needs that host's daemon credential, and this is ${describe(caller)}; a daemon credential speaks only for its own host`,
+  };
+}
+
+/** Null when `caller` may send `message`; otherwise the rule it breaks. */
+export function authorize(caller: Caller, message: Request | CommandReply): Refusal | null {
+  switch (message.type) {
+    case "worker.register":
+    case "worker.barrier":
+      return forJob(caller, message.worker.job, message.type);
+    case "job.finish":
+      return forJob(caller, message.job, message.type);
+    case "daemon.register":
+    case "daemon.heartbeat":
+    case "daemon.transfer-result":
+    case "daemon.prepared":
+    case "daemon.done":
+    case "daemon.refused":
+      return forHost(caller, message.host, message.type);
+    case "status":
+      if (caller.role === "anyone" || caller.role === "operator") return null;
+      return { rule: "status-needs-operator", message: `status needs an operator credential, and this is ${describe(caller)}; create one with \`monkeytree keys --operator NAME\`` };
+    default:
+      return assertNever(message);
+  }
+}

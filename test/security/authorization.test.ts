@@ -1,0 +1,160 @@
+import { randomFillSync } from "node:crypto";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Dealer, curveKeyPair } from "zeromq";
+import { HostDaemon } from "../../controller/daemon/daemon.ts";
+import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
+import { loadKeyring } from "../../controller/service/keys.ts";
+import { send, StagingBuffer } from "../../native/index.ts";
+import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
+import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
+import { ticketFor } from "../../sdk/protocol/endpoint.ts";
+import { runCli } from "../helpers/cli.ts";
+import { INCARNATION, startController, tempDir, type Harness } from "../service/harness.ts";
+
+// Attacks 1–4 of issue 11 against a controller with a keyring: each must now fail as the
+// README's threat model says, and a legitimate job must still migrate.
+
+const CHECKPOINT = 1 << 20;
+const dp2 = { tp: 1, pp: 1, dp: 2 };
+let keys: string;
+const credential = (name: string): Credential => readCredential(join(keys, `${name}.json`));
+
+beforeAll(async () => {
+  keys = tempDir();
+  const made = await runCli("keys", "--dir", keys, "--daemon", "0-7", "--job", "a", "--job", "b", "--operator", "ops");
+  expect(made, made.stderr).toMatchObject({ code: 0 });
+  return () => rmSync(keys, { recursive: true, force: true });
+});
+
+let harness: Harness | undefined;
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  await harness?.close();
+  harness = undefined;
+});
+
+async function keyedController(): Promise<Harness> {
+  const daemons = new DaemonHosts(60_000);
+  harness = await startController({ overrides: { keyring: loadKeyring(keys), transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 60_000 } });
+  return harness;
+}
+
+function client(h: Harness, holder: Credential | null, timeoutMs = 5_000): ControllerClient {
+  const c = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs, retryMs: 200, ...(holder ? { credential: holder } : {}) });
+  cleanups.push(() => c.close());
+  return c;
+}
+
+function daemon(h: Harness, host: number, holder = credential(`daemon-${host}`)): HostDaemon {
+  const d = HostDaemon.start({ host, controller: h.server.endpoint, credential: holder, stagingBytes: 4 * CHECKPOINT, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200 });
+  cleanups.push(() => d.close());
+  return d;
+}
+
+const refusal = (promise: Promise<unknown>) => promise.then(() => expect.fail("the request was answered"), (error: unknown) => error);
+
+describe("a controller with a keyring", () => {
+  it("answers a keyring key and never a fresh keypair or a plaintext client (attack 4)", async () => {
+    const h = await keyedController();
+    expect((await client(h, credential("operator-ops")).status()).journalRecords).toBe(1);
+    // Holds the controller's public key, as every client does, but its own key is unknown.
+    const stranger = { principal: { role: "operator" }, ...curveKeyPair(), serverKey: credential("operator-ops").serverKey } as const;
+    expect(await refusal(client(h, stranger, 600).status())).toBeInstanceOf(ControllerTimeoutError);
+    expect(await refusal(client(h, null, 600).status())).toBeInstanceOf(ControllerTimeoutError);
+    expect(h.logs.some((line) => line.includes("refused a CURVE handshake: its client key is not in the keyring"))).toBe(true);
+  });
+
+  it("refuses a message whose auth frame claims another keyring key", async () => {
+    const h = await keyedController();
+    const own = credential("job-a");
+    const claimed = credential("daemon-0");
+    const socket = new Dealer({ linger: 0, receiveTimeout: 5_000 });
+    cleanups.push(() => socket.close());
+    Object.assign(socket, { curveServerKey: own.serverKey, curvePublicKey: own.publicKey, curveSecretKey: own.secretKey });
+    socket.connect(h.server.endpoint);
+    const frame = JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" });
+    // job-a's MAC under daemon-0's name: only daemon-0's secret key makes daemon-0's MAC.
+    const forged = { ...(JSON.parse(signFrame(own, sharedSecret(own, own.serverKey), frame)) as object), key: claimed.publicKey };
+    await socket.send([frame, JSON.stringify(forged)]);
+    const [reply] = await socket.receive();
+    expect(JSON.parse(reply!.toString())).toMatchObject({ type: "error", id: 1, code: "forbidden", message: expect.stringContaining("MAC does not match daemon-0's key") });
+  });
+
+  it("lets a job credential act for its own job only, never for another job or a daemon (attacks 1–3)", async () => {
+    const h = await keyedController();
+    const a = client(h, credential("job-a"));
+    const forbidden = (rule: string) => expect.objectContaining({ code: "forbidden", message: expect.stringContaining(`${rule}:`) });
+    expect(await refusal(a.register({ job: "b", group: 0, host: 1 }, dp2))).toEqual(forbidden("job-credential-own-job"));
+    expect(await refusal(a.barrier({ job: "b", group: 0, host: 1 }, 0, 0))).toEqual(forbidden("job-credential-own-job"));
+    expect(await refusal(a.finish("b"))).toEqual(forbidden("job-credential-own-job"));
+    expect(await refusal(a.request({ type: "daemon.register", host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" }))).toEqual(
+      forbidden("daemon-credential-own-host"),
+    );
+    expect(await refusal(a.status())).toEqual(forbidden("status-needs-operator"));
+    // Job b registers with its own credential meanwhile, untouched by all of that.
+    const b = client(h, credential("job-b"));
+    const registering = [0, 4].map((host) => b.register({ job: "b", group: 0, host }, dp2, { timeoutMs: 5_000 }));
+    expect((await Promise.all(registering)).map((x) => x.nodes)).toEqual([2, 2]);
+    expect(await refusal(a.finish("b"))).toBeInstanceOf(ControllerError);
+    expect((await client(h, credential("operator-ops")).status()).jobs.map((j) => j.id)).toEqual(["b"]);
+  });
+
+  it("binds a daemon key to its host, and refuses a second registration of a live host (attack 2)", async () => {
+    const h = await keyedController();
+    const zero = client(h, credential("daemon-0"));
+    const register = (host: number, incarnation: string) => zero.request({ type: "daemon.register", host, incarnation, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
+    expect(await refusal(register(1, INCARNATION))).toMatchObject({ code: "forbidden", message: expect.stringContaining("daemon-credential-own-host: daemon.register for host 1") });
+    expect(await refusal(zero.register({ job: "a", group: 0, host: 0 }, dp2))).toMatchObject({ code: "forbidden" });
+
+    await daemon(h, 0).ready();
+    // Even the host's own key cannot take over a live registration: no re-routing.
+    expect(await refusal(register(0, "f".repeat(32)))).toMatchObject({
+      code: "conflict",
+      message: expect.stringContaining("host 0 already has a live daemon"),
+    });
+  });
+
+  it("still migrates a legitimate job end to end: daemons, workers and the replacement all on their own credentials", async () => {
+    const h = await keyedController();
+    const daemons = Array.from({ length: 8 }, (_, host) => daemon(h, host));
+    await Promise.all(daemons.map((d) => d.ready()));
+    const jobs = { a: client(h, credential("job-a")), b: client(h, credential("job-b")) };
+    const start = async (job: "a" | "b", hosts: number[]) => {
+      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000 }));
+      await Promise.all(workers.map((w) => w.register(5_000)));
+      return workers;
+    };
+    const a = await start("a", [0, 4]);
+    for (const w of a) expect(await w.barrier(0)).toEqual({ kind: "continue" });
+    const b = await start("b", [1, 5]);
+    const operator = client(h, credential("operator-ops"));
+    const [move] = (await operator.status()).migrations;
+    if (!move?.stopStep) return expect.fail(`expected a planned move, got ${JSON.stringify(move)}`);
+    const job = move.job as "a" | "b";
+    const moving = job === "a" ? a : b;
+    const source = moving.find((w) => w.worker.host === move.from)!;
+    const stayer = moving.find((w) => w.worker.host !== move.from)!;
+
+    const stayerBarrier = stayer.barrier(move.stopStep);
+    const out = await source.barrier(move.stopStep);
+    if (out.kind !== "migrate-out") return expect.fail(`expected migrate-out, got ${JSON.stringify(out)}`);
+    // The ticket names the endpoint the destination's daemon registered under its own key.
+    expect(out.endpoint).toBe(daemons[move.to]!.endpoint);
+    const buffer = StagingBuffer.create({ size: CHECKPOINT });
+    cleanups.push(() => buffer.free());
+    randomFillSync(buffer.bytes());
+    await send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer, offset: 0 });
+    expect(await source.barrier(move.stopStep)).toMatchObject({ kind: "stop" });
+
+    // The other job's credential cannot take the replacement's place, even with the token.
+    const other = job === "a" ? jobs.b : jobs.a;
+    expect(await refusal(other.register({ job, group: 0, host: move.to }, dp2, { token: out.token }))).toMatchObject({ code: "forbidden" });
+    const replacement = new WorkerClient(jobs[job], { job, group: 0, host: move.to }, dp2, { token: out.token });
+    expect(await replacement.register(5_000)).toMatchObject({ generation: 1, resumeStep: move.stopStep });
+    expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
+    expect((await operator.status()).migrations[0]?.state).toBe("done");
+  });
+});

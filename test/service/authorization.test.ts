@@ -1,0 +1,60 @@
+import { describe, expect, it } from "vitest";
+import { ANYONE, authorize, type Caller } from "../../controller/service/authorization.ts";
+import type { Request } from "../../sdk/protocol/codec.ts";
+import type { CommandReply } from "../../sdk/protocol/commands.ts";
+
+const head = { v: 1, id: 1 } as const;
+const incarnation = "0".repeat(32);
+const worker = (job: string) => ({ job, group: 0, host: 3 });
+const messages = {
+  register: (job: string): Request => ({ ...head, type: "worker.register", worker: worker(job), parallelism: { tp: 1, pp: 1, dp: 2 }, checkpointBytes: 0 }),
+  barrier: (job: string): Request => ({ ...head, type: "worker.barrier", worker: worker(job), step: 0, generation: 0 }),
+  finish: (job: string): Request => ({ ...head, type: "job.finish", job }),
+  daemon: (host: number): Request => ({ ...head, type: "daemon.register", host, incarnation, stagingBytes: 1, endpoint: "tcp://h:1" }),
+  heartbeat: (host: number): Request => ({ ...head, type: "daemon.heartbeat", host, incarnation }),
+  result: (host: number): Request => ({ ...head, type: "daemon.transfer-result", host, token: "t", bytes: 1, outcome: "verified" }),
+  prepared: (host: number): CommandReply => ({ ...head, type: "daemon.prepared", host, endpoint: "tcp://h:1", token: "t" }),
+  status: (): Request => ({ ...head, type: "status" }),
+};
+
+const jobA: Caller = { role: "job", job: "a" };
+const host3: Caller = { role: "daemon", host: 3 };
+const operator: Caller = { role: "operator" };
+const ruleOf = (caller: Caller, message: Request | CommandReply) => authorize(caller, message)?.rule ?? "allowed";
+
+describe("authorize", () => {
+  it("lets a job credential register, barrier and finish its own job only", () => {
+    for (const message of [messages.register, messages.barrier, messages.finish]) {
+      expect(ruleOf(jobA, message("a"))).toBe("allowed");
+      expect(ruleOf(jobA, message("b"))).toBe("job-credential-own-job");
+      expect(ruleOf(host3, message("a"))).toBe("job-credential-own-job");
+      expect(ruleOf(operator, message("a"))).toBe("job-credential-own-job");
+    }
+  });
+
+  it("lets a daemon credential speak for its own host only, its answers to commands included", () => {
+    for (const message of [messages.daemon, messages.heartbeat, messages.result, messages.prepared]) {
+      expect(ruleOf(host3, message(3))).toBe("allowed");
+      expect(ruleOf(host3, message(4))).toBe("daemon-credential-own-host");
+      expect(ruleOf(jobA, message(3))).toBe("daemon-credential-own-host");
+    }
+  });
+
+  it("keeps status to operators", () => {
+    expect(ruleOf(operator, messages.status())).toBe("allowed");
+    expect(ruleOf(jobA, messages.status())).toBe("status-needs-operator");
+    expect(ruleOf(host3, messages.status())).toBe("status-needs-operator");
+  });
+
+  it("lets anyone do anything on a controller without a keyring", () => {
+    for (const message of [messages.register("b"), messages.finish("b"), messages.daemon(4), messages.prepared(4), messages.status()]) {
+      expect(ruleOf(ANYONE, message)).toBe("allowed");
+    }
+  });
+
+  it("names the rule, the message, the job and the credential in its refusal", () => {
+    expect(authorize(jobA, messages.finish("b"))?.message).toBe(
+      'job.finish for job "b" needs that job\'s credential, and this is job "a"\'s credential; a job credential may register, barrier and finish only its own job',
+    );
+  });
+});
