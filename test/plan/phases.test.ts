@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Cluster } from "../../controller/model/index.ts";
 import { createPlanner, PlanTimeoutError, type Plan, type PlanBudget, type Planner, type PlanProgress } from "../../controller/plan/index.ts";
+import { trace } from "../../controller/sim/index.ts";
 import { hardInstance, infeasibleInstance, minimumMoves, planDefect, threeTierCluster, type HardInstance } from "./oracle.ts";
 
 let planner: Planner;
@@ -209,5 +210,42 @@ describe("the pod-level rule against brute force", () => {
     expect(run(cluster).plan.reason).toBe(
       `${name} has ${cluster.placement[g]!.length} hosts, more than a pod's ${podHosts(cluster)}, so it spans pods and adds its ${group.rings} rings to each, above pod λ = ${cluster.podLambda}`,
     );
+  });
+});
+
+describe("the ILP against the exact search and the paper's program, beyond brute force", () => {
+  // 64 hosts in pods of two racks: too many placements to enumerate, so the forced ILP is
+  // held against two other methods, the uncapped exact search (which proves its optimum) and
+  // the paper's program (which may only do worse, moving fragmented groups alone).
+  it("plans every event of a 3-tier DP trace with the exact search's optimum, never more than the paper's", () => {
+    const events = trace({
+      seed: 11,
+      topology: { racks: 8, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 2, racksPerPod: 2 },
+      podLambda: 2,
+      mix: "dp",
+      events: 15,
+    });
+    let longest = 0;
+    let paperLonger = 0;
+    for (let step = events.next(undefined); !step.done; ) {
+      const cluster = step.value;
+      const exact = run(cluster);
+      expect(exact.path).toBe("first search");
+      expect(exact.plan.status).toBe("optimal");
+      const ilp = run(cluster, { exactNodes: 0 });
+      expect(ilp.path).toBe("ilp");
+      expect(planDefect(cluster, ilp.plan.moves)).toBeUndefined();
+      expect(ilp.plan).toMatchObject({ status: "optimal", moveCount: exact.plan.moveCount, lowerBound: exact.plan.moveCount });
+      const paper = planner.plan(cluster, { formulation: "paper", timeLimitMs: TIME_LIMIT_MS });
+      expect(paper.status).toBe("optimal");
+      expect(paper.moveCount).toBeGreaterThanOrEqual(ilp.plan.moveCount);
+      if (paper.moveCount > ilp.plan.moveCount) paperLonger++;
+      longest = Math.max(longest, exact.plan.moveCount);
+      step = events.next(exact.plan.placement);
+    }
+    // The trace reaches well past what brute force could check, and where the paper's program
+    // is beaten (it cannot move whole groups out of the way).
+    expect(longest).toBeGreaterThanOrEqual(7);
+    expect(paperLonger).toBeGreaterThanOrEqual(1);
   });
 });
