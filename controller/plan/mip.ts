@@ -69,6 +69,8 @@ export interface MipOptions {
   readonly timeLimitSec: number;
   /** A feasible starting solution (full column vector). */
   readonly start?: Float64Array;
+  /** Branch-and-bound nodes it may open before it stops as at the time limit. */
+  readonly maxNodes?: number;
 }
 
 /** Solves a minimisation MIP with HiGHS, single-threaded and deterministic. */
@@ -81,6 +83,7 @@ export function solveMip(highs: Highs, model: ModelData, options: MipOptions): M
       mip_rel_gap: 0,
       mip_abs_gap: 0.999,
       random_seed: 0,
+      ...(options.maxNodes === undefined ? {} : { mip_max_nodes: options.maxNodes }),
     });
     instance.passModel(model);
     if (options.start) instance.setSolution({ colValue: options.start });

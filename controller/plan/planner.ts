@@ -19,6 +19,23 @@ export interface PlanOptions {
   readonly formulation?: Formulation;
   /** Told what the planner has established so far, between phases of a long plan. */
   readonly onProgress?: (progress: PlanProgress) => void;
+  /** Work caps that make the path a plan takes the same on every machine; see `PlanBudget`. */
+  readonly budget?: PlanBudget;
+}
+
+/**
+ * The time limit alone makes which phase finds the plan (and so the plan, when several are
+ * minimal) depend on the machine's speed. Each cap ends a phase as if its share of the time
+ * had run out, whatever the clock says: for tests that must take one path on a slow loaded
+ * machine and a fast one alike, and to replay an event exactly. The time limit still applies.
+ */
+export interface PlanBudget {
+  /** Nodes each pass of the exact search may visit; 0 skips it. */
+  readonly exactNodes?: number;
+  /** Nodes each dive may visit; 0 skips the dives. */
+  readonly diveNodes?: number;
+  /** Branch-and-bound nodes HiGHS may open; 0 stops it after the root. */
+  readonly mipNodes?: number;
 }
 
 export interface PlanProgress {
@@ -55,14 +72,17 @@ export interface Plan {
   readonly reason?: string;
 }
 
-/** No valid plan was found before the time limit, and infeasibility was not proven either. */
+/**
+ * No valid plan was found before the time limit (or a cap of `PlanOptions.budget`), and
+ * infeasibility was not proven either.
+ */
 export class PlanTimeoutError extends Error {
   override readonly name = "PlanTimeoutError";
   readonly code = "plan_timeout";
-  constructor(readonly timeLimitMs: number, readonly lowerBound: number) {
+  constructor(readonly timeLimitMs: number, readonly lowerBound: number, budgeted = false) {
     super(
-      `no plan found within ${timeLimitMs / 1000} s (at least ${lowerBound} moves are needed); ` +
-        "raise --time-limit",
+      `no plan found within ${timeLimitMs / 1000} s${budgeted ? " and the work budget" : ""} ` +
+        `(at least ${lowerBound} moves are needed); raise ${budgeted ? "the budget or " : ""}--time-limit`,
     );
   }
 }
@@ -111,6 +131,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const reason = obviouslyInfeasible(cluster);
   if (reason) return { ...finish("infeasible", "none", state.count, 0), reason };
 
+  const { exactNodes, diveNodes, mipNodes } = options.budget ?? {};
+  const capped = (nodes: number | undefined) => (nodes === undefined ? {} : { nodeLimit: nodes });
   let lowerBound = 1;
   let incumbent: Counts | undefined;
   const report = (phase: PlanProgress["phase"], best?: number) =>
@@ -119,7 +141,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     const at = (share: number) => start + timeLimitMs * share;
     const fresh = () => new CountState(cluster);
     // Most events are proved in milliseconds by the exact search alone.
-    let exact = searchMoves(fresh(), SEARCH_DEPTH, at(FIRST_EXACT_SHARE));
+    let exact = searchMoves(fresh(), SEARCH_DEPTH, at(FIRST_EXACT_SHARE), capped(exactNodes));
     if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
     lowerBound = exact.depth + 1;
     report("search");
@@ -128,7 +150,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     let best = Number.POSITIVE_INFINITY;
     const dive = (beam: number, until: number) => {
       if (best <= lowerBound) return;
-      const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), at(until), { firstDepth: lowerBound, beam });
+      const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), at(until), { firstDepth: lowerBound, beam, ...capped(diveNodes) });
       if (outcome.kind !== "found") return;
       incumbent = applyRackMoves(state, outcome.moves);
       best = outcome.moves.length;
@@ -136,7 +158,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     };
     dive(DIVE_BEAMS[0], EXACT_SHARE);
     if (best > lowerBound) {
-      exact = searchMoves(fresh(), Math.min(SEARCH_DEPTH, best - 1), at(EXACT_SHARE), { firstDepth: lowerBound });
+      exact = searchMoves(fresh(), Math.min(SEARCH_DEPTH, best - 1), at(EXACT_SHARE), { firstDepth: lowerBound, ...capped(exactNodes) });
       if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
       if (exact.kind === "exhausted" && best - 1 <= SEARCH_DEPTH && incumbent) return finish("optimal", "search", incumbent, best);
       lowerBound = Math.max(lowerBound, exact.depth + 1);
@@ -151,11 +173,12 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const solved = solveMip(highs, program.model, {
     timeLimitSec: ilpSeconds(deadline - performance.now()),
     ...(incumbent ? { start: program.encode(incumbent) } : {}),
+    ...(mipNodes === undefined ? {} : { maxNodes: mipNodes }),
   });
   // A plan the search found is verified; it outranks any numerical claim of infeasibility.
   if (solved.status === "infeasible" && !incumbent) return finish("infeasible", "ilp", state.count, lowerBound);
   const found = solved.values ? program.decode(solved.values) : incumbent;
-  if (!found) throw new PlanTimeoutError(timeLimitMs, lowerBound);
+  if (!found) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
   lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * program.movesPerObjective - 1e-6));
   const target = incumbent && moveDistance(state.count, incumbent) < moveDistance(state.count, found) ? incumbent : found;
   const moves = moveDistance(state.count, target);

@@ -11,7 +11,10 @@ export type SearchOutcome =
   | { readonly kind: "found"; readonly moves: readonly RackMove[] }
   /** Every plan of at most `depth` moves was ruled out: the optimum is larger. */
   | { readonly kind: "exhausted"; readonly depth: number }
-  /** The deadline passed; plans of at most `depth` moves were ruled out before it. */
+  /**
+   * The deadline passed or the node budget ran out; plans of at most `depth` moves were
+   * ruled out before that.
+   */
   | { readonly kind: "timeout"; readonly depth: number };
 
 export interface SearchOptions {
@@ -19,6 +22,8 @@ export interface SearchOptions {
   readonly firstDepth?: number;
   /** Try only this many of the best-ranked branches at each node (a beam); exact when absent. */
   readonly beam?: number;
+  /** Stop, as at the deadline, after visiting this many nodes: a bound that no machine's speed changes. */
+  readonly nodeLimit?: number;
 }
 
 /**
@@ -44,6 +49,7 @@ export interface SearchOptions {
  */
 export function searchMoves(state: CountState, maxDepth: number, deadline: number, options: SearchOptions = {}): SearchOutcome {
   const beam = options.beam ?? Number.POSITIVE_INFINITY;
+  const nodeLimit = options.nodeLimit ?? Number.POSITIVE_INFINITY;
   const lifts: [group: number, rack: number][] = [];
   const drops: [group: number, rack: number][] = [];
   // Largest budget already proven insufficient from a state, by hash: the same lifts and
@@ -54,7 +60,7 @@ export function searchMoves(state: CountState, maxDepth: number, deadline: numbe
 
   const dfs = (depth: number): boolean => {
     if ((failed.get(state.hash) ?? -1) >= depth) return false;
-    if ((++nodes & 127) === 0 && performance.now() > deadline) timedOut = true;
+    if (++nodes > nodeLimit || ((nodes & 127) === 0 && performance.now() > deadline)) timedOut = true;
     if (timedOut) return false;
     const found = hasDefect(state) ? repair(depth) : place(depth);
     if (!found && !timedOut) {

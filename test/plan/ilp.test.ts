@@ -12,8 +12,7 @@ beforeAll(async () => {
   highs = await (highsModule as unknown as { default: () => Promise<Highs> }).default();
 });
 
-// The planner reaches the ILP only when the search runs out of time, which small clusters
-// never do; these tests solve the programs directly so that path is checked too.
+// The programs solved directly; phases.test.ts drives them through the planner.
 describe("integer programs against brute force", () => {
   it.each(Array.from({ length: 60 }, (_, i) => 1000 + i))("seed %i", (seed) => {
     const cluster = smallCluster(seed);
@@ -35,6 +34,10 @@ describe("integer programs against brute force", () => {
 
     const paperProgramOf = paperProgram(state);
     const paper = solveMip(highs, paperProgramOf.model, { timeLimitSec: 30 });
+    // The paper's program moves only fragmented groups, so it may have no solution at all, or
+    // no variables (HiGHS calls that model empty, which the planner never builds: it answers
+    // "unchanged" first).
+    expect(paperProgramOf.model.numCols > 0 ? ["optimal", "infeasible"] : ["unknown"]).toContain(paper.status);
     if (paper.status === "optimal") {
       const paperCounts = paperProgramOf.decode(paper.values!);
       expect(new CountState(cluster, paperCounts).valid).toBe(true);
@@ -45,11 +48,18 @@ describe("integer programs against brute force", () => {
 });
 
 describe("beam dive", () => {
-  it.each(Array.from({ length: 60 }, (_, i) => 2000 + i))("seed %i: any plan it returns is valid and no shorter than optimal", (seed) => {
+  // A beam may prune every plan in principle; on these clusters it never does, so a dive that
+  // stops finding plans fails here rather than passing unchecked.
+  it.each(Array.from({ length: 60 }, (_, i) => 2000 + i))("seed %i: finds a valid plan, no shorter than optimal, whenever one exists", (seed) => {
     const cluster = smallCluster(seed);
     const optimum = bruteForceMoves(cluster);
     const outcome = searchMoves(new CountState(cluster), 30, performance.now() + 10_000, { firstDepth: 1, beam: 2 });
-    if (outcome.kind !== "found") return;
+    if (optimum === Number.POSITIVE_INFINITY) {
+      expect(outcome.kind).toBe("exhausted");
+      return;
+    }
+    expect(outcome.kind).toBe("found");
+    if (outcome.kind !== "found") throw new Error("narrowing failed");
     const state = new CountState(cluster);
     for (const move of outcome.moves) state.move(move.group, move.from, move.to);
     expect(state.valid).toBe(true);
