@@ -247,7 +247,9 @@ export class PlanExecution implements SessionMoves {
   }
 
   // ── commands to the hosts' daemons ─────────────────────────────────────────────────────
-  // Each runs as an effect: only once the records that led to it are durable.
+  // Each runs as an effect: only once the records that led to it are durable, and once the
+  // host's daemon is registered (after a restart the daemons register again, see
+  // `DaemonLiveness.registered`; one that does not come back fails the command).
 
   private prepareStaging(action: Extract<MigrationAction, { type: "prepare-staging" }>): void {
     const m = this.context.state.migrations.get(action.migration);
@@ -259,12 +261,12 @@ export class PlanExecution implements SessionMoves {
       return this.context.effect(() => this.later(() => this.fire(action.migration, { type: "fail", reason })));
     }
     this.context.effect(() =>
-      this.options.transport.prepare({
+      this.daemons.registered(action.host).then(() => this.options.transport.prepare({
         migration: action.migration,
         host: action.host,
         bytes: action.bytes,
         replacement: { job: m.job, group: m.group, parallelism: job.parallelism, launch: launchOf(job) },
-      }).then(
+      })).then(
         (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
         (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
       ),
@@ -274,7 +276,7 @@ export class PlanExecution implements SessionMoves {
   private releaseStaging(action: Extract<MigrationAction, { type: "release-staging" }>): void {
     this.sessions.refuseEarly(action.token, "its migration rolled back");
     this.context.effect(() =>
-      this.options.transport.release(action.host, action.token).catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
+      this.daemons.registered(action.host).then(() => this.options.transport.release(action.host, action.token)).catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
     );
   }
 
@@ -285,8 +287,9 @@ export class PlanExecution implements SessionMoves {
     const job = this.context.state.jobs.get(action.job);
     if (!job) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
     this.context.effect(() =>
-      this.options.launcher
-        .spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, launch: launchOf(job), host: action.host, token: action.token })
+      this.daemons
+        .registered(action.host)
+        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, launch: launchOf(job), host: action.host, token: action.token }))
         .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
     );
   }

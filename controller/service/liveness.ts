@@ -6,7 +6,8 @@ import type { ControllerContext, ReplyTarget } from "./context.ts";
 /**
  * Daemon liveness: which hosts have a registered daemon, what each advertised (its network
  * address, its staging capacity), and which went silent. None of it is durable; after a
- * restart it comes back as the daemons register again.
+ * restart it comes back as the daemons register again, and commands to a host wait for that
+ * (`registered`).
  */
 
 interface DaemonSession {
@@ -20,15 +21,32 @@ interface DaemonSession {
   readonly stagingBytes: number;
 }
 
+interface Waiter {
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
 export class DaemonLiveness {
   private readonly daemons = new Map<number, DaemonSession>();
+  /** Commands waiting for their host's daemon to register again after a restart, by host. */
+  private readonly waiting = new Map<number, Waiter[]>();
+  /**
+   * Until when commands wait for a host's daemon after a restart: a live daemon hears from the
+   * new controller within a heartbeat and registers again, so one silent for a heartbeat
+   * timeout is lost, as it would be while registered. Null on a first start (no daemon is
+   * expected back) and once that time has passed.
+   */
+  private waitUntil: number | null;
 
   constructor(
     private readonly context: ControllerContext,
     /** A daemon silent for this long is declared lost. */
     private readonly heartbeatTimeoutMs: number,
-    private readonly registered: (host: number, peer: Uint8Array, endpoint: string) => void,
-  ) {}
+    private readonly onRegistered: (host: number, peer: Uint8Array, endpoint: string) => void,
+  ) {
+    // Records beyond the config mean a predecessor ran, and its daemons are coming back.
+    this.waitUntil = context.state.records > 1 ? context.clock() + heartbeatTimeoutMs : null;
+  }
 
   /**
    * A host has one daemon at a time. The same daemon process (same incarnation) may register
@@ -48,9 +66,26 @@ export class DaemonLiveness {
       );
     }
     this.daemons.set(req.host, { incarnation: req.incarnation, lastSeen: now, lost: false, stagingBytes: req.stagingBytes, address: addressIn(req.endpoint) });
-    this.registered(req.host, target.peer, req.endpoint);
+    this.onRegistered(req.host, target.peer, req.endpoint);
     this.context.log.info(() => `daemon on host ${req.host} registered (${req.stagingBytes} staging bytes at ${req.endpoint})`);
+    for (const waiter of this.waiting.get(req.host) ?? []) waiter.resolve();
+    this.waiting.delete(req.host);
     this.context.ack(target);
+  }
+
+  /**
+   * Resolves once `host` has a registered daemon, so a command can go to it. After a restart
+   * that may take until the daemon's next heartbeat; past the heartbeat timeout it rejects,
+   * naming the host, as for a lost daemon. Otherwise it resolves at once, and a host without
+   * a daemon is refused by the transport, which names it.
+   */
+  registered(host: number): Promise<void> {
+    if (this.waitUntil === null || this.daemons.has(host)) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const waiters = this.waiting.get(host) ?? [];
+      waiters.push({ resolve, reject });
+      this.waiting.set(host, waiters);
+    });
   }
 
   heartbeat(target: ReplyTarget, req: Heartbeat): void {
@@ -65,6 +100,7 @@ export class DaemonLiveness {
 
   /** Declares lost every daemon silent past the timeout, calling `lost` for each as it does. */
   checkHeartbeats(now: number, lost: (host: number) => void): void {
+    if (this.waitUntil !== null && now >= this.waitUntil) this.stopWaiting();
     for (const [host, daemon] of this.daemons) {
       if (daemon.lost || !this.lapsed(daemon, now)) continue;
       daemon.lost = true;
@@ -75,6 +111,17 @@ export class DaemonLiveness {
 
   private lapsed(daemon: DaemonSession, now: number): boolean {
     return daemon.lost || now - daemon.lastSeen >= this.heartbeatTimeoutMs;
+  }
+
+  /** Fails the commands whose host's daemon did not come back in time after the restart. */
+  private stopWaiting(): void {
+    this.waitUntil = null;
+    for (const [host, waiters] of [...this.waiting].sort(([a], [b]) => a - b)) {
+      const error = new Error(`the daemon on host ${host} did not register within ${this.heartbeatTimeoutMs} ms of the controller's restart`);
+      this.context.log.warn(() => `${error.message}; its daemon is lost`);
+      for (const waiter of waiters) waiter.reject(error);
+    }
+    this.waiting.clear();
   }
 
   /** The host's network address as its daemon advertised it; null before it registered. */

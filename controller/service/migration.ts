@@ -17,7 +17,18 @@ import { z } from "zod";
  * failure before `committing` (source or destination lost, checksum mismatch, a deadline
  * passed, a peer of the step failed) rolls back: staging is released and the job's workers
  * continue where they stopped. From `committing` on the move is final; late failures are
- * reported but cannot undo it.
+ * reported but cannot undo it: they raise an `alert` (an error in the log, the failure in the
+ * move's `reason`, which the status shows) and the move stays where it is, without a deadline,
+ * for an operator: the source was told to stop, so its state lives only in the destination's
+ * staging.
+ *
+ * After a controller restart (`recovery.ts`), moves before `committing` fail and roll back; a
+ * `committing` move asks its destination for the replacement again. Commands to a host's
+ * daemon (staging, its release, the replacement) wait until that daemon has registered with
+ * the new controller, for at most the heartbeat timeout from the restart, as long as a live
+ * daemon takes to be heard from. A daemon that does not come back by then is lost: a rolled-back
+ * move's release is dropped (its staging went with the daemon), and a committed move whose
+ * destination never returns fails after commit, which is an alert.
  */
 
 export const MIGRATION_STATES = [

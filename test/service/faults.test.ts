@@ -5,6 +5,7 @@ import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/
 import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
+import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { tempDir } from "./harness.ts";
 
 /**
@@ -14,6 +15,7 @@ import { tempDir } from "./harness.ts";
  */
 
 const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
+type MigrationSummary = StatusReport["migrations"][number];
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
 
 interface Cluster {
@@ -32,7 +34,8 @@ afterEach(async () => {
   for (const step of teardown.splice(0).reverse()) await step();
 });
 
-async function startCluster(): Promise<Cluster> {
+/** `heartbeatTimeoutS`: the controller's `--heartbeat-timeout`, which also bounds how long a restarted one waits for the daemons. */
+async function startCluster(heartbeatTimeoutS = 1): Promise<Cluster> {
   const dir = tempDir();
   const group = new ProcessGroup(dir);
   teardown.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -40,7 +43,7 @@ async function startCluster(): Promise<Cluster> {
   const snapshot = join(dir, "topology.json");
   writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
   const startController = async (bind: string) => {
-    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", "1"]);
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
     return { controller, endpoint: (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]! };
   };
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
@@ -123,44 +126,82 @@ describe("faults with real processes", () => {
     expect((await cluster.client.status()).jobs.map((j) => j.id).sort()).toEqual(["a", "b"]);
   }, 90_000);
 
-  it("completes or rolls back a migration cut by a controller SIGKILL, and every job ends bit-identical", async () => {
+  it("rolls back a swap cut by a controller SIGKILL before it committed: the destinations release their staging and the sources continue", async () => {
+    // Long enough for the daemons to register with the restarted controller; no daemon is lost here.
+    const cluster = await startCluster(10);
+    const hold = (host: number) => join(cluster.dir, `hold-${host}`);
+    const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
+    // Both sources got migrate-out and hold their checkpoints: the swap cannot commit.
+    await expect.poll(() => readdirSync(cluster.dir).filter((f) => f.endsWith(".ticket")).length, { timeout: 30_000, interval: 50 }).toBe(2);
+    const moves = (await cluster.client.status()).migrations;
+    expect(moves.map((m) => m.state)).toEqual(["transferring", "transferring"]);
+
+    await cluster.restartController();
+    const restarted = "the controller restarted before the move committed";
+    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), { timeout: 20_000, interval: 100 }).toEqual(
+      moves.map((m) => [m.id, "rolled-back", restarted]),
+    );
+    // Each destination's daemon releases its staging once it has registered with the new controller.
+    for (const m of moves) await expect.poll(() => log(cluster.daemons[m.to]!), { timeout: 20_000, interval: 100 }).toContain(`released the staging of migration ${m.id}`);
+    for (const host of [0, 1, 2, 3]) writeFileSync(`${hold(host)}.go`, "");
+    // Their tickets admit nothing any more: each source keeps its checkpoint and continues at its stop step.
+    for (const m of moves) {
+      await expect.poll(() => log(workers.get(m.from)!), { timeout: 20_000, interval: 100 }).toMatch(new RegExp(`send failed: .*\ncontinue at ${m.stopStep}\n`));
+    }
+    expect(log(cluster.controller)).not.toMatch(/releasing staging on host|lost: no heartbeat/);
+  }, 120_000);
+
+  it("finishes a swap cut by a controller SIGKILL after it committed: the replacements resume and every job ends bit-identical", async () => {
     const events = tempDir();
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
     const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
-    const cluster = await startCluster();
+    const cluster = await startCluster(10);
     const stateBytes = 8 * 2 ** 20;
-    const start = (job: string, hosts: number[]) => {
+    const start = (job: string, hosts: number[], gate: string[] = []) => {
       for (const host of hosts) {
-        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace]);
+        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace, ...gate]);
       }
     };
+    // Job b's workers load first and register the moment job a has started, so a cannot train
+    // to its end before b's arrival plans the swap; from the swap's start both jobs wait for it.
+    const gate = join(cluster.dir, "start-b");
+    start("b", [1, 3], ["--start-when-exists", gate]);
     start("a", [0, 2]);
     await expect.poll(started(cluster, "a"), { timeout: 20_000, interval: 100 }).toBe(true);
-    start("b", [1, 3]);
+    writeFileSync(gate, "");
 
-    // Kill the controller as soon as a move has got past pausing, wherever it then is.
-    let cut = "";
+    // The cut comes once every move of the swap is journaled as committed: from then on the
+    // swap can only be finished, wherever it is when the controller dies.
+    let cut: MigrationSummary[] = [];
+    const committed = (moves: MigrationSummary[]) => moves.length > 0 && moves.every((m) => ["committing", "resuming", "done"].includes(m.state));
     await expect
       .poll(
         async () => {
-          const moving = (await cluster.client.status()).migrations.find((m) => !["planned", "pausing"].includes(m.state));
-          cut = moving?.state ?? "";
+          cut = (await cluster.client.status()).migrations;
           return cut;
         },
         { timeout: 30_000, interval: 10 },
       )
-      .not.toBe("");
+      .toSatisfy(committed);
     await cluster.restartController();
 
-    const finished = (job: string) => {
+    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), { timeout: 60_000, interval: 200 }).toEqual(
+      cut.map((m) => [m.id, "done", null]),
+    );
+    const jobEvents = (job: string) => {
       const path = join(events, `${job}.jsonl`);
-      return existsSync(path) ? readEvents(readFileSync(path, "utf8"), path).filter((e) => e.event === "finished") : [];
+      return existsSync(path) ? readEvents(readFileSync(path, "utf8"), path) : [];
     };
+    const finished = (job: string) => jobEvents(job).flatMap((e) => (e.event === "finished" ? [e] : []));
     await expect.poll(() => finished("a").length + finished("b").length, { timeout: 60_000, interval: 200 }).toBe(4);
+    const placement = (await cluster.client.status()).jobs;
     for (const job of ["a", "b"]) {
+      // Each moved worker's replacement loaded its checkpoint and finished the job on its new host.
+      for (const m of cut.filter((x) => x.job === job)) expect(jobEvents(job)).toContainEqual(expect.objectContaining({ event: "resumed", migration: m.id, host: m.to }));
+      expect(finished(job).map((e) => e.host).sort(), `job ${job}`).toEqual(placement.find((j) => j.id === job)?.hosts);
       const reference = initialState(seedOf(job), stateBytes);
       for (let step = 0; step < 30; step++) trainStep(reference);
-      expect(finished(job).map((e) => (e.event === "finished" ? e.digest : "")), `job ${job} after a cut in ${cut}`).toEqual([digest(reference), digest(reference)]);
+      expect(finished(job).map((e) => e.digest), `job ${job} after a cut in ${cut.map((m) => m.state).join(", ")}`).toEqual([digest(reference), digest(reference)]);
     }
     // The new controller took its jobs and the cut migration from the journal, not from scratch.
     expect(log(cluster.controller)).toMatch(/replayed \d+ records, 2 jobs/);

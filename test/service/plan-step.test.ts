@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Journal } from "../../controller/service/journal.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { SMALL, startController, tempDir, type Harness } from "./harness.ts";
+import { INCARNATION, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
 const clients: ControllerClient[] = [];
@@ -27,6 +27,10 @@ describe("a plan step with several moves", () => {
     harness = await startController({ dir, overrides: { replanBackoffMs: 100 } });
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 10_000, retryMs: 200 });
     clients.push(client);
+    // The hosts' daemons register again with the restarted controller, which waits for them.
+    for (let host = 0; host < SMALL.racks * SMALL.hostsPerRack; host++) {
+      await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: `tcp://127.0.0.1:${9000 + host}` });
+    }
 
     const workers = new Map<number, WorkerClient>();
     for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]], ["c", [2, 6]]] as const) {

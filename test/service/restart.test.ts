@@ -1,123 +1,228 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { rmSync } from "node:fs";
+import { randomFillSync } from "node:crypto";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
+import { HostDaemon } from "../../controller/daemon/daemon.ts";
+import { send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { INCARNATION, tempDir } from "./harness.ts";
+import { createLogger } from "../../sdk/log.ts";
+import { ticketFor } from "../../sdk/protocol/endpoint.ts";
+import type { Directive } from "../../sdk/protocol/worker.ts";
+import { tempDir } from "./harness.ts";
+
+/**
+ * A controller killed with SIGKILL in the middle of a move, and started again on the same
+ * journal and address, while the hosts' real daemons (in this process) live on and register
+ * with the new one. The test plays the workers and the source's transfer.
+ */
 
 const fixture = "test/service/fixtures/controller-process.ts";
-const children: ChildProcess[] = [];
-const clients: ControllerClient[] = [];
-const dirs: string[] = [];
+const CHECKPOINT = 1 << 20;
+const HOSTS = 8;
+const dp2 = { tp: 1, pp: 1, dp: 2 };
 
+const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  for (const child of children.splice(0)) if (child.exitCode === null) child.kill("SIGKILL");
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
 interface Running {
-  readonly child: ChildProcess;
   readonly endpoint: string;
-  readonly spawns: unknown[];
+  /** The `spawn` commands the controller sent to daemons, as they ended: `done` or why not. */
+  readonly spawns: { readonly request: Record<string, unknown>; readonly outcome: string }[];
+  log(): string;
   kill(): Promise<void>;
 }
 
 /** Starts the controller process and waits for its endpoint. */
-async function launch(dir: string, bind: string): Promise<Running> {
-  const child = spawn(process.execPath, ["bin/run-ts.js", fixture, dir, bind], { stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
-  const spawns: unknown[] = [];
+async function launch(dir: string, bind: string, heartbeatTimeoutMs: number): Promise<Running> {
+  const child: ChildProcess = spawn(process.execPath, ["bin/run-ts.js", fixture, dir, bind, String(heartbeatTimeoutMs)], { stdio: ["ignore", "pipe", "pipe"] });
+  const kill = () =>
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once("exit", () => resolve());
+      child.kill("SIGKILL");
+    });
+  cleanups.push(kill);
+  const spawns: Running["spawns"] = [];
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const endpoint = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`controller did not start: ${stderr}`)), 15_000);
+    const timer = setTimeout(() => reject(new Error(`controller did not start: ${stderr}`)), 20_000);
     createInterface({ input: child.stdout! }).on("line", (line) => {
+      const spawned = /^spawn (\{.*\}) -> (.*)$/.exec(line);
       if (line.startsWith("listening ")) {
         clearTimeout(timer);
         resolve(line.slice("listening ".length));
-      } else if (line.startsWith("spawn ")) spawns.push(JSON.parse(line.slice("spawn ".length)));
+      } else if (spawned) spawns.push({ request: JSON.parse(spawned[1]!) as Record<string, unknown>, outcome: spawned[2]! });
     });
     child.on("exit", (code) => reject(new Error(`controller exited with ${code}: ${stderr}`)));
   });
-  return {
-    child,
-    endpoint,
-    spawns,
-    kill: () =>
-      new Promise((resolve) => {
-        child.once("exit", () => resolve());
-        child.kill("SIGKILL");
-      }),
-  };
+  return { endpoint, spawns, log: () => stderr, kill };
 }
 
-const dp2 = { tp: 1, pp: 1, dp: 2 };
+interface Host {
+  readonly daemon: HostDaemon;
+  readonly lines: string[];
+}
 
-async function setup(dir: string) {
-  const first = await launch(dir, "tcp://127.0.0.1:*");
+/**
+ * A daemon on every host. Its replacement launcher writes `launched-HOST.json` (its pid and
+ * token) and runs until the test ends, as a replacement waiting for its checkpoint would.
+ */
+function startDaemons(dir: string, controller: string): Host[] {
+  const launcher = [
+    "const fs = require('node:fs'), path = require('node:path'), dir = process.argv[1], env = process.env;",
+    "fs.writeFileSync(path.join(dir, 'launched-' + env.MONKEYTREE_HOST + '.json'), JSON.stringify({ pid: process.pid, token: env.MONKEYTREE_TOKEN }));",
+    "setInterval(() => fs.existsSync(path.join(dir, 'stop')) && process.exit(0), 50);",
+  ].join(" ");
+  const hosts = Array.from({ length: HOSTS }, (_, host) => {
+    const lines: string[] = [];
+    const daemon = HostDaemon.start({
+      host,
+      controller,
+      stagingBytes: 4 * CHECKPOINT,
+      listen: { host: "127.0.0.1", port: 0 },
+      launch: `"${process.execPath}" -e "${launcher}" "${dir}"`,
+      heartbeatMs: 100,
+      retryMs: 100,
+      log: createLogger(`daemon ${host}`, (line) => lines.push(line), "debug"),
+    });
+    return { daemon, lines };
+  });
+  cleanups.push(() => Promise.all(hosts.map((h) => h.daemon.close())).then(() => {}));
+  // Launchers still running end with the test.
+  cleanups.push(() => writeFileSync(join(dir, "stop"), ""));
+  return hosts;
+}
+
+/** The replacement launcher the daemon on `host` started, once it runs. */
+async function launchedOn(dir: string, host: number): Promise<{ pid: number; token: string }> {
+  const path = join(dir, `launched-${host}.json`);
+  await expect.poll(() => existsSync(path), { timeout: 20_000, interval: 20 }).toBe(true);
+  return JSON.parse(readFileSync(path, "utf8")) as { pid: number; token: string };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function checkpoint(): StagingBuffer {
+  const buffer = StagingBuffer.create({ size: CHECKPOINT });
+  randomFillSync(buffer.bytes());
+  cleanups.push(() => buffer.free());
+  return buffer;
+}
+
+/**
+ * Jobs a (hosts 0, 4) and b (1, 5) cross the racks' single uplinks, so one worker moves; its
+ * source reaches the stop barrier and gets `migrate-out` once the destination's daemon staged.
+ */
+async function startMove(heartbeatTimeoutMs: number) {
+  const dir = tempDir();
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  const first = await launch(dir, "tcp://127.0.0.1:*", heartbeatTimeoutMs);
+  const hosts = startDaemons(dir, first.endpoint);
+  await Promise.all(hosts.map((h) => h.daemon.ready()));
   // Workers ride out the restart: their client resends until the new process answers.
-  const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: 20_000, retryMs: 100 });
-  clients.push(client);
-  const make = (job: string, hosts: number[]) => hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 64, barrierTimeoutMs: 20_000 }));
+  const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: 30_000, retryMs: 100 });
+  cleanups.push(() => client.close());
+  const make = (job: string, hosts: number[]) =>
+    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 30_000 }));
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
   await Promise.all([...a, ...b].map((w) => w.register(10_000)));
-  const move = (await client.status()).migrations[0]!;
+  const move = (await client.status()).migrations[0] ?? expect.fail("no move was planned once jobs a and b registered");
+  const step = move.stopStep ?? expect.fail(`move ${move.id} has no stop step`);
   const moving = move.job === "a" ? a : b;
   const source = moving.find((w) => w.worker.host === move.from)!;
   const stayer = moving.find((w) => w.worker.host !== move.from)!;
-  return { first, client, move, source, stayer };
+  const held = stayer.barrier(step);
+  const out: Directive = await source.barrier(step);
+  if (out.kind !== "migrate-out") expect.fail(`the source got ${JSON.stringify(out)}, not migrate-out`);
+  return { dir, first, hosts, client, move, step, source, held, out };
 }
 
-describe("controller restart", () => {
-  it("rebuilds from the journal after SIGKILL and rolls back a move that had not committed", async () => {
-    const dir = tempDir();
-    dirs.push(dir);
-    const { first, client, move, source, stayer } = await setup(dir);
-    const step = move.stopStep!;
-    const held = stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
-    expect((await client.status()).migrations[0]?.state).toBe("transferring");
+/** The source's checkpoint reaches the destination's daemon, which verifies it: the move commits. */
+async function commit({ client, source, step, out }: Awaited<ReturnType<typeof startMove>>): Promise<void> {
+  const verdict = source.barrier(step);
+  await send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer: checkpoint(), offset: 0 });
+  expect(await verdict).toMatchObject({ kind: "stop" });
+  expect((await client.status()).migrations[0]).toMatchObject({ state: "committing", reason: null });
+}
+
+describe("controller restart with the hosts' daemons", () => {
+  it("rolls back a move that had not committed, and the destination's daemon releases its staging once it registers again", async () => {
+    const run = await startMove(10_000);
+    const { dir, first, hosts, client, source, step, held, out } = run;
+    const replacement = await launchedOn(dir, run.move.to);
+    expect(alive(replacement.pid)).toBe(true);
 
     await first.kill();
-    const second = await launch(dir, first.endpoint);
+    const second = await launch(dir, first.endpoint, 10_000);
     // The stayer's held barrier is resent to the new controller, which knows nothing is held.
     expect(await held).toEqual({ kind: "continue" });
     const status = await client.status();
     expect(status.jobs.map((j) => [j.id, j.started])).toEqual([["a", true], ["b", true]]);
-    expect(status.migrations[0]).toMatchObject({ id: move.id, state: "rolled-back", reason: "the controller restarted before the move committed" });
+    expect(status.migrations[0]).toMatchObject({ id: run.move.id, state: "rolled-back", reason: "the controller restarted before the move committed" });
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
-    await second.kill();
-  });
 
-  it("finishes a committed move after SIGKILL: the replacement is asked for again and the job re-forms", async () => {
-    const dir = tempDir();
-    dirs.push(dir);
-    const { first, client, move, source, stayer } = await setup(dir);
-    const step = move.stopStep!;
-    const held = stayer.barrier(step);
-    const out = await source.barrier(step);
-    if (out.kind !== "migrate-out") throw new Error(`expected migrate-out, got ${out.kind}`);
-    const verdict = source.barrier(step);
-    await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
-    await client.request({ type: "daemon.transfer-result", host: move.to, token: out.token, bytes: 64, outcome: "verified" });
-    expect(await verdict).toMatchObject({ kind: "stop" });
-    expect((await client.status()).migrations[0]?.state).toBe("committing");
+    // The release waited for the daemon to register again: the grant is withdrawn and the
+    // replacement launcher the daemon started for it is stopped.
+    const daemonLog = () => hosts[run.move.to]!.lines.join("\n");
+    await expect.poll(daemonLog, { timeout: 20_000, interval: 50 }).toContain(`released the staging of migration ${run.move.id}`);
+    await expect.poll(() => alive(replacement.pid), { timeout: 20_000, interval: 50 }).toBe(false);
+    await expect(send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({ name: "TransferError" });
+    expect(second.log()).not.toMatch(/releasing staging on host/);
+  }, 90_000);
+
+  it("finishes a committed move: the replacement is asked for once its host's daemon registers again, and the job re-forms", async () => {
+    const run = await startMove(10_000);
+    const { dir, first, client, step, held, out } = run;
+    await commit(run);
+    const launched = await launchedOn(dir, run.move.to);
+    expect(launched.token).toBe(out.token);
 
     await first.kill();
-    const second = await launch(dir, first.endpoint);
-    await expect.poll(() => second.spawns.length, { timeout: 5_000 }).toBe(1);
-    expect(second.spawns[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, launch: null, host: move.to, token: out.token });
+    const second = await launch(dir, first.endpoint, 10_000);
+    await expect.poll(() => second.spawns.length, { timeout: 20_000, interval: 20 }).toBe(1);
+    expect(second.spawns[0]).toMatchObject({ request: { migration: run.move.id, job: run.move.job, group: 0, host: run.move.to, token: out.token }, outcome: "done" });
 
-    const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: out.token });
+    const replacement = new WorkerClient(client, { job: run.move.job, group: 0, host: run.move.to }, dp2, { token: launched.token });
     const assignment = await replacement.register(10_000);
     expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
     // The stayer's barrier, resent to the new controller, carries generation 0: it is reconfigured.
-    const directive = await held;
-    expect(directive).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
-    await expect.poll(async () => (await client.status()).migrations[0]?.state, { timeout: 5_000 }).toBe("done");
-    expect((await client.status()).withinBounds).toBe(true);
-    await second.kill();
-  });
+    expect(await held).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
+    await expect.poll(async () => (await client.status()).migrations[0]?.state, { timeout: 10_000 }).toBe("done");
+    const status = await client.status();
+    expect(status.migrations[0]?.reason).toBeNull();
+    expect(status.withinBounds).toBe(true);
+    expect(second.log()).not.toMatch(/failure after commit/);
+  }, 90_000);
+
+  it("raises an alert for a committed move whose destination's daemon does not come back within the heartbeat timeout", async () => {
+    const run = await startMove(10_000);
+    const { first, hosts, client } = run;
+    const to = run.move.to;
+    await commit(run);
+    await hosts[to]!.daemon.close();
+
+    await first.kill();
+    const second = await launch(run.dir, first.endpoint, 3_000);
+    // The move stands (its source was told to stop), so an operator must act: the status and
+    // the log say so once the heartbeat timeout from the restart has passed.
+    const reason = `spawning the replacement on host ${to}: the daemon on host ${to} did not register within 3000 ms of the controller's restart`;
+    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 20_000, interval: 100 }).toMatchObject({ id: run.move.id, state: "committing", reason });
+    // No command went to the host while it had no daemon.
+    expect(second.spawns).toEqual([]);
+    expect(second.log()).toContain(`migration ${run.move.id}: failure after commit: ${reason}`);
+  }, 90_000);
 });
+
