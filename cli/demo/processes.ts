@@ -18,6 +18,11 @@ export interface Managed {
   readonly exited: Promise<number | string>;
 }
 
+/** `argv` as one /bin/sh command line, each word quoted: how a daemon's --replacement takes a program. */
+export function shellCommand(argv: readonly string[]): string {
+  return argv.map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(" ");
+}
+
 export class ProcessGroup {
   private readonly running = new Set<Managed>();
   private stopping = false;

@@ -108,7 +108,7 @@ describe("controller restart", () => {
     await first.kill();
     const second = await launch(dir, first.endpoint);
     await expect.poll(() => second.spawns.length, { timeout: 5_000 }).toBe(1);
-    expect(second.spawns[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, launch: null, host: move.to, token: out.token });
+    expect(second.spawns[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, replacement: null, host: move.to, token: out.token });
 
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: out.token });
     const assignment = await replacement.register(10_000);
