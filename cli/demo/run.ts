@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -8,8 +8,7 @@ import { digest, initialState, seedOf, trainStep } from "./model.ts";
 import { table } from "../io.ts";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { rackFragmentation, withinBounds } from "../../controller/model/fragmentation.ts";
-import { resolveTenant } from "../../controller/daemon/replacements.ts";
-import { CLI, ProcessGroup, shellCommand, WORKER, type Managed } from "./processes.ts";
+import { CLI, ProcessGroup, replacementUser, sharedFile, shellCommand, WORKER, type Managed } from "./processes.ts";
 
 /**
  * The whole system on one machine: a controller, a daemon per emulated host and several jobs
@@ -73,8 +72,6 @@ export interface DemoResult {
 
 /** The daemons' --replacement that starts the demo worker's replacements. */
 const REPLACEMENT = "demo-worker";
-/** Run as root, the daemons start replacements as this user: no tenant's code runs as root. */
-const DEMO_TENANT = "nobody";
 
 const TERMINAL = new Set(["done", "rolled-back"]);
 const MiB = 2 ** 20;
@@ -83,16 +80,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const { dir, print } = options;
   const events = join(dir, "events");
   mkdirSync(events, { recursive: true });
-  const tenant = process.getuid?.() === 0 ? resolveTenant(DEMO_TENANT) : undefined;
+  const tenant = replacementUser();
   if (tenant) {
     // Replacements append to the events their sources (run as root) started: they need a way
     // into the working directory and files of their own.
     chmodSync(dir, 0o711);
-    for (const job of [...DEMO_RUNNING, DEMO_ARRIVING]) {
-      const file = join(events, `${job.id}.jsonl`);
-      writeFileSync(file, "");
-      chownSync(file, tenant.uid, tenant.gid);
-    }
+    for (const job of [...DEMO_RUNNING, DEMO_ARRIVING]) sharedFile(join(events, `${job.id}.jsonl`), tenant);
   }
   const group = new ProcessGroup(dir);
   let client: ControllerClient | undefined;

@@ -51,6 +51,8 @@ interface Staged {
   state: "receiving" | "verified" | "failed";
   /** The replacement launcher, once started (at prepare, or at the commit's spawn). */
   replacement: ChildProcess | null;
+  /** Whether the controller asked for the replacement at the move's commit (`daemon.spawn`). */
+  committed: boolean;
 }
 
 type ReplacementSpec = PrepareCommand["replacement"];
@@ -133,12 +135,14 @@ export class HostDaemon {
 
   /**
    * Stops heartbeating and talking to the controller, fails outstanding grants and frees the
-   * buffer. Replacement launchers already started keep running.
+   * buffer. Replacements of committed moves keep running; those of moves not yet committed are
+   * stopped, since their checkpoint goes with the buffer and the controller rolls the move back.
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.heartbeat);
+    for (const staged of this.staged.values()) if (!staged.committed) stopGroup(staged.replacement);
     this.listener.close();
     await Promise.allSettled([...this.staged.values()].map((s) => s.grant.completion));
     await this.connection.close();
@@ -234,7 +238,7 @@ export class HostDaemon {
       return this.refuse(command.id, "no_space", `no free range of ${command.bytes} bytes in the ${this.buffer.size}-byte staging buffer; start the daemon with a larger --staging-bytes`);
     }
     const grant = this.listener.grant(this.buffer, { offset, length: command.bytes });
-    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null };
+    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null, committed: false };
     const token = grant.ticket.token;
     this.staged.set(token, staged);
     grant.completion.then(
@@ -274,6 +278,7 @@ export class HostDaemon {
   private async spawn(command: SpawnCommand): Promise<CommandReply> {
     const staged = this.staged.get(command.token);
     if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
+    staged.committed = true;
     if (staged.replacement) return this.done(command.id);
     if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
     const failure = await this.startReplacement(staged, command, command.token);

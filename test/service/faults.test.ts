@@ -1,7 +1,8 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { CLI, ProcessGroup, RUN_TS, sharedFile, shellCommand, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -32,7 +33,11 @@ afterEach(async () => {
   for (const step of teardown.splice(0).reverse()) await step();
 });
 
-async function startCluster(): Promise<Cluster> {
+/**
+ * The controller and a daemon per host, whose replacements are these Node programs by name;
+ * by default the fault worker, which the fault tests' jobs name.
+ */
+async function startCluster(replacements: Record<string, readonly string[]> = { fault: [RUN_TS, FAULT_WORKER] }): Promise<Cluster> {
   const dir = tempDir();
   const group = new ProcessGroup(dir);
   teardown.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -46,8 +51,12 @@ async function startCluster(): Promise<Cluster> {
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
   teardown.push(() => client.close());
+  const replacementFlags = Object.entries(replacements).flatMap(([name, args]) => ["--replacement", `${name}=${shellCommand([process.execPath, ...args])}`]);
   const daemons = [0, 1, 2, 3].map((host) =>
-    group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2"]),
+    group.start(`daemon-${host}`, [
+      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2",
+      ...replacementFlags, ...(TENANT ? ["--run-as", TENANT.user] : []),
+    ]),
   );
   await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
   const cluster: Cluster = {
@@ -74,7 +83,7 @@ async function startFaultJobs(cluster: Cluster, fault: (host: number, job: strin
   const workers = new Map<number, Managed>();
   const start = (job: string, hosts: number[]) => {
     for (const host of hosts) {
-      workers.set(host, cluster.group.start(`${job}-${host}`, [RUN_TS, FAULT_WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--dp", "2", ...fault(host, job)]));
+      workers.set(host, cluster.group.start(`${job}-${host}`, [RUN_TS, FAULT_WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--dp", "2", "--replacement", "fault", ...fault(host, job)]));
     }
   };
   start("a", [0, 2]);
@@ -124,14 +133,15 @@ describe("faults with real processes", () => {
   }, 90_000);
 
   it("completes or rolls back a migration cut by a controller SIGKILL, and every job ends bit-identical", async () => {
-    const events = tempDir();
+    const events = tenantDir();
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
+    for (const job of ["a", "b"]) sharedFile(join(events, `${job}.jsonl`), TENANT);
     const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
-    const cluster = await startCluster();
+    const cluster = await startCluster({ "demo-worker": [...WORKER, ...pace] });
     const stateBytes = 8 * 2 ** 20;
     const start = (job: string, hosts: number[]) => {
       for (const host of hosts) {
-        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace]);
+        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), "--replacement", "demo-worker", ...pace]);
       }
     };
     start("a", [0, 2]);
