@@ -1,9 +1,9 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { parseReplacements, resolveTenant } from "../../controller/daemon/replacements.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { RequestBody } from "../../sdk/connection.ts";
 import { runCli } from "../helpers/cli.ts";
-import { startController, type Harness } from "../service/harness.ts";
+import { startController } from "../service/harness.ts";
 
 /**
  * Issue 11, attack 1: a made-up job must not be able to make a daemon run a command. No
@@ -12,28 +12,24 @@ import { startController, type Harness } from "../service/harness.ts";
  * root-only ones), and what a replacement runs as is the daemon's host's decision.
  */
 
-let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
-});
-
 describe("no command line crosses the network", () => {
   it("refuses a worker.register that carries a command line, naming the field", async () => {
-    harness = await startController();
+    const harness = await startController();
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000 });
-    clients.push(client);
-    const register = { type: "worker.register", worker: { job: "evil", group: 0, host: 0 }, parallelism: { tp: 1, pp: 1, dp: 2 }, checkpointBytes: 0 } as const;
-    // The attacker's message, which no schema of ours lets a client write.
-    const forged = { ...register, launch: ["/bin/sh", "-c", "touch /tmp/owned"] } as unknown as RequestBody;
-    await expect(client.request(forged)).rejects.toMatchObject({ name: "ControllerError", message: expect.stringContaining(`unknown field "launch"`) });
-    await expect(client.request({ ...register, replacement: "/bin/sh -c touch" })).rejects.toMatchObject({
-      name: "ControllerError",
-      message: expect.stringContaining("a replacement name is 1 to 64 of a-z, 0-9"),
-    });
-    expect((await client.status()).jobs).toEqual([]);
+    try {
+      const register = { type: "worker.register", worker: { job: "evil", group: 0, host: 0 }, parallelism: { tp: 1, pp: 1, dp: 2 }, checkpointBytes: 0 } as const;
+      // The attacker's message, which no schema of ours lets a client write.
+      const forged = { ...register, launch: ["/bin/sh", "-c", "touch /tmp/owned"] } as unknown as RequestBody;
+      await expect(client.request(forged)).rejects.toMatchObject({ name: "ControllerError", message: expect.stringContaining(`unknown field "launch"`) });
+      await expect(client.request({ ...register, replacement: "/bin/sh -c touch" })).rejects.toMatchObject({
+        name: "ControllerError",
+        message: expect.stringContaining("a replacement name is 1 to 64 of a-z, 0-9"),
+      });
+      expect((await client.status()).jobs).toEqual([]);
+    } finally {
+      await client.close();
+      await harness.close();
+    }
   });
 });
 
