@@ -311,6 +311,8 @@ export class HostDaemon {
       }),
     };
     const child = spawn(command, { shell: true, env, stdio: ["ignore", "inherit", "inherit"], detached: true, ...(runAs ? { uid: runAs.uid, gid: runAs.gid } : {}) });
+    // A stopped daemon exits while the replacements of committed moves train on.
+    child.unref();
     staged.replacement = child;
     // The checkpoint stays staged until the launcher that loads it has exited.
     child.once("exit", (code, signal) => {
