@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { CLI, ProcessGroup, WORKER, type Managed } from "../cli/demo/processes.ts";
+import { CLI, ProcessGroup, replacementUser, shellCommand, WORKER, type Managed } from "../cli/demo/processes.ts";
 import { Listener, send, StagingBuffer } from "../native/index.ts";
 import { ControllerClient } from "../sdk/client.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
@@ -138,21 +138,31 @@ async function run(options: Options): Promise<number> {
     const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
+    const launch = [
+      "--checkpoint-bytes", String(checkpointBytes), "--master-port", "29800",
+      "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", "examples/ddp/train.py", "--steps", String(options.steps), "--hidden", String(hidden),
+    ];
+    const other = [...WORKER, "--steps", "1000000", "--step-ms", "100"];
+    // A daemon passes a replacement none of its own environment: the hook's path and the log level go in its command.
+    const passed = ["PYTHONPATH", "OMP_NUM_THREADS", "MONKEYTREE_LOG"].map((name) => `${name}=${process.env[name]}`);
+    const tenant = replacementUser();
     const daemons = [0, 1, 2, 3].map((host) =>
-      group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(checkpointBytes + (1 << 20))]),
+      group.start(`daemon-${host}`, [
+        ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(checkpointBytes + (1 << 20)),
+        "--replacement", `ddp=${shellCommand(["env", ...passed, process.execPath, ...CLI, "launch", ...launch])}`,
+        "--replacement", `other=${shellCommand([process.execPath, ...other])}`,
+        ...(tenant ? ["--run-as", tenant.user] : []),
+      ]),
     );
     await until(group, "the daemons", async () => ((await client!.status()).hosts.registered === 4 ? true : undefined), 30_000);
     progress(`bench:migrate: ${(21 * hidden / 1e6).toFixed(0)}M parameters, ${(checkpointBytes / 2 ** 20).toFixed(0)} MiB checkpoint; starting the DDP job`);
     const ddp = new Map<number, Managed>();
     for (const host of [0, 2]) {
-      ddp.set(host, group.start(`ddp-${host}`, [
-        ...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--checkpoint-bytes", String(checkpointBytes), "--master-port", "29800",
-        "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", "examples/ddp/train.py", "--steps", String(options.steps), "--hidden", String(hidden),
-      ]));
+      ddp.set(host, group.start(`ddp-${host}`, [...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "ddp", ...launch]));
     }
     const gate = join(dir, "other.admitted");
     for (const host of [1, 3]) {
-      group.start(`other-${host}`, [...WORKER, "--controller", endpoint, "--job", "other", "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(1 << 20), "--steps", "1000000", "--step-ms", "100", "--start-when-exists", gate]);
+      group.start(`other-${host}`, [...other, "--controller", endpoint, "--job", "other", "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(1 << 20), "--replacement", "other", "--start-when-exists", gate]);
     }
     await until(group, "the DDP job to train", () => (/every local process at barrier \d+/.test(readFileSync(ddp.get(0)!.log, "utf8")) ? true : undefined), 300_000);
     writeFileSync(gate, "");

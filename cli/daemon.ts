@@ -1,19 +1,22 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
+import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { createLogger } from "../sdk/log.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree daemon --host H [--connect ADDR] [--credentials FILE] [--staging-bytes N]
-                         [--listen HOST:PORT] [--launch CMD] [--heartbeat S]
+                         [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
+                         [--run-as USER] [--heartbeat S]
 
 Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
 dead processes, allocates one staging buffer and opens the transfer listener; then it
 registers the host with the controller and heartbeats. During a migration to this host it
 grants a range of the buffer to the source, reports whether every byte arrived intact, and
-starts the replacement launcher with --launch.
+starts the replacement: the --replacement command the job names, as --run-as USER.
+Replacement commands are this host's configuration only; no message can make it run another.
 
 options:
   --host H             this host's global index in the controller's topology (required)
@@ -25,11 +28,18 @@ options:
   --listen HOST:PORT   this host's cluster address, where the transfer engine listens (port 0:
                        any free one); required unless the controller is on this machine, when
                        it defaults to 127.0.0.1:0. 0.0.0.0 binds every interface (with a warning)
-  --launch CMD         shell command that starts a replacement launcher for jobs that
-                       registered none (\`monkeytree launch\` registers its own); it gets
-                       MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _MIGRATION, _TOKEN and
-                       the checkpoint's _STAGING_BUFFER, _STAGING_OFFSET, _STAGING_LENGTH.
-                       Without it, migrations to this host roll back at the commit
+  --replacement NAME=COMMAND
+                       a shell command that starts replacements of jobs naming NAME (their
+                       \`monkeytree launch --replacement NAME\`); repeat for more names. NAME is
+                       1-64 of a-z 0-9 . _ -. It runs with PATH, LANG, LC_ALL, TZ, HOME, USER,
+                       LOGNAME and the migration's MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP,
+                       _TP, _PP, _DP, _MIGRATION, _TOKEN and the checkpoint's _STAGING_BUFFER,
+                       _STAGING_OFFSET, _STAGING_LENGTH; nothing else of the daemon's
+                       environment. A move of a job naming none of them rolls back
+  --run-as USER        the unprivileged user replacements run as; the staging buffer's group
+                       becomes USER's so they can map it. Required for replacements when the
+                       daemon runs as root (it starts none as root); without root, leave it
+                       out and they run as the daemon's user
   --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
                        controller's --heartbeat-timeout
   -h, --help           show this help
@@ -56,7 +66,8 @@ export const command: Command = {
       credentials: { type: "string" },
       "staging-bytes": { type: "string" },
       listen: { type: "string" },
-      launch: { type: "string" },
+      replacement: { type: "string", multiple: true },
+      "run-as": { type: "string" },
       heartbeat: { type: "string" },
     });
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
@@ -75,6 +86,15 @@ export const command: Command = {
     // The replacement launchers this daemon starts inherit its environment; they must never
     // find the daemon's credential there.
     delete process.env[CREDENTIALS_ENV];
+    let replacements;
+    let runAs;
+    try {
+      replacements = parseReplacements(flags.replacement ?? []);
+      runAs = flags["run-as"] === undefined ? undefined : resolveTenant(flags["run-as"]);
+    } catch (error) {
+      if (error instanceof ReplacementConfigError) throw new UsageError(error.message);
+      throw error;
+    }
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const daemon = HostDaemon.start({
@@ -85,9 +105,11 @@ export const command: Command = {
       heartbeatMs,
       log: logger,
       ...(credential ? { credential: credential.credential } : {}),
-      ...(flags.launch === undefined ? {} : { launch: flags.launch }),
+      replacements,
+      ...(runAs === undefined ? {} : { runAs }),
     });
-    io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}\n`);
+    const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
+    io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
     const refused = daemon.ready().then(
       () => new Promise<never>(() => {}),
       (error: unknown) => error as Error,

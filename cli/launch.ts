@@ -4,15 +4,14 @@ import { createLogger } from "../sdk/log.ts";
 import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
-import { resolve } from "node:path";
+import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, parseFlags, type Command } from "./io.ts";
-import { CLI } from "./paths.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
 
 const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
                          [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
-                         [--master-port P] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
+                         [--master-port P] [--replacement NAME] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
 
 Wraps a job's torchrun command on one host. It registers this host's worker with the
 controller, which ranks the job's hosts along its DP ring order, and starts torchrun with a
@@ -20,8 +19,9 @@ local channel ($MONKEYTREE_CHANNEL) for the training processes. A script that ca
 Python hook (monkeytree.attach() and job.barrier(step, state_fn) each iteration) forms its
 process group from the controller's assignment, re-forms it when the job changes, and saves
 its state into a staging buffer when its worker migrates; the launcher sends that to the
-destination, where the host's daemon starts this same command as the replacement. Jobs
-started without the launcher run untouched.
+destination, where the host's daemon starts the replacement with the command its operator
+configured under --replacement NAME (typically this same \`monkeytree launch\` command without
+--job, --host, --group, --dp, --pp, --tp and --connect). Jobs started without the launcher run untouched.
 
 Each host's torchrun runs as a single-node job with its own local rendezvous: the job-wide
 process group comes from the controller (ranks follow the ring order, the master is node
@@ -38,12 +38,14 @@ options:
   --connect ADDR         the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
   --credentials FILE     the job's credential (job-J.json from \`monkeytree keys --job J\`),
                          required when the controller has a keyring; default $${CREDENTIALS_ENV}.
-                         A replacement on another host uses the same path there
+                         A replacement gets it from its daemon's --replacement command
   --checkpoint-bytes N   staging for this host's checkpoint, split among its local processes
                          (default ${DEFAULT_CHECKPOINT_BYTES}, 256 MiB). The launcher holds that much shared memory
                          from its start, so a migration does not wait for it; a destination
                          daemon needs this much free
   --master-port P        the job's process group of generation g meets on P + g (default 29500)
+  --replacement NAME     the destination daemons' \`--replacement NAME=COMMAND\` that starts this
+                         job's replacements; without it, moves of the job's workers roll back
   -h, --help             show this help
 
 Started by a daemon for a migration, the job, host, group and parallelism come from the
@@ -69,14 +71,17 @@ export const command: Command = {
       credentials: { type: "string" },
       "checkpoint-bytes": { type: "string" },
       "master-port": { type: "string" },
+      replacement: { type: "string" },
     });
     let replacement;
     let torchrun;
+    let name;
     try {
       replacement = replacementFromEnv();
       torchrun = adaptTorchrun(argv.slice(split + 1));
+      name = flags.replacement === undefined ? undefined : replacementName(flags.replacement);
     } catch (error) {
-      if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError) throw new UsageError(error.message);
+      if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError || error instanceof ReplacementConfigError) throw new UsageError(error.message);
       throw error;
     }
     const worker = replacement
@@ -102,12 +107,7 @@ export const command: Command = {
       masterPortBase,
       torchrun,
       replacement,
-      // Identity and controller come from the daemon's MONKEYTREE_* environment there.
-      replacementCommand: [
-        process.execPath, ...CLI, "launch", "--checkpoint-bytes", String(checkpointBytes), "--master-port", String(masterPortBase),
-        ...(credential ? [`--credentials=${resolve(credential.path)}`] : []),
-        "--", ...argv.slice(split + 1),
-      ],
+      ...(name === undefined ? {} : { replacementName: name }),
       log,
     });
     log.info(() => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`);

@@ -33,7 +33,7 @@ export class ControllerClient {
   async register(
     worker: WorkerIdentity,
     parallelism: Parallelism,
-    options: { checkpointBytes?: number; rings?: number; token?: string; launch?: readonly string[]; timeoutMs?: number } = {},
+    options: { checkpointBytes?: number; rings?: number; token?: string; replacement?: string; timeoutMs?: number } = {},
   ): Promise<Assignment> {
     const reply = await this.request(
       {
@@ -43,7 +43,7 @@ export class ControllerClient {
         checkpointBytes: options.checkpointBytes ?? 0,
         ...(options.rings === undefined ? {} : { rings: options.rings }),
         ...(options.token === undefined ? {} : { token: options.token }),
-        ...(options.launch === undefined ? {} : { launch: [...options.launch] }),
+        ...(options.replacement === undefined ? {} : { replacement: options.replacement }),
       },
       options.timeoutMs,
     );
@@ -87,7 +87,7 @@ export class WorkerClient {
     private readonly client: ControllerClient,
     readonly worker: WorkerIdentity,
     readonly parallelism: Parallelism,
-    private readonly options: { checkpointBytes?: number; rings?: number; token?: string; launch?: readonly string[]; barrierTimeoutMs?: number } = {},
+    private readonly options: { checkpointBytes?: number; rings?: number; token?: string; replacement?: string; barrierTimeoutMs?: number } = {},
   ) {}
 
   get assignment(): Assignment | null {

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { openSync, closeSync, readFileSync } from "node:fs";
+import { chownSync, openSync, closeSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { resolveTenant, type Tenant } from "../../controller/daemon/replacements.ts";
 
 export { CLI, RUN_TS, WORKER } from "../paths.ts";
 
@@ -16,6 +17,25 @@ export interface Managed {
   readonly log: string;
   /** Settles with the exit code (or the signal's name) once the process ended. */
   readonly exited: Promise<number | string>;
+}
+
+/**
+ * The user the daemons started here run replacements as (their --run-as): nobody when this
+ * runs as root, since no tenant's code runs as root; otherwise none, and they run as this user.
+ */
+export function replacementUser(): Tenant | undefined {
+  return process.getuid?.() === 0 ? resolveTenant("nobody") : undefined;
+}
+
+/** Creates `file` empty, owned by `tenant` if any: processes of this user and replacements run as the tenant both append to it. */
+export function sharedFile(file: string, tenant: Tenant | undefined): void {
+  writeFileSync(file, "");
+  if (tenant) chownSync(file, tenant.uid, tenant.gid);
+}
+
+/** `argv` as one /bin/sh command line, each word quoted: how a daemon's --replacement takes a program. */
+export function shellCommand(argv: readonly string[]): string {
+  return argv.map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(" ");
 }
 
 export class ProcessGroup {

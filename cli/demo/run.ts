@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -8,7 +8,7 @@ import { digest, initialState, seedOf, trainStep } from "./model.ts";
 import { table } from "../io.ts";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { rackFragmentation, withinBounds } from "../../controller/model/fragmentation.ts";
-import { CLI, ProcessGroup, WORKER, type Managed } from "./processes.ts";
+import { CLI, ProcessGroup, replacementUser, sharedFile, shellCommand, WORKER, type Managed } from "./processes.ts";
 
 /**
  * The whole system on one machine: a controller, a daemon per emulated host and several jobs
@@ -70,6 +70,9 @@ export interface DemoResult {
   readonly ok: boolean;
 }
 
+/** The daemons' --replacement that starts the demo worker's replacements. */
+const REPLACEMENT = "demo-worker";
+
 const TERMINAL = new Set(["done", "rolled-back"]);
 const MiB = 2 ** 20;
 
@@ -77,6 +80,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const { dir, print } = options;
   const events = join(dir, "events");
   mkdirSync(events, { recursive: true });
+  const tenant = replacementUser();
+  if (tenant) {
+    // Replacements append to the events their sources (run as root) started: they need a way
+    // into the working directory and files of their own.
+    chmodSync(dir, 0o711);
+    for (const job of [...DEMO_RUNNING, DEMO_ARRIVING]) sharedFile(join(events, `${job.id}.jsonl`), tenant);
+  }
   const group = new ProcessGroup(dir);
   let client: ControllerClient | undefined;
   const started = performance.now();
@@ -92,10 +102,14 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const hosts = DEMO_TOPOLOGY.racks * DEMO_TOPOLOGY.hostsPerRack;
     const pace = ["--steps", String(options.steps), "--step-ms", String(options.stepMs)];
     // Room for two checkpoints: a host may receive one while its own worker's is still staged.
-    // No --launch: every worker registers the command that starts its replacement.
     const stagingBytes = 2 * options.stateBytes + 4 * MiB;
+    // Every daemon starts a replacement as this same worker program; job, host and state come from the move.
+    const replacement = `${REPLACEMENT}=${shellCommand([process.execPath, ...WORKER, ...pace, "--events", events])}`;
     for (let host = 0; host < hosts; host++) {
-      group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes)]);
+      group.start(`daemon-${host}`, [
+        ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes),
+        "--replacement", replacement, ...(tenant ? ["--run-as", tenant.user] : []),
+      ]);
     }
     await until(group, async () => (await status()).hosts.registered === hosts, options.timeoutMs, "every host daemon to register");
     print(`${elapsed()}  controller on ${endpoint}; ${hosts} host daemons registered, each with ${mib(stagingBytes)} of staging`);
@@ -104,7 +118,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       job.hosts.map((host) =>
         group.start(`${job.id}-${host}`, [
           ...WORKER, "--controller", endpoint, "--job", job.id, "--host", String(host), "--tp", String(TP), "--dp", String(job.hosts.length),
-          ...pace, "--state-bytes", String(options.stateBytes), "--events", events, ...gate,
+          ...pace, "--state-bytes", String(options.stateBytes), "--events", events, "--replacement", REPLACEMENT, ...gate,
         ]),
       );
     // The arriving job's processes start now and wait at a gate, so it arrives on cue however

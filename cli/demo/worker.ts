@@ -2,18 +2,19 @@
  * An example launcher written against the TypeScript SDK: one data-parallel worker of a job,
  * training `model.ts`'s state and meeting the controller at every iteration's barrier.
  *
- *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR
- *   node dist/cli/demo/worker.js --job llama --host 3 --dp 2 --events DIR
+ *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
+ *   node dist/cli/demo/worker.js --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
  *
- * It registers the command that starts its replacement; a destination's daemon runs it for a
- * migration, the job, host and parallelism then come from the MONKEYTREE_* environment and
- * the state from the staging buffer, and the worker carries on at the step its source stopped at.
+ * `--replacement` names the destination daemons' command that starts its replacement
+ * (`monkeytree daemon --replacement demo-worker="node …/worker.js --steps N --events DIR"`):
+ * for a migration the daemon runs this same program, the job, host and parallelism then come
+ * from the MONKEYTREE_* environment and the state from the staging buffer, and the worker
+ * carries on at the step its source stopped at.
  */
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
 import { intFlag } from "../io.ts";
-import { WORKER } from "../paths.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
@@ -36,6 +37,7 @@ const { values: flags } = parseArgs({
     "state-bytes": { type: "string", default: String(64 * 2 ** 20) },
     events: { type: "string" },
     "start-when-exists": { type: "string" },
+    replacement: { type: "string" },
   },
 });
 
@@ -68,11 +70,9 @@ const checkpointBytes = replacement ? replacement.MONKEYTREE_STAGING_LENGTH : ch
 const gate = flags["start-when-exists"];
 while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
-// A destination's daemon starts the replacement with this; job, host and state come from there.
-const replacementCommand = [process.execPath, ...WORKER, "--steps", String(steps), "--step-ms", String(stepMs), ...(flags.events === undefined ? [] : ["--events", flags.events])];
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
-  launch: replacementCommand,
+  ...(flags.replacement === undefined ? {} : { replacement: flags.replacement }),
   ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
 });
 const assignment = await worker.register();

@@ -8,6 +8,7 @@ import { safeDecodeCommand, safeDecodeReply } from "../../sdk/protocol/codec.ts"
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { formatTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
+import { baseEnvironment, shareStaging, type Tenant } from "./replacements.ts";
 
 /**
  * The per-host daemon: owns the host's migration staging buffer and transfer listener,
@@ -26,8 +27,13 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
   readonly stagingBytes: number;
   /** Where the transfer engine listens; port 0 picks a free one. `advertise` is the name sources dial. */
   readonly listen: { readonly host: string; readonly port: number; readonly advertise?: string };
-  /** Shell command that starts a replacement launcher for jobs that registered no command of their own. */
-  readonly launch?: string;
+  /**
+   * The commands replacements start with, by the name a job gives in `worker.register`'s
+   * `replacement` (`--replacement NAME=COMMAND`); each runs through /bin/sh.
+   */
+  readonly replacements?: ReadonlyMap<string, string>;
+  /** The unprivileged user replacements run as (`--run-as`); a daemon running as root starts none without one. */
+  readonly runAs?: Tenant;
   readonly heartbeatMs?: number;
   readonly log?: Logger;
 }
@@ -46,9 +52,12 @@ interface Staged {
   state: "receiving" | "verified" | "failed";
   /** The replacement launcher, once started (at prepare, or at the commit's spawn). */
   replacement: ChildProcess | null;
+  /** Whether the controller asked for the replacement at the move's commit (`daemon.spawn`). */
+  committed: boolean;
 }
 
 type ReplacementSpec = PrepareCommand["replacement"];
+type Refusal = { readonly code: RefusalCode; readonly message: string };
 
 /** Stops a replacement launcher and everything it started (its own process group). */
 function stopGroup(child: ChildProcess | null): void {
@@ -98,10 +107,14 @@ export class HostDaemon {
     const buffer = StagingBuffer.create({ size: options.stagingBytes });
     let listener: Listener;
     try {
+      if (options.runAs) shareStaging(buffer.path, options.runAs);
       listener = Listener.open(options.listen);
     } catch (error) {
       buffer.free();
       throw error;
+    }
+    if (options.runAs === undefined && process.getuid?.() === 0 && options.replacements?.size) {
+      options.log?.warn(() => "running as root without --run-as: every replacement will be refused, since none runs as root; give --run-as USER");
     }
     return new HostDaemon(options, buffer, listener);
   }
@@ -125,12 +138,14 @@ export class HostDaemon {
 
   /**
    * Stops heartbeating and talking to the controller, fails outstanding grants and frees the
-   * buffer. Replacement launchers already started keep running.
+   * buffer. Replacements of committed moves keep running; those of moves not yet committed are
+   * stopped, since their checkpoint goes with the buffer and the controller rolls the move back.
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.heartbeat);
+    for (const staged of this.staged.values()) if (!staged.committed) stopGroup(staged.replacement);
     this.listener.close();
     await Promise.allSettled([...this.staged.values()].map((s) => s.grant.completion));
     await this.connection.close();
@@ -229,12 +244,15 @@ export class HostDaemon {
   }
 
   private prepare(command: PrepareCommand): CommandReply {
+    // Refused before anything is staged, so the move rolls back; after its commit it could not.
+    const starts = this.commandFor(command.replacement);
+    if (typeof starts !== "string") return this.refuse(command.id, starts.code, starts.message);
     const offset = this.freeRange(command.bytes);
     if (offset === null) {
       return this.refuse(command.id, "no_space", `no free range of ${command.bytes} bytes in the ${this.buffer.size}-byte staging buffer; start the daemon with a larger --staging-bytes`);
     }
     const grant = this.listener.grant(this.buffer, { offset, length: command.bytes });
-    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null };
+    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null, committed: false };
     const token = grant.ticket.token;
     this.staged.set(token, staged);
     grant.completion.then(
@@ -274,6 +292,7 @@ export class HostDaemon {
   private async spawn(command: SpawnCommand): Promise<CommandReply> {
     const staged = this.staged.get(command.token);
     if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
+    staged.committed = true;
     if (staged.replacement) return this.done(command.id);
     if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
     const failure = await this.startReplacement(staged, command, command.token);
@@ -284,12 +303,12 @@ export class HostDaemon {
    * Starts the replacement launcher, in a process group of its own so a rollback can stop it
    * with everything it started. Resolves with null once it runs, or why it could not start.
    */
-  private startReplacement(staged: Staged, spec: ReplacementSpec, token: string): Promise<{ code: RefusalCode; message: string } | null> {
-    if (spec.launch === null && this.options.launch === undefined) {
-      return Promise.resolve({ code: "no_launcher", message: `job ${spec.job} registered no replacement command and the daemon on host ${this.options.host} runs without --launch` });
-    }
+  private startReplacement(staged: Staged, spec: ReplacementSpec, token: string): Promise<Refusal | null> {
+    const command = this.commandFor(spec);
+    if (typeof command !== "string") return Promise.resolve(command);
+    const { runAs } = this.options;
     const env = {
-      ...process.env,
+      ...baseEnvironment(runAs),
       ...replacementEnvironment({
         MONKEYTREE_CONTROLLER: this.options.controller,
         MONKEYTREE_HOST: this.options.host,
@@ -305,9 +324,9 @@ export class HostDaemon {
         MONKEYTREE_STAGING_LENGTH: staged.grant.ticket.length,
       }),
     };
-    // The job's own command when it registered one, else the operator's --launch through a shell.
-    const [program, ...args] = spec.launch ?? [this.options.launch!];
-    const child = spawn(program!, args, { shell: spec.launch === null, env, stdio: ["ignore", "inherit", "inherit"], detached: true });
+    const child = spawn(command, { shell: true, env, stdio: ["ignore", "inherit", "inherit"], detached: true, ...(runAs ? { uid: runAs.uid, gid: runAs.gid } : {}) });
+    // A stopped daemon exits while the replacements of committed moves train on.
+    child.unref();
     staged.replacement = child;
     // The checkpoint stays staged until the launcher that loads it has exited.
     child.once("exit", (code, signal) => {
@@ -324,6 +343,22 @@ export class HostDaemon {
         resolve({ code: "launch_failed", message: `could not start the replacement launcher: ${error.message}` });
       });
     });
+  }
+
+  /** The configured command that starts `spec`'s replacement, or why this daemon starts none. */
+  private commandFor(spec: ReplacementSpec): string | Refusal {
+    const command = spec.replacement === null ? undefined : this.options.replacements?.get(spec.replacement);
+    if (command === undefined) {
+      const message =
+        spec.replacement === null
+          ? `job ${spec.job} named no replacement command; start its launchers with --replacement NAME and the daemon on host ${this.options.host} with --replacement NAME=COMMAND`
+          : `the daemon on host ${this.options.host} has no replacement "${spec.replacement}" (job ${spec.job} names it); start the daemon with --replacement ${spec.replacement}=COMMAND`;
+      return { code: "unknown_replacement", message };
+    }
+    if (this.options.runAs === undefined && process.getuid?.() === 0) {
+      return { code: "run_as_required", message: `the daemon on host ${this.options.host} runs as root and starts no replacement as root; start it with --run-as USER, an unprivileged user` };
+    }
+    return command;
   }
 
   /** First fit over the gaps between live grants, in offset order. */

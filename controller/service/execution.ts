@@ -7,7 +7,7 @@ import type { DaemonLiveness } from "./liveness.ts";
 import { assertNever, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
-import { clusterOf, type JobState } from "./state.ts";
+import { clusterOf } from "./state.ts";
 import { decideStep } from "./steps.ts";
 import type { ReplacementLauncher, StagingTransport } from "./transport.ts";
 
@@ -265,7 +265,7 @@ export class PlanExecution implements SessionMoves {
         migration: action.migration,
         host: action.host,
         bytes: action.bytes,
-        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, launch: launchOf(job) },
+        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, replacement: job.replacement },
       })).then(
         (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
         (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
@@ -289,7 +289,7 @@ export class PlanExecution implements SessionMoves {
     this.context.effect(() =>
       this.daemons
         .registered(action.host)
-        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, launch: launchOf(job), host: action.host, token: action.token }))
+        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, replacement: job.replacement, host: action.host, token: action.token }))
         .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
     );
   }
@@ -306,8 +306,5 @@ export class PlanExecution implements SessionMoves {
     this.replanAt = this.context.clock() + this.options.replanBackoffMs;
   }
 }
-
-/** The job's replacement command, as a daemon command carries it. */
-const launchOf = (job: JobState): string[] | null => (job.launch === null ? null : [...job.launch]);
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

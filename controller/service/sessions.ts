@@ -47,7 +47,7 @@ interface WorkerSession {
 interface PendingJob {
   readonly parallelism: Parallelism;
   readonly rings: number;
-  launch: readonly string[] | null;
+  replacement: string | null;
   readonly workers: Map<number, { group: number; bytes: number; target: ReplyTarget }>;
 }
 
@@ -109,7 +109,7 @@ export class WorkerSessions {
     const rings = req.rings ?? req.parallelism.tp;
     let pending = this.pendingJobs.get(jobId);
     if (!pending) {
-      pending = { parallelism: req.parallelism, rings, launch: null, workers: new Map() };
+      pending = { parallelism: req.parallelism, rings, replacement: null, workers: new Map() };
       this.pendingJobs.set(jobId, pending);
     }
     const p = pending.parallelism;
@@ -128,7 +128,7 @@ export class WorkerSessions {
       throw new ProtocolError("conflict", `host ${host} registered for job "${jobId}" group ${existing.group}, not ${group}`);
     }
     pending.workers.set(host, { group, bytes: req.checkpointBytes, target });
-    pending.launch ??= req.launch ?? null;
+    pending.replacement ??= req.replacement ?? null;
     this.owners.set(host, jobId);
     if (pending.workers.size === pp * dp) this.startJob(jobId, pending);
   }
@@ -144,7 +144,7 @@ export class WorkerSessions {
     );
     const checkpointBytes: Record<string, number> = {};
     for (const [host, w] of pending.workers) checkpointBytes[String(host)] = w.bytes;
-    this.context.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes, launch: pending.launch ? [...pending.launch] : null });
+    this.context.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes, replacement: pending.replacement });
     const job = this.state.jobs.get(jobId);
     if (!job) return;
     this.context.log.info(() => `job ${jobId} started on hosts ${jobHosts(job).join(", ")}`);

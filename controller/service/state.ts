@@ -3,6 +3,7 @@ import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
 import { TopologySchema, type Topology } from "../model/snapshot.ts";
 import { ringOrder } from "../route/ring-order.ts";
 import { MoveSchema } from "../plan/schema.ts";
+import { ReplacementNameSchema } from "../../sdk/protocol/replacement.ts";
 import { ParallelismSchema } from "../../sdk/protocol/worker.ts";
 import { isCommitted, MigrationSchema, planned, type Migration } from "./migration.ts";
 
@@ -26,8 +27,8 @@ const JobStateSchema = z
     /** Hosts of each group (pipeline stage), in ring order. */
     groups: z.array(z.array(count).readonly()).readonly(),
     checkpointBytes: z.record(z.string(), count).readonly(),
-    /** The replacement launcher's command, or null to use the destination daemon's --launch. */
-    launch: z.array(z.string()).readonly().nullable(),
+    /** The destination daemons' --replacement that starts its replacements; null when it named none. */
+    replacement: ReplacementNameSchema.nullable(),
     /** Bumped whenever membership or order changes, so workers can tell assignments apart. */
     generation: count,
     /** The barrier step the job last stopped at for a reconfiguration. */
@@ -59,8 +60,8 @@ export const RecordSchema = z.discriminatedUnion("kind", [
     groups: z.array(z.array(count)),
     /** Checkpoint size of the worker on each host, keyed by host. */
     checkpointBytes: z.record(z.string(), count),
-    /** How its workers' replacements start, when a worker said (`worker.register`'s `launch`). */
-    launch: z.array(z.string()).nullable().default(null),
+    /** Which daemon --replacement starts its workers' replacements (`worker.register`'s `replacement`). */
+    replacement: ReplacementNameSchema.nullable().default(null),
   }),
   z.strictObject({ ...Header, kind: z.literal("job-finished"), job: z.string() }),
   /** A plan's moves; each becomes a `planned` migration with id `plan/index`. */
@@ -162,7 +163,7 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
         parallelism: record.parallelism,
         groups: record.groups,
         checkpointBytes: record.checkpointBytes,
-        launch: record.launch,
+        replacement: record.replacement,
         generation: 0,
         resumeStep: null,
       });

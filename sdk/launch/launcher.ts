@@ -41,8 +41,8 @@ export interface LauncherOptions {
   /** The job's process group of generation g meets at `masterPortBase + g`. */
   readonly masterPortBase: number;
   readonly torchrun: TorchrunCommand;
-  /** The command a destination's daemon runs to start this worker's replacement. */
-  readonly replacementCommand: readonly string[];
+  /** Which of a destination daemon's --replacement commands starts this job's replacements. */
+  readonly replacementName?: string;
   /** Set when a daemon started this launcher to replace a migrated worker. */
   readonly replacement: ReplacementEnv | null;
   readonly log: Logger;
@@ -104,7 +104,7 @@ export class Launcher {
     try {
       this.worker = new WorkerClient(this.client, options.worker, options.parallelism, {
         checkpointBytes: options.checkpointBytes,
-        launch: [...options.replacementCommand],
+        ...(options.replacementName === undefined ? {} : { replacement: options.replacementName }),
         ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
       });
       this.registration = this.worker.register();

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { ReplacementNameSchema } from "./replacement.ts";
 import { ParallelismSchema } from "./worker.ts";
 
 /**
@@ -10,13 +11,13 @@ import { ParallelismSchema } from "./worker.ts";
  * `daemon.done` or `daemon.refused` carrying the command's id.
  */
 
-/** Who replaces the moved worker: the job, its stage and parallelism, and the job's command. */
+/** Who replaces the moved worker: the job, its stage and parallelism, and which configured command starts it. */
 const ReplacementSpecSchema = z.strictObject({
   job: JobIdSchema,
   group: z.int().min(0),
   parallelism: ParallelismSchema,
-  /** The job's replacement command (argv); null to run the daemon's --launch. */
-  launch: z.array(z.string().min(1)).min(1).nullable(),
+  /** The daemon's --replacement the job named; null when it named none, which the daemon refuses. */
+  replacement: ReplacementNameSchema.nullable(),
 });
 
 /**
@@ -67,9 +68,11 @@ export type Done = z.infer<typeof DoneSchema>;
 /**
  * Why a daemon would not carry out a command: `no_space` (the buffer has no free range that
  * large), `unknown_token`, `not_staged` (spawn before the checkpoint was verified),
- * `no_launcher` (the daemon runs without --launch), `launch_failed`, `malformed`.
+ * `unknown_replacement` (the job named no replacement, or one the daemon has no --replacement
+ * for), `run_as_required` (the daemon runs as root without --run-as, and starts nothing as
+ * root), `launch_failed`, `malformed`.
  */
-export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "no_launcher", "launch_failed", "malformed"]);
+export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "unknown_replacement", "run_as_required", "launch_failed", "malformed"]);
 export type RefusalCode = z.infer<typeof RefusalCodeSchema>;
 
 export const RefusedSchema = z.strictObject({

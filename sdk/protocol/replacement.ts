@@ -2,6 +2,15 @@ import { z } from "zod";
 import { JobIdSchema } from "./envelope.ts";
 
 /**
+ * Which of a destination daemon's configured replacement commands starts a job's
+ * replacements (`monkeytree daemon --replacement NAME=COMMAND`). Only this name crosses the
+ * network: the command itself is the host operator's, so no message can make a daemon run one.
+ */
+export const ReplacementNameSchema = z
+  .string({ error: "replacement is the name of a daemon's --replacement command, a string" })
+  .regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, { error: "a replacement name is 1 to 64 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit" });
+
+/**
  * Daemon → replacement launcher: the environment a daemon starts a replacement with. The
  * names are the contract between the daemon and any launcher (TypeScript or Python), so they
  * are defined here once and read back through this schema.

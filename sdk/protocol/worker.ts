@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { ReplacementNameSchema } from "./replacement.ts";
 
 /** Worker ↔ controller: launchers register their worker and meet the controller at every barrier. */
 
@@ -38,11 +39,11 @@ export const RegisterSchema = z.strictObject({
   /** Set by a replacement launcher a daemon spawned for a migration: the migration's single-use token. */
   token: z.string().min(1).optional(),
   /**
-   * The command that starts this job's replacement launcher on another host; the daemon
-   * runs it with the migration's MONKEYTREE_* environment, which supplies the job, host and
-   * parallelism. Without it, the daemon's own --launch command is used.
+   * The name of the replacement command the destination's daemon is configured with
+   * (`--replacement NAME=COMMAND`); the daemon runs it with the migration's MONKEYTREE_*
+   * environment, which supplies the job, host and parallelism. Without one, moves of the job roll back.
    */
-  launch: z.array(z.string().min(1)).min(1).optional(),
+  replacement: ReplacementNameSchema.optional(),
 });
 export type Register = z.infer<typeof RegisterSchema>;
 

@@ -2,12 +2,13 @@ import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { CLI, ProcessGroup, RUN_TS, shellCommand, WORKER, type Managed } from "../../cli/demo/processes.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, type Hosts } from "./netns.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 
 /**
  * A real torchrun DDP job (gloo, CPU, Debian's torch) migrated between emulated hosts: four
@@ -57,7 +58,8 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
    * `<hold>.go` before it leaves, which keeps the plan step from committing until then.
    */
   async function cluster(hold?: string) {
-    const dir = tempDir();
+    // Replacements, run as the tenant, write the DDP job's result here too.
+    const dir = tenantDir();
     dirs.push(dir);
     const group = new ProcessGroup(dir);
     const snapshot = join(dir, "topology.json");
@@ -70,21 +72,26 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
     const startIn = (name: string, host: number, args: string[]): Managed =>
       group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
+    const out = join(dir, "ddp.json");
+    const launch = [
+      "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
+      "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
+    ];
+    const other = [...(hold === undefined ? [...WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`]), "--steps", "100000"];
+    // A daemon passes a replacement none of its own environment: the hook's path and gloo's interface go in its command.
+    const replacements = [
+      "--replacement", `ddp=${shellCommand(["env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), process.execPath, ...CLI, "launch", ...launch])}`,
+      "--replacement", `other=${shellCommand([process.execPath, ...other])}`,
+      ...(TENANT ? ["--run-as", TENANT.user] : []),
+    ];
     const daemons = [0, 1, 2, 3].map((host) =>
-      startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20)]),
+      startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20), ...replacements]),
     );
     await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 30_000, interval: 200 }).toBe(4);
-    const out = join(dir, "ddp.json");
-    const ddp = [0, 2].map((host) =>
-      startIn(`ddp-${host}`, host, [
-        ...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
-        "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
-      ]),
-    );
+    const ddp = [0, 2].map((host) => startIn(`ddp-${host}`, host, [...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "ddp", ...launch]));
     const gate = join(dir, "other.admitted");
     for (const host of [1, 3]) {
-      const worker = hold === undefined ? [...WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`];
-      startIn(`other-${host}`, host, [...worker, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", "2", "--steps", "100000", "--start-when-exists", gate]);
+      startIn(`other-${host}`, host, [...other, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", "2", "--replacement", "other", "--start-when-exists", gate]);
     }
     const teardown = async () => {
       await client.close();

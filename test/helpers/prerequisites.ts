@@ -69,3 +69,8 @@ export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
   process.stderr.write(`skipping ${suite}: ${missing.map((need) => `${need.missing}; install: ${need.install}`).join("; and ")}\n`);
   return false;
 }
+
+/** Root, to start processes as another user (a daemon's --run-as). */
+export function root(): Prerequisite {
+  return { what: "root", missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root", install: "run the tests as root", promisedBy: ci };
+}

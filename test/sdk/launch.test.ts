@@ -1,12 +1,13 @@
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { adaptTorchrun } from "../../sdk/launch/torchrun.ts";
-import { CLI } from "../../cli/demo/processes.ts";
+import { CLI, sharedFile, shellCommand } from "../../cli/demo/processes.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 import { runCli } from "../helpers/cli.ts";
 
@@ -94,21 +95,26 @@ describe("monkeytree launch", () => {
     const daemons = new DaemonHosts(2_000);
     harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 1_000 } });
     const endpoint = harness.server.endpoint;
-    const dir = tempDir();
+    const dir = tenantDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const log = join(dir, "channel.jsonl");
+    // Sources and replacements (run as the tenant) append to one log.
+    sharedFile(log, TENANT);
     const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log];
     const shared = ["--checkpoint-bytes", String(1 << 16), "--master-port", "29600"];
-    // No --launch: each job registers the command that starts its replacements.
+    // The daemons' replacement re-creates the launcher's command; job, host and controller come from the move.
+    const replacements = new Map([["fake", shellCommand([process.execPath, ...CLI, "launch", ...shared, "--", ...torchrun])]]);
     for (let host = 0; host < 8; host++) {
-      const daemon = HostDaemon.start({ host, controller: endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200 });
+      const daemon = HostDaemon.start({
+        host, controller: endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200, replacements, ...(TENANT ? { runAs: TENANT } : {}),
+      });
       cleanups.push(() => daemon.close());
       await daemon.ready();
     }
     const exits: Promise<number | null>[] = [];
     const start = (job: string, hosts: number[]) => {
       for (const host of hosts) {
-        const child = spawn(process.execPath, [...CLI, "launch", "--job", job, "--host", String(host), "--dp", "2", "--connect", endpoint, ...shared, "--", ...torchrun], { stdio: "ignore" });
+        const child = spawn(process.execPath, [...CLI, "launch", "--job", job, "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "fake", ...shared, "--", ...torchrun], { stdio: "ignore" });
         exits.push(new Promise((resolve) => child.once("exit", resolve)));
         cleanups.push(() => void child.kill("SIGKILL"));
       }
@@ -119,7 +125,7 @@ describe("monkeytree launch", () => {
     start("a", [0, 4]);
     start("b", [1, 5]);
     await expect.poll(async () => (await client.status()).migrations.length, { timeout: 20_000 }).toBeGreaterThan(0);
-    const entries = () => (existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").map((line) => JSON.parse(line) as Entry) : []);
+    const entries = () => readFileSync(log, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Entry);
     // Every launcher that started exits 0: trained to the end, or moved away.
     expect(await Promise.all(exits)).toEqual([0, 0, 0, 0]);
     await expect.poll(() => entries().filter((e) => e.resumeCheck !== undefined).length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);

@@ -33,7 +33,7 @@ const snapshot = { topology: SMALL, lambda: 1, jobs: [] };
 const cluster = parseSnapshot(snapshot);
 const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null };
 const dp2 = { tp: 1, pp: 1, dp: 2 };
-const started = (job: string, hosts: number[]): RecordBody => ({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [hosts], checkpointBytes: {}, launch: null });
+const started = (job: string, hosts: number[]): RecordBody => ({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [hosts], checkpointBytes: {}, replacement: null });
 
 /** A journal in a new directory, as a controller that ran `bodies` left it. */
 function journalOf(bodies: RecordBody[]): { dir: string; path: string } {

@@ -99,7 +99,7 @@ describe("controller logic", () => {
     const { journal, state: initial } = Journal.open(dir, config, () => 1);
     let state = initial;
     const write = (body: RecordBody) => (state = applyRecord(state, journal.append(body)));
-    write({ kind: "job-started", job: "a", rings: 1, parallelism: dp2, groups: [[0, 4]], checkpointBytes: { "0": 8, "4": 8 }, launch: null });
+    write({ kind: "job-started", job: "a", rings: 1, parallelism: dp2, groups: [[0, 4]], checkpointBytes: { "0": 8, "4": 8 }, replacement: null });
     write({ kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 1, step: 0 }] });
     const m = state.migrations.get("p0/0")!;
     write({ kind: "migration", migration: { ...m, state: "committing", stopStep: 5, token: "t" } });

@@ -36,7 +36,7 @@ describe("per-host daemon: requests and commands on one connection", () => {
     await controller.send({ v: 1, type: "ack", id: registration.id });
     await controller.send({ v: 1, type: "daemon.release", id: registration.id, token: "nothing-staged" });
     expect(await controller.next("daemon.done")).toEqual({ v: 1, type: "daemon.done", id: registration.id, host: 2 });
-    const replacement = { job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, launch: null };
+    const replacement = { job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, replacement: null };
     await controller.send({ v: 1, type: "daemon.prepare", id: 900, migration: "p0/0", bytes: 0, replacement });
     expect(await controller.next("daemon.refused")).toEqual({
       v: 1,

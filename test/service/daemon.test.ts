@@ -1,14 +1,18 @@
 import { randomFillSync } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
+import type { Tenant } from "../../controller/daemon/replacements.ts";
+import { shellCommand } from "../../cli/demo/processes.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { startController, tempDir, type Harness } from "./harness.ts";
+import { canRun, root } from "../helpers/prerequisites.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
+import { startController, type Harness } from "./harness.ts";
 
 const CHECKPOINT = 1 << 20;
 const dp2 = { tp: 1, pp: 1, dp: 2 };
@@ -35,14 +39,14 @@ async function controllerWithDaemons(heartbeatTimeoutMs = 60_000): Promise<{ har
   return { harness, client };
 }
 
-/** A daemon on every host of the topology, registered. */
-async function startDaemons(h: Harness, launch?: string): Promise<HostDaemon[]> {
-  const daemons = Array.from({ length: 8 }, (_, host) => startDaemon(h, host, launch));
+/** A daemon on every host of the topology, registered, with these replacement commands by name. */
+async function startDaemons(h: Harness, replacements: Record<string, string> = {}, runAs: Tenant | null = TENANT ?? null): Promise<HostDaemon[]> {
+  const daemons = Array.from({ length: 8 }, (_, host) => startDaemon(h, host, replacements, runAs));
   await Promise.all(daemons.map((d) => d.ready()));
   return daemons;
 }
 
-function startDaemon(h: Harness, host: number, launch?: string): HostDaemon {
+function startDaemon(h: Harness, host: number, replacements: Record<string, string>, runAs: Tenant | null): HostDaemon {
   const daemon = HostDaemon.start({
     host,
     controller: h.server.endpoint,
@@ -50,16 +54,21 @@ function startDaemon(h: Harness, host: number, launch?: string): HostDaemon {
     listen: { host: "127.0.0.1", port: 0 },
     heartbeatMs: 100,
     retryMs: 200,
-    ...(launch === undefined ? {} : { launch }),
+    replacements: new Map(Object.entries(replacements)),
+    ...(runAs === null ? {} : { runAs }),
   });
   cleanups.push(() => daemon.close());
   return daemon;
 }
 
-/** Jobs a (hosts 0, 4) and b (hosts 1, 5) both cross the racks' single uplinks: one of them must move. */
-async function forceMigration(client: ControllerClient) {
+/**
+ * Jobs a (hosts 0, 4) and b (hosts 1, 5) both cross the racks' single uplinks: one of them
+ * must move. Their workers name `replacement` as the command that starts their replacements.
+ */
+async function forceMigration(client: ControllerClient, replacement?: string) {
   const start = async (job: string, hosts: number[]) => {
-    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000 }));
+    const options = { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000, ...(replacement === undefined ? {} : { replacement }) };
+    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, options));
     await Promise.all(workers.map((w) => w.register(5_000)));
     return workers;
   };
@@ -96,13 +105,17 @@ const checkpoint = (): StagingBuffer => {
 };
 
 describe("per-host daemon: a migration carried out by the destination's daemon", () => {
-  it("stages the source's bytes (by RDMA where the host has a device), reports them verified, and launches the replacement with its environment", async () => {
+  it("stages the source's bytes (by RDMA where the host has a device), reports them verified, and starts the named replacement as its user with only its environment", async () => {
     const { harness, client } = await controllerWithDaemons();
-    const envFile = join(tempDir(), "env.json");
-    cleanups.push(() => rmSync(join(envFile, ".."), { recursive: true, force: true }));
-    const launch = `"${process.execPath}" -e "require('node:fs').writeFileSync(process.argv[1], JSON.stringify(process.env))" "${envFile}"`;
-    const daemons = await startDaemons(harness, launch);
-    const { move, step, source, stayer } = await forceMigration(client);
+    const dir = tenantDir();
+    const probeFile = join(dir, "probe.json");
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    // Nothing of the daemon's environment beyond PATH, the locale and the identity reaches a replacement.
+    process.env.MONKEYTREE_TEST_SECRET = "daemon-only";
+    cleanups.push(() => void delete process.env.MONKEYTREE_TEST_SECRET);
+    const probe = `require("node:fs").writeFileSync(process.argv[1], JSON.stringify({ uid: process.getuid(), gid: process.getgid(), env: process.env }))`;
+    const daemons = await startDaemons(harness, { probe: shellCommand([process.execPath, "-e", probe, probeFile]) });
+    const { move, step, source, stayer } = await forceMigration(client, "probe");
     const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
@@ -118,8 +131,14 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT, transport });
     expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
 
-    await expect.poll(() => readFileSync(envFile, "utf8"), { timeout: 5_000 }).toContain("MONKEYTREE_TOKEN");
-    const env = JSON.parse(readFileSync(envFile, "utf8")) as Record<string, string>;
+    await expect.poll(() => readFileSync(probeFile, "utf8"), { timeout: 5_000 }).toContain("MONKEYTREE_TOKEN");
+    const { uid, gid, env } = JSON.parse(readFileSync(probeFile, "utf8")) as { uid: number; gid: number; env: Record<string, string> };
+    expect({ uid, gid }).toEqual(TENANT ? { uid: TENANT.uid, gid: TENANT.gid } : { uid: process.getuid!(), gid: process.getgid!() });
+    // /bin/sh adds PWD.
+    const passed = new Set(["PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME", "PWD"]);
+    expect(Object.keys(env).filter((name) => !name.startsWith("MONKEYTREE_") && !passed.has(name))).toEqual([]);
+    if (TENANT) expect(env).toMatchObject({ HOME: TENANT.home, USER: TENANT.user });
+    expect(env.MONKEYTREE_TEST_SECRET).toBeUndefined();
     expect(env).toMatchObject({
       MONKEYTREE_CONTROLLER: harness.server.endpoint,
       MONKEYTREE_HOST: String(move.to),
@@ -144,8 +163,8 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
     // The daemon is declared lost after this long without a heartbeat (it sends one every 100 ms).
     const { harness, client } = await controllerWithDaemons(2_000);
-    const daemons = await startDaemons(harness);
-    const { move, step, source, stayer } = await forceMigration(client);
+    const daemons = await startDaemons(harness, { idle: "true" });
+    const { move, step, source, stayer } = await forceMigration(client, "idle");
     const daemon = daemons[move.to]!;
 
     const stayerBarrier = stayer.barrier(step);
@@ -156,6 +175,29 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
     expect(await stayerBarrier).toEqual({ kind: "continue" });
     expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
+  });
+
+  it("rolls back a job naming a replacement the destination's daemon lacks, naming the flag that configures it", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    await startDaemons(harness, { probe: "true" });
+    const { move, step, source, stayer } = await forceMigration(client, "ghost");
+    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    expect((await client.status()).migrations[0]).toMatchObject({
+      state: "rolled-back",
+      reason: `host ${move.to} could not stage: the daemon on host ${move.to} refused: the daemon on host ${move.to} has no replacement "ghost" (job ${move.job} names it); start the daemon with --replacement ghost=COMMAND`,
+    });
+  });
+
+  it.skipIf(!canRun("a root daemon without --run-as", root()))("rolls back rather than start a replacement as root when the daemon runs as root without --run-as", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    const dir = tenantDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const started = join(dir, "started");
+    await startDaemons(harness, { probe: `touch ${started}` }, null);
+    const { move, step, source, stayer } = await forceMigration(client, "probe");
+    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    expect((await client.status()).migrations[0]?.reason).toContain(`the daemon on host ${move.to} runs as root and starts no replacement as root; start it with --run-as USER`);
+    expect(existsSync(started)).toBe(false);
   });
 
   it("rolls back when the destination has no daemon, naming the host", async () => {

@@ -1,7 +1,8 @@
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLI, ProcessGroup, RUN_TS, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { CLI, ProcessGroup, RUN_TS, sharedFile, shellCommand, WORKER, type Managed } from "../../cli/demo/processes.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -34,8 +35,15 @@ afterEach(async () => {
   for (const step of teardown.splice(0).reverse()) await step();
 });
 
-/** `heartbeatTimeoutS`: the controller's `--heartbeat-timeout`, which also bounds how long a restarted one waits for the daemons. */
-async function startCluster(heartbeatTimeoutS = 1): Promise<Cluster> {
+/**
+ * The controller and a daemon per host, whose replacements are these Node programs by name (by
+ * default the fault worker, which the fault tests' jobs name). `heartbeatTimeoutS` is the
+ * controller's `--heartbeat-timeout`, which also bounds how long a restarted one waits for the daemons.
+ */
+async function startCluster({
+  heartbeatTimeoutS = 1,
+  replacements = { fault: [RUN_TS, FAULT_WORKER] },
+}: { heartbeatTimeoutS?: number; replacements?: Record<string, readonly string[]> } = {}): Promise<Cluster> {
   const dir = tempDir();
   const group = new ProcessGroup(dir);
   teardown.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,8 +57,12 @@ async function startCluster(heartbeatTimeoutS = 1): Promise<Cluster> {
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
   teardown.push(() => client.close());
+  const replacementFlags = Object.entries(replacements).flatMap(([name, args]) => ["--replacement", `${name}=${shellCommand([process.execPath, ...args])}`]);
   const daemons = [0, 1, 2, 3].map((host) =>
-    group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2"]),
+    group.start(`daemon-${host}`, [
+      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2",
+      ...replacementFlags, ...(TENANT ? ["--run-as", TENANT.user] : []),
+    ]),
   );
   await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
   const cluster: Cluster = {
@@ -77,7 +89,7 @@ async function startFaultJobs(cluster: Cluster, fault: (host: number, job: strin
   const workers = new Map<number, Managed>();
   const start = (job: string, hosts: number[]) => {
     for (const host of hosts) {
-      workers.set(host, cluster.group.start(`${job}-${host}`, [RUN_TS, FAULT_WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--dp", "2", ...fault(host, job)]));
+      workers.set(host, cluster.group.start(`${job}-${host}`, [RUN_TS, FAULT_WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--dp", "2", "--replacement", "fault", ...fault(host, job)]));
     }
   };
   start("a", [0, 2]);
@@ -128,7 +140,7 @@ describe("faults with real processes", () => {
 
   it("rolls back a swap cut by a controller SIGKILL before it committed: the destinations release their staging and the sources continue", async () => {
     // Long enough for the daemons to register with the restarted controller; no daemon is lost here.
-    const cluster = await startCluster(10);
+    const cluster = await startCluster({ heartbeatTimeoutS: 10 });
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
     // Both sources got migrate-out and hold their checkpoints: the swap cannot commit.
@@ -152,14 +164,15 @@ describe("faults with real processes", () => {
   }, 120_000);
 
   it("finishes a swap cut by a controller SIGKILL after it committed: the replacements resume and every job ends bit-identical", async () => {
-    const events = tempDir();
+    const events = tenantDir();
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
+    for (const job of ["a", "b"]) sharedFile(join(events, `${job}.jsonl`), TENANT);
     const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
-    const cluster = await startCluster(10);
+    const cluster = await startCluster({ heartbeatTimeoutS: 10, replacements: { "demo-worker": [...WORKER, ...pace] } });
     const stateBytes = 8 * 2 ** 20;
     const start = (job: string, hosts: number[], gate: string[] = []) => {
       for (const host of hosts) {
-        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), ...pace, ...gate]);
+        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), "--replacement", "demo-worker", ...pace, ...gate]);
       }
     };
     // Job b's workers load first and register the moment job a has started, so a cannot train

@@ -62,8 +62,8 @@ function refusal(dir: string): string {
 }
 
 const jobs: RecordBody[] = [
-  { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: { "0": 10, "4": 20 }, launch: null },
-  { kind: "job-started", job: "b", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[1, 5]], checkpointBytes: { "1": 30, "5": 40 }, launch: null },
+  { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: { "0": 10, "4": 20 }, replacement: null },
+  { kind: "job-started", job: "b", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[1, 5]], checkpointBytes: { "1": 30, "5": 40 }, replacement: null },
   { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 2, step: 0 }] },
 ];
 
@@ -248,7 +248,7 @@ describe("journal damage", () => {
     expect(refusal(dir)).toMatch(new RegExp(`line 5: a record of ${MAX_RECORD_BYTES + 1} bytes, over the limit of ${MAX_RECORD_BYTES}`));
     truncateSync(path, bytes.length);
     const opened = Journal.open(dir, config, clock);
-    const huge: RecordBody = { ...(jobs[0] as Extract<RecordBody, { kind: "job-started" }>), job: "c", groups: [[3]], launch: ["x".repeat(MAX_RECORD_BYTES)] };
+    const huge: RecordBody = { ...(jobs[0] as Extract<RecordBody, { kind: "job-started" }>), job: "x".repeat(MAX_RECORD_BYTES), groups: [[3]] };
     expect(() => opened.journal.append(huge)).toThrow(JournalRecordTooLargeError);
     opened.journal.append({ kind: "job-finished", job: "a" });
     opened.journal.close();

@@ -90,7 +90,7 @@ describe("controller service: a job start that breaks the bound", () => {
       token: `token-${move.id}`,
       step: stopStep,
     });
-    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, launch: null } }]);
+    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, replacement: null } }]);
 
     // The source has written its checkpoint and waits at the same barrier for the verdict.
     const sourceVerdict = source.barrier(stopStep);
@@ -106,7 +106,7 @@ describe("controller service: a job start that breaks the bound", () => {
     // Verified → committed: the source is told to stop and the destination spawns a replacement.
     expect(await sourceVerdict).toMatchObject({ kind: "stop" });
     await harness.hosts.until(() => harness!.hosts.spawned.length === 1);
-    expect(harness.hosts.spawned[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, launch: null, host: move.to, token: `token-${move.id}` });
+    expect(harness.hosts.spawned[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, replacement: null, host: move.to, token: `token-${move.id}` });
 
     // The replacement registers with the token; the job re-forms with a new generation.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });

@@ -21,7 +21,7 @@ describe("a plan step with several moves", () => {
     const dir = tempDir();
     const { journal } = Journal.open(dir, { kind: "config", topology: SMALL, lambda: 1, podLambda: null });
     for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]], ["c", [2, 6]]] as const) {
-      journal.append({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [[...hosts]], checkpointBytes: { [hosts[0]]: 32, [hosts[1]]: 32 }, launch: null });
+      journal.append({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [[...hosts]], checkpointBytes: { [hosts[0]]: 32, [hosts[1]]: 32 }, replacement: null });
     }
     journal.close();
     harness = await startController({ dir, overrides: { replanBackoffMs: 100 } });

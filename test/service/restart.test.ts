@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomFillSync } from "node:crypto";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
@@ -10,6 +10,7 @@ import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
+import { TENANT } from "../helpers/tenant.ts";
 import { tempDir } from "./harness.ts";
 
 /**
@@ -73,6 +74,8 @@ interface Host {
  * token) and runs until the test ends, as a replacement waiting for its checkpoint would.
  */
 function startDaemons(dir: string, controller: string): Host[] {
+  // The launcher runs as the tenant and writes its file here.
+  if (TENANT) chownSync(dir, TENANT.uid, TENANT.gid);
   const launcher = [
     "const fs = require('node:fs'), path = require('node:path'), dir = process.argv[1], env = process.env;",
     "fs.writeFileSync(path.join(dir, 'launched-' + env.MONKEYTREE_HOST + '.json'), JSON.stringify({ pid: process.pid, token: env.MONKEYTREE_TOKEN }));",
@@ -85,7 +88,8 @@ function startDaemons(dir: string, controller: string): Host[] {
       controller,
       stagingBytes: 4 * CHECKPOINT,
       listen: { host: "127.0.0.1", port: 0 },
-      launch: `"${process.execPath}" -e "${launcher}" "${dir}"`,
+      replacements: new Map([["probe", `"${process.execPath}" -e "${launcher}" "${dir}"`]]),
+      ...(TENANT ? { runAs: TENANT } : {}),
       heartbeatMs: 100,
       retryMs: 100,
       log: createLogger(`daemon ${host}`, (line) => lines.push(line), "debug"),
@@ -135,7 +139,7 @@ async function startMove(heartbeatTimeoutMs: number) {
   const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: 30_000, retryMs: 100 });
   cleanups.push(() => client.close());
   const make = (job: string, hosts: number[]) =>
-    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 30_000 }));
+    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 30_000, replacement: "probe" }));
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
   await Promise.all([...a, ...b].map((w) => w.register(10_000)));
