@@ -330,7 +330,11 @@ export class HostDaemon {
     staged.replacement = child;
     // The checkpoint stays staged until the launcher that loads it has exited.
     child.once("exit", (code, signal) => {
-      if (this.staged.get(token) === staged) this.staged.delete(token);
+      if (this.staged.get(token) === staged) {
+        // The range is free for other moves now, so no late sender may still write into it.
+        this.listener.revoke(token);
+        this.staged.delete(token);
+      }
       this.log.info(() => `migration ${staged.migration}: replacement launcher exited (${signal ?? `code ${code}`}); its staging is free`);
     });
     return new Promise((resolve) => {

@@ -10,6 +10,7 @@ import { send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
 import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
+import { TENANT } from "../helpers/tenant.ts";
 import { runCli } from "../helpers/cli.ts";
 import { INCARNATION, startController, tempDir, type Harness } from "../service/harness.ts";
 
@@ -49,7 +50,12 @@ function client(h: Harness, holder: Credential | null, timeoutMs = 5_000): Contr
 }
 
 function daemon(h: Harness, host: number, holder = credential(`daemon-${host}`)): HostDaemon {
-  const d = HostDaemon.start({ host, controller: h.server.endpoint, credential: holder, stagingBytes: 4 * CHECKPOINT, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200 });
+  // The test registers each replacement itself; the daemon's only has to start and exit.
+  const replacements = new Map([["idle", `"${process.execPath}" -e ""`]]);
+  const d = HostDaemon.start({
+    host, controller: h.server.endpoint, credential: holder, stagingBytes: 4 * CHECKPOINT, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200,
+    replacements, ...(TENANT ? { runAs: TENANT } : {}),
+  });
   cleanups.push(() => d.close());
   return d;
 }
@@ -123,7 +129,7 @@ describe("a controller with a keyring", () => {
     await Promise.all(daemons.map((d) => d.ready()));
     const jobs = { a: client(h, credential("job-a")), b: client(h, credential("job-b")) };
     const start = async (job: "a" | "b", hosts: number[]) => {
-      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000 }));
+      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000, replacement: "idle" }));
       await Promise.all(workers.map((w) => w.register(5_000)));
       return workers;
     };
