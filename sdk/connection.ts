@@ -3,6 +3,7 @@ import type { Logger } from "./log.ts";
 import type { CommandReply } from "./protocol/commands.ts";
 import { encode, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
 import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+import { MAX_REPLY_BYTES } from "./protocol/limits.ts";
 import type { ErrorCode, ErrorReply } from "./protocol/errors.ts";
 
 /**
@@ -95,7 +96,7 @@ export class ControllerConnection {
 
   constructor(private readonly options: ConnectionOptions) {
     this.log = options.log ?? silent;
-    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000, maxMessageSize: MAX_REPLY_BYTES });
     if (options.serverKey !== undefined) {
       const own = curveKeyPair();
       this.socket.curveServerKey = options.serverKey;

@@ -100,11 +100,13 @@ export class Controller {
     return this.context.state;
   }
 
-  /** Handles one decoded request; refusals become error replies, never exceptions. */
-  handle(peer: Uint8Array, request: Request): void {
+  /** Handles one decoded request; refusals become error replies, never exceptions. Returns whether it was accepted. */
+  handle(peer: Uint8Array, request: Request): boolean {
     const target = { peer, id: request.id };
+    let accepted = false;
     try {
       this.dispatch(target, request);
+      accepted = true;
     } catch (error) {
       if (error instanceof ProtocolError) {
         this.log.warn(() => `refused ${request.type} #${request.id}: ${error.message}`);
@@ -115,6 +117,7 @@ export class Controller {
       }
     }
     this.context.safely("driving the plan", () => this.plan.drive());
+    return accepted;
   }
 
   /** Deadlines and heartbeats; the server calls it on a timer. */

@@ -54,6 +54,11 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     this.sendFrame = send;
   }
 
+  /** Hosts with a registered daemon: only registrations the controller accepted, so at most its host count. */
+  get size(): number {
+    return this.peers.size;
+  }
+
   /** A daemon registered `host` from `peer`; a re-registration replaces the identity. */
   register(host: number, peer: Uint8Array): void {
     this.peers.set(host, Uint8Array.from(peer));

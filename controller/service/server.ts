@@ -2,6 +2,7 @@ import { Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
+import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
@@ -9,6 +10,7 @@ import { Journal, type ReplayReport } from "./journal.ts";
 import type { CurveKeys } from "./keys.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
+import { RateLimiter, type RateLimits } from "./rate-limit.ts";
 
 export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
   /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */
@@ -25,6 +27,8 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
    * which peer registered each host, hands it their answers, and sends its commands.
    */
   readonly daemons?: DaemonHosts;
+  /** Requests each peer may send; past them its requests are dropped unread. */
+  readonly rateLimits?: RateLimits;
 }
 
 /**
@@ -38,6 +42,7 @@ export class ControllerServer {
   private closed = false;
   private readonly timer: NodeJS.Timeout;
   private readonly loop: Promise<void>;
+  private readonly limiter: RateLimiter;
 
   private constructor(
     private readonly socket: Router,
@@ -48,7 +53,9 @@ export class ControllerServer {
     private readonly log: Logger,
     tickMs: number,
     private readonly daemons: DaemonHosts | undefined,
+    rateLimits: RateLimits | undefined,
   ) {
+    this.limiter = new RateLimiter(rateLimits);
     controller.onWork = () => this.schedule();
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     this.timer = setInterval(() => controller.tick(), tickMs);
@@ -65,7 +72,8 @@ export class ControllerServer {
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
     const controller = new Controller({ ...options, journal, state, logger: log });
-    const socket = new Router({ linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    // A larger frame disconnects its sender before it is read, so no client can make us buffer it.
+    const socket = new Router({ linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000, maxMessageSize: MAX_REQUEST_BYTES });
     if (options.curve) {
       socket.curveServer = true;
       socket.curvePublicKey = options.curve.publicKey;
@@ -80,7 +88,7 @@ export class ControllerServer {
     }
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${options.curve ? " (CURVE)" : ""}`);
-    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons);
+    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, options.rateLimits);
   }
 
   /** Stops listening and closes the journal; held requests are left unanswered. */
@@ -99,7 +107,7 @@ export class ControllerServer {
   private async receive(): Promise<void> {
     try {
       for await (const [peer, ...frames] of this.socket) {
-        if (!peer) continue;
+        if (!peer || !this.admit(peer)) continue;
         const body = frames.length === 1 ? frames[0] : undefined;
         if (!body) {
           this.reject(peer, 0, new ProtocolError("malformed", `expected one frame per message, got ${frames.length}; send the JSON message as a single frame`));
@@ -118,8 +126,9 @@ export class ControllerServer {
           this.reject(peer, decoded.id ?? 0, decoded.error);
           continue;
         }
-        if (decoded.data.type === "daemon.register") this.daemons?.register(decoded.data.host, peer);
-        this.controller.handle(peer, decoded.data);
+        const accepted = this.controller.handle(peer, decoded.data);
+        // Only an accepted registration routes the host's commands to this peer.
+        if (accepted && decoded.data.type === "daemon.register") this.daemons?.register(decoded.data.host, peer);
         // Replies that wait on no journal record (most barriers) go out at once; the others
         // wait for the burst's single fsync.
         if (this.journal.unflushed === 0) this.flush();
@@ -127,6 +136,17 @@ export class ControllerServer {
     } catch (error) {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
     }
+  }
+
+  /**
+   * Past its rate a peer's requests are dropped unread, not answered: an answer needs the
+   * request id, so the frame would have to be parsed, which is the work the limit sheds. A
+   * client's connection resends an unanswered request, so a legitimate burst only slows down.
+   */
+  private admit(peer: Uint8Array): boolean {
+    const decision = this.limiter.take(Buffer.from(peer).toString("hex"), Date.now());
+    if (decision === "refuse-first") this.log.warn(() => `peer ${Buffer.from(peer).toString("hex")} is over its request rate; dropping its requests until it slows down`);
+    return decision === "allow";
   }
 
   private reject(peer: Uint8Array, id: number, error: ProtocolError): void {

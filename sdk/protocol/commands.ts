@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { idSchema, intSchema, MAX_HOSTS, textSchema } from "./limits.ts";
 import { ParallelismSchema } from "./worker.ts";
 
 /**
@@ -13,7 +14,7 @@ import { ParallelismSchema } from "./worker.ts";
 /** Who replaces the moved worker: the job, its stage and parallelism, and the job's command. */
 const ReplacementSpecSchema = z.strictObject({
   job: JobIdSchema,
-  group: z.int().min(0),
+  group: intSchema("group", 0, MAX_HOSTS - 1),
   parallelism: ParallelismSchema,
   /** The job's replacement command (argv); null to run the daemon's --launch. */
   launch: z.array(z.string().min(1)).min(1).nullable(),
@@ -26,14 +27,14 @@ const ReplacementSpecSchema = z.strictObject({
  */
 export const PrepareCommandSchema = z.strictObject({
   ...envelope("daemon.prepare"),
-  migration: z.string().min(1),
+  migration: idSchema("migration"),
   bytes: z.int({ error: "bytes must be a whole number" }).min(1, { error: "a checkpoint to stage has at least 1 byte" }),
   replacement: ReplacementSpecSchema,
 });
 export type PrepareCommand = z.infer<typeof PrepareCommandSchema>;
 
 /** Withdraw a grant after a rollback; its token stops admitting transfers and its range is freed. */
-export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: z.string().min(1) });
+export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: idSchema("token") });
 export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
 
 /**
@@ -42,9 +43,9 @@ export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
  */
 export const SpawnCommandSchema = z.strictObject({
   ...envelope("daemon.spawn"),
-  migration: z.string().min(1),
+  migration: idSchema("migration"),
   ...ReplacementSpecSchema.shape,
-  token: z.string().min(1),
+  token: idSchema("token"),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;
 
@@ -56,7 +57,7 @@ export const PreparedSchema = z.strictObject({
   ...envelope("daemon.prepared"),
   host: HostSchema,
   endpoint: TransferEndpointSchema,
-  token: z.string().min(1),
+  token: idSchema("token"),
 });
 export type Prepared = z.infer<typeof PreparedSchema>;
 
@@ -76,7 +77,7 @@ export const RefusedSchema = z.strictObject({
   ...envelope("daemon.refused"),
   host: HostSchema,
   code: RefusalCodeSchema,
-  message: z.string(),
+  message: textSchema("message"),
 });
 export type Refused = z.infer<typeof RefusedSchema>;
 
