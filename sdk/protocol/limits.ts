@@ -3,21 +3,27 @@ import { z } from "zod";
 /**
  * The sizes MonkeyTree supports, in one place: every message field and every snapshot number
  * is checked against these, so no input can make the controller, a daemon or the CLI allocate,
- * loop or print without bound. They are generous for real clusters (65,536 hosts of up to 64
- * GPUs is over four million GPUs) and small enough that planning and routing the largest
- * topology stay within seconds and a few hundred MB.
+ * loop or print without bound. The topology limits are what the planner handles: its memory
+ * grows with groups × racks, and the worst snapshot within them (every rack over its bound,
+ * 1,024 two-host jobs across 256 racks of 8) plans in under 1 GB and a few seconds past
+ * --time-limit; at twice the racks it needs 2.7 GB. Twice the largest size `npm run
+ * bench:plan` measures (8,192 GPUs) is supported.
  */
 
 /** Hosts in a topology (`racks × hostsPerRack`); also bounds `parallelism.dp` and `pp`. */
-export const MAX_HOSTS = 65_536;
+export const MAX_HOSTS = 2_048;
 /** Racks in a topology. */
-export const MAX_RACKS = 4_096;
+export const MAX_RACKS = 256;
 /** Hosts in one rack. */
-export const MAX_HOSTS_PER_RACK = 1_024;
+export const MAX_HOSTS_PER_RACK = 64;
 /** GPUs in one host; also bounds `parallelism.tp` and a job's `rings`, since TP ranks share a host. */
 export const MAX_GPUS_PER_HOST = 64;
 /** Uplinks leaving one rack (and spines); routing keeps per-uplink tables of this size. */
-export const MAX_UPLINKS_PER_RACK = 1_024;
+export const MAX_UPLINKS_PER_RACK = 64;
+/** The highest fragmentation degree any supported cluster can have: every host's every ring leaving. */
+export const MAX_FRAGMENTATION = MAX_HOSTS * MAX_GPUS_PER_HOST;
+/** A snapshot file: the largest supported cluster's, pretty-printed, is well under it. */
+export const MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024;
 
 /** Job ids, migration ids, tokens: short names with no control characters, so a log line stays one line. */
 export const MAX_ID_LENGTH = 128;
@@ -31,7 +37,7 @@ export const MAX_LIST_LENGTH = MAX_HOSTS;
 /** One frame the controller accepts; a request is small, so anything larger is cut off unread. */
 export const MAX_REQUEST_BYTES = 1024 * 1024;
 /** One frame a client or daemon accepts: the largest status report of the largest topology fits. */
-export const MAX_REPLY_BYTES = 64 * 1024 * 1024;
+export const MAX_REPLY_BYTES = 16 * 1024 * 1024;
 
 /** Characters an id may hold: printable, no spaces, quotes or backslashes, so it reads the same logged or quoted. */
 const ID = /^[A-Za-z0-9._:@+=/-]*$/;
