@@ -4,8 +4,8 @@ import { InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
 import { MAX_SNAPSHOT_BYTES } from "../sdk/protocol/limits.ts";
 
-/** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal. */
-export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3 } as const;
+/** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal; 130 stopped by SIGINT or SIGTERM, as a shell reports Ctrl-C. */
+export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3, interrupted: 130 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 
 /** Where a command writes; tests pass in-memory streams. */
