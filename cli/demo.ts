@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import { removeStaleStagingBuffers } from "../native/index.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "./demo/run.ts";
@@ -24,8 +25,11 @@ options:
   --timeout S    give up on any stage that takes longer than S seconds (default 60)
   -h, --help     show this help
 
+On SIGINT or SIGTERM (Ctrl-C) it stops every process it started, removes their staging
+buffers from /dev/shm, says so and exits 130.
+
 exit codes: 0 every move done and every job bit-identical, 1 otherwise, 2 bad usage,
-3 internal error.`;
+3 internal error, 130 interrupted.`;
 
 export const command: Command = {
   summary: "run controller, daemons and jobs on this machine, with real migrations",
@@ -48,17 +52,29 @@ export const command: Command = {
     print(`MonkeyTree demo: ${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, ${t.uplinksPerRack} uplinks per rack; jobs ${jobs.map((j) => `${j.id} (TP 8, DP ${j.hosts.length})`).join(", ")}; ${stateMb} MiB of state per worker, ${steps} iterations`);
     print(`working directory ${dir}`);
     let ok = false;
+    const interrupt = new AbortController();
+    const stop = (signal: NodeJS.Signals) => interrupt.abort(signal);
+    process.once("SIGINT", stop).once("SIGTERM", stop);
+    const interrupted = () => {
+      // Every process the demo started has ended by now, so their staging buffers are stale.
+      const freed = removeStaleStagingBuffers();
+      io.err.write(`monkeytree demo: ${String(interrupt.signal.reason)}: stopped every process it started and removed ${freed.length} staging buffers from /dev/shm\n`);
+      return ExitCode.interrupted;
+    };
     try {
-      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs, timeoutMs, print });
+      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs, timeoutMs, print, signal: interrupt.signal });
+      if (interrupt.signal.aborted) return interrupted();
       ok = result.ok;
       print("");
       print(ok ? "ok: every move committed, every rack is within its bound, and every job's state is bit-identical to its replay" : "FAILED: see above");
       return ok ? ExitCode.ok : ExitCode.findings;
     } catch (error) {
+      if (interrupt.signal.aborted) return interrupted();
       if (!(error instanceof DemoError)) throw error;
       io.err.write(`monkeytree demo: ${error.message}\n`);
       return ExitCode.findings;
     } finally {
+      process.off("SIGINT", stop).off("SIGTERM", stop);
       if (ok && !flags.keep) rmSync(dir, { recursive: true, force: true });
       else print(`logs, journal and worker events kept in ${dir}`);
     }

@@ -1,11 +1,12 @@
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { readCredential, type Credential } from "../sdk/protocol/auth.ts";
 import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
+import { MAX_SNAPSHOT_BYTES } from "../sdk/protocol/limits.ts";
 
-/** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal. */
-export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3 } as const;
+/** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal; 130 stopped by SIGINT or SIGTERM, as a shell reports Ctrl-C. */
+export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3, interrupted: 130 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 
 /** Where a command writes; tests pass in-memory streams. */
@@ -69,8 +70,13 @@ export function numberFlag(name: string, raw: string | undefined, fallback: numb
 export async function readSnapshotFile(path: string): Promise<Cluster> {
   let text: string;
   try {
+    const { size } = await stat(path);
+    if (size > MAX_SNAPSHOT_BYTES) {
+      throw new InvalidInputError(`snapshot ${path}`, [{ path: "", message: `${size} bytes is larger than the ${MAX_SNAPSHOT_BYTES} a snapshot of the largest supported cluster needs` }]);
+    }
     text = await readFile(path, "utf8");
   } catch (error) {
+    if (error instanceof InvalidInputError) throw error;
     const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
     throw new InvalidInputError(`snapshot ${path}`, [{ path: "", message: `cannot read it (${reason})` }]);
   }
@@ -87,7 +93,7 @@ export function writeJson(io: Io, value: unknown): Promise<void> {
 /** A small fixed-width text table for human output. */
 export function table(header: readonly string[], rows: readonly (readonly (string | number)[])[]): string {
   const cells = [header, ...rows].map((row) => row.map(String));
-  const widths = header.map((_, c) => Math.max(...cells.map((row) => row[c]?.length ?? 0)));
+  const widths = header.map((_, c) => cells.reduce((max, row) => Math.max(max, row[c]?.length ?? 0), 0));
   return cells.map((row) => row.map((cell, c) => cell.padStart(widths[c] ?? 0)).join("  ")).join("\n");
 }
 

@@ -137,7 +137,7 @@ function degreeTable(name: string, degrees: Plan["fragmentation"], bound: number
     return before !== after || before > bound || after > bound ? [[`${name[0]}${i}`, before, after, bound, after > bound ? "over" : "ok"]] : [];
   });
   const rest = degrees.before.length - shown.length;
-  const max = Math.max(0, ...degrees.after);
+  const max = degrees.after.reduce((a, b) => Math.max(a, b), 0);
   return [
     `fragmentation per ${name} (changed or over bound):`,
     shown.length ? table([name, "before", "after", "bound", ""], shown) : "  (none)",

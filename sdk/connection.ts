@@ -4,6 +4,7 @@ import { sharedSecret, signFrame, type Credential } from "./protocol/auth.ts";
 import type { CommandReply } from "./protocol/commands.ts";
 import { encode, safeDecodeReply, type Reply, type Request } from "./protocol/codec.ts";
 import { PROTOCOL_VERSION } from "./protocol/envelope.ts";
+import { MAX_REPLY_BYTES } from "./protocol/limits.ts";
 import type { ErrorCode, ErrorReply } from "./protocol/errors.ts";
 
 /**
@@ -99,7 +100,7 @@ export class ControllerConnection {
 
   constructor(private readonly options: ConnectionOptions) {
     this.log = options.log ?? silent;
-    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+    this.socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000, maxMessageSize: MAX_REPLY_BYTES });
     const credential = options.credential;
     this.sign = null;
     if (credential) {

@@ -43,10 +43,14 @@ function render(source: string, issues: readonly InputIssue[]): string {
   return `${where}: ${first.message}${more}`;
 }
 
+/** Unknown keys named in one message; input can carry any number of them. */
+const KEYS_SHOWN = 3;
+
 function toIssue(issue: z.core.$ZodIssue): InputIssue {
   const path = formatPath(issue.path);
   if (issue.code === "unrecognized_keys") {
-    const keys = issue.keys.map((k) => `"${k}"`).join(", ");
+    const shown = issue.keys.slice(0, KEYS_SHOWN).map((k) => quote(k)).join(", ");
+    const keys = issue.keys.length > KEYS_SHOWN ? `${shown} and ${issue.keys.length - KEYS_SHOWN} more` : shown;
     return { path, message: `unknown field ${keys}; remove it or check its spelling` };
   }
   return { path, message: issue.message };
@@ -76,4 +80,13 @@ export function readJsonFile<T>(path: string, source: string, schema: z.ZodType<
   const result = schema.safeParse(value);
   if (!result.success) throw InvalidInputError.fromZod(source, result.error);
   return result.data;
+}
+
+/**
+ * Untrusted text as it may appear in a reply or a log line: at most `max` characters of it,
+ * quoted with control characters escaped, and how long the whole was when it was cut.
+ */
+export function quote(value: string, max = 64): string {
+  const shown = JSON.stringify(value.length > max ? value.slice(0, max) : value);
+  return value.length > max ? `${shown}… (${value.length} characters)` : shown;
 }

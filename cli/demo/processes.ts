@@ -46,7 +46,9 @@ export class ProcessGroup {
 
   constructor(private readonly dir: string) {}
 
+  /** Starts a process; once stopping (an interrupted demo), starts none and throws. */
   start(name: string, args: readonly string[]): Managed {
+    if (this.stopping) throw new Error(`not starting ${name}: the demo is stopping`);
     const log = join(this.dir, `${name}.log`);
     const fd = openSync(log, "a");
     const child = spawn(process.execPath, args, { stdio: ["ignore", fd, fd], detached: true });

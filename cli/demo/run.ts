@@ -1,6 +1,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { readEvents, type WorkerEvent } from "./events.ts";
@@ -52,6 +53,11 @@ export interface DemoOptions {
   /** Gives up on any stage that takes longer. */
   readonly timeoutMs: number;
   readonly print: (line: string) => void;
+  /**
+   * Aborting it (SIGINT, SIGTERM) stops every process at once and closes the controller
+   * connection, so the run fails fast; it has stopped all its processes when it settles.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export interface JobCheck {
@@ -89,6 +95,14 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   }
   const group = new ProcessGroup(dir);
   let client: ControllerClient | undefined;
+  options.signal?.addEventListener(
+    "abort",
+    () => {
+      void client?.close();
+      void group.stopAll();
+    },
+    { once: true },
+  );
   const started = performance.now();
   const elapsed = () => `${((performance.now() - started) / 1000).toFixed(1).padStart(5)} s`;
   try {
@@ -132,7 +146,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     printRacks(print, await status());
 
     // A third of the way into the running jobs' training.
-    await new Promise((resolve) => setTimeout(resolve, (options.steps / 3) * options.stepMs));
+    await sleep((options.steps / 3) * options.stepMs, undefined, { signal: options.signal });
     writeFileSync(admitted, "");
     await until(group, jobStarted(DEMO_ARRIVING.id), options.timeoutMs, `job ${DEMO_ARRIVING.id} to start`);
     print(`${elapsed()}  ${DEMO_ARRIVING.id} arrives; the cluster's scheduler places it on hosts ${DEMO_ARRIVING.hosts.join(", ")}`);

@@ -1,4 +1,5 @@
-import { InvalidInputError } from "../../sdk/errors.ts";
+import { InvalidInputError, type InputIssue } from "../../sdk/errors.ts";
+import { MAX_HOSTS } from "../../sdk/protocol/limits.ts";
 import { SnapshotSchema, type Snapshot, type Topology } from "./snapshot.ts";
 
 /** One DP replica group: a whole pure-DP/FSDP job, or one pipeline stage of a job. */
@@ -50,11 +51,41 @@ export function clusterFromSnapshot(snapshot: Snapshot): Cluster {
   };
 }
 
-/** Validates a parsed JSON value as a snapshot; throws `InvalidInputError` naming the field. */
+/**
+ * Validates a parsed JSON value as a snapshot; throws `InvalidInputError` naming the field.
+ * Lists are measured first: validation reports every bad element, so a snapshot with millions
+ * of them would otherwise cost memory for millions of issues.
+ */
 export function parseSnapshot(value: unknown, source = "snapshot"): Cluster {
+  const tooLong = oversizedList(value);
+  if (tooLong) throw new InvalidInputError(source, [tooLong]);
   const result = SnapshotSchema.safeParse(value);
   if (!result.success) throw InvalidInputError.fromZod(source, result.error);
   return clusterFromSnapshot(result.data);
+}
+
+/**
+ * The first list longer than any supported cluster allows, or null. Hosts are used once each,
+ * so there are at most `MAX_HOSTS` jobs, groups and host entries in all. Anything not a list
+ * where one belongs is left to the schema to report.
+ */
+function oversizedList(value: unknown): InputIssue | null {
+  const jobs = (value as { jobs?: unknown } | null)?.jobs;
+  if (!Array.isArray(jobs)) return null;
+  const over = (path: string, what: string, n: number): InputIssue => ({
+    path,
+    message: `${n} ${what}; a snapshot holds at most ${MAX_HOSTS}, one per host of the largest cluster MonkeyTree supports`,
+  });
+  if (jobs.length > MAX_HOSTS) return over("jobs", "jobs", jobs.length);
+  let entries = 0;
+  for (const [j, job] of jobs.entries()) {
+    const { hosts, groups } = (job ?? {}) as { hosts?: unknown; groups?: unknown };
+    const lists = Array.isArray(groups) ? groups : [hosts];
+    if (lists.length > MAX_HOSTS) return over(`jobs[${j}].groups`, "groups", lists.length);
+    for (const list of lists) entries += Array.isArray(list) ? list.length : 0;
+    if (entries > MAX_HOSTS) return over(`jobs[${j}]`, "host entries up to this job", entries);
+  }
+  return null;
 }
 
 /** Parses snapshot text (JSON); syntax errors become `InvalidInputError` too. */

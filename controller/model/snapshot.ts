@@ -1,4 +1,13 @@
 import { z } from "zod";
+import {
+  idSchema,
+  MAX_FRAGMENTATION,
+  MAX_GPUS_PER_HOST,
+  MAX_HOSTS,
+  MAX_HOSTS_PER_RACK,
+  MAX_RACKS,
+  MAX_UPLINKS_PER_RACK,
+} from "../../sdk/protocol/limits.ts";
 
 /**
  * A cluster snapshot: the topology, the fragmentation bounds, and where the cluster's own
@@ -6,29 +15,46 @@ import { z } from "zod";
  * the shape the controller keeps its placement state in.
  */
 
-const count = (what: string) =>
-  z.int({ error: `${what} must be a whole number` }).min(1, { error: `${what} must be at least 1` });
+/** A whole number from 1 to `max`, the largest the planner and routing support (sdk/protocol/limits.ts). */
+const count = (what: string, max: number) =>
+  z
+    .int({ error: `${what} must be a whole number` })
+    .min(1, { error: `${what} must be at least 1` })
+    .max(max, { error: `${what} must be at most ${max}, the largest MonkeyTree supports` });
 const bound = (what: string) =>
-  z.int({ error: `${what} must be a whole number` }).min(0, { error: `${what} must not be negative` });
+  z
+    .int({ error: `${what} must be a whole number` })
+    .min(0, { error: `${what} must not be negative` })
+    .max(MAX_FRAGMENTATION, { error: `${what} must be at most ${MAX_FRAGMENTATION}, the highest fragmentation degree any supported cluster can have` });
 const host = z
   .int({ error: "a host is a whole-number global index" })
   .min(0, { error: "host indices start at 0" });
 
-export const TopologySchema = z.strictObject({
-  racks: count("racks"),
-  hostsPerRack: count("hostsPerRack"),
-  gpusPerHost: count("gpusPerHost"),
-  uplinksPerRack: count("uplinksPerRack"),
-  /** 3-tier Clos: racks are grouped into pods of this many consecutive racks. */
-  racksPerPod: count("racksPerPod").optional(),
-});
+export const TopologySchema = z
+  .strictObject({
+    racks: count("racks", MAX_RACKS),
+    hostsPerRack: count("hostsPerRack", MAX_HOSTS_PER_RACK),
+    gpusPerHost: count("gpusPerHost", MAX_GPUS_PER_HOST),
+    uplinksPerRack: count("uplinksPerRack", MAX_UPLINKS_PER_RACK),
+    /** 3-tier Clos: racks are grouped into pods of this many consecutive racks. */
+    racksPerPod: count("racksPerPod", MAX_RACKS).optional(),
+  })
+  .refine(({ racks, hostsPerRack }) => racks * hostsPerRack <= MAX_HOSTS, {
+    path: ["hostsPerRack"],
+    // Only when each number is valid on its own; otherwise that is the problem to report.
+    when: (payload) => payload.issues.length === 0,
+    error: ({ input }) => {
+      const { racks, hostsPerRack } = input as { racks: number; hostsPerRack: number };
+      return `racks × hostsPerRack (${racks} × ${hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest MonkeyTree supports`;
+    },
+  });
 export type Topology = z.infer<typeof TopologySchema>;
 
 export const JobSchema = z
   .strictObject({
-    id: z.string({ error: "a job id is a string" }).min(1, { error: "a job id must not be empty" }),
+    id: idSchema("a job id"),
     /** Independent DP rings per fragmented rack: the job's TP degree, 1 for pure DP/FSDP. */
-    rings: count("rings").default(1),
+    rings: count("rings", MAX_GPUS_PER_HOST).default(1),
     /** One DP replica group (pure DP/FSDP). */
     hosts: z.array(host).min(1, { error: "a job needs at least one host" }).optional(),
     /** One group per pipeline stage. */

@@ -138,8 +138,8 @@ export function podLoads(cluster: Cluster, routes: readonly DpRoute[]): Routes["
       flowsOut: ups.reduce((a, b) => a + b, 0),
       flowsIn: downs.reduce((a, b) => a + b, 0),
       coreLinks: perPod,
-      maxFlowsPerCoreUplink: Math.max(0, ...ups),
-      maxFlowsPerCoreDownlink: Math.max(0, ...downs),
+      maxFlowsPerCoreUplink: ups.reduce((a, b) => Math.max(a, b), 0),
+      maxFlowsPerCoreDownlink: downs.reduce((a, b) => Math.max(a, b), 0),
     };
   });
 }

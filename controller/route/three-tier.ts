@@ -58,7 +58,8 @@ export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colou
     }
   });
   const perLink = (n: number) => Math.ceil(n / links);
-  const budget = Math.max(1, ...out, ...inn, ...Array.from(leaving, perLink), ...Array.from(entering, perLink));
+  // A fold, not Math.max(...): spread arguments overflow the stack past some 65,000 racks.
+  const budget = [out, inn, leaving.map(perLink), entering.map(perLink)].reduce((max, counts) => counts.reduce((a, b) => Math.max(a, b), max), 1);
   const copies = (n: number) => Math.ceil(n / budget);
 
   // Vertex layout: racks first on both sides, then each pod's ingress copies (left) and

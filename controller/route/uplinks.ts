@@ -101,8 +101,8 @@ export function rackLoads(racks: number, uplinks: number, flows: readonly RackHo
       flowsOut: ups.reduce((a, b) => a + b, 0),
       flowsIn: downs.reduce((a, b) => a + b, 0),
       uplinks,
-      maxFlowsPerUplink: Math.max(0, ...ups),
-      maxFlowsPerDownlink: Math.max(0, ...downs),
+      maxFlowsPerUplink: ups.reduce((a, b) => Math.max(a, b), 0),
+      maxFlowsPerDownlink: downs.reduce((a, b) => Math.max(a, b), 0),
     };
   });
 }

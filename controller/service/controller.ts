@@ -108,14 +108,16 @@ export class Controller {
 
   /**
    * Handles one decoded request from `caller` (the principal its auth frame proved, or `ANYONE`
-   * without a keyring); refusals become error replies, never exceptions.
+   * without a keyring); refusals become error replies, never exceptions. Returns whether it was accepted.
    */
-  handle(peer: Uint8Array, request: Request, caller: Caller): void {
+  handle(peer: Uint8Array, request: Request, caller: Caller): boolean {
     const target = { peer, id: request.id };
+    let accepted = false;
     try {
       const refusal = authorize(caller, request);
       if (refusal) throw new ProtocolError("forbidden", `${refusal.rule}: ${refusal.message}`);
       this.dispatch(target, request);
+      accepted = true;
     } catch (error) {
       if (error instanceof ProtocolError) {
         this.log.warn(() => `refused ${request.type} #${request.id}: ${error.message}`);
@@ -126,6 +128,7 @@ export class Controller {
       }
     }
     this.context.safely("driving the plan", () => this.plan.drive());
+    return accepted;
   }
 
   /** Deadlines and heartbeats; the server calls it on a timer. */

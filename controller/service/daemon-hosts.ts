@@ -55,6 +55,11 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     this.sendFrame = send;
   }
 
+  /** Hosts with a registered daemon: only registrations the controller accepted, so at most its host count. */
+  get size(): number {
+    return this.peers.size;
+  }
+
   /**
    * The controller accepted `host`'s registration from `peer` (the daemon's own, after a
    * reconnection): commands to the host go there, and its grants name `endpoint`.

@@ -2,6 +2,7 @@ import { Context, Reply, Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
+import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
@@ -10,6 +11,7 @@ import { Authenticator, type Keyring } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
+import { RateLimiter, type RateLimits } from "./rate-limit.ts";
 
 export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
   /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */
@@ -30,6 +32,8 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
    * which peer registered each host, hands it their answers, and sends its commands.
    */
   readonly daemons?: DaemonHosts;
+  /** Requests each peer may send; past them its requests are dropped unread. */
+  readonly rateLimits?: RateLimits;
 }
 
 /**
@@ -44,6 +48,7 @@ export class ControllerServer {
   private readonly timer: NodeJS.Timeout;
   private readonly loop: Promise<void>;
   private readonly zapLoop: Promise<void>;
+  private readonly limiter: RateLimiter;
 
   private constructor(
     private readonly socket: Router,
@@ -56,7 +61,9 @@ export class ControllerServer {
     private readonly daemons: DaemonHosts | undefined,
     private readonly auth: Authenticator | null,
     private readonly zap: Reply | null,
+    rateLimits: RateLimits | undefined,
   ) {
+    this.limiter = new RateLimiter(rateLimits);
     controller.onWork = () => this.schedule();
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     this.timer = setInterval(() => controller.tick(), tickMs);
@@ -82,7 +89,8 @@ export class ControllerServer {
     });
     // A context of its own, so its ZAP handler (one per context) answers for this socket only.
     const context = new Context();
-    const socket = new Router({ context, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    // A larger frame disconnects its sender before it is read, so no client can make us buffer it.
+    const socket = new Router({ context, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000, maxMessageSize: MAX_REQUEST_BYTES });
     const keyring = options.keyring;
     let zap: Reply | null = null;
     try {
@@ -105,7 +113,7 @@ export class ControllerServer {
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${keyring ? ` (CURVE, ${keyring.clients.length} client keys)` : ""}`);
     const auth = keyring ? new Authenticator(keyring) : null;
-    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap);
+    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap, options.rateLimits);
   }
 
   /** Stops listening and closes the journal; held requests are left unanswered. */
@@ -125,7 +133,7 @@ export class ControllerServer {
   private async receive(): Promise<void> {
     try {
       for await (const [peer, body, auth, ...rest] of this.socket) {
-        if (!peer) continue;
+        if (!peer || !this.admit(peer)) continue;
         // The JSON message, and with a keyring its auth frame; a client without a credential
         // sends one frame, and one with a credential two, which a keyless controller ignores.
         if (!body || rest.length > 0) {
@@ -179,6 +187,17 @@ export class ControllerServer {
     } catch (error) {
       if (!this.closed) this.log.error(() => `ZAP handler stopped: ${(error as Error).message}`);
     }
+  }
+
+  /**
+   * Past its rate a peer's requests are dropped unread, not answered: an answer needs the
+   * request id, so the frame would have to be parsed, which is the work the limit sheds. A
+   * client's connection resends an unanswered request, so a legitimate burst only slows down.
+   */
+  private admit(peer: Uint8Array): boolean {
+    const decision = this.limiter.take(Buffer.from(peer).toString("hex"), Date.now());
+    if (decision === "refuse-first") this.log.warn(() => `peer ${Buffer.from(peer).toString("hex")} is over its request rate; dropping its requests until it slows down`);
+    return decision === "allow";
   }
 
   private reject(peer: Uint8Array, id: number, error: ProtocolError): void {

@@ -27,7 +27,7 @@ export function decideStep(moves: readonly Migration[]): StepDecision {
   if (open.length === 0) return { type: "finished", outcome: failed ? "rolled-back" : "done" };
   if (failed) return { type: "wait" };
 
-  const current = Math.min(...open.map((m) => m.planStep));
+  const current = open.reduce((min, m) => Math.min(min, m.planStep), Infinity);
   const step = moves.filter((m) => m.planStep === current);
   const waiting = step.filter((m) => m.state === "planned");
   if (waiting.length) return { type: "start", ids: waiting.map((m) => m.id) };

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { formatZodError } from "../errors.ts";
+import { formatZodError, quote } from "../errors.ts";
 import { CommandReplySchema, CommandSchema, type Command, type CommandReply } from "./commands.ts";
 import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
@@ -81,7 +81,7 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
     );
   }
   if (!types.has(type)) {
-    return fail(new ProtocolError("unknown_type", `unknown ${what} type "${type}"; expected one of ${[...types].join(", ")}`), id);
+    return fail(new ProtocolError("unknown_type", `unknown ${what} type ${quote(type)}; expected one of ${[...types].join(", ")}`), id);
   }
   const body = schema.safeParse(value);
   if (!body.success) return fail(new ProtocolError("malformed", formatZodError(type, body.error)), id);

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
+import { idSchema, intSchema, MAX_HOSTS, textSchema } from "./limits.ts";
 import { ParallelismSchema } from "./worker.ts";
 
 /**
@@ -14,7 +15,7 @@ import { ParallelismSchema } from "./worker.ts";
 /** Who replaces the moved worker: the job, its stage and parallelism, and which configured command starts it. */
 const ReplacementSpecSchema = z.strictObject({
   job: JobIdSchema,
-  group: z.int().min(0),
+  group: intSchema("group", 0, MAX_HOSTS - 1),
   parallelism: ParallelismSchema,
   /** The daemon's --replacement the job named; null when it named none, which the daemon refuses. */
   replacement: ReplacementNameSchema.nullable(),
@@ -27,14 +28,14 @@ const ReplacementSpecSchema = z.strictObject({
  */
 export const PrepareCommandSchema = z.strictObject({
   ...envelope("daemon.prepare"),
-  migration: z.string().min(1),
+  migration: idSchema("migration"),
   bytes: z.int({ error: "bytes must be a whole number" }).min(1, { error: "a checkpoint to stage has at least 1 byte" }),
   replacement: ReplacementSpecSchema,
 });
 export type PrepareCommand = z.infer<typeof PrepareCommandSchema>;
 
 /** Withdraw a grant after a rollback; its token stops admitting transfers and its range is freed. */
-export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: z.string().min(1) });
+export const ReleaseCommandSchema = z.strictObject({ ...envelope("daemon.release"), token: idSchema("token") });
 export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
 
 /**
@@ -43,9 +44,9 @@ export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
  */
 export const SpawnCommandSchema = z.strictObject({
   ...envelope("daemon.spawn"),
-  migration: z.string().min(1),
+  migration: idSchema("migration"),
   ...ReplacementSpecSchema.shape,
-  token: z.string().min(1),
+  token: idSchema("token"),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;
 
@@ -57,7 +58,7 @@ export const PreparedSchema = z.strictObject({
   ...envelope("daemon.prepared"),
   host: HostSchema,
   endpoint: TransferEndpointSchema,
-  token: z.string().min(1),
+  token: idSchema("token"),
 });
 export type Prepared = z.infer<typeof PreparedSchema>;
 
@@ -79,7 +80,7 @@ export const RefusedSchema = z.strictObject({
   ...envelope("daemon.refused"),
   host: HostSchema,
   code: RefusalCodeSchema,
-  message: z.string(),
+  message: textSchema("message"),
 });
 export type Refused = z.infer<typeof RefusedSchema>;
 

@@ -1,11 +1,11 @@
 import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema } from "./envelope.ts";
+import { idSchema, intSchema, textSchema } from "./limits.ts";
 
 /** Daemon ↔ controller: one daemon per host registers it, heartbeats, and reports staging. */
 
-const bytes = (what: string) =>
-  z.int({ error: `${what} must be a whole number of bytes` }).min(0, { error: `${what} must not be negative` });
+const bytes = (what: string) => intSchema(`${what} (bytes)`, 0);
 
 /**
  * A daemon process's id, random and fixed for its lifetime: the controller tells a daemon's
@@ -34,10 +34,10 @@ export type Heartbeat = z.infer<typeof HeartbeatSchema>;
 export const TransferResultSchema = z.strictObject({
   ...envelope("daemon.transfer-result"),
   host: HostSchema,
-  token: z.string().min(1),
+  token: idSchema("token"),
   bytes: bytes("bytes"),
   outcome: z.enum(["verified", "checksum-mismatch", "failed"]),
-  detail: z.string().optional(),
+  detail: textSchema("detail").optional(),
 });
 export type TransferResult = z.infer<typeof TransferResultSchema>;
 

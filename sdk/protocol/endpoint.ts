@@ -1,5 +1,6 @@
-import { z } from "zod";
 import { transferTicketSchema, type TransferTicket } from "../../native/index.ts";
+import { quote } from "../errors.ts";
+import { MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
 
 /**
  * A host's transfer engine as the control plane names it: `tcp://HOST:PORT` (an IPv6 literal in
@@ -26,13 +27,13 @@ export function parseTransferEndpoint(endpoint: string): TransferEndpoint | null
   return { host, port, rdma: match?.[4] !== undefined };
 }
 
-export const TransferEndpointSchema = z.string().refine((endpoint) => parseTransferEndpoint(endpoint) !== null, {
+export const TransferEndpointSchema = textSchema("endpoint", MAX_ADDRESS_LENGTH).refine((endpoint) => parseTransferEndpoint(endpoint) !== null, {
   error: "endpoint must be tcp://HOST:PORT, or tcp://HOST:PORT?rdma when the host accepts RDMA WRITEs",
 });
 
 /** What a source needs for `send()`, rebuilt from a `migrate-out` directive and its checkpoint size. */
 export function ticketFor(endpoint: string, token: string, length: number): TransferTicket {
   const parsed = parseTransferEndpoint(endpoint);
-  if (!parsed) throw new TypeError(`endpoint must be tcp://HOST:PORT[?rdma], got "${endpoint}"`);
+  if (!parsed) throw new TypeError(`endpoint must be tcp://HOST:PORT[?rdma], got ${quote(endpoint)}`);
   return transferTicketSchema.parse({ host: parsed.host, port: parsed.port, token, length, ...(parsed.rdma ? { rdma: true } : {}) });
 }

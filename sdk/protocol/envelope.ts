@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { idSchema, MAX_HOSTS, MAX_ID_LENGTH } from "./limits.ts";
 
 /**
  * Every message on the controller socket is one JSON frame: an envelope (protocol version,
@@ -12,7 +13,7 @@ export const RequestIdSchema = z.int({ error: "id is a whole-number request id" 
 /** The envelope alone: read first, so a wrong version or type gets its own clear error. */
 export const EnvelopeSchema = z.object({
   v: z.int({ error: "v is the protocol version, a whole number" }),
-  type: z.string({ error: "type names the message, a string" }),
+  type: z.string({ error: "type names the message, a string" }).max(MAX_ID_LENGTH, { error: `type is longer than ${MAX_ID_LENGTH} characters; no message type is` }),
   id: RequestIdSchema,
 });
 export type Envelope = z.infer<typeof EnvelopeSchema>;
@@ -24,5 +25,8 @@ export const envelope = <T extends string>(type: T) => ({
   id: RequestIdSchema,
 });
 
-export const HostSchema = z.int({ error: "a host is a whole-number global index" }).min(0, { error: "host indices start at 0" });
-export const JobIdSchema = z.string({ error: "a job id is a string" }).min(1, { error: "a job id must not be empty" });
+export const HostSchema = z
+  .int({ error: "a host is a whole-number global index" })
+  .min(0, { error: "host indices start at 0" })
+  .max(MAX_HOSTS - 1, { error: `host indices end at ${MAX_HOSTS - 1}: MonkeyTree supports up to ${MAX_HOSTS} hosts` });
+export const JobIdSchema = idSchema("a job id");

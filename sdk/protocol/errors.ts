@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { envelope, PROTOCOL_VERSION } from "./envelope.ts";
+import { oneLine, textSchema } from "./limits.ts";
 
 /**
  * Why a request was refused. Protocol codes come from decoding; the others from the
@@ -21,18 +22,21 @@ export type ErrorCode = z.infer<typeof ErrorCodeSchema>;
 export const ErrorReplySchema = z.strictObject({
   ...envelope("error"),
   code: ErrorCodeSchema,
-  message: z.string(),
+  message: textSchema("message"),
 });
 export type ErrorReply = z.infer<typeof ErrorReplySchema>;
 
-/** A message that cannot be decoded or is not allowed; carries the code sent back in the reply. */
+/**
+ * A message that cannot be decoded or is not allowed; carries the code sent back in the reply.
+ * The message is one bounded line, so a reply or log line never grows with what a client sent.
+ */
 export class ProtocolError extends Error {
   override readonly name = "ProtocolError";
   constructor(
     readonly code: ErrorCode,
     message: string,
   ) {
-    super(message);
+    super(oneLine(message));
   }
 }
 
@@ -41,5 +45,5 @@ export const errorReply = (id: number, code: ErrorCode, message: string): ErrorR
   type: "error",
   id,
   code,
-  message,
+  message: oneLine(message),
 });

@@ -7,3 +7,4 @@ export * from "./errors.ts";
 export * from "./codec.ts";
 export * from "./replacement.ts";
 export * from "./endpoint.ts";
+export * from "./limits.ts";

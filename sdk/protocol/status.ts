@@ -1,24 +1,26 @@
 import { z } from "zod";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { idSchema, MAX_LIST_LENGTH, textSchema } from "./limits.ts";
 
 /** An operator credential may ask the controller what it holds (anyone, without a keyring). */
 export const StatusRequestSchema = z.strictObject({ ...envelope("status") });
 export type StatusRequest = z.infer<typeof StatusRequestSchema>;
 
 const count = z.int().min(0);
+const list = <T extends z.ZodType>(item: T) => z.array(item).max(MAX_LIST_LENGTH);
 
 export const MigrationSummarySchema = z.strictObject({
-  id: z.string(),
+  id: idSchema("migration id"),
   job: JobIdSchema,
   group: count,
   from: HostSchema,
   to: HostSchema,
   planStep: count,
-  state: z.string(),
+  state: textSchema("state"),
   stopStep: count.nullable(),
-  reason: z.string().nullable(),
+  reason: textSchema("reason").nullable(),
   /** States entered so far and when (ms since the epoch, the controller's clock). */
-  history: z.array(z.strictObject({ state: z.string(), at: z.number() })),
+  history: list(z.strictObject({ state: textSchema("state"), at: z.number() })),
 });
 
 export const StatusReportSchema = z.strictObject({
@@ -26,15 +28,15 @@ export const StatusReportSchema = z.strictObject({
   topology: z.strictObject({ racks: count, hostsPerRack: count, gpusPerHost: count, uplinksPerRack: count }),
   lambda: count,
   /** Started jobs, and jobs still waiting for some of their workers to register. */
-  jobs: z.array(z.strictObject({ id: JobIdSchema, hosts: z.array(HostSchema), expected: count, started: z.boolean(), generation: count })),
+  jobs: list(z.strictObject({ id: JobIdSchema, hosts: list(HostSchema), expected: count, started: z.boolean(), generation: count })),
   workers: count,
-  hosts: z.strictObject({ registered: count, lost: z.array(HostSchema) }),
-  fragmentation: z.array(count),
+  hosts: z.strictObject({ registered: count, lost: list(HostSchema) }),
+  fragmentation: list(count),
   withinBounds: z.boolean(),
   /** Perfect routing of the current placement: whether every DP flow has links of its own. */
   routes: z.strictObject({ isolated: z.boolean(), dpFlows: count, maxFlowsPerLink: count }),
   /** Moves of the latest plan. */
-  migrations: z.array(MigrationSummarySchema),
+  migrations: list(MigrationSummarySchema),
   journalRecords: count,
 });
 export type StatusReport = z.infer<typeof StatusReportSchema>;

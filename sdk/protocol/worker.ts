@@ -1,17 +1,18 @@
 import { z } from "zod";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
+import { idSchema, intSchema, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
 
 /** Worker ↔ controller: launchers register their worker and meet the controller at every barrier. */
 
-const whole = (what: string) => z.int({ error: `${what} must be a whole number` });
-const positive = (what: string) => whole(what).min(1, { error: `${what} must be at least 1` });
+const whole = (what: string) => intSchema(what, 0);
+const positive = (what: string, max?: number) => intSchema(what, 1, max);
 
 /** Which worker a message is about: one host's share of one group (pipeline stage) of a job. */
 export const WorkerIdentitySchema = z.strictObject({
   job: JobIdSchema,
   /** Pipeline stage, 0 ≤ group < parallelism.pp. */
-  group: whole("group").min(0, { error: "group indices start at 0" }),
+  group: intSchema("group", 0, MAX_HOSTS - 1),
   host: HostSchema,
 });
 export type WorkerIdentity = z.infer<typeof WorkerIdentitySchema>;
@@ -19,12 +20,14 @@ export type WorkerIdentity = z.infer<typeof WorkerIdentitySchema>;
 /**
  * How the job is split. `tp` ranks of a tensor-parallel group stay inside one host; `pp` is
  * the number of pipeline stages (groups); `dp` is the number of hosts in each stage, the DP
- * replicas that all-reduce together. The job has `pp × dp` workers.
+ * replicas that all-reduce together. The job has `pp × dp` workers. `tp` is bounded by the GPUs
+ * a host can have and `pp`, `dp` by the hosts a cluster can have, so that routing a job's
+ * flows (`tp` rings per DP group) stays bounded whatever a client sends.
  */
 export const ParallelismSchema = z.strictObject({
-  tp: positive("parallelism.tp"),
-  pp: positive("parallelism.pp"),
-  dp: positive("parallelism.dp"),
+  tp: positive("parallelism.tp", MAX_GPUS_PER_HOST),
+  pp: positive("parallelism.pp", MAX_HOSTS),
+  dp: positive("parallelism.dp", MAX_HOSTS),
 });
 export type Parallelism = z.infer<typeof ParallelismSchema>;
 
@@ -33,11 +36,11 @@ export const RegisterSchema = z.strictObject({
   worker: WorkerIdentitySchema,
   parallelism: ParallelismSchema,
   /** DP rings crossing a rack boundary per fragmented rack; defaults to `parallelism.tp`. */
-  rings: positive("rings").optional(),
+  rings: positive("rings", MAX_GPUS_PER_HOST).optional(),
   /** Size of this worker's checkpoint: what a destination must stage to receive it. */
-  checkpointBytes: whole("checkpointBytes").min(0, { error: "checkpointBytes must not be negative" }),
+  checkpointBytes: whole("checkpointBytes"),
   /** Set by a replacement launcher a daemon spawned for a migration: the migration's single-use token. */
-  token: z.string().min(1).optional(),
+  token: idSchema("token").optional(),
   /**
    * The name of the replacement command the destination's daemon is configured with
    * (`--replacement NAME=COMMAND`); the daemon runs it with the migration's MONKEYTREE_*
@@ -51,9 +54,9 @@ export const BarrierSchema = z.strictObject({
   ...envelope("worker.barrier"),
   worker: WorkerIdentitySchema,
   /** The iteration that just ended. */
-  step: whole("step").min(0, { error: "step must not be negative" }),
+  step: whole("step"),
   /** Generation of the assignment the worker runs with; an older one gets `reconfigure`. */
-  generation: whole("generation").min(0, { error: "generation must not be negative" }),
+  generation: whole("generation"),
 });
 export type Barrier = z.infer<typeof BarrierSchema>;
 
@@ -67,22 +70,22 @@ export type Finish = z.infer<typeof FinishSchema>;
 /** Where a worker sits in its job: its torchrun node rank and the ring order it follows. */
 export const AssignmentSchema = z.strictObject({
   job: JobIdSchema,
-  group: whole("group").min(0),
+  group: whole("group"),
   host: HostSchema,
   /** `group × dp + position in the group's ring order`. */
-  nodeRank: whole("nodeRank").min(0),
+  nodeRank: whole("nodeRank"),
   /** Workers in the job (`pp × dp`). */
   nodes: positive("nodes"),
   /** Host of node rank 0, where the job's rendezvous store runs. */
   masterHost: HostSchema,
   /** The master host's network address, as its daemon advertises it; null when it runs no daemon. */
-  masterAddress: z.string().nullable(),
+  masterAddress: textSchema("masterAddress", MAX_ADDRESS_LENGTH).nullable(),
   /** Host order of this worker's DP ring(s). */
-  ringOrder: z.array(HostSchema),
+  ringOrder: z.array(HostSchema).max(MAX_LIST_LENGTH),
   /** Increases every time the job's membership or order changes. */
-  generation: whole("generation").min(0),
+  generation: whole("generation"),
   /** The barrier step the job resumes after; null at a fresh start. */
-  resumeStep: whole("resumeStep").min(0).nullable(),
+  resumeStep: whole("resumeStep").nullable(),
 });
 export type Assignment = z.infer<typeof AssignmentSchema>;
 
@@ -103,14 +106,14 @@ export const DirectiveSchema = z.discriminatedUnion("kind", [
    */
   z.strictObject({
     kind: z.literal("migrate-out"),
-    migration: z.string(),
+    migration: idSchema("migration"),
     to: HostSchema,
-    endpoint: z.string(),
-    token: z.string(),
-    step: whole("step").min(0),
+    endpoint: textSchema("endpoint", MAX_ADDRESS_LENGTH),
+    token: idSchema("token"),
+    step: whole("step"),
   }),
   /** Exit: this worker's place is taken by its replacement, or the job ended. */
-  z.strictObject({ kind: z.literal("stop"), reason: z.string() }),
+  z.strictObject({ kind: z.literal("stop"), reason: textSchema("reason") }),
 ]);
 export type Directive = z.infer<typeof DirectiveSchema>;
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { InvalidInputError, parseSnapshot, parseSnapshotText, toSnapshot } from "../../controller/model/index.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../../sdk/protocol/limits.ts";
 
 const topology = { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 2 };
 
@@ -65,5 +66,39 @@ describe("snapshot schema", () => {
 
   it("rejects text that is not JSON", () => {
     expect(() => parseSnapshotText("{ topology: ", "snapshot s.json")).toThrow(/^snapshot s\.json: not valid JSON/);
+  });
+});
+
+describe("snapshot limits (issue 11, attack 10)", () => {
+  it.each([
+    [{ ...topology, racks: 1e7 }, `at topology.racks: racks must be at most ${MAX_RACKS}, the largest MonkeyTree supports`],
+    [{ ...topology, hostsPerRack: 1e7 }, `at topology.hostsPerRack: hostsPerRack must be at most ${MAX_HOSTS_PER_RACK}, the largest MonkeyTree supports`],
+    [{ ...topology, uplinksPerRack: 1e7 }, `at topology.uplinksPerRack: uplinksPerRack must be at most ${MAX_UPLINKS_PER_RACK}, the largest MonkeyTree supports`],
+    [
+      { ...topology, racks: MAX_RACKS, hostsPerRack: MAX_HOSTS_PER_RACK },
+      `at topology.hostsPerRack: racks × hostsPerRack (${MAX_RACKS} × ${MAX_HOSTS_PER_RACK}) must be at most ${MAX_HOSTS} hosts, the largest MonkeyTree supports`,
+    ],
+  ])("names the field and the limit for a topology beyond it", (huge, message) => {
+    expect(errorOf({ topology: huge, jobs: [] })).toBe(`snapshot s.json ${message}`);
+  });
+
+  it("bounds rings, lambda and job ids", () => {
+    expect(errorOf({ topology, jobs: [{ id: "a", rings: 1e9, hosts: [0] }] })).toBe(
+      `snapshot s.json at jobs[0].rings: rings must be at most ${MAX_GPUS_PER_HOST}, the largest MonkeyTree supports`,
+    );
+    expect(errorOf({ topology, lambda: 1e12, jobs: [] })).toContain(`at lambda: lambda must be at most ${MAX_HOSTS * MAX_GPUS_PER_HOST}`);
+    expect(errorOf({ topology, jobs: [{ id: "a\u001b[2J", hosts: [0] }] })).toBe(
+      "snapshot s.json at jobs[0].id: a job id may hold only letters, digits and . _ : @ + = / -",
+    );
+  });
+
+  it("measures lists before validating their elements, so millions of bad hosts cost one issue", () => {
+    const hosts = new Array<number>(3_000_000).fill(-1);
+    const started = performance.now();
+    expect(errorOf({ topology, jobs: [{ id: "a", hosts }] })).toBe(
+      `snapshot s.json at jobs[0]: 3000000 host entries up to this job; a snapshot holds at most ${MAX_HOSTS}, one per host of the largest cluster MonkeyTree supports`,
+    );
+    expect(errorOf({ topology, jobs: new Array(MAX_HOSTS + 1).fill(0) })).toContain(`at jobs: ${MAX_HOSTS + 1} jobs; a snapshot holds at most ${MAX_HOSTS}`);
+    expect(performance.now() - started).toBeLessThan(1_000);
   });
 });

@@ -108,9 +108,9 @@ describe("attack 6: a journal too large to replay", () => {
     const path = join(harness.dir, JOURNAL_FILE);
     let compactions = 0;
     let records = 1;
-    // Long ids make long records (about 670 bytes a cycle); far fewer than the 50,000 that compact by count.
-    for (let cycle = 0; cycle < 40; cycle++) {
-      const job = `${"j".repeat(200)}-${cycle}`;
+    // Long ids make long records (about 430 bytes a cycle); far fewer than the 50,000 that compact by count.
+    for (let cycle = 0; cycle < 60; cycle++) {
+      const job = `${"j".repeat(120)}-${cycle}`;
       await Promise.all([0, 4].map((host) => new WorkerClient(client, { job, group: 0, host }, dp2).register(5_000)));
       await client.finish(job);
       // Replies go out after the burst's compaction check, so the bound holds whenever one arrives.

@@ -1,0 +1,59 @@
+import { execFileSync, spawn } from "node:child_process";
+import { readdirSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { describe, expect, it } from "vitest";
+import { RUN_TS } from "../../cli/paths.ts";
+
+/** Process ids whose parent is `pid`: the demo starts each of its processes as its own group's leader. */
+const childrenOf = (pid: number): number[] =>
+  execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
+
+/** Processes still in the group led by `pgid`. */
+function groupMembers(pgid: number): string[] {
+  try {
+    return execFileSync("ps", ["-o", "pid=,args=", "-g", String(pgid)], { encoding: "utf8" }).split("\n").filter(Boolean);
+  } catch {
+    return []; // ps exits 1 when the group is empty
+  }
+}
+
+const stagingOf = (pids: readonly number[]) => readdirSync("/dev/shm").filter((name) => pids.some((pid) => name.startsWith(`monkeytree-${pid}-`)));
+
+describe("monkeytree demo, interrupted (issue 11, attack 11)", () => {
+  it("stops every process it started and frees their shared memory on SIGINT, says so and exits 130", async () => {
+    const demo = spawn(process.execPath, [RUN_TS, "cli/monkeytree.ts", "demo", "--state-mb", "1", "--steps", "100000", "--step-ms", "50", "--timeout", "60"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<number | null>((resolve) => demo.once("exit", (code) => resolve(code)));
+    let stderr = "";
+    let groups: number[] = [];
+    demo.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        createInterface({ input: demo.stdout! }).on("line", (line) => {
+          if (/llama trains on hosts/.test(line)) resolve();
+        });
+        void exited.then((code) => reject(new Error(`the demo exited (${code}) before its jobs trained: ${stderr}`)));
+      });
+      groups = childrenOf(demo.pid!);
+      // A controller, 8 daemons and 8 workers at least (a worker may have a launcher child of its own).
+      expect(groups.length).toBeGreaterThanOrEqual(17);
+      expect(stagingOf(groups).length).toBe(8);
+
+      demo.kill("SIGINT");
+      expect(await exited).toBe(130);
+      expect(stderr).toMatch(/^monkeytree demo: SIGINT: stopped every process it started and removed \d+ staging buffers from \/dev\/shm\n$/);
+      expect(groups.flatMap(groupMembers)).toEqual([]);
+      expect(stagingOf(groups)).toEqual([]);
+    } finally {
+      demo.kill("SIGKILL");
+      for (const pgid of groups) {
+        try {
+          process.kill(-pgid, "SIGKILL");
+        } catch {
+          // Already gone, as it should be.
+        }
+      }
+    }
+  }, 120_000);
+});
