@@ -28,6 +28,17 @@ export function torch(): Prerequisite {
   };
 }
 
+/** Debian's python3 makes virtual environments with pip only with python3-venv (ensurepip). */
+export function venv(): Prerequisite {
+  const probe = spawnSync(PYTHON, ["-c", "import ensurepip"], { encoding: "utf8" });
+  return {
+    what: `virtual environments with pip for ${PYTHON}`,
+    missing: probe.status === 0 ? null : `${PYTHON} has no ensurepip, so \`python3 -m venv\` cannot install pip`,
+    install: "apt-get install python3-venv",
+    promisedBy: ci,
+  };
+}
+
 /** Root with iproute2, to emulate hosts as network namespaces. */
 export function networkNamespaces(): Prerequisite {
   const install = "run as root, with apt-get install iproute2";

@@ -7,7 +7,7 @@ import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { CHANNEL_ENV, CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
 import { freePort } from "../helpers/net.ts";
-import { canRun, torch } from "../helpers/prerequisites.ts";
+import { canRun, torch, venv } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 
@@ -31,7 +31,7 @@ describe("the Python package's version", () => {
   });
 });
 
-const hasTorch = canRun("test/python/package.test.ts", torch());
+const canInstall = canRun("test/python/package.test.ts", torch(), venv());
 
 interface Exit {
   code: number | null;
@@ -39,7 +39,7 @@ interface Exit {
   stderr: string;
 }
 
-describe.skipIf(!hasTorch)(`sdk/python installed with pip into a virtual environment over ${PYTHON}'s torch`, () => {
+describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual environment over ${PYTHON}'s torch`, () => {
   let dir: string;
   let python: string;
   // Nothing that would find the hook, or the addon's library, without the install and the launcher.
