@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { crc32c } from "../../native/index.ts";
-import { CheckpointError, checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointErrorCode } from "../../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointErrorCode } from "../../sdk/checkpoint/index.ts";
+import { thrown } from "./thrown.ts";
 
 // Checkpoints whose every checksum is right but whose structure breaks a rule of FORMAT.md: the
 // header and metadata CRCs are recomputed after each change, so only the reader's structural
@@ -65,16 +66,6 @@ function item(index: number, edit: (item: Record<string, unknown> & { chunks: Re
   };
 }
 
-function readError(source: Uint8Array): CheckpointError {
-  try {
-    readCheckpoint(source);
-  } catch (error) {
-    expect(error).toBeInstanceOf(CheckpointError);
-    return error as CheckpointError;
-  }
-  throw new Error("expected a CheckpointError");
-}
-
 describe("the checkpoint reader's structural checks, behind valid checksums", () => {
   it("reads the rewritten checkpoint when nothing is changed, so every rejection below is the rule's", () => {
     const view = readCheckpoint(rewritten(unchanged));
@@ -101,7 +92,7 @@ describe("the checkpoint reader's structural checks, behind valid checksums", ()
       /^header claims \d+ bytes \(metadata at 256\+\d+\) but the source holds \d+$/,
     ],
   ])("rejects a header with %s", (_, header, code, message) => {
-    const error = readError(rewritten(unchanged, header));
+    const error = thrown(() => readCheckpoint(rewritten(unchanged, header)));
     expect(error.code).toBe(code);
     expect(error.message).toMatch(message);
   });
@@ -124,7 +115,7 @@ describe("the checkpoint reader's structural checks, behind valid checksums", ()
     ["storage that is not aligned", item(0, (entry) => Object.assign(entry.chunks[1]!, { storageOffset: 72 })), /^w chunks\[1\]: storageOffset 72 is not a multiple of the alignment 64$/],
     ["two items of one name", item(1, (entry) => (entry.fqn = "w")), /^w: fqn appears twice in the metadata$/],
   ])("rejects metadata with %s", (_, edit, message) => {
-    const error = readError(rewritten(edit));
+    const error = thrown(() => readCheckpoint(rewritten(edit)));
     expect(error.code).toBe("bad_metadata");
     expect(error.message).toMatch(message);
   });
