@@ -244,6 +244,13 @@ export class HostDaemon {
   }
 
   private prepare(command: PrepareCommand): CommandReply {
+    // The controller sends each prepare once; should one come twice, the checkpoint is not
+    // staged twice nor a second replacement started for the one move.
+    const staging = [...this.staged.values()].find((s) => s.migration === command.migration);
+    if (staging) {
+      if (staging.grant.ticket.length === command.bytes) return this.prepared(command.id, staging.grant);
+      return this.refuse(command.id, "malformed", `migration ${command.migration} is already staging ${staging.grant.ticket.length} bytes on host ${this.options.host}, not ${command.bytes}`);
+    }
     // Refused before anything is staged, so the move rolls back; after its commit it could not.
     const starts = this.commandFor(command.replacement);
     if (typeof starts !== "string") return this.refuse(command.id, starts.code, starts.message);
@@ -286,7 +293,12 @@ export class HostDaemon {
     void this.startReplacement(staged, command.replacement, token).then((failure) => {
       if (failure) this.log.warn(() => `migration ${command.migration}: ${failure.message}`);
     });
-    return { v: PROTOCOL_VERSION, type: "daemon.prepared", id: command.id, host: this.options.host, endpoint: formatTransferEndpoint({ ...grant.ticket, rdma: grant.ticket.rdma === true }), token };
+    return this.prepared(command.id, grant);
+  }
+
+  private prepared(id: number, grant: Grant): CommandReply {
+    const endpoint = formatTransferEndpoint({ ...grant.ticket, rdma: grant.ticket.rdma === true });
+    return { v: PROTOCOL_VERSION, type: "daemon.prepared", id, host: this.options.host, endpoint, token: grant.ticket.token };
   }
 
   private async spawn(command: SpawnCommand): Promise<CommandReply> {

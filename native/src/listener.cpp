@@ -361,7 +361,7 @@ void Listener::Serve(Connection* connection, wire::Hello hello, wire::RdmaPeer p
         wire::ChunkHeader header;
         if (!wire::RecvChunkHeader(fd, &header, &failure)) break;
         if (header.kind == wire::FrameKind::End) {
-          EndStream(grant);
+          EndStream(grant, fd);
           std::lock_guard<std::mutex> guard(mutex_);
           failure = grant->outcome;
           break;
@@ -540,7 +540,8 @@ bool Listener::ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& heade
   return true;
 }
 
-void Listener::EndStream(const std::shared_ptr<Grant>& grant) {
+// `fd` is the stream that ended: it is left open, because its reply says how the grant ended.
+void Listener::EndStream(const std::shared_ptr<Grant>& grant, int fd) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (grant->finished || ++grant->streamsEnded < grant->streamCount) return;
   if (grant->chunksVerified == grant->chunkCount) {
@@ -549,7 +550,7 @@ void Listener::EndStream(const std::shared_ptr<Grant>& grant) {
     FinishLocked(grant,
                  {"incomplete", "every stream ended but only " + std::to_string(grant->chunksVerified) + " of " +
                                     std::to_string(grant->chunkCount) + " chunks arrived"},
-                 -1);
+                 fd);
   }
 }
 

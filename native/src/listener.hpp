@@ -105,7 +105,7 @@ class Listener : public Napi::ObjectWrap<Listener>, public Closable {
   std::unique_ptr<RdmaQueuePair> OpenRdma(const wire::Hello& hello, const wire::RdmaPeer& peer, Failure* failure);
   bool ConnectRdma(int fd, RdmaQueuePair& queuePair, const wire::RdmaPeer& peer, Failure* failure);
   bool ReceiveRdma(int fd, const Grant& grant, RdmaQueuePair& queuePair, Failure* failure);
-  void EndStream(const std::shared_ptr<Grant>& grant);
+  void EndStream(const std::shared_ptr<Grant>& grant, int fd);
   // Records the outcome once and wakes the grant's other streams (all but exceptFd).
   void FinishLocked(const std::shared_ptr<Grant>& grant, const Failure& outcome, int exceptFd);
   void Leave(const std::shared_ptr<Grant>& grant, int fd);

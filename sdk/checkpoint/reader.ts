@@ -7,6 +7,7 @@ import {
   FORMAT_VERSION,
   HEADER_BYTES,
   MAGIC,
+  alignUp,
   dtypeBytes,
   elementCount,
   headerField,
@@ -34,7 +35,9 @@ export interface CheckpointView {
   chunks(fqn: string): TensorChunkView[];
 }
 
-const decoder = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM keeps a byte-order mark in the text, so JSON.parse rejects it as FORMAT.md (and the
+// Python reader) does instead of silently dropping it.
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 function readHeader(source: Uint8Array) {
   if (source.byteLength < HEADER_BYTES) {
@@ -52,6 +55,7 @@ function readHeader(source: Uint8Array) {
   }
   const u64 = (offset: number): number => Number(view.getBigUint64(offset, true));
   const header = {
+    alignment: view.getUint32(headerField.alignment, true),
     dataOffset: u64(headerField.dataOffset),
     dataLength: u64(headerField.dataLength),
     metadataOffset: u64(headerField.metadataOffset),
@@ -62,6 +66,17 @@ function readHeader(source: Uint8Array) {
   if (header.totalLength > source.byteLength || header.metadataOffset + header.metadataLength !== header.totalLength) {
     throw new CheckpointError(
       `header claims ${header.totalLength} bytes (metadata at ${header.metadataOffset}+${header.metadataLength}) but the source holds ${source.byteLength}`,
+      "bad_header",
+    );
+  }
+  const { alignment, dataOffset, dataLength, metadataOffset } = header;
+  if (alignment < 8 || (alignment & (alignment - 1)) !== 0) {
+    throw new CheckpointError(`header alignment ${alignment} is not a power of two of at least 8`, "bad_header");
+  }
+  const expected = { dataOffset: alignUp(HEADER_BYTES, alignment), metadataOffset: alignUp(dataOffset + dataLength, alignment) };
+  if (dataOffset !== expected.dataOffset || metadataOffset !== expected.metadataOffset) {
+    throw new CheckpointError(
+      `header places data at ${dataOffset}+${dataLength} and metadata at ${metadataOffset}; alignment ${alignment} puts data at ${expected.dataOffset} and metadata at ${expected.metadataOffset}`,
       "bad_header",
     );
   }
@@ -88,6 +103,10 @@ function storedRanges(item: ItemMetadata): { storageOffset: number; length: numb
     if (chunk.sizes.length !== item.size.length || chunk.offsets.length !== item.size.length) {
       throw new CheckpointError(`${what}: rank differs from the tensor's size`, "bad_metadata");
     }
+    const outside = chunk.sizes.findIndex((n, dim) => (chunk.offsets[dim] ?? 0) + n > (item.size[dim] ?? 0));
+    if (outside >= 0) {
+      throw new CheckpointError(`${what}: extends past the tensor's size [${item.size.join(", ")}] in dim ${outside}`, "bad_metadata");
+    }
     if (elementCount(chunk.sizes) * element !== chunk.length) {
       throw new CheckpointError(`${what}: length ${chunk.length} does not match ${item.dtype}[${chunk.sizes.join(", ")}]`, "bad_metadata");
     }
@@ -111,7 +130,13 @@ export function readCheckpoint(source: Uint8Array, options: ReadOptions = {}): C
     byFqn.set(item.fqn, item);
     for (const range of storedRanges(item)) {
       if (range.storageOffset < header.dataOffset || range.storageOffset + range.length > dataEnd) {
-        throw new CheckpointError(`${range.what}: storage [${range.storageOffset}, ${range.storageOffset + range.length}) lies outside the data region`, "bad_metadata");
+        throw new CheckpointError(
+          `${range.what}: storage [${range.storageOffset}, ${range.storageOffset + range.length}) lies outside the data region [${header.dataOffset}, ${dataEnd})`,
+          "bad_metadata",
+        );
+      }
+      if (range.storageOffset % header.alignment !== 0) {
+        throw new CheckpointError(`${range.what}: storageOffset ${range.storageOffset} is not a multiple of the alignment ${header.alignment}`, "bad_metadata");
       }
       if (options.verify ?? true) {
         const actual = crc32c(source.subarray(range.storageOffset, range.storageOffset + range.length));

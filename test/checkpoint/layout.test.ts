@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { crc32c } from "../../native/index.ts";
 import {
-  CheckpointError,
   HEADER_BYTES,
   checkpointCapacity,
   packCheckpoint,
   readCheckpoint,
   type CheckpointItemInput,
 } from "../../sdk/checkpoint/index.ts";
+import { thrown } from "./thrown.ts";
 
 function bytesOf(length: number, seed: number): Uint8Array {
   const out = new Uint8Array(length);
@@ -39,16 +39,6 @@ function pack(items: CheckpointItemInput[], alignment?: number) {
   const target = new Uint8Array(checkpointCapacity(items, options));
   const result = packCheckpoint(target, items, options);
   return { target, ...result };
-}
-
-function thrown(fn: () => unknown): CheckpointError {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(CheckpointError);
-    return error as CheckpointError;
-  }
-  throw new Error("expected a CheckpointError");
 }
 
 describe("checkpoint layout", () => {

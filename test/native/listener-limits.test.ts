@@ -1,8 +1,8 @@
-import { connect, type Socket } from "node:net";
-import { once } from "node:events";
+import type { Socket } from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, send } from "../../native/index.ts";
+import { hello, peer, promptly, replyCode, SAFETY_MS } from "./raw-peer.ts";
 import { rejection } from "./rejection.ts";
 import { transportsFor } from "./transports.ts";
 
@@ -12,8 +12,6 @@ import { transportsFor } from "./transports.ts";
 const MiB = 1 << 20;
 /** Longer than any test here, so only the behaviour under test can close a connection. */
 const FOREVER = 3600;
-/** Far above the milliseconds these closes take; the old listener held such peers ≥ 40 s. */
-const SAFETY_MS = 5_000;
 
 let source: StagingBuffer;
 let destination: StagingBuffer;
@@ -27,60 +25,10 @@ afterAll(() => {
   destination.free();
 });
 
-/** A hello as src/wire.hpp lays it out. */
-function hello(token: string, fields: { length: number; streamIndex?: number; streamCount?: number; rdma?: boolean }): Buffer {
-  const bytes = Buffer.alloc(48);
-  bytes.writeUInt32LE(0x3158544d, 0);
-  bytes.writeUInt16LE(1, 4);
-  bytes.writeUInt16LE(fields.streamIndex ?? 0, 6);
-  bytes.writeUInt16LE(fields.streamCount ?? 1, 8);
-  bytes.writeUInt16LE(fields.rdma ? 1 : 0, 10);
-  bytes.writeUInt32LE(MiB, 12);
-  bytes.writeBigUInt64LE(BigInt(fields.length), 16);
-  Buffer.from(token, "hex").copy(bytes, 24);
-  return bytes;
-}
-
-interface Peer {
-  readonly socket: Socket;
-  /** Everything the listener sent, so far. */
-  readonly received: () => Buffer;
-  /** Settles when the listener has closed the connection (or reset it). */
-  readonly closed: Promise<void>;
-}
-
-/** A raw connection to `listener`, connected: a stranger, or a sender written by hand. */
-async function peer(listener: Listener): Promise<Peer> {
-  const socket = connect(listener.port, "127.0.0.1");
-  const chunks: Buffer[] = [];
-  socket.on("data", (chunk: Buffer) => chunks.push(chunk));
-  // A listener closing with bytes unread resets the connection; that is a close here too.
-  socket.on("error", () => undefined);
-  const closed = once(socket, "close").then(() => undefined);
-  await once(socket, "connect");
-  return { socket, received: () => Buffer.concat(chunks), closed };
-}
-
 /** Writes one byte every 50 ms until the connection closes: a hello's 48 bytes take 2.4 s. */
 function trickle(socket: Socket): void {
   const timer = setInterval(() => socket.write(Buffer.of(0)), 50);
   socket.once("close", () => clearInterval(timer));
-}
-
-/** Rejects when `promise` takes longer than SAFETY_MS. */
-function promptly<T>(promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took over ${SAFETY_MS} ms`)), SAFETY_MS);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
-
-/** The code of the reply the listener sent, "" for an acceptance. */
-async function replyCode(connection: Peer): Promise<string> {
-  while (connection.received().length < 8) await once(connection.socket, "data");
-  const bytes = connection.received();
-  return bytes.subarray(8, 8 + bytes.readUInt32LE(0)).toString();
 }
 
 describe.each(transportsFor("test/native/listener-limits.test.ts"))("a listener whose connections strangers hold (%s)", (transport) => {
