@@ -1,6 +1,6 @@
 import { randomFillSync } from "node:crypto";
-import { rmSync } from "node:fs";
-import { join } from "node:path";
+import { rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Dealer, curveKeyPair } from "zeromq";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
@@ -10,7 +10,8 @@ import { send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
 import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
-import { TENANT } from "../helpers/tenant.ts";
+import { shellCommand } from "../../cli/demo/processes.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { runCli } from "../helpers/cli.ts";
 import { INCARNATION, startController, tempDir, type Harness } from "../service/harness.ts";
 
@@ -50,8 +51,13 @@ function client(h: Harness, holder: Credential | null, timeoutMs = 5_000): Contr
 }
 
 function daemon(h: Harness, host: number, holder = credential(`daemon-${host}`)): HostDaemon {
-  // The test registers each replacement itself; the daemon's only has to start and exit.
-  const replacements = new Map([["idle", `"${process.execPath}" -e ""`]]);
+  // The test registers each replacement itself; the daemon's only waits, as a launcher waits for
+  // its checkpoint, until the test ends and removes its directory.
+  const marker = join(tenantDir(), "running");
+  writeFileSync(marker, "");
+  cleanups.push(() => rmSync(dirname(marker), { recursive: true, force: true }));
+  const idle = `const fs = require("node:fs"); setInterval(() => fs.existsSync(process.argv[1]) || process.exit(0), 100);`;
+  const replacements = new Map([["idle", shellCommand([process.execPath, "-e", idle, marker])]]);
   const d = HostDaemon.start({
     host, controller: h.server.endpoint, credential: holder, stagingBytes: 4 * CHECKPOINT, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200,
     replacements, ...(TENANT ? { runAs: TENANT } : {}),

@@ -113,7 +113,13 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     // Nothing of the daemon's environment beyond PATH, the locale and the identity reaches a replacement.
     process.env.MONKEYTREE_TEST_SECRET = "daemon-only";
     cleanups.push(() => void delete process.env.MONKEYTREE_TEST_SECRET);
-    const probe = `require("node:fs").writeFileSync(process.argv[1], JSON.stringify({ uid: process.getuid(), gid: process.getgid(), env: process.env }))`;
+    // Like a real launcher it stays until it is done with the staged checkpoint (here: until the
+    // test removes its directory), since the daemon revokes the grant of a replacement that exits.
+    const probe = [
+      `const fs = require("node:fs"), file = process.argv[1];`,
+      `fs.writeFileSync(file, JSON.stringify({ uid: process.getuid(), gid: process.getgid(), env: process.env }));`,
+      `setInterval(() => fs.existsSync(file) || process.exit(0), 100);`,
+    ].join(" ");
     const daemons = await startDaemons(harness, { probe: shellCommand([process.execPath, "-e", probe, probeFile]) });
     const { move, step, source, stayer } = await forceMigration(client, "probe");
     const daemon = daemons[move.to]!;
