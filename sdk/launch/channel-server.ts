@@ -2,7 +2,7 @@ import { rmSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { createInterface } from "node:readline";
 import { formatZodError } from "../errors.ts";
-import { CHANNEL_VERSION, ChannelRequestSchema, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import { CHANNEL_VERSION, ChannelRequestSchema, MAX_CHANNEL_LINE_BYTES, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { Logger } from "../log.ts";
 
 /**
@@ -29,11 +29,24 @@ export class ChannelServer {
       socket.once("close", () => sockets.delete(socket));
       socket.on("error", (error) => log.warn(() => `channel connection: ${error.message}`));
       const answer = (reply: ChannelReply) => {
-        if (!socket.destroyed) socket.write(`${JSON.stringify(reply)}\n`);
+        if (socket.writable) socket.write(`${JSON.stringify(reply)}\n`);
       };
+      const lines = createInterface({ input: socket, crlfDelay: Infinity });
+      // readline buffers a line until its newline, so the line's length is watched here.
+      let unterminated = 0;
+      socket.on("data", (chunk: Buffer) => {
+        const newline = chunk.lastIndexOf(0x0a);
+        unterminated = newline < 0 ? unterminated + chunk.length : chunk.length - newline - 1;
+        if (unterminated <= MAX_CHANNEL_LINE_BYTES || !socket.writable) return;
+        const message = `a request line is longer than ${MAX_CHANNEL_LINE_BYTES} bytes; send one JSON request per line`;
+        log.warn(() => `channel: ${message}; closing the connection`);
+        lines.close();
+        answer({ v: CHANNEL_VERSION, type: "error", message });
+        socket.destroySoon();
+      });
       // One request at a time per connection: a process waits for each answer before the next.
       let queue = Promise.resolve();
-      createInterface({ input: socket, crlfDelay: Infinity }).on("line", (line) => {
+      lines.on("line", (line) => {
         queue = queue.then(async () => {
           const request = parse(line);
           if ("error" in request) {

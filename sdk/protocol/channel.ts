@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { idSchema, intSchema, MAX_GPUS_PER_HOST } from "./limits.ts";
 
 /**
  * Launcher ↔ training processes on one host: the local channel `monkeytree launch` opens for
@@ -23,14 +24,31 @@ export const CHANNEL_ENV = "MONKEYTREE_CHANNEL";
 /** The launcher also names the addon's CRC32C library for its processes, so the hook checksums checkpoints fast. */
 export const CRC32C_LIBRARY_ENV = "MONKEYTREE_CRC32C_LIB";
 
+/**
+ * The longest request line the launcher reads (a request is well under 200 bytes); a longer one
+ * is answered with an error and its connection closed, so no process makes the launcher buffer
+ * without bound.
+ */
+export const MAX_CHANNEL_LINE_BYTES = 4096;
+/** Linux's PID_MAX_LIMIT: no process id is larger. */
+const MAX_PID = 4_194_304;
+
 const whole = z.int().min(0);
 const head = <T extends string>(type: T) => ({ v: z.literal(CHANNEL_VERSION), type: z.literal(type) });
 
-export const AttachSchema = z.strictObject({ ...head("attach"), localRank: whole, pid: z.int() });
-export const ChannelBarrierSchema = z.strictObject({ ...head("barrier"), localRank: whole, step: whole });
-export const SavedSchema = z.strictObject({ ...head("saved"), localRank: whole, bytes: whole });
+// Requests come from the training script's processes, so every field is bounded as the
+// controller's messages are: one process per GPU, and names that log as one short line.
+const localRank = intSchema("localRank", 0, MAX_GPUS_PER_HOST - 1);
+export const AttachSchema = z.strictObject({ ...head("attach"), localRank, pid: intSchema("pid", 1, MAX_PID) });
+export const ChannelBarrierSchema = z.strictObject({ ...head("barrier"), localRank, step: intSchema("step", 0) });
+export const SavedSchema = z.strictObject({ ...head("saved"), localRank, bytes: intSchema("bytes", 0) });
 /** A timing the process measured (checkpoint write, load, process-group re-formation). */
-export const PhaseSchema = z.strictObject({ ...head("phase"), localRank: whole, name: z.string().min(1), seconds: z.number().min(0) });
+export const PhaseSchema = z.strictObject({
+  ...head("phase"),
+  localRank,
+  name: idSchema("phase name"),
+  seconds: z.number({ error: "seconds must be a finite number" }).min(0, { error: "seconds must not be negative" }),
+});
 
 export const ChannelRequestSchema = z.discriminatedUnion("type", [AttachSchema, ChannelBarrierSchema, SavedSchema, PhaseSchema]);
 export type ChannelRequest = z.infer<typeof ChannelRequestSchema>;
