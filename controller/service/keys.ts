@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { z } from "zod";
 import { readJsonFile } from "../../sdk/errors.ts";
-import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema } from "../../sdk/protocol/auth.ts";
+import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema, type Principal } from "../../sdk/protocol/auth.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 
 /** The controller's keyring inside the directory `monkeytree keys --dir` writes. */
@@ -56,8 +56,8 @@ export class Authenticator {
     return this.admitted.has(Buffer.from(key).toString("hex"));
   }
 
-  /** The keyring entry behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
-  clientOf(frame: Uint8Array, auth: Uint8Array | undefined): KeyringClient {
+  /** The principal behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
+  principalOf(frame: Uint8Array, auth: Uint8Array | undefined): Principal {
     if (!auth) throw new ProtocolError("forbidden", "the request carries no auth frame; this controller has a keyring, so connect with a credential file (--credentials, or MONKEYTREE_CREDENTIALS)");
     let parsed: unknown;
     try {
@@ -75,6 +75,6 @@ export class Authenticator {
       this.secrets.set(client.publicKey, secret);
     }
     if (!verifyFrame(secret, frame, proof.data.mac)) throw new ProtocolError("forbidden", `the request's MAC does not match ${client.name}'s key; the credential file holds another keypair than the keyring`);
-    return client;
+    return client.principal;
   }
 }

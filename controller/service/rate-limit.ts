@@ -13,8 +13,6 @@ export interface RateLimits {
 /**
  * Generous for every legitimate peer (a launcher sends one barrier per step and waits for its
  * answer, a daemon a heartbeat a second), small enough that one peer cannot fill the event loop.
- * With a keyring the bucket is a key's, and a job's launchers share its key: a job of 2,000
- * workers fits while its steps take two seconds or more; faster, its barriers slow down to it.
  */
 export const DEFAULT_RATE_LIMITS: RateLimits = { perSecond: 1_000, burst: 2_000, clients: 10_000 };
 

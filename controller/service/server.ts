@@ -133,9 +133,7 @@ export class ControllerServer {
   private async receive(): Promise<void> {
     try {
       for await (const [peer, body, auth, ...rest] of this.socket) {
-        if (!peer) continue;
-        const sender = this.identify(peer, body, auth);
-        if (!this.admit(sender.bucket)) continue;
+        if (!peer || !this.admit(peer)) continue;
         // The JSON message, and with a keyring its auth frame; a client without a credential
         // sends one frame, and one with a credential two, which a keyless controller ignores.
         if (!body || rest.length > 0) {
@@ -143,11 +141,14 @@ export class ControllerServer {
           continue;
         }
         const decoded = safeDecodeRequest(body);
-        if ("failure" in sender) {
-          this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), sender.failure);
+        let caller: Caller = ANYONE;
+        try {
+          if (this.auth) caller = this.auth.principalOf(body, auth);
+        } catch (error) {
+          const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
+          this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), failure);
           continue;
         }
-        const caller = sender.caller;
         if (!decoded.success && decoded.error.code === "unknown_type" && this.daemons) {
           // Daemons answer the controller's commands on the same socket they send requests on.
           const answer = safeDecodeCommandReply(body);
@@ -189,32 +190,13 @@ export class ControllerServer {
   }
 
   /**
-   * Who sent a message, and whose rate it spends. With a keyring that is its key, proved by
-   * its MAC, so a client that reconnects for a fresh routing id still spends the same bucket;
-   * messages whose proof fails, whoever sent them, share one bucket, so no number of
-   * connections or made-up keys gets their refusals more than that. The MAC is checked before
-   * the limit, at a cost bounded by the frame size limit, like the copy ZeroMQ already made.
-   * Without a keyring senders cannot be told apart, and the bucket is the connection's.
-   */
-  private identify(peer: Uint8Array, body: Uint8Array | undefined, auth: Uint8Array | undefined): { caller: Caller; bucket: string } | { failure: ProtocolError; bucket: string } {
-    if (!this.auth) return { caller: ANYONE, bucket: `peer ${Buffer.from(peer).toString("hex")}` };
-    try {
-      const client = this.auth.clientOf(body ?? new Uint8Array(), auth);
-      return { caller: client.principal, bucket: `key ${client.publicKey} (${client.name})` };
-    } catch (error) {
-      const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
-      return { failure, bucket: "requests failing their key's proof" };
-    }
-  }
-
-  /**
-   * Past its rate a bucket's requests are dropped unread, not answered: an answer needs the
+   * Past its rate a peer's requests are dropped unread, not answered: an answer needs the
    * request id, so the frame would have to be parsed, which is the work the limit sheds. A
    * client's connection resends an unanswered request, so a legitimate burst only slows down.
    */
-  private admit(bucket: string): boolean {
-    const decision = this.limiter.take(bucket, Date.now());
-    if (decision === "refuse-first") this.log.warn(() => `${bucket} is over its request rate; dropping its requests until it slows down`);
+  private admit(peer: Uint8Array): boolean {
+    const decision = this.limiter.take(Buffer.from(peer).toString("hex"), Date.now());
+    if (decision === "refuse-first") this.log.warn(() => `peer ${Buffer.from(peer).toString("hex")} is over its request rate; dropping its requests until it slows down`);
     return decision === "allow";
   }
 
