@@ -6,6 +6,7 @@
  * than silently overridden. (`--standalone` is not used: torch 1.13 puts every standalone
  * torchrun on localhost:29400, so two on one machine share, and lose, one store.)
  */
+import { MAX_GPUS_PER_HOST } from "../protocol/limits.ts";
 
 /** torchrun flags the launcher sets itself; both spellings torchrun accepts. */
 const OWNED = ["nnodes", "node-rank", "master-addr", "master-port", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "standalone", "max-restarts"];
@@ -47,7 +48,9 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
     const value = inline ? arg.slice(arg.indexOf("=") + 1) : VALUED.has(name) ? rest[++i] : undefined;
     if (name === "nproc-per-node") {
       const count = Number(value);
-      if (!Number.isInteger(count) || count < 1) throw new TorchrunArgsError(`--nproc-per-node must be a whole number of processes (monkeytree launch needs it explicit), got "${value}"`);
+      if (!Number.isInteger(count) || count < 1 || count > MAX_GPUS_PER_HOST) {
+        throw new TorchrunArgsError(`--nproc-per-node must be a whole number of processes from 1 to ${MAX_GPUS_PER_HOST} (monkeytree launch needs it explicit), got "${value}"`);
+      }
       nprocPerNode = count;
     }
   }

@@ -39,8 +39,9 @@ describe("adaptTorchrun refusals", () => {
     [["torchrun", "--standalone", "t.py"], "remove --standalone from the torchrun command"],
     [["torchrun", "--max-restarts", "3", "t.py"], "remove --max-restarts from the torchrun command"],
     [["python3", "-m", "torch.distributed.run", "--node_rank", "1", "t.py"], "remove --node-rank from the torchrun command"],
-    [["torchrun", "--nproc-per-node=0", "t.py"], `--nproc-per-node must be a whole number of processes (monkeytree launch needs it explicit), got "0"`],
-    [["torchrun", "--nproc_per_node"], `--nproc-per-node must be a whole number of processes (monkeytree launch needs it explicit), got "undefined"`],
+    [["torchrun", "--nproc-per-node=0", "t.py"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "0"`],
+    [["torchrun", "--nproc-per-node=65", "t.py"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "65"`],
+    [["torchrun", "--nproc_per_node"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "undefined"`],
   ])("refuses %j", (argv, message) => {
     expect(() => adaptTorchrun(argv)).toThrow(message);
   });
