@@ -86,9 +86,10 @@ describe("controller service", () => {
   });
 
   it("rolls a migration back when the destination's daemon goes silent", async () => {
-    // The controller's clock moves only when the test moves it, so silence is exactly as long as the test says.
+    // The controller's clock moves only when the test moves it, and only the test ticks it, so
+    // silence is exactly as long as the test says.
     let now = Date.now();
-    harness = await startController({ overrides: { heartbeatTimeoutMs: 1_000, clock: () => now } });
+    harness = await startController({ overrides: { heartbeatTimeoutMs: 1_000, clock: () => now, tickMs: 3_600_000 } });
     const client = connect(harness);
     const a = [0, 4].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2));
     const b = [1, 5].map((host) => new WorkerClient(client, { job: "b", group: 0, host }, dp2));
@@ -108,6 +109,10 @@ describe("controller service", () => {
     await client.request({ type: "daemon.heartbeat", host: move.to, incarnation: INCARNATION });
     now += 999;
     harness.server.controller.tick();
+    expect(await client.status()).toMatchObject({ hosts: { lost: [] }, migrations: [{ state: "transferring" }] });
+    // Time the controller could not listen (its event loop blocked) is no daemon's silence.
+    now += 1;
+    harness.server.controller.tick(1);
     expect(await client.status()).toMatchObject({ hosts: { lost: [] }, migrations: [{ state: "transferring" }] });
     // Then it falls silent for the whole timeout.
     now += 1;
