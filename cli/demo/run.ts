@@ -1,7 +1,6 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { setTimeout as sleep } from "node:timers/promises";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { readEvents, type WorkerEvent } from "./events.ts";
@@ -139,19 +138,22 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     // long processes take to start on a busy machine.
     const admitted = join(dir, `${DEMO_ARRIVING.id}.admitted`);
     startJob(DEMO_ARRIVING, ["--start-when-exists", admitted]);
+    // The running jobs train no further than a third of their iterations before the arrival is
+    // planned, so however slow this machine, the plan finds them training: their stop barrier
+    // is the next one they reach, and the moves hold them there.
+    const planned = join(dir, "planned");
     const jobStarted = (id: string) => async () => (await status()).jobs.some((j) => j.id === id && j.started);
-    for (const job of DEMO_RUNNING) startJob(job);
+    for (const job of DEMO_RUNNING) startJob(job, ["--pause-at", String(Math.floor(options.steps / 3)), "--resume-when-exists", planned]);
     for (const job of DEMO_RUNNING) await until(group, jobStarted(job.id), options.timeoutMs, `job ${job.id} to start`);
     print(`${elapsed()}  ${DEMO_RUNNING.map((j) => `${j.id} trains on hosts ${j.hosts.join(", ")}`).join("; ")}`);
     printRacks(print, await status());
 
-    // A third of the way into the running jobs' training.
-    await sleep((options.steps / 3) * options.stepMs, undefined, { signal: options.signal });
     writeFileSync(admitted, "");
     await until(group, jobStarted(DEMO_ARRIVING.id), options.timeoutMs, `job ${DEMO_ARRIVING.id} to start`);
     print(`${elapsed()}  ${DEMO_ARRIVING.id} arrives; the cluster's scheduler places it on hosts ${DEMO_ARRIVING.hosts.join(", ")}`);
     printRacks(print, placed([...DEMO_RUNNING, DEMO_ARRIVING]));
     await until(group, async () => (await status()).migrations.length > 0, options.timeoutMs, "a plan");
+    writeFileSync(planned, "");
     const plan = (await status()).migrations;
     print(`${elapsed()}  plan: ${plan.length} move${plan.length === 1 ? "" : "s"} in one step (every source stages before any destination loads, so swaps need no free host)`);
     for (const m of plan) print(`           ${m.id}  ${m.job} worker on host ${m.from} (rack ${rackOf(m.from)}) → host ${m.to} (rack ${rackOf(m.to)})`);

@@ -9,7 +9,8 @@
  * (`monkeytree daemon --replacement demo-worker="node …/worker.js --steps N --events DIR"`):
  * for a migration the daemon runs this same program, the job, host and parallelism then come
  * from the MONKEYTREE_* environment and the state from the staging buffer, and the worker
- * carries on at the step its source stopped at.
+ * carries on at the step its source stopped at. `--start-when-exists PATH` holds the start, and
+ * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists.
  */
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -37,6 +38,8 @@ const { values: flags } = parseArgs({
     "state-bytes": { type: "string", default: String(64 * 2 ** 20) },
     events: { type: "string" },
     "start-when-exists": { type: "string" },
+    "pause-at": { type: "string" },
+    "resume-when-exists": { type: "string" },
     replacement: { type: "string" },
   },
 });
@@ -58,6 +61,18 @@ const parallelism = {
 const steps = whole("steps", flags.steps);
 /** Shortest iteration, standing in for the GPU time a real step takes. */
 const stepMs = whole("step-ms", flags["step-ms"]);
+/**
+ * Lets a scheduler keep a job from training past an iteration until an event of its choosing
+ * (in the demo: the controller planned the moves of another job's arrival), whatever the
+ * machine's speed.
+ */
+function pauseFlags(): { readonly before: number; readonly until: string } | null {
+  const [at, until] = [flags["pause-at"], flags["resume-when-exists"]];
+  if (at === undefined && until === undefined) return null;
+  if (at === undefined || until === undefined) throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
+  return { before: whole("pause-at", at), until };
+}
+const pause = pauseFlags();
 const log = createLogger(`worker ${job}[${identity.group}]@${identity.host}`);
 const report = (event: Parameters<typeof appendEvent>[1]) => flags.events !== undefined && appendEvent(flags.events, event);
 const who = { ...identity, pid: process.pid };
@@ -66,9 +81,11 @@ const who = { ...identity, pid: process.pid };
 // controller admits it only once the move committed, so the staged bytes are verified by then.
 const fresh = replacement ? null : initialState(seedOf(job), whole("state-bytes", flags["state-bytes"]));
 const checkpointBytes = replacement ? replacement.MONKEYTREE_STAGING_LENGTH : checkpointCapacity(checkpointItems(fresh!));
+const untilExists = async (path: string) => {
+  while (!existsSync(path)) await new Promise((resolve) => setTimeout(resolve, 10));
+};
 // Lets a scheduler admit a job the moment it decides to: the process is loaded and waits.
-const gate = flags["start-when-exists"];
-while (gate !== undefined && !existsSync(gate)) await new Promise((resolve) => setTimeout(resolve, 10));
+if (flags["start-when-exists"] !== undefined) await untilExists(flags["start-when-exists"]);
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
@@ -123,6 +140,7 @@ async function obey(directive: Directive, step: number): Promise<boolean> {
 
 let running = true;
 while (running && state.step < steps) {
+  if (state.step === pause?.before) await untilExists(pause.until);
   const begun = performance.now();
   trainStep(state);
   const rest = stepMs - (performance.now() - begun);

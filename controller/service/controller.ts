@@ -131,11 +131,14 @@ export class Controller {
     return accepted;
   }
 
-  /** Deadlines and heartbeats; the server calls it on a timer. */
-  tick(): void {
+  /**
+   * Deadlines and heartbeats; the server calls it on a timer. `deafMs`: how long before this
+   * tick the controller could not read messages, which counts as no daemon's silence.
+   */
+  tick(deafMs = 0): void {
     this.context.safely("checking deadlines", () => {
       const now = this.context.clock();
-      this.daemons.checkHeartbeats(now, (host) => this.plan.hostLost(host));
+      this.daemons.checkHeartbeats(now, deafMs, (host) => this.plan.hostLost(host));
       this.plan.checkDeadlines(now);
     });
   }

@@ -98,10 +98,14 @@ export class DaemonLiveness {
     this.context.ack(target);
   }
 
-  /** Declares lost every daemon silent past the timeout, calling `lost` for each as it does. */
-  checkHeartbeats(now: number, lost: (host: number) => void): void {
+  /**
+   * Declares lost every daemon silent past the timeout, calling `lost` for each as it does.
+   * The last `deafMs` the controller did not listen: that time counts toward no timeout.
+   */
+  checkHeartbeats(now: number, deafMs: number, lost: (host: number) => void): void {
     if (this.waitUntil !== null && now >= this.waitUntil) this.stopWaiting();
     for (const [host, daemon] of this.daemons) {
+      daemon.lastSeen += deafMs;
       if (daemon.lost || !this.lapsed(daemon, now)) continue;
       daemon.lost = true;
       this.context.log.warn(() => `daemon on host ${host} lost: no heartbeat for ${now - daemon.lastSeen} ms`);

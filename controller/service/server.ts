@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
 import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
@@ -66,7 +67,15 @@ export class ControllerServer {
     this.limiter = new RateLimiter(rateLimits);
     controller.onWork = () => this.schedule();
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
-    this.timer = setInterval(() => controller.tick(), tickMs);
+    let ticked = performance.now();
+    this.timer = setInterval(() => {
+      // A tick later than its interval means this event loop was blocked (a slow fsync, a long
+      // plan): the heartbeats of that time wait unread in the socket, and they are read only
+      // after this tick, so the controller's deafness must not count as the daemons' silence.
+      const now = performance.now();
+      controller.tick(Math.max(0, now - ticked - tickMs));
+      ticked = now;
+    }, tickMs);
     this.loop = this.receive();
     this.zapLoop = zap ? this.answerZap(zap) : Promise.resolve();
     this.schedule();

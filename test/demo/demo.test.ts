@@ -9,6 +9,10 @@ describe("monkeytree demo", () => {
     // gpt's arrival takes racks 0 and 1 to 16 rings on 8 uplinks; no host is free, so the plan swaps.
     expect(stdout).toMatch(/rings\s+16!\s+16!\s+0\s+8/);
     expect(stdout).toMatch(/plan: 2 moves in one step/);
+    // The running jobs wait before iteration 16/3 until the plan exists, so every move stops its job by then.
+    const barriers = [...stdout.matchAll(/→ pausing at barrier (\d+)/g)].map((m) => Number(m[1]));
+    expect(barriers).toHaveLength(2);
+    for (const barrier of barriers) expect(barrier).toBeLessThanOrEqual(5);
     expect(stdout.match(/^ {2}p0\/\d .* done$/gm)).toHaveLength(2);
     for (const job of ["llama", "mixtral", "gpt"]) expect(stdout).toMatch(new RegExp(`^ {2}${job} .* bit-identical`, "m"));
     expect(stdout.match(/replacement on host \d: loaded the checkpoint/g)).toHaveLength(2);

@@ -56,8 +56,10 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
    * Controller, a daemon per host, the DDP job on hosts 0 and 2, and the gated second job on 1
    * and 3: the example training loop, or with `hold` a worker whose checkpoint waits for
    * `<hold>.go` before it leaves, which keeps the plan step from committing until then.
+   * `heartbeatTimeoutS` is short only where a test needs a daemon declared lost: torch keeps
+   * this machine busy, and no daemon a test keeps running may miss it.
    */
-  async function cluster(hold?: string) {
+  async function cluster({ hold, heartbeatTimeoutS = 10 }: { hold?: string; heartbeatTimeoutS?: number } = {}) {
     // Replacements, run as the tenant, write the DDP job's result here too.
     const dir = tenantDir();
     dirs.push(dir);
@@ -65,7 +67,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const snapshot = join(dir, "topology.json");
     writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
     // The bridge joins only this test's namespaces, so the controller may listen there without keys.
-    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", "2"]);
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
     const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     const inHost = (host: number, args: string[]) => [...hosts.exec(host).slice(1), "env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), process.execPath, ...args];
@@ -85,7 +87,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
       ...(TENANT ? ["--run-as", TENANT.user] : []),
     ];
     const daemons = [0, 1, 2, 3].map((host) =>
-      startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.2", "--staging-bytes", String(64 * 2 ** 20), ...replacements]),
+      startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.1", "--staging-bytes", String(64 * 2 ** 20), ...replacements]),
     );
     await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 30_000, interval: 200 }).toBe(4);
     const ddp = [0, 2].map((host) => startIn(`ddp-${host}`, host, [...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "ddp", ...launch]));
@@ -130,7 +132,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const dir = tempDir();
     dirs.push(dir);
     const hold = join(dir, "hold");
-    const c = await cluster(hold);
+    const c = await cluster({ hold, heartbeatTimeoutS: 2 });
     try {
       await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
       writeFileSync(c.gate, "");

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
@@ -92,15 +92,19 @@ describe("monkeytree launch", () => {
   });
 
   it("ranks local processes from the controller, migrates a worker with every local rank's checkpoint, and the replacement resumes from it", async () => {
-    const daemons = new DaemonHosts(2_000);
-    harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 1_000 } });
+    // Nothing here must time out: the daemons' command and heartbeat timeouts are the defaults.
+    const daemons = new DaemonHosts();
+    harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons } });
     const endpoint = harness.server.endpoint;
     const dir = tenantDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const log = join(dir, "channel.jsonl");
     // Sources and replacements (run as the tenant) append to one log.
     sharedFile(log, TENANT);
-    const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log];
+    // No job trains past iteration 5 before the plan exists, so the plan always finds both jobs
+    // training, however long this machine takes to start the second one.
+    const planned = join(dir, "planned");
+    const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log, "--pause-at", "5", "--resume-when-exists", planned];
     const shared = ["--checkpoint-bytes", String(1 << 16), "--master-port", "29600"];
     // The daemons' replacement re-creates the launcher's command; job, host and controller come from the move.
     const replacements = new Map([["fake", shellCommand([process.execPath, ...CLI, "launch", ...shared, "--", ...torchrun])]]);
@@ -125,6 +129,7 @@ describe("monkeytree launch", () => {
     start("a", [0, 4]);
     start("b", [1, 5]);
     await expect.poll(async () => (await client.status()).migrations.length, { timeout: 20_000 }).toBeGreaterThan(0);
+    writeFileSync(planned, "");
     const entries = () => readFileSync(log, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Entry);
     // Every launcher that started exits 0: trained to the end, or moved away.
     expect(await Promise.all(exits)).toEqual([0, 0, 0, 0]);
@@ -135,6 +140,7 @@ describe("monkeytree launch", () => {
     await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), { timeout: 20_000 }).toBe(true);
     const moves = (await client.status()).migrations;
     expect(moves.every((m) => m.state === "done")).toBe(true);
+    for (const m of moves) expect(m.stopStep).toBeLessThanOrEqual(5);
     const attached = entries().flatMap((e) => (e.sent === "attach" && e.reply ? [e.reply] : []));
     // Four launchers and at least one replacement, two local processes each; world = nodes × nproc.
     expect(attached.length).toBeGreaterThanOrEqual(10);

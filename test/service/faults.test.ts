@@ -38,10 +38,12 @@ afterEach(async () => {
 /**
  * The controller and a daemon per host, whose replacements are these Node programs by name (by
  * default the fault worker, which the fault tests' jobs name). `heartbeatTimeoutS` is the
- * controller's `--heartbeat-timeout`, which also bounds how long a restarted one waits for the daemons.
+ * controller's `--heartbeat-timeout`, which also bounds how long a restarted one waits for the
+ * daemons; it is long unless a test needs a daemon declared lost, so that no daemon a test
+ * keeps running can miss it on a loaded machine.
  */
 async function startCluster({
-  heartbeatTimeoutS = 1,
+  heartbeatTimeoutS = 10,
   replacements = { fault: [RUN_TS, FAULT_WORKER] },
 }: { heartbeatTimeoutS?: number; replacements?: Record<string, readonly string[]> } = {}): Promise<Cluster> {
   const dir = tempDir();
@@ -60,7 +62,7 @@ async function startCluster({
   const replacementFlags = Object.entries(replacements).flatMap(([name, args]) => ["--replacement", `${name}=${shellCommand([process.execPath, ...args])}`]);
   const daemons = [0, 1, 2, 3].map((host) =>
     group.start(`daemon-${host}`, [
-      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.2",
+      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(160 * 2 ** 20), "--heartbeat", "0.1",
       ...replacementFlags, ...(TENANT ? ["--run-as", TENANT.user] : []),
     ]),
   );
@@ -119,7 +121,9 @@ describe("faults with real processes", () => {
   }, 90_000);
 
   it("rolls back when the destination's daemon is killed before the checkpoint arrives: the source continues", async () => {
-    const cluster = await startCluster();
+    // Short, since the killed daemon must be declared lost; the others beat ten times as often,
+    // and time the controller itself is blocked counts toward no daemon's silence.
+    const cluster = await startCluster({ heartbeatTimeoutS: 1 });
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
     await expect.poll(() => readdirSync(cluster.dir).some((f) => f.endsWith(".ticket")), { timeout: 30_000, interval: 50 }).toBe(true);
@@ -140,7 +144,7 @@ describe("faults with real processes", () => {
 
   it("rolls back a swap cut by a controller SIGKILL before it committed: the destinations release their staging and the sources continue", async () => {
     // Long enough for the daemons to register with the restarted controller; no daemon is lost here.
-    const cluster = await startCluster({ heartbeatTimeoutS: 10 });
+    const cluster = await startCluster();
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
     // Both sources got migrate-out and hold their checkpoints: the swap cannot commit.
@@ -172,7 +176,7 @@ describe("faults with real processes", () => {
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
     for (const job of ["a", "b"]) sharedFile(join(events, `${job}.jsonl`), TENANT);
     const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
-    const cluster = await startCluster({ heartbeatTimeoutS: 10, replacements: { "demo-worker": [...WORKER, ...pace] } });
+    const cluster = await startCluster({ replacements: { "demo-worker": [...WORKER, ...pace] } });
     const stateBytes = 8 * 2 ** 20;
     const start = (job: string, hosts: number[], gate: string[] = []) => {
       for (const host of hosts) {

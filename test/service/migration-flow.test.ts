@@ -140,7 +140,8 @@ describe("controller service: a job start that breaks the bound", () => {
     let admitted = false;
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
     const registered = replacement.register(5_000).then((assignment) => ((admitted = true), assignment));
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The controller has the registration and holds it: no answer until the commit.
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain(`migration ${move.id}: the replacement on host ${move.to} is up before the commit`);
     expect(admitted).toBe(false);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "verified" });
@@ -183,7 +184,10 @@ describe("controller service: a job start that breaks the bound", () => {
   });
 
   it("rolls back when the destination cannot stage, and plans again after the backoff", async () => {
-    harness = await startController({ overrides: { replanBackoffMs: 300 } });
+    // The controller's clock stands still unless the test moves it: the backoff ends when the test says.
+    let now = Date.now();
+    const backoffMs = 30_000;
+    harness = await startController({ overrides: { replanBackoffMs: backoffMs, clock: () => now } });
     harness.hosts.refuse.add(2).add(3).add(6).add(7);
     const client = connect(harness);
     const { move, moving, step } = await plannedMove(client);
@@ -192,7 +196,13 @@ describe("controller service: a job start that breaks the bound", () => {
     expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: expect.stringContaining("could not stage") });
     harness.hosts.refuse.clear();
     expect(move.id).toBe("p0/0");
-    await expect.poll(async () => (await client.status()).migrations.map((m) => [m.id, m.state]), { timeout: 5_000 }).toEqual([["p1/0", "pausing"]]);
+    const moves = async () => (await client.status()).migrations.map((m) => [m.id, m.state]);
+    now += backoffMs - 1;
+    harness.server.controller.tick();
+    expect(await moves()).toEqual([["p0/0", "rolled-back"]]);
+    now += 1;
+    harness.server.controller.tick();
+    await expect.poll(moves, { timeout: 10_000 }).toEqual([["p1/0", "pausing"]]);
   });
 
   it("rolls back as soon as the move starts when the destination's staging buffer is too small", async () => {
@@ -201,7 +211,7 @@ describe("controller service: a job start that breaks the bound", () => {
     for (const host of [2, 3, 6, 7]) await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
     const { move, moving } = await plannedMove(client);
     // Staging is asked for when the move starts, so the job is not even held at its barrier.
-    await expect.poll(async () => (await client.status()).migrations[0]).toMatchObject({
+    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 10_000 }).toMatchObject({
       state: "rolled-back",
       reason: `host ${move.to} stages at most 1024 bytes; the checkpoint has ${1 << 20}`,
     });

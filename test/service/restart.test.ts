@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomFillSync } from "node:crypto";
-import { chownSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
@@ -79,7 +79,9 @@ function startDaemons(dir: string, controller: string): Host[] {
   const launcher = [
     "const fs = require('node:fs'), path = require('node:path'), dir = process.argv[1], env = process.env;",
     "fs.writeFileSync(path.join(dir, 'launched-' + env.MONKEYTREE_HOST + '.json'), JSON.stringify({ pid: process.pid, token: env.MONKEYTREE_TOKEN }));",
-    "setInterval(() => fs.existsSync(path.join(dir, 'stop')) && process.exit(0), 50);",
+    // It ends when the test's directory is removed: it holds this process's stdout, and vitest
+    // waits for every holder of that before it exits.
+    "setInterval(() => fs.existsSync(dir) || process.exit(0), 50);",
   ].join(" ");
   const hosts = Array.from({ length: HOSTS }, (_, host) => {
     const lines: string[] = [];
@@ -97,8 +99,6 @@ function startDaemons(dir: string, controller: string): Host[] {
     return { daemon, lines };
   });
   cleanups.push(() => Promise.all(hosts.map((h) => h.daemon.close())).then(() => {}));
-  // Launchers still running end with the test.
-  cleanups.push(() => writeFileSync(join(dir, "stop"), ""));
   return hosts;
 }
 

@@ -86,7 +86,10 @@ describe("controller service", () => {
   });
 
   it("rolls a migration back when the destination's daemon goes silent", async () => {
-    harness = await startController({ overrides: { heartbeatTimeoutMs: 400 } });
+    // The controller's clock moves only when the test moves it, and only the test ticks it, so
+    // silence is exactly as long as the test says.
+    let now = Date.now();
+    harness = await startController({ overrides: { heartbeatTimeoutMs: 1_000, clock: () => now, tickMs: 3_600_000 } });
     const client = connect(harness);
     const a = [0, 4].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2));
     const b = [1, 5].map((host) => new WorkerClient(client, { job: "b", group: 0, host }, dp2));
@@ -96,20 +99,24 @@ describe("controller service", () => {
     const source = moving.find((w) => w.worker.host === move.from)!;
     const stayer = moving.find((w) => w.worker.host !== move.from)!;
 
-    // The destination's daemon heartbeats until the source is sent off, then falls silent.
     await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-    let beating = true;
-    const heartbeats = (async () => {
-      while (beating) {
-        await client.request({ type: "daemon.heartbeat", host: move.to, incarnation: INCARNATION });
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    })();
     const held = stayer.barrier(move.stopStep!);
     const out = await source.barrier(move.stopStep!);
-    beating = false;
-    await heartbeats;
     expect(out.kind).toBe("migrate-out");
+
+    // A heartbeat restarts the silence: 1998 ms after registering, 999 ms after its heartbeat, the daemon is live.
+    now += 999;
+    await client.request({ type: "daemon.heartbeat", host: move.to, incarnation: INCARNATION });
+    now += 999;
+    harness.server.controller.tick();
+    expect(await client.status()).toMatchObject({ hosts: { lost: [] }, migrations: [{ state: "transferring" }] });
+    // Time the controller could not listen (its event loop blocked) is no daemon's silence.
+    now += 1;
+    harness.server.controller.tick(1);
+    expect(await client.status()).toMatchObject({ hosts: { lost: [] }, migrations: [{ state: "transferring" }] });
+    // Then it falls silent for the whole timeout.
+    now += 1;
+    harness.server.controller.tick();
 
     // The stayer, held until the move resolves, continues; so does the source.
     expect(await held).toEqual({ kind: "continue" });
