@@ -66,7 +66,7 @@ describe("zod issues as text, one shape", () => {
     const [line] = (await once(lines, "line")) as [string];
     expect(JSON.parse(line)).toMatchInlineSnapshot(`
       {
-        "message": "channel request at step: Too small: expected number to be >=0",
+        "message": "channel request at step: step must not be negative",
         "type": "error",
         "v": 1,
       }
