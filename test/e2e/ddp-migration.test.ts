@@ -98,6 +98,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const teardown = async () => {
       await client.close();
       await group.stopAll(2_000);
+      hosts.killAll();
     };
     return { dir, group, client, controller, daemons, ddp, out, gate, teardown };
   }

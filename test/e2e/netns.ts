@@ -10,6 +10,11 @@ export interface Hosts {
   address(host: number): string;
   /** Prefix that runs a command inside host h's namespace. */
   exec(host: number): string[];
+  /**
+   * SIGKILLs every process inside the hosts' namespaces: the replacements their daemons started
+   * run in process groups of their own and outlive the daemons, as they must on a real host.
+   */
+  killAll(): void;
   remove(): void;
 }
 
@@ -28,7 +33,20 @@ export function createHosts(count: number): Hosts {
     bridgeAddress: `10.${net}.0.254`,
     address: (h) => `10.${net}.0.${h + 1}`,
     exec: (h) => ["ip", "netns", "exec", ns(h)],
+    killAll() {
+      for (let h = 0; h < count; h++) {
+        const pids = spawnSync("ip", ["netns", "pids", ns(h)], { encoding: "utf8" }).stdout ?? "";
+        for (const pid of pids.split(/\s+/).filter(Boolean)) {
+          try {
+            process.kill(Number(pid), "SIGKILL");
+          } catch {
+            // Already gone.
+          }
+        }
+      }
+    },
     remove() {
+      hosts.killAll();
       for (let h = 0; h < count; h++) spawnSync("ip", ["netns", "del", ns(h)]);
       spawnSync("ip", ["link", "del", bridge]);
     },
