@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { chownSync, openSync, closeSync, readFileSync, writeFileSync } from "node:fs";
+import { chownSync, openSync, closeSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { resolveTenant, type Tenant } from "../../controller/daemon/replacements.ts";
 
@@ -90,8 +90,15 @@ export class ProcessGroup {
   }
 
   /** SIGTERM to every group, SIGKILL to those still running after `graceMs`. */
+  /**
+   * The controller whose replacements `stopAll` ends too: daemons start them in process groups
+   * of their own, which outlive the daemons (as they must on a real host, where they train on).
+   */
+  controller: string | null = null;
+
   async stopAll(graceMs = 3_000): Promise<void> {
     this.stopping = true;
+    if (this.controller !== null) killReplacements(this.controller);
     const all = [...this.running];
     for (const managed of all) this.kill(managed, "SIGTERM");
     const timer = setTimeout(() => {
@@ -99,5 +106,27 @@ export class ProcessGroup {
     }, graceMs);
     await Promise.all(all.map((m) => m.exited));
     clearTimeout(timer);
+  }
+}
+
+/**
+ * SIGKILLs the replacements daemons started for the controller at `endpoint`, found by the
+ * MONKEYTREE_CONTROLLER their environment carries.
+ */
+export function killReplacements(endpoint: string): void {
+  const marker = `MONKEYTREE_CONTROLLER=${endpoint}\0`;
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    let environ: string;
+    try {
+      environ = readFileSync(`/proc/${pid}/environ`, "latin1");
+    } catch {
+      continue; // gone, or not ours to read
+    }
+    if (!`${environ}\0`.includes(marker)) continue;
+    try {
+      process.kill(Number(pid), "SIGKILL");
+    } catch {
+      // Already gone.
+    }
   }
 }

@@ -109,6 +109,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     writeFileSync(snapshot, JSON.stringify({ topology: DEMO_TOPOLOGY, jobs: [] }));
     const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--heartbeat-timeout", "5"]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, options.timeoutMs))[1]!;
+    group.controller = endpoint;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 500 });
     const status = client.status.bind(client);
 

@@ -27,23 +27,39 @@ describe("monkeytree demo, interrupted (issue 11, attack 11)", () => {
     const exited = new Promise<number | null>((resolve) => demo.once("exit", (code) => resolve(code)));
     let stderr = "";
     let groups: number[] = [];
+    let dir: string | undefined;
     demo.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
     try {
-      await new Promise<void>((resolve, reject) => {
-        createInterface({ input: demo.stdout! }).on("line", (line) => {
-          if (/llama trains on hosts/.test(line)) resolve();
+      const lines = createInterface({ input: demo.stdout! });
+      const printed = (pattern: RegExp) =>
+        new Promise<void>((resolve, reject) => {
+          lines.on("line", (line) => {
+            dir ??= /^working directory (\S+)$/.exec(line)?.[1];
+            if (pattern.test(line)) resolve();
+          });
+          void exited.then((code) => reject(new Error(`the demo exited (${code}) before printing ${pattern}: ${stderr}`)));
         });
-        void exited.then((code) => reject(new Error(`the demo exited (${code}) before its jobs trained: ${stderr}`)));
-      });
+      const planned = printed(/^\s*[\d.]+ s\s+plan: /);
+      await printed(/llama trains on hosts/);
       groups = childrenOf(demo.pid!);
       // A controller, 8 daemons and 8 workers at least (a worker may have a launcher child of its own).
       expect(groups.length).toBeGreaterThanOrEqual(17);
       expect(stagingOf(groups).length).toBe(8);
+      await planned;
+      // Planned: the destinations' daemons start the replacements (no --job: they take their
+      // identity from the environment) while the jobs run on to their stop step.
+      const replacements = () =>
+        execFileSync("ps", ["-e", "-o", "args="], { encoding: "utf8" }).split("\n").filter((args) => args.includes(dir!) && args.includes("worker.ts") && !args.includes("--job"));
+      await expect.poll(() => replacements().length, { timeout: 60_000, interval: 100 }).toBeGreaterThan(0);
+      groups = [...new Set([...groups, ...childrenOf(demo.pid!)])];
 
       demo.kill("SIGINT");
       expect(await exited).toBe(130);
       expect(stderr).toMatch(/^monkeytree demo: SIGINT: stopped every process it started and removed \d+ staging buffers from \/dev\/shm\n$/);
       expect(groups.flatMap(groupMembers)).toEqual([]);
+      // The replacements its daemons started, in groups of their own, are gone too (their
+      // command lines name the demo's working directory).
+      expect(replacements()).toEqual([]);
       expect(stagingOf(groups)).toEqual([]);
     } finally {
       demo.kill("SIGKILL");

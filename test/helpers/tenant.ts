@@ -1,4 +1,4 @@
-import { chownSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { chownSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Tenant } from "../../controller/daemon/replacements.ts";
@@ -14,25 +14,3 @@ export function tenantDir(): string {
   return dir;
 }
 
-/**
- * SIGKILLs the replacements that daemons started for the controller at `endpoint`, found by the
- * MONKEYTREE_CONTROLLER their environment carries: they run in process groups of their own and
- * outlive their daemons, as they must on a real host, so a test's teardown ends them itself.
- */
-export function killReplacements(endpoint: string): void {
-  const marker = `MONKEYTREE_CONTROLLER=${endpoint}\0`;
-  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
-    let environ: string;
-    try {
-      environ = readFileSync(`/proc/${pid}/environ`, "latin1");
-    } catch {
-      continue; // gone, or not ours to read
-    }
-    if (!`${environ}\0`.includes(marker)) continue;
-    try {
-      process.kill(Number(pid), "SIGKILL");
-    } catch {
-      // Already gone.
-    }
-  }
-}

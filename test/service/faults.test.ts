@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "no
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CLI, ProcessGroup, RUN_TS, sharedFile, shellCommand, WORKER, type Managed } from "../../cli/demo/processes.ts";
-import { killReplacements, TENANT, tenantDir } from "../helpers/tenant.ts";
+import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -59,7 +59,7 @@ async function startCluster({
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
   teardown.push(() => client.close());
-  teardown.push(() => killReplacements(endpoint));
+  group.controller = endpoint;
   const replacementFlags = Object.entries(replacements).flatMap(([name, args]) => ["--replacement", `${name}=${shellCommand([process.execPath, ...args])}`]);
   const daemons = [0, 1, 2, 3].map((host) =>
     group.start(`daemon-${host}`, [
