@@ -15,6 +15,7 @@ CPU and gloo only; needs the hook installed (pip install sdk/python).
 import argparse
 import hashlib
 import json
+import os
 
 import torch
 import torch.nn.functional as F
@@ -90,9 +91,11 @@ def main():
             ddp = DistributedDataParallel(model)  # the old wrapper holds the destroyed group
 
     if job.rank == 0 and args.out:
-        with open(args.out, "w") as out:
+        # Written aside and renamed: whoever waits for the file never reads half of it.
+        with open(args.out + ".tmp", "w") as out:
             json.dump({"step": step, "worldSize": job.world_size, "generation": job.generation,
                        "digest": digest(model)}, out)
+        os.replace(args.out + ".tmp", args.out)
     torch.distributed.destroy_process_group()
 
 

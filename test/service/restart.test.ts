@@ -78,7 +78,9 @@ function startDaemons(dir: string, controller: string): Host[] {
   if (TENANT) chownSync(dir, TENANT.uid, TENANT.gid);
   const launcher = [
     "const fs = require('node:fs'), path = require('node:path'), dir = process.argv[1], env = process.env;",
-    "fs.writeFileSync(path.join(dir, 'launched-' + env.MONKEYTREE_HOST + '.json'), JSON.stringify({ pid: process.pid, token: env.MONKEYTREE_TOKEN }));",
+    // Written aside and renamed, so the test never reads a file the launcher is still writing.
+    "const file = path.join(dir, 'launched-' + env.MONKEYTREE_HOST + '.json');",
+    "fs.writeFileSync(file + '.tmp', JSON.stringify({ pid: process.pid, token: env.MONKEYTREE_TOKEN })); fs.renameSync(file + '.tmp', file);",
     // It ends when the test's directory is removed: it holds this process's stdout, and vitest
     // waits for every holder of that before it exits.
     "setInterval(() => fs.existsSync(dir) || process.exit(0), 50);",
