@@ -39,19 +39,19 @@ describe("monkeytree demo, interrupted (issue 11, attack 11)", () => {
           });
           void exited.then((code) => reject(new Error(`the demo exited (${code}) before printing ${pattern}: ${stderr}`)));
         });
-      const planned = printed(/^\s*[\d.]+ s\s+plan: /);
-      await printed(/llama trains on hosts/);
-      groups = childrenOf(demo.pid!);
-      // A controller, 8 daemons and 8 workers at least (a worker may have a launcher child of its own).
-      expect(groups.length).toBeGreaterThanOrEqual(17);
+      await printed(/^\s*[\d.]+ s\s+plan: /);
+      // Every process the demo started, as it starts them: a controller, 8 daemons and 8 workers
+      // at least (a worker may have a launcher child of its own). A moved worker's source exits
+      // only after its move commits, so all of them are seen before that.
+      const seen = () => (groups = [...new Set([...groups, ...childrenOf(demo.pid!)])]).length;
+      await expect.poll(seen, { timeout: 60_000, interval: 50 }).toBeGreaterThanOrEqual(17);
       expect(stagingOf(groups).length).toBe(8);
-      await planned;
       // Planned: the destinations' daemons start the replacements (no --job: they take their
       // identity from the environment) while the jobs run on to their stop step.
       const replacements = () =>
         execFileSync("ps", ["-e", "-o", "args="], { encoding: "utf8" }).split("\n").filter((args) => args.includes(dir!) && args.includes("worker.ts") && !args.includes("--job"));
       await expect.poll(() => replacements().length, { timeout: 60_000, interval: 100 }).toBeGreaterThan(0);
-      groups = [...new Set([...groups, ...childrenOf(demo.pid!)])];
+      seen();
 
       demo.kill("SIGINT");
       expect(await exited).toBe(130);
@@ -63,9 +63,11 @@ describe("monkeytree demo, interrupted (issue 11, attack 11)", () => {
       expect(stagingOf(groups)).toEqual([]);
     } finally {
       demo.kill("SIGKILL");
-      for (const pgid of groups) {
+      // Whatever a failed run left: the demo's groups, and any process naming its directory.
+      const leftovers = dir === undefined ? [] : execFileSync("ps", ["-e", "-o", "pid=,args="], { encoding: "utf8" }).split("\n").filter((line) => line.includes(dir!));
+      for (const target of [...groups.map((pgid) => -pgid), ...leftovers.map((line) => Number.parseInt(line, 10))]) {
         try {
-          process.kill(-pgid, "SIGKILL");
+          process.kill(target, "SIGKILL");
         } catch {
           // Already gone, as it should be.
         }

@@ -55,7 +55,9 @@ export async function peer(listener: Listener): Promise<Peer> {
   socket.on("data", (chunk: Buffer) => chunks.push(chunk));
   // A listener closing with bytes unread resets the connection; that is a close here too.
   socket.on("error", () => undefined);
-  const closed = once(socket, "close").then(() => undefined);
+  // Not events.once: it rejects on "error", and a reset stranger nobody awaits would be an
+  // unhandled rejection.
+  const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
   await once(socket, "connect");
   return { socket, received: () => Buffer.concat(chunks), closed };
 }
