@@ -340,14 +340,20 @@ export class HostDaemon {
     // A stopped daemon exits while the replacements of committed moves train on.
     child.unref();
     staged.replacement = child;
-    // The checkpoint stays staged until the launcher that loads it has exited.
     child.once("exit", (code, signal) => {
-      if (this.staged.get(token) === staged) {
-        // The range is free for other moves now, so no late sender may still write into it.
-        this.listener.revoke(token);
-        this.staged.delete(token);
+      const how = signal ?? `code ${code}`;
+      const current = this.staged.get(token) === staged && staged.replacement === child;
+      if (current && staged.state === "receiving") {
+        // Its checkpoint is still on its way: the range stays reserved until the transfer settles
+        // or the controller releases it (never free while a sender may still write into it),
+        // and the spawn at commit starts another launcher.
+        staged.replacement = null;
+        this.log.warn(() => `migration ${staged.migration}: replacement launcher exited (${how}) before its checkpoint arrived; its staging stays reserved`);
+        return;
       }
-      this.log.info(() => `migration ${staged.migration}: replacement launcher exited (${signal ?? `code ${code}`}); its staging is free`);
+      // The checkpoint stays staged until the launcher that loads it has exited.
+      if (current) this.staged.delete(token);
+      this.log.info(() => `migration ${staged.migration}: replacement launcher exited (${how}); its staging is free`);
     });
     return new Promise((resolve) => {
       child.once("spawn", () => {

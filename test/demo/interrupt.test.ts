@@ -5,8 +5,13 @@ import { describe, expect, it } from "vitest";
 import { RUN_TS } from "../../cli/paths.ts";
 
 /** Process ids whose parent is `pid`: the demo starts each of its processes as its own group's leader. */
-const childrenOf = (pid: number): number[] =>
-  execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
+function childrenOf(pid: number): number[] {
+  try {
+    return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
+  } catch {
+    return []; // ps exits 1 when there is none
+  }
+}
 
 /** Processes still in the group led by `pgid`. */
 function groupMembers(pgid: number): string[] {
@@ -49,7 +54,8 @@ describe("monkeytree demo, interrupted (issue 11, attack 11)", () => {
       await printed(/^\s*[\d.]+ s\s+plan: /);
       // A controller, 8 daemons and 8 workers at least (a worker may have a launcher child of its own).
       expect(seen()).toBeGreaterThanOrEqual(17);
-      expect(stagingOf(groups).length).toBe(8);
+      // Each daemon's staging buffer, and a moving worker's outgoing one.
+      expect(stagingOf(groups).length).toBeGreaterThanOrEqual(8);
       // Planned: the destinations' daemons start the replacements (no --job: they take their
       // identity from the environment) while the jobs run on to their stop step.
       const replacements = () =>

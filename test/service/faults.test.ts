@@ -158,12 +158,9 @@ describe("faults with real processes", () => {
     await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), { timeout: 20_000, interval: 100 }).toEqual(
       moves.map((m) => [m.id, "rolled-back", restarted]),
     );
-    // Each destination's daemon frees its staging: on the new controller's release once it has
-    // registered again, or sooner, when the replacement it started at prepare is refused and exits.
-    for (const m of moves) {
-      const freed = new RegExp(`released the staging of migration ${m.id}\\n|migration ${m.id}: replacement launcher exited \\(code 1\\); its staging is free\\n`);
-      await expect.poll(() => log(cluster.daemons[m.to]!), { timeout: 20_000, interval: 100 }).toMatch(freed);
-    }
+    // Each destination's daemon releases its staging once it has registered with the new
+    // controller (a replacement it started at prepare, refused and gone, does not free it).
+    for (const m of moves) await expect.poll(() => log(cluster.daemons[m.to]!), { timeout: 20_000, interval: 100 }).toContain(`released the staging of migration ${m.id}`);
     for (const host of [0, 1, 2, 3]) writeFileSync(`${hold(host)}.go`, "");
     // Their tickets admit nothing any more: each source keeps its checkpoint and continues at its stop step.
     for (const m of moves) {
