@@ -89,7 +89,15 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const daemons = [0, 1, 2, 3].map((host) =>
       startIn(`daemon-${host}`, host, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.1", "--staging-bytes", String(64 * 2 ** 20), ...replacements]),
     );
-    await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 30_000, interval: 200 }).toBe(4);
+    // A safety net only: four daemons compiling in four namespaces on a loaded machine are slow.
+    await expect
+      .poll(async () => (await client.status()).hosts.registered, { timeout: 120_000, interval: 200 })
+      .toBe(4)
+      .catch(async (error: unknown) => {
+        await client.close();
+        await group.stopAll(2_000);
+        throw error;
+      });
     const ddp = [0, 2].map((host) => startIn(`ddp-${host}`, host, [...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "ddp", ...launch]));
     const gate = join(dir, "other.admitted");
     for (const host of [1, 3]) {
