@@ -68,19 +68,25 @@ export function numberFlag(name: string, raw: string | undefined, fallback: numb
 
 /** Reads and validates a snapshot file; every failure is an `InvalidInputError` naming the file. */
 export async function readSnapshotFile(path: string): Promise<Cluster> {
-  let text: string;
+  return parseSnapshotText(await readInputFile(path, "snapshot"), `snapshot ${path}`);
+}
+
+/**
+ * Reads an input document of at most the largest snapshot's size; a missing, unreadable or
+ * oversized file is an `InvalidInputError` naming it as `WHAT PATH`.
+ */
+export async function readInputFile(path: string, what: string): Promise<string> {
   try {
     const { size } = await stat(path);
     if (size > MAX_SNAPSHOT_BYTES) {
-      throw new InvalidInputError(`snapshot ${path}`, [{ path: "", message: `${size} bytes is larger than the ${MAX_SNAPSHOT_BYTES} a snapshot of the largest supported cluster needs` }]);
+      throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `${size} bytes is larger than the ${MAX_SNAPSHOT_BYTES} a ${what} of the largest supported cluster needs` }]);
     }
-    text = await readFile(path, "utf8");
+    return await readFile(path, "utf8");
   } catch (error) {
     if (error instanceof InvalidInputError) throw error;
     const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
-    throw new InvalidInputError(`snapshot ${path}`, [{ path: "", message: `cannot read it (${reason})` }]);
+    throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `cannot read it (${reason})` }]);
   }
-  return parseSnapshotText(text, `snapshot ${path}`);
 }
 
 /** Writes one JSON document and waits until it is flushed, so pipes never truncate it. */

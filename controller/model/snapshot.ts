@@ -62,6 +62,8 @@ export const JobSchema = z
       .array(z.array(host).min(1, { error: "a group needs at least one host" }))
       .min(1, { error: "groups must list at least one group" })
       .optional(),
+    /** False for a job MonkeyTree must never move (one that did not opt in): it still fragments racks. */
+    movable: z.boolean({ error: "movable is true or false" }).optional(),
   })
   .refine((job) => (job.hosts === undefined) !== (job.groups === undefined), {
     error: "a job lists either `hosts` (one group) or `groups` (one per PP stage), exactly one of them",
@@ -76,6 +78,8 @@ export const SnapshotSchema = z
     /** Per-pod fragmentation bound (MonkeyTree3); needs `topology.racksPerPod`. */
     podLambda: bound("podLambda").optional(),
     jobs: z.array(JobSchema),
+    /** Hosts never to move a worker to (down, drained, reserved, or used outside MonkeyTree). */
+    unavailable: z.array(host).optional(),
   })
   .superRefine((snap, ctx) => {
     const { racks, hostsPerRack, racksPerPod } = snap.topology;
