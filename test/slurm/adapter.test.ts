@@ -1,0 +1,125 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { hostIndexOf, parseTopologyFile, type NamedTopology } from "../../controller/model/named-topology.ts";
+import { SlurmAdapter, SlurmStateError } from "../../controller/slurm/adapter.ts";
+import { holdName, Slurm } from "../../controller/slurm/commands.ts";
+import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
+import { createLogger } from "../../sdk/log.ts";
+import { canRun } from "../helpers/prerequisites.ts";
+import { slurmPackages, startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
+
+// Against a real slurmctld and four slurmd (two racks of two nodes), as Debian packages them.
+const runs = canRun("the Slurm adapter's tests", slurmPackages());
+
+describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
+  let cluster: SlurmCluster;
+  let topology: NamedTopology;
+  let adapter: SlurmAdapter;
+  const managed = new Set<string>();
+  const lines: string[] = [];
+
+  beforeAll(async () => {
+    cluster = await startSlurm({ nodes: 4, racks: 2 });
+    topology = parseTopologyFile(topologyFromConf(readFileSync(join(cluster.dir, "topology.conf"), "utf8"), { uplinksPerRack: 1, gpusPerHost: 1 }));
+    adapter = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) });
+  }, 180_000);
+  afterAll(() => cluster?.stop());
+
+  const state = (job: string) => cluster.run("squeue", "-h", "-j", job, "-o", "%T %R").trim();
+  const nodeState = (node: string) => cluster.run("sinfo", "-h", "-n", node, "-N", "-o", "%t").trim();
+  const unavailable = async () => new Map((await adapter.poll()).unavailable.map((u) => [u.host, u.why]));
+
+  it("imports the cluster's topology.conf: two racks of two named nodes", () => {
+    expect(topology.topology).toEqual({ racks: 2, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 1 });
+    expect(topology.hostNames).toEqual(["n0", "n1", "n2", "n3"]);
+  });
+
+  it("sees every node available when idle, and a drained node unavailable until resumed", async () => {
+    await cluster.until("backfill's plans cleared", async () => (await unavailable()).size === 0);
+    cluster.run("scontrol", "update", "NodeName=n3", "State=DRAIN", "Reason=maintenance");
+    const drained = await unavailable();
+    expect([...drained]).toEqual([[3, "drain (maintenance)"]]);
+    cluster.run("scontrol", "update", "NodeName=n3", "State=RESUME");
+    await cluster.until("n3 available again", async () => (await unavailable()).size === 0);
+  });
+
+  it("counts a plain sbatch job as pinned on its nodes, with rings from its comment, until it ends", async () => {
+    const job = cluster.sbatch("sleep 600", "-N2", "--nodelist=n1,n2", "--comment=monkeytree:rings=2");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    const view = await adapter.poll();
+    expect(view.pinned).toEqual([{ id: job, rings: 2, hosts: [1, 2] }]);
+    expect(new Map(view.unavailable.map((u) => [u.host, u.why]))).toEqual(new Map([[1, `allocated to Slurm job ${job}`], [2, `allocated to Slurm job ${job}`]]));
+    // Once its launchers register, the same job is MonkeyTree's to move: no longer pinned, and its nodes are swap destinations.
+    managed.add(job);
+    const mine = await adapter.poll();
+    expect(mine.pinned).toEqual([]);
+    expect(mine.unavailable).toEqual([]);
+    managed.delete(job);
+    cluster.run("scancel", job);
+    await cluster.until("the job gone", async () => (await adapter.poll()).pinned.length === 0);
+  });
+
+  it("holds a destination so Slurm starts nothing there, and releases it when the job ends", async () => {
+    const job = cluster.sbatch("sleep 600", "-N1", "--nodelist=n0");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    const hold = await adapter.hold(job, "p0/0", hostIndexOf(topology, "n2"));
+    expect(hold).toEqual({ name: holdName(job, "p0/0"), job, node: "n2" });
+    // Holding again (a restarted controller redoing its step) changes nothing.
+    await adapter.hold(job, "p0/0", 2);
+    const other = cluster.sbatch("sleep 600", "-N1", "--nodelist=n2");
+    await cluster.until("the other job refused n2", () => state(other) === "PENDING (ReqNodeNotAvail, May be reserved for other job)");
+    const view = await adapter.poll();
+    expect(view.holds).toEqual([hold]);
+    // A node held for a moved worker is the job's own, not a foreign one.
+    expect(view.unavailable.map((u) => u.host)).not.toContain(2);
+    cluster.run("scancel", job);
+    // The next poll after the job's end releases the hold, and Slurm starts the waiting job there.
+    await cluster.until("the hold released", async () => (await adapter.poll()).holds.length === 0);
+    await cluster.until("the other job on n2", () => state(other) === "RUNNING n2");
+    cluster.run("scancel", other);
+  });
+
+  it("releases a rolled-back move's hold", async () => {
+    const job = cluster.sbatch("sleep 600", "-N1", "--nodelist=n0");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    await adapter.hold(job, "p1/0", 3);
+    await cluster.until("n3 reserved", () => nodeState("n3") === "resv");
+    await adapter.release(job, "p1/0");
+    await adapter.release(job, "p1/0");
+    expect((await adapter.poll()).holds).toEqual([]);
+    await cluster.until("n3 idle", () => nodeState("n3") === "idle");
+    cluster.run("scancel", job);
+  });
+
+  it("gives a vacated node back by shrinking the job, but never its batch host", async () => {
+    const job = cluster.sbatch("sleep 600", "-N3", "--nodelist=n0,n1,n2");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    const batchHost = /BatchHost=(\S+)/.exec(cluster.run("scontrol", "show", "job", job))?.[1];
+    expect(batchHost).toBe("n0");
+    await expect(adapter.giveBack(job, 0)).rejects.toThrow(SlurmStateError);
+    await expect(adapter.giveBack(job, 3)).rejects.toThrow(/n3 is not allocated to Slurm job/);
+    await adapter.giveBack(job, 2);
+    await cluster.until("n2 idle", () => nodeState("n2") === "idle");
+    expect(state(job)).toBe("RUNNING n[0-1]");
+    // Without slurmdbd, Slurm 22.05 resizes a running job once: a second give-back is refused
+    // with the reason, and the node stays the job's (never handed to another job while a worker may use it).
+    await expect(adapter.giveBack(job, 1)).rejects.toThrow(/without slurmdbd, Slurm 22.05 accepts one resize of a running job/);
+    expect(state(job)).toBe("RUNNING n[0-1]");
+    expect(nodeState("n1")).toBe("alloc");
+    cluster.run("scancel", job);
+  });
+
+  it("keeps holds across a slurmctld restart, and a new adapter releases those of jobs that ended meanwhile", async () => {
+    const job = cluster.sbatch("sleep 600", "-N1", "--nodelist=n0");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    await adapter.hold(job, "p2/0", 1);
+    await cluster.restartController("SIGTERM");
+    expect((await adapter.poll()).holds).toEqual([{ name: holdName(job, "p2/0"), job, node: "n1" }]);
+    cluster.run("scancel", job);
+    await cluster.until("the job gone", () => !state(job).startsWith("RUNNING"));
+    const restarted = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", () => {}) });
+    await cluster.until("the hold released", async () => (await restarted.poll()).holds.length === 0);
+    expect(cluster.run("scontrol", "show", "reservation", "-o")).not.toContain(holdName(job, "p2/0"));
+  });
+});
