@@ -8,6 +8,8 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { loadConfig } from "./config.ts";
+import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
@@ -20,7 +22,7 @@ function describeDefault(): string {
 
 const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 
-const help = `usage: monkeytree controller [--snapshot FILE] [--bind ADDR] [--journal DIR]
+const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--stop-lead N]
 
@@ -32,7 +34,8 @@ journal, rolls back moves that had not committed and finishes those that had.
 
 options:
   --snapshot FILE        topology and bounds (as for \`monkeytree plan\`, with no jobs);
-                         default: ${describeDefault()}
+                         default: the --topology, else ${describeDefault()}
+${TOPOLOGY_HELP}
   --bind ADDR            ZeroMQ address to listen on (default ${DEFAULT_BIND}, this machine only)
   --journal DIR          journal directory (default .monkeytree/journal)
   --keys DIR             the keyring \`monkeytree keys --dir DIR\` writes: the controller speaks
@@ -68,11 +71,17 @@ export const command: Command = {
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
       "stop-lead": { type: "string" },
+      ...TOPOLOGY_FLAGS,
     });
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
-    const cluster: Cluster = flags.snapshot === undefined ? parseSnapshot(DEFAULT_SNAPSHOT, "default topology") : await readSnapshotFile(flags.snapshot);
+    if (flags.snapshot !== undefined && flags.topology !== undefined) throw new UsageError("--snapshot and --topology both give the topology: give one");
+    const named = flags.snapshot === undefined ? await loadTopology(flags, await loadConfig()) : null;
+    const cluster: Cluster =
+      flags.snapshot !== undefined
+        ? await readSnapshotFile(flags.snapshot)
+        : parseSnapshot(named ? { topology: named.topology, lambda: named.lambda, podLambda: named.podLambda, jobs: [] } : DEFAULT_SNAPSHOT, named ? "topology" : "default topology");
     if (cluster.groups.length) {
       throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
     }

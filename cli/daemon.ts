@@ -3,11 +3,13 @@ import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { createLogger } from "../sdk/log.ts";
+import { loadConfig } from "./config.ts";
+import { hostFlag, loadTopology } from "./topology.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
-const help = `usage: monkeytree daemon --host H [--connect ADDR] [--credentials FILE] [--staging-bytes N]
+const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
                          [--run-as USER] [--heartbeat S]
 
@@ -19,7 +21,9 @@ starts the replacement: the --replacement command the job names, as --run-as USE
 Replacement commands are this host's configuration only; no message can make it run another.
 
 options:
-  --host H             this host's global index in the controller's topology (required)
+  --host H             this host's name in the topology, or its global index (required)
+  --topology FILE      the topology that names the hosts (a topology file or Slurm's
+                       topology.conf); default: the site configuration's (README, "Slurm")
   --connect ADDR       the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
   --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),
                        required when the controller has a keyring; default $${CREDENTIALS_ENV}
@@ -69,10 +73,11 @@ export const command: Command = {
       replacement: { type: "string", multiple: true },
       "run-as": { type: "string" },
       heartbeat: { type: "string" },
+      topology: { type: "string" },
     });
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
-    if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
-    const host = intFlag("host", flags.host, undefined, 0);
+    if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
+    const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, await loadConfig(), true));
     const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
     const controller = flags.connect ?? "tcp://127.0.0.1:5555";
     if (flags.listen === undefined && !isLoopback(controller)) {

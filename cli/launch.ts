@@ -5,12 +5,15 @@ import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
 import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
+import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
+import { loadConfig, type Config } from "./config.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, parseFlags, type Command } from "./io.ts";
+import { hostFlag, loadTopology } from "./topology.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
 
 const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
-                         [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
+                         [--topology FILE] [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
                          [--master-port P] [--replacement NAME] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
 
 Wraps a job's torchrun command on one host. It registers this host's worker with the
@@ -28,14 +31,22 @@ process group comes from the controller (ranks follow the ring order, the master
 rank 0's host), so remove --nnodes, --node-rank, --master-addr, --master-port, --rdzv-* and
 --standalone from the torchrun command.
 
+Under srun (one task per node: \`srun --ntasks-per-node 1 monkeytree launch -- torchrun …\`)
+it needs none of --job, --host, --dp and --group: the job is SLURM_JOB_ID, the host the node
+it runs on (SLURMD_NODENAME), --dp the allocation's node count divided by --pp, and the group
+the node's place in SLURM_JOB_NODELIST divided by --dp.
+
 options:
-  --job J                the job's id, the same on every host (required)
-  --host H               this host's global index in the controller's topology (required)
-  --dp N                 hosts in each pipeline stage's DP group (required)
+  --job J                the job's id, the same on every host (required outside srun)
+  --host H               this host's name in the topology, or its global index (required outside srun)
+  --dp N                 hosts in each pipeline stage's DP group (required outside srun)
   --group G              this host's pipeline stage (default 0)
   --pp N                 pipeline stages (default 1)
   --tp N                 tensor-parallel degree; the DP rings a rack boundary carries (default 1)
-  --connect ADDR         the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
+  --topology FILE        the topology that names the hosts (a topology file or Slurm's
+                         topology.conf); default: the site configuration's
+  --connect ADDR         the controller's ZeroMQ address (default $MONKEYTREE_CONTROLLER, then
+                         the site configuration's "controller", then tcp://127.0.0.1:5555)
   --credentials FILE     the job's credential (job-J.json from \`monkeytree keys --job J\`),
                          required when the controller has a keyring; default $${CREDENTIALS_ENV}.
                          A replacement gets it from its daemon's --replacement command
@@ -72,6 +83,7 @@ export const command: Command = {
       "checkpoint-bytes": { type: "string" },
       "master-port": { type: "string" },
       replacement: { type: "string" },
+      topology: { type: "string" },
     });
     let replacement;
     let torchrun;
@@ -84,14 +96,14 @@ export const command: Command = {
       if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError || error instanceof ReplacementConfigError) throw new UsageError(error.message);
       throw error;
     }
-    const worker = replacement
-      ? { job: replacement.MONKEYTREE_JOB, group: replacement.MONKEYTREE_GROUP, host: replacement.MONKEYTREE_HOST }
-      : { job: flags.job ?? "", group: intFlag("group", flags.group, 0, 0), host: intFlag("host", flags.host, undefined, 0) };
-    if (!worker.job) throw new UsageError("--job is required: the job's id, the same on every host");
-    const parallelism = replacement
-      ? { tp: replacement.MONKEYTREE_TP, pp: replacement.MONKEYTREE_PP, dp: replacement.MONKEYTREE_DP }
-      : { tp: intFlag("tp", flags.tp, 1, 1), pp: intFlag("pp", flags.pp, 1, 1), dp: intFlag("dp", flags.dp, undefined, 1) };
-    const credential = credentialFlag(flags.credentials);
+    const config = await loadConfig();
+    const { worker, parallelism } = replacement
+      ? {
+          worker: { job: replacement.MONKEYTREE_JOB, group: replacement.MONKEYTREE_GROUP, host: replacement.MONKEYTREE_HOST },
+          parallelism: { tp: replacement.MONKEYTREE_TP, pp: replacement.MONKEYTREE_PP, dp: replacement.MONKEYTREE_DP },
+        }
+      : await freshIdentity(flags, config);
+    const credential = credentialFlag(flags.credentials) ?? (config.credentials === undefined ? undefined : credentialFlag(config.credentials));
     if (credential && !(credential.credential.principal.role === "job" && credential.credential.principal.job === worker.job)) {
       throw new UsageError(`${credential.path} is not job ${JSON.stringify(worker.job)}'s credential; give --credentials the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`);
     }
@@ -99,7 +111,7 @@ export const command: Command = {
     const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
     const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
     const launcher = new Launcher({
-      controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? "tcp://127.0.0.1:5555",
+      controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? (process.env.MONKEYTREE_CONTROLLER || undefined) ?? config.controller ?? "tcp://127.0.0.1:5555",
       ...(credential ? { credential: credential.credential } : {}),
       worker,
       parallelism,
@@ -135,3 +147,32 @@ export const command: Command = {
     }
   },
 };
+
+type LaunchFlags = { job?: string | undefined; host?: string | undefined; group?: string | undefined; dp?: string | undefined; pp?: string | undefined; tp?: string | undefined; topology?: string | undefined };
+
+/** A fresh launcher's job, host, group and parallelism: from the flags, else from srun's environment. */
+async function freshIdentity(flags: LaunchFlags, config: Config) {
+  let task: SlurmTask | null;
+  try {
+    task = slurmTask(process.env);
+  } catch (error) {
+    if (error instanceof SlurmEnvironmentError) throw new UsageError(error.message);
+    throw error;
+  }
+  const job = flags.job ?? task?.job;
+  if (!job) throw new UsageError("--job is required outside srun: the job's id, the same on every host");
+  const hostRaw = flags.host ?? task?.node;
+  if (hostRaw === undefined) throw new UsageError("--host is required outside srun: this host's name in the topology, or its global index");
+  const host = hostFlag(hostRaw, await loadTopology({ topology: flags.topology }, config, true));
+  const pp = intFlag("pp", flags.pp, 1, 1);
+  const tp = intFlag("tp", flags.tp, 1, 1);
+  let dp: number;
+  if (flags.dp !== undefined || !task) dp = intFlag("dp", flags.dp, undefined, 1);
+  else {
+    dp = task.nodes.length / pp;
+    if (!Number.isInteger(dp)) throw new UsageError(`the allocation has ${task.nodes.length} nodes, which --pp ${pp} does not divide: give --dp`);
+  }
+  // Stages are consecutive runs of the allocation's nodes, as srun lists them.
+  const group = flags.group !== undefined || !task ? intFlag("group", flags.group, 0, 0) : Math.floor(task.nodes.indexOf(task.node) / dp);
+  return { worker: { job, group, host }, parallelism: { tp, pp, dp } };
+}

@@ -31,7 +31,7 @@ describe("intFlag", () => {
 
   it("is what every command's whole-number flags go through", async () => {
     const cases: [string[], string][] = [
-      [["daemon", "--host", "1.5"], `--host must be a whole number ≥ 0, got "1.5"`],
+      [["daemon", "--host", "1.5"], `--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host's name; got "1.5"`],
       [["daemon", "--host", "0", "--staging-bytes", "0"], `--staging-bytes must be a whole number ≥ 1, got "0"`],
       [["controller", "--stop-lead=-1"], `--stop-lead must be a whole number ≥ 0, got "-1"`],
       [["demo", "--step-ms", "0.5"], `--step-ms must be a whole number ≥ 0, got "0.5"`],
