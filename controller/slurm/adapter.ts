@@ -59,8 +59,12 @@ export class SlurmAdapter {
     const [nodes, jobs, reservations] = await Promise.all([slurm.nodes(), slurm.jobs(), slurm.reservations()]);
     const live = new Set(jobs.filter((job) => LIVE.has(job.state)).map((job) => job.id));
     const holds: Hold[] = [];
+    const reserved = new Map<string, string>();
     for (const r of reservations) {
-      if (!r.name.startsWith(HOLD_PREFIX)) continue;
+      if (!r.name.startsWith(HOLD_PREFIX)) {
+        for (const node of r.nodes) reserved.set(node, r.name);
+        continue;
+      }
       const job = holdJob(r.name);
       if (job === null || !live.has(job)) {
         this.options.log.info(() => `releasing hold ${r.name} on ${r.nodes.join(",")}: ${job === null ? "it names no job" : `Slurm job ${job} ended`}`);
@@ -69,7 +73,7 @@ export class SlurmAdapter {
       }
       for (const node of r.nodes) holds.push({ name: r.name, job, node });
     }
-    const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)) });
+    const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved });
     return { ...view, holds, jobs };
   }
 

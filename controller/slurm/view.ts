@@ -66,6 +66,11 @@ export interface ViewInput {
   readonly managed: ReadonlySet<string>;
   /** Nodes MonkeyTree holds (its reservations), where moved workers run or are about to. */
   readonly held: ReadonlySet<string>;
+  /**
+   * Every other reservation's nodes, by reservation name. Read from the reservations, not the
+   * nodes' RESERVED flag: slurmctld sets that flag only on its next periodic check, seconds after.
+   */
+  readonly reserved: ReadonlyMap<string, string>;
 }
 
 export function slurmView(input: ViewInput): SlurmView {
@@ -94,7 +99,7 @@ export function slurmView(input: ViewInput): SlurmView {
   for (const node of byName.keys()) indexOf(node);
   const unavailable: UnavailableHost[] = [];
   topology.hostNames.forEach((name, host) => {
-    const why = name === null ? "an empty slot of a short rack" : unusable(name, byName.get(name), foreignJobsOn.get(name), held);
+    const why = name === null ? "an empty slot of a short rack" : unusable(name, byName.get(name), foreignJobsOn.get(name), held, input.reserved.get(name));
     if (why !== null) unavailable.push({ host, why });
   });
   if (outside.size) notes.push(`Slurm nodes outside the topology, left out: ${[...outside].sort().slice(0, 8).join(", ")}${outside.size > 8 ? ", …" : ""}`);
@@ -102,9 +107,10 @@ export function slurmView(input: ViewInput): SlurmView {
 }
 
 /** Why a worker may not move to `name`, or null when it may. */
-function unusable(name: string, node: SlurmNode | undefined, foreignJobs: readonly string[] | undefined, held: ReadonlySet<string>): string | null {
+function unusable(name: string, node: SlurmNode | undefined, foreignJobs: readonly string[] | undefined, held: ReadonlySet<string>, reservation: string | undefined): string | null {
   if (!node) return "Slurm does not report this node";
   if (UNUSABLE_STATES.has(node.state)) return `${node.state}${node.reason ? ` (${node.reason})` : ""}`;
+  if (reservation !== undefined) return `reserved (${reservation})`;
   const flags = node.flags.filter((flag) => UNUSABLE_FLAGS.has(flag) && !(flag === "RESERVED" && held.has(name)));
   if (flags.length) return `${flags.map((f) => f.toLowerCase()).join(", ")}${node.reason ? ` (${node.reason})` : ""}`;
   if (foreignJobs?.length) return `allocated to Slurm job ${foreignJobs.join(", ")}`;

@@ -44,6 +44,13 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     await cluster.until("n3 available again", async () => (await unavailable()).size === 0);
   });
 
+  it("never plans onto a node another reservation holds, without waiting for Slurm to flag it", async () => {
+    cluster.run("scontrol", "create", "reservation", "ReservationName=maint", "Nodes=n2", "Users=root", "StartTime=now", "Duration=60", "Flags=MAINT");
+    expect([...(await unavailable())]).toEqual([[2, "reserved (maint)"]]);
+    cluster.run("scontrol", "delete", "ReservationName=maint");
+    await cluster.until("n2 available again", async () => (await unavailable()).size === 0);
+  });
+
   it("counts a plain sbatch job as pinned on its nodes, with rings from its comment, until it ends", async () => {
     const job = cluster.sbatch("sleep 600", "-N2", "--nodelist=n1,n2", "--comment=monkeytree:rings=2");
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
