@@ -12,6 +12,7 @@ const commands: Record<string, () => Promise<Command>> = {
   demo: async () => (await import("./demo.ts")).command,
   launch: async () => (await import("./launch.ts")).command,
   keys: async () => (await import("./keys.ts")).command,
+  slurm: async () => (await import("./slurm.ts")).command,
 };
 
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */

@@ -52,26 +52,25 @@ export class SlurmAdapter {
 
   /**
    * One look at Slurm: nodes, jobs and MonkeyTree's holds. Holds of jobs that ended are
-   * released first, so the view never counts them.
+   * released first, so the view never counts them; with `release` false (a look that must
+   * change nothing) they are left, and count as any other reservation.
    */
-  async poll(): Promise<AdapterState> {
+  async poll(release = true): Promise<AdapterState> {
     const { slurm, topology } = this.options;
     const [nodes, jobs, reservations] = await Promise.all([slurm.nodes(), slurm.jobs(), slurm.reservations()]);
     const live = new Set(jobs.filter((job) => LIVE.has(job.state)).map((job) => job.id));
     const holds: Hold[] = [];
     const reserved = new Map<string, string>();
     for (const r of reservations) {
-      if (!r.name.startsWith(HOLD_PREFIX)) {
-        for (const node of r.nodes) reserved.set(node, r.name);
-        continue;
-      }
-      const job = holdJob(r.name);
-      if (job === null || !live.has(job)) {
+      const job = r.name.startsWith(HOLD_PREFIX) ? holdJob(r.name) : null;
+      if (job !== null && live.has(job)) {
+        for (const node of r.nodes) holds.push({ name: r.name, job, node });
+      } else if (r.name.startsWith(HOLD_PREFIX) && release) {
         this.options.log.info(() => `releasing hold ${r.name} on ${r.nodes.join(",")}: ${job === null ? "it names no job" : `Slurm job ${job} ended`}`);
         await slurm.release(r.name);
-        continue;
+      } else {
+        for (const node of r.nodes) reserved.set(node, r.name);
       }
-      for (const node of r.nodes) holds.push({ name: r.name, job, node });
     }
     const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved });
     return { ...view, holds, jobs };

@@ -6,6 +6,7 @@ import { SlurmAdapter, SlurmStateError } from "../../controller/slurm/adapter.ts
 import { holdName, Slurm } from "../../controller/slurm/commands.ts";
 import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
 import { createLogger } from "../../sdk/log.ts";
+import { runCli } from "../helpers/cli.ts";
 import { canRun } from "../helpers/prerequisites.ts";
 import { slurmPackages, startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
 
@@ -63,6 +64,40 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     expect(mine.pinned).toEqual([]);
     expect(mine.unavailable).toEqual([]);
     managed.delete(job);
+    cluster.run("scancel", job);
+    await cluster.until("the job gone", async () => (await adapter.poll()).pinned.length === 0);
+  });
+
+  it("monkeytree slurm prints the cluster as Slurm holds it, and writes the snapshot the planner reads", async () => {
+    const job = cluster.sbatch("sleep 600", "-N2", "--nodelist=n1,n2", "--comment=monkeytree:rings=2");
+    await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
+    cluster.run("scontrol", "update", "NodeName=n3", "State=DRAIN", "Reason=fan");
+    const output = join(cluster.dir, "snapshot.json");
+    const conf = ["--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "1", "--slurm-conf", cluster.conf];
+    const text = await runCli("slurm", ...conf, "--output", output);
+    expect(text.stderr).toBe("");
+    const why = `allocated to Slurm job ${job}`;
+    expect(text.stdout).toBe(
+      [
+        "2 racks × 2 hosts, 1 uplinks per rack; 1 pinned jobs, 3 unavailable hosts, 0 holds",
+        "",
+        "pinned job  rings  hosts",
+        `${job.padStart(10)}      2  n1 n2`,
+        "",
+        `unavailable  ${"why".padStart(why.length)}`,
+        `         n1  ${why}`,
+        `         n2  ${why}`,
+        `         n3  ${"drain (fan)".padStart(why.length)}`,
+        "",
+      ].join("\n"),
+    );
+    const snapshot = JSON.parse(readFileSync(output, "utf8")) as unknown;
+    expect(snapshot).toEqual({ topology: topology.topology, jobs: [{ id: job, rings: 2, hosts: [1, 2], movable: false }], unavailable: [1, 2, 3] });
+    // `monkeytree plan` accepts it as a snapshot (exit 2 would be a refused input).
+    const plan = await runCli("plan", "--snapshot", output, "--json");
+    expect(plan.stderr).toBe("");
+    expect(plan.code).not.toBe(2);
+    cluster.run("scontrol", "update", "NodeName=n3", "State=RESUME");
     cluster.run("scancel", job);
     await cluster.until("the job gone", async () => (await adapter.poll()).pinned.length === 0);
   });
