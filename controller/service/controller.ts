@@ -11,7 +11,7 @@ import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migrati
 import { WorkerSessions } from "./sessions.ts";
 import type { DurableState } from "./state.ts";
 import { statusReport } from "./status.ts";
-import type { ReplacementLauncher, StagingTransport } from "./transport.ts";
+import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
 
 /**
  * The controller's logic, free of sockets: requests come in through `handle`, and `drain`
@@ -39,6 +39,8 @@ export interface ControllerOptions {
   readonly planner: Planner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
+  /** The scheduler that owns the hosts (Slurm), if one does. */
+  readonly scheduler?: HostScheduler;
   readonly clock?: () => number;
   readonly logger?: Logger;
   readonly timeouts?: MigrationTimeouts;
@@ -94,6 +96,7 @@ export class Controller {
       planner: options.planner,
       transport: options.transport,
       launcher: options.launcher,
+      scheduler: options.scheduler ?? null,
       timeouts: options.timeouts ?? DEFAULT_TIMEOUTS,
       planTimeLimitMs: options.planTimeLimitMs ?? 2_000,
       stopLeadSteps: options.stopLeadSteps ?? DEFAULT_STOP_LEAD_STEPS,

@@ -4,12 +4,12 @@ import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
-import { assertNever, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
+import { assertNever, isCommitted, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
 import { clusterOf } from "./state.ts";
 import { decideStep } from "./steps.ts";
-import type { ReplacementLauncher, StagingTransport } from "./transport.ts";
+import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
 
 /**
  * Plan execution: plans when placement breaks a bound, drives the active plan's moves step
@@ -23,6 +23,8 @@ export interface ExecutionOptions {
   readonly planner: Planner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
+  /** The scheduler that owns the hosts, if any: holds destinations, takes back sources. */
+  readonly scheduler: HostScheduler | null;
   readonly timeouts: MigrationTimeouts;
   readonly planTimeLimitMs: number;
   /** Steps a job still trains after its move starts, before all its workers stop together. */
@@ -49,7 +51,14 @@ export class PlanExecution implements SessionMoves {
   recover(): void {
     const recovery = recoverMigrations(this.context.state, this.context.clock());
     for (const line of recovery.log) this.context.log.warn(() => line);
-    for (const m of recovery.migrations) this.context.record({ kind: "migration", migration: m });
+    for (const m of recovery.migrations) {
+      const before = this.context.state.migrations.get(m.id);
+      this.context.record({ kind: "migration", migration: m });
+      if (before) this.schedulerBooks(before, m);
+    }
+    // A committed move's hold and give-back may not have reached the scheduler before the
+    // restart; both are idempotent, so they are asked for again.
+    for (const m of this.openMigrations()) if (isCommitted(m.state)) this.committedBooks(m);
     for (const action of recovery.actions) this.execute(action);
     if (this.context.state.jobs.size) this.replanLater();
   }
@@ -195,8 +204,41 @@ export class PlanExecution implements SessionMoves {
       if (step.migration.state === "rolled-back" || step.actions.some((a) => a.type === "alert")) this.context.log.warn(() => line);
       else this.context.log.info(() => line);
     }
-    if (step.migration !== m) this.context.record({ kind: "migration", migration: step.migration });
+    if (step.migration !== m) {
+      this.context.record({ kind: "migration", migration: step.migration });
+      this.schedulerBooks(m, step.migration);
+    }
     for (const action of step.actions) this.execute(action);
+  }
+
+  /**
+   * The scheduler's side of a move's transition, run once the record is durable: a committed
+   * move gives its source back (keeping the destination's hold for the worker now there), a
+   * rolled-back one releases its hold. A failure is logged: the scheduler keeps a node busy
+   * that is free, which wastes it but hands no host to two jobs.
+   */
+  private schedulerBooks(before: Migration, after: Migration): void {
+    if (!isCommitted(before.state) && isCommitted(after.state)) this.committedBooks(after);
+    else if (before.state !== "rolled-back" && after.state === "rolled-back") this.rolledBackBooks(after);
+  }
+
+  private committedBooks(m: Migration): void {
+    const scheduler = this.options.scheduler;
+    if (!scheduler) return;
+    this.context.effect(() => {
+      scheduler.hold(m.job, m.id, m.to).catch(this.warn(m, `keeping host ${m.to} held in the scheduler`));
+      scheduler.giveBack(m.job, m.from).catch(this.warn(m, `giving host ${m.from} back to the scheduler`));
+    });
+  }
+
+  private rolledBackBooks(m: Migration): void {
+    const scheduler = this.options.scheduler;
+    if (!scheduler) return;
+    this.context.effect(() => void scheduler.release(m.job, m.id).catch(this.warn(m, `releasing the hold on host ${m.to}`)));
+  }
+
+  private warn(m: Migration, what: string): (error: unknown) => void {
+    return (error) => this.context.log.warn(() => `migration ${m.id}: ${what}: ${message(error)}`);
   }
 
   private execute(action: MigrationAction): void {
@@ -260,8 +302,16 @@ export class PlanExecution implements SessionMoves {
       const reason = `host ${action.host} stages at most ${capacity} bytes; the checkpoint has ${action.bytes}`;
       return this.context.effect(() => this.later(() => this.fire(action.migration, { type: "fail", reason })));
     }
+    const scheduler = this.options.scheduler;
+    // The destination is held first, so the scheduler starts no other job there while it stages.
+    const held = () =>
+      scheduler
+        ? scheduler.hold(m.job, m.id, action.host).catch((error: unknown) => {
+            throw new Error(`the scheduler would not hold it (${message(error)})`);
+          })
+        : Promise.resolve();
     this.context.effect(() =>
-      this.daemons.registered(action.host).then(() => this.options.transport.prepare({
+      held().then(() => this.daemons.registered(action.host)).then(() => this.options.transport.prepare({
         migration: action.migration,
         host: action.host,
         bytes: action.bytes,

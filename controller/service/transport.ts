@@ -36,3 +36,18 @@ export interface ReplacementLauncher {
   /** Starts the replacement launcher on the destination; asking twice for one token starts one. */
   spawn(request: ReplacementRequest): Promise<void>;
 }
+
+/**
+ * The cluster's scheduler, where one owns the hosts (Slurm): the controller keeps its books
+ * right around every move, so it never hands a destination to another job nor keeps a vacated
+ * source busy. Jobs are named by their MonkeyTree id, which under Slurm is the Slurm job id.
+ * Each call is idempotent: a restarted controller may make it again.
+ */
+export interface HostScheduler {
+  /** Before a move asks its destination for staging: the scheduler starts no other job on `host`. */
+  hold(job: string, migration: string, host: number): Promise<unknown>;
+  /** The move rolled back: its destination is the scheduler's again. */
+  release(job: string, migration: string): Promise<unknown>;
+  /** The move committed: the job no longer uses `host`, its source. */
+  giveBack(job: string, host: number): Promise<unknown>;
+}

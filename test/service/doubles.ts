@@ -1,4 +1,4 @@
-import type { ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
+import type { HostScheduler, ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
 
 /**
  * Test double for the hosts' side of a migration: grants staging in process (or refuses it
@@ -47,5 +47,36 @@ export class RecordingHosts implements StagingTransport, ReplacementLauncher {
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w();
+  }
+}
+
+/**
+ * Test double for the scheduler that owns the hosts (Slurm's adapter in production): records
+ * every call, in order, beside the hosts' calls in `log`, and refuses holds on `refuse`.
+ */
+export class RecordingScheduler implements HostScheduler {
+  readonly calls: string[] = [];
+  readonly refuse = new Set<number>();
+
+  constructor(private readonly log: string[] = []) {}
+
+  hold(job: string, migration: string, host: number): Promise<void> {
+    this.record(`hold ${job} ${migration} host ${host}`);
+    return this.refuse.has(host) ? Promise.reject(new Error(`host ${host} is reserved for maintenance`)) : Promise.resolve();
+  }
+
+  release(job: string, migration: string): Promise<void> {
+    this.record(`release ${job} ${migration}`);
+    return Promise.resolve();
+  }
+
+  giveBack(job: string, host: number): Promise<void> {
+    this.record(`give back ${job} host ${host}`);
+    return Promise.resolve();
+  }
+
+  private record(call: string): void {
+    this.calls.push(call);
+    this.log.push(call);
   }
 }

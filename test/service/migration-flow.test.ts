@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
+import { RecordingScheduler } from "./doubles.ts";
 import { INCARNATION, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
@@ -217,5 +218,67 @@ describe("controller service: a job start that breaks the bound", () => {
     });
     expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     expect(harness.hosts.prepared).toEqual([]);
+  });
+});
+
+describe("controller service: keeping the scheduler's books", () => {
+  const withScheduler = async () => {
+    const scheduler = new RecordingScheduler();
+    harness = await startController({ overrides: { scheduler } });
+    return { scheduler, client: connect(harness) };
+  };
+
+  it("holds the destination before staging, and gives the source back once the move commits", async () => {
+    const { scheduler, client } = await withScheduler();
+    const { move, step, source, stayer } = await plannedMove(client);
+    const stayerBarrier = stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    expect(scheduler.calls).toEqual([`hold ${move.job} ${move.id} host ${move.to}`]);
+    const verdict = source.barrier(step);
+    await reportTransfer(client, move, { outcome: "verified" });
+    expect(await verdict).toMatchObject({ kind: "stop" });
+    // The hold stays for the worker now on the destination; asked again, it changes nothing.
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([
+      `hold ${move.job} ${move.id} host ${move.to}`,
+      `hold ${move.job} ${move.id} host ${move.to}`,
+      `give back ${move.job} host ${move.from}`,
+    ]);
+    await new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` }).register(5_000);
+    expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
+  });
+
+  it("releases the hold when the move rolls back", async () => {
+    const { scheduler, client } = await withScheduler();
+    const { move, step, source, stayer } = await plannedMove(client);
+    void stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const verdict = source.barrier(step);
+    await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+    expect(await verdict).toEqual({ kind: "continue" });
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);
+  });
+
+  it("rolls back before any staging when the scheduler will not hold the destination", async () => {
+    const { scheduler, client } = await withScheduler();
+    for (const host of [2, 3, 6, 7]) scheduler.refuse.add(host);
+    const { move, moving } = await plannedMove(client);
+    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 10_000 }).toMatchObject({
+      state: "rolled-back",
+      reason: `host ${move.to} could not stage: the scheduler would not hold it (host ${move.to} is reserved for maintenance)`,
+    });
+    expect(harness!.hosts.prepared).toEqual([]);
+    expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);
+  });
+
+  it("releases the hold of a move a restart rolled back", async () => {
+    const { scheduler, client } = await withScheduler();
+    const { move, step, source, stayer } = await plannedMove(client);
+    stayer.barrier(step).catch(() => undefined);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    await Promise.all(clients.splice(0).map((c) => c.close()));
+    // The restarted controller gets the same scheduler (the harness keeps its overrides).
+    harness = await harness!.restart();
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);
   });
 });
