@@ -5,7 +5,9 @@ import { CREDENTIALS_ENV, ExitCode, credentialFlag, numberFlag, parseFlags, tabl
 const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json]
 
 Asks a running controller what it holds: jobs and their workers, host daemons, per-rack
-fragmentation against the bound, and every migration with its state.
+fragmentation against the bound, and every migration with its state; under a cluster
+scheduler (Slurm), also the jobs it counts but never moves, the hosts no worker may move to,
+and the holds that keep its destinations.
 
 options:
   --connect ADDR    controller address (default tcp://127.0.0.1:5555)
@@ -64,6 +66,13 @@ function render(report: StatusReport): string {
   ];
   if (report.jobs.length) {
     lines.push("", table(["job", "workers", "expected", "started", "generation", "hosts"], report.jobs.map((j) => [j.id, j.hosts.length, j.expected, j.started ? "yes" : "no", j.generation, j.hosts.join(" ")])));
+  }
+  const scheduler = report.scheduler;
+  if (scheduler) {
+    lines.push("", `scheduler: ${scheduler.pinned.length} pinned jobs, ${scheduler.unavailable.length} unavailable hosts, ${scheduler.holds.length} holds`);
+    if (scheduler.pinned.length) lines.push(table(["pinned job", "rings", "hosts"], scheduler.pinned.map((j) => [j.id, j.rings, j.hosts.join(" ")])));
+    if (scheduler.unavailable.length) lines.push(table(["unavailable", "why"], scheduler.unavailable.map((u) => [u.host, u.why])));
+    if (scheduler.holds.length) lines.push(table(["hold", "job", "node"], scheduler.holds.map((h) => [h.name, h.job, h.node])));
   }
   if (report.migrations.length) {
     lines.push(

@@ -10,6 +10,7 @@ import { DaemonLiveness } from "./liveness.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
 import { WorkerSessions } from "./sessions.ts";
 import type { DurableState } from "./state.ts";
+import { SchedulerWatch } from "./scheduler-watch.ts";
 import { statusReport } from "./status.ts";
 import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
 
@@ -41,6 +42,8 @@ export interface ControllerOptions {
   readonly launcher: ReplacementLauncher;
   /** The scheduler that owns the hosts (Slurm), if one does. */
   readonly scheduler?: HostScheduler;
+  /** How often to look at the scheduler's view of the cluster (default 3 s). */
+  readonly schedulerPollMs?: number;
   readonly clock?: () => number;
   readonly logger?: Logger;
   readonly timeouts?: MigrationTimeouts;
@@ -62,6 +65,8 @@ export interface ControllerOptions {
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
 export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
+/** A scheduler's changes (a job starting, a node drained) reach the plan within this. */
+export const DEFAULT_SCHEDULER_POLL_MS = 3_000;
 /** Steps a job trains between the start of its move and its stop barrier. */
 export const DEFAULT_STOP_LEAD_STEPS = 0;
 /** The journal is rewritten as one snapshot once it holds this many records. */
@@ -75,6 +80,7 @@ export class Controller {
   private readonly daemons: DaemonLiveness;
   private readonly sessions: WorkerSessions;
   private readonly plan: PlanExecution;
+  private readonly watch: SchedulerWatch | null;
   /** Called whenever there is something to drain: the server schedules a drain. */
   onWork: () => void = () => {};
 
@@ -92,11 +98,18 @@ export class Controller {
     });
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
+    this.watch = options.scheduler
+      ? new SchedulerWatch(this.context, options.scheduler, options.schedulerPollMs ?? DEFAULT_SCHEDULER_POLL_MS, (first) => {
+          this.plan.schedulerChanged(first);
+          this.context.wake();
+        })
+      : null;
     this.plan = new PlanExecution(this.context, this.sessions, this.daemons, {
       planner: options.planner,
       transport: options.transport,
       launcher: options.launcher,
       scheduler: options.scheduler ?? null,
+      watch: this.watch,
       timeouts: options.timeouts ?? DEFAULT_TIMEOUTS,
       planTimeLimitMs: options.planTimeLimitMs ?? 2_000,
       stopLeadSteps: options.stopLeadSteps ?? DEFAULT_STOP_LEAD_STEPS,
@@ -142,6 +155,7 @@ export class Controller {
     this.context.safely("checking deadlines", () => {
       const now = this.context.clock();
       this.daemons.checkHeartbeats(now, deafMs, (host) => this.plan.hostLost(host));
+      this.watch?.tick(now);
       this.plan.checkDeadlines(now);
     });
   }
@@ -177,6 +191,7 @@ export class Controller {
             state: this.context.state,
             ...this.sessions.view(),
             daemons: this.daemons.view(),
+            scheduler: this.watch?.view ?? null,
             journalRecords: this.context.journalRecords,
           }),
         );

@@ -7,6 +7,7 @@ import type { DaemonLiveness } from "./liveness.ts";
 import { assertNever, isCommitted, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
+import { pinnedJobs, type SchedulerWatch } from "./scheduler-watch.ts";
 import { clusterOf } from "./state.ts";
 import { decideStep } from "./steps.ts";
 import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
@@ -25,6 +26,8 @@ export interface ExecutionOptions {
   readonly launcher: ReplacementLauncher;
   /** The scheduler that owns the hosts, if any: holds destinations, takes back sources. */
   readonly scheduler: HostScheduler | null;
+  /** Its latest view of the cluster, with `scheduler`. */
+  readonly watch: SchedulerWatch | null;
   readonly timeouts: MigrationTimeouts;
   readonly planTimeLimitMs: number;
   /** Steps a job still trains after its move starts, before all its workers stop together. */
@@ -65,6 +68,14 @@ export class PlanExecution implements SessionMoves {
 
   replanSoon(): void {
     this.replanWanted = true;
+  }
+
+  /**
+   * The scheduler's view changed: plan again. Its first view (after a start or a restart)
+   * does not cut short a backoff already scheduled, which keeps a restart from pausing jobs at once.
+   */
+  schedulerChanged(first: boolean): void {
+    if (!first || this.replanAt === null) this.replanWanted = true;
   }
 
   replanIfWanted(): void {
@@ -110,7 +121,16 @@ export class PlanExecution implements SessionMoves {
       this.replanWanted = true;
       return;
     }
-    const cluster = clusterOf(this.context.state);
+    const watch = this.options.watch;
+    // Under a scheduler, the cluster is unknown until its first view: the plan waits for it.
+    if (watch && !watch.view) {
+      this.replanWanted = true;
+      return;
+    }
+    const view = watch?.view ?? null;
+    const pinned = pinnedJobs(this.context.state, view);
+    const unavailable = new Set(view?.unavailable.map((u) => u.host));
+    const cluster = clusterOf(this.context.state, pinned, [...unavailable]);
     if (withinBounds(cluster)) return;
     let plan;
     try {
@@ -122,6 +142,15 @@ export class PlanExecution implements SessionMoves {
     }
     this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
     if (plan.moves.length === 0) return;
+    // A planner that does not honour pinned jobs and unavailable hosts must not move them.
+    const pinnedIds = new Set(pinned.map((job) => job.id));
+    const wrong = plan.moves.find((m) => pinnedIds.has(m.job) || unavailable.has(m.to));
+    if (wrong) {
+      const why = pinnedIds.has(wrong.job) ? `job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `onto host ${wrong.to}, which the scheduler says is unavailable`;
+      this.context.log.error(() => `the plan moves a worker of ${why}; it is not carried out`);
+      this.replanLater();
+      return;
+    }
     const id = `p${this.context.state.plans}`;
     this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
     this.drive();

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
-import { TopologySchema, type Topology } from "../model/snapshot.ts";
+import { TopologySchema, type Job, type Topology } from "../model/snapshot.ts";
 import { ringOrder } from "../route/ring-order.ts";
 import { MoveSchema } from "../plan/schema.ts";
 import { ReplacementNameSchema } from "../../sdk/protocol/replacement.ts";
@@ -219,14 +219,19 @@ function commitMove(state: DurableState, m: Migration): Map<string, JobState> {
   return jobs;
 }
 
-/** The model's view: every started job, sorted by id so plans do not depend on arrival order. */
-export function clusterOf(state: DurableState): Cluster {
+/**
+ * The model's view: every started job, sorted by id so plans do not depend on arrival order,
+ * then the jobs a cluster scheduler says MonkeyTree must count but never move, and the hosts
+ * it says no worker may move to.
+ */
+export function clusterOf(state: DurableState, pinned: readonly Job[] = [], unavailable: readonly number[] = []): Cluster {
   const jobs = [...state.jobs.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   return clusterFromSnapshot({
     topology: state.topology,
     lambda: state.lambda,
     ...(state.podLambda === null ? {} : { podLambda: state.podLambda }),
-    jobs: jobs.map((job) => ({ id: job.id, rings: job.rings, groups: job.groups.map((g) => [...g]) })),
+    jobs: [...jobs.map((job) => ({ id: job.id, rings: job.rings, groups: job.groups.map((g) => [...g]) })), ...pinned],
+    ...(unavailable.length ? { unavailable: [...unavailable] } : {}),
   });
 }
 

@@ -3,7 +3,9 @@ import { routeCluster } from "../route/index.ts";
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { jobHosts } from "./assignment.ts";
+import { pinnedJobs } from "./scheduler-watch.ts";
 import { clusterOf, type DurableState } from "./state.ts";
+import type { SchedulerView } from "./transport.ts";
 
 /** What the controller knows beyond its durable state: who is connected right now. */
 export interface LiveView {
@@ -13,12 +15,15 @@ export interface LiveView {
   readonly workers: number;
   readonly daemons: readonly { readonly host: number; readonly lost: boolean }[];
   readonly journalRecords: number;
+  /** The cluster scheduler's latest view, when one owns the hosts. */
+  readonly scheduler: SchedulerView | null;
 }
 
 /** The `status.report` answer: placement, bounds, routing and the latest plan's moves. */
 export function statusReport(id: number, view: LiveView): StatusReport {
   const { state } = view;
-  const cluster = clusterOf(state);
+  const pinned = pinnedJobs(state, view.scheduler);
+  const cluster = clusterOf(state, pinned);
   // Groups are kept in ring order, so routing keeps the orders the workers rank by.
   const routes = routeCluster(cluster, { previousOrders: cluster.placement });
   const started = [...state.jobs.values()].map((job) => ({
@@ -55,5 +60,14 @@ export function statusReport(id: number, view: LiveView): StatusReport {
       history: [...m.history],
     })),
     journalRecords: view.journalRecords,
+    ...(view.scheduler
+      ? {
+          scheduler: {
+            pinned: pinned.map((job) => ({ id: job.id, rings: job.rings ?? 1, hosts: [...(job.hosts ?? [])] })),
+            unavailable: view.scheduler.unavailable.map((u) => ({ host: u.host, why: u.why })),
+            holds: view.scheduler.holds.map((h) => ({ name: h.name, job: h.job, node: h.node })),
+          },
+        }
+      : {}),
   };
 }

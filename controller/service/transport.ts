@@ -43,7 +43,16 @@ export interface ReplacementLauncher {
  * source busy. Jobs are named by their MonkeyTree id, which under Slurm is the Slurm job id.
  * Each call is idempotent: a restarted controller may make it again.
  */
+/** What the scheduler says of the cluster: jobs MonkeyTree must count but never move, hosts no worker may move to, its holds. */
+export interface SchedulerView {
+  readonly pinned: readonly { readonly id: string; readonly rings: number; readonly hosts: readonly number[] }[];
+  readonly unavailable: readonly { readonly host: number; readonly why: string }[];
+  readonly holds: readonly { readonly name: string; readonly job: string; readonly node: string }[];
+}
+
 export interface HostScheduler {
+  /** A fresh look at the cluster; releases the holds of jobs that ended. */
+  view(): Promise<SchedulerView>;
   /** Before a move asks its destination for staging: the scheduler starts no other job on `host`. */
   hold(job: string, migration: string, host: number): Promise<unknown>;
   /** The move rolled back: its destination is the scheduler's again. */

@@ -76,6 +76,11 @@ export class SlurmAdapter {
     return { ...view, holds, jobs };
   }
 
+  /** The controller's regular look: `poll`, releasing the holds of ended jobs. */
+  view(): Promise<AdapterState> {
+    return this.poll(true);
+  }
+
   /** Holds host `host` for Slurm job `job`'s migration `migration`, for the job's user. */
   async hold(job: string, migration: string, host: number): Promise<Hold> {
     const { slurm, topology } = this.options;

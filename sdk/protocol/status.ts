@@ -38,5 +38,16 @@ export const StatusReportSchema = z.strictObject({
   /** Moves of the latest plan. */
   migrations: list(MigrationSummarySchema),
   journalRecords: count,
+  /** Where a cluster scheduler owns the hosts (Slurm): what it says of them. */
+  scheduler: z
+    .strictObject({
+      /** Jobs that did not register: counted where they run, never moved. */
+      pinned: list(z.strictObject({ id: JobIdSchema, rings: count, hosts: list(HostSchema) })),
+      /** Hosts no worker may move to, and why. */
+      unavailable: list(z.strictObject({ host: HostSchema, why: textSchema("why") })),
+      /** The scheduler's reservations that keep MonkeyTree's destinations. */
+      holds: list(z.strictObject({ name: textSchema("hold"), job: JobIdSchema, node: textSchema("node") })),
+    })
+    .optional(),
 });
 export type StatusReport = z.infer<typeof StatusReportSchema>;

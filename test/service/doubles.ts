@@ -1,4 +1,4 @@
-import type { HostScheduler, ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
+import type { HostScheduler, SchedulerView, ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
 
 /**
  * Test double for the hosts' side of a migration: grants staging in process (or refuses it
@@ -57,8 +57,28 @@ export class RecordingHosts implements StagingTransport, ReplacementLauncher {
 export class RecordingScheduler implements HostScheduler {
   readonly calls: string[] = [];
   readonly refuse = new Set<number>();
+  /** What `view()` answers; a test changes it as the cluster would change. */
+  current: SchedulerView = { pinned: [], unavailable: [], holds: [] };
+  /** Set to keep `view()` from answering until the test calls `answer()`. */
+  private waiting: (() => void)[] | null = null;
 
   constructor(private readonly log: string[] = []) {}
+
+  view(): Promise<SchedulerView> {
+    if (!this.waiting) return Promise.resolve(this.current);
+    return new Promise((resolve) => this.waiting!.push(() => resolve(this.current)));
+  }
+
+  /** From now on `view()` waits for `answer()`. */
+  silence(): void {
+    this.waiting = [];
+  }
+
+  answer(): void {
+    const waiting = this.waiting ?? [];
+    this.waiting = null;
+    for (const resolve of waiting) resolve();
+  }
 
   hold(job: string, migration: string, host: number): Promise<void> {
     this.record(`hold ${job} ${migration} host ${host}`);

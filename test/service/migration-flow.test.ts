@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
+import { runCli } from "../helpers/cli.ts";
 import { RecordingScheduler } from "./doubles.ts";
 import { INCARNATION, startController, type Harness } from "./harness.ts";
 
@@ -222,10 +223,13 @@ describe("controller service: a job start that breaks the bound", () => {
 });
 
 describe("controller service: keeping the scheduler's books", () => {
+  /** A controller under a scheduler, once its first view arrived (before it, nothing is planned). */
   const withScheduler = async () => {
     const scheduler = new RecordingScheduler();
     harness = await startController({ overrides: { scheduler } });
-    return { scheduler, client: connect(harness) };
+    const client = connect(harness);
+    await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toBeDefined();
+    return { scheduler, client };
   };
 
   it("holds the destination before staging, and gives the source back once the move commits", async () => {
@@ -269,6 +273,53 @@ describe("controller service: keeping the scheduler's books", () => {
     expect(harness!.hosts.prepared).toEqual([]);
     expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);
+  });
+
+  it("counts the scheduler's pinned jobs in fragmentation and shows them, its unavailable hosts and holds", async () => {
+    const { scheduler, client } = await withScheduler();
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }] };
+    await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toEqual({
+      pinned: [{ id: "77", rings: 1, hosts: [0, 4] }],
+      unavailable: [{ host: 3, why: "drain (fan)" }],
+      holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }],
+    });
+    expect((await client.status()).fragmentation).toEqual([1, 1]);
+    const text = await runCli("status", "--connect", harness!.server.endpoint);
+    expect(text.stdout).toContain(
+      [
+        "scheduler: 1 pinned jobs, 1 unavailable hosts, 1 holds",
+        "pinned job  rings  hosts",
+        "        77      1    0 4",
+        "unavailable          why",
+        "          3  drain (fan)",
+        "              hold  job  node",
+        "monkeytree-12-p0-0   12    n6",
+      ].join("\n"),
+    );
+  });
+
+  it("never carries out a plan that moves a pinned job", async () => {
+    const { scheduler, client } = await withScheduler();
+    // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [] };
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("which the scheduler says is not MonkeyTree's to move; it is not carried out");
+    const status = await client.status();
+    expect(status).toMatchObject({ withinBounds: false, migrations: [] });
+    expect(scheduler.calls).toEqual([]);
+  });
+
+  it("plans nothing before the scheduler's first view", async () => {
+    const scheduler = new RecordingScheduler();
+    scheduler.silence();
+    harness = await startController({ overrides: { scheduler } });
+    const client = connect(harness);
+    await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 5]);
+    const status = await client.status();
+    expect(status).toMatchObject({ withinBounds: false, migrations: [] });
+    expect(status.scheduler).toBeUndefined();
+    scheduler.answer();
+    await expect.poll(async () => (await client.status()).migrations.length, { timeout: 10_000 }).toBe(1);
   });
 
   it("releases the hold of a move a restart rolled back", async () => {

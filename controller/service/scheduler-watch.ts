@@ -1,0 +1,72 @@
+import type { Job } from "../model/snapshot.ts";
+import type { ControllerContext } from "./context.ts";
+import type { DurableState } from "./state.ts";
+import type { HostScheduler, SchedulerView } from "./transport.ts";
+
+/**
+ * The controller's look at the cluster's scheduler: it polls `view()` every `pollMs` (one
+ * look at a time), keeps the latest, and asks for a plan when what it says changed. Until the
+ * first look arrives the cluster is unknown, so nothing is planned; the first look only lets a
+ * plan that was already due go ahead (after a restart, that waits out the replan backoff).
+ */
+export class SchedulerWatch {
+  private latest: SchedulerView | null = null;
+  private polling = false;
+  private lastPoll = -Infinity;
+  private lastError: string | null = null;
+
+  constructor(
+    private readonly context: ControllerContext,
+    private readonly scheduler: HostScheduler,
+    private readonly pollMs: number,
+    /** `first`: the first look, which changes nothing that was known. */
+    private readonly changed: (first: boolean) => void,
+  ) {}
+
+  get view(): SchedulerView | null {
+    return this.latest;
+  }
+
+  /** Called on every tick: starts a look when the last is `pollMs` old and none is in flight. */
+  tick(now: number): void {
+    if (this.polling || now - this.lastPoll < this.pollMs) return;
+    this.polling = true;
+    this.lastPoll = now;
+    this.scheduler.view().then(
+      (view) => this.context.safely("reading the scheduler's view", () => this.update(view)),
+      (error: unknown) => {
+        this.polling = false;
+        const text = error instanceof Error ? error.message : String(error);
+        // A scheduler that stays down is reported once, not every few seconds.
+        if (text !== this.lastError) this.context.log.warn(() => `the scheduler did not answer; keeping its last view: ${text}`);
+        this.lastError = text;
+      },
+    );
+  }
+
+  private update(view: SchedulerView): void {
+    this.polling = false;
+    this.lastError = null;
+    const before = this.latest;
+    this.latest = view;
+    if (!before || key(before) !== key(view)) this.changed(before === null);
+  }
+}
+
+/** Only what the planner sees: the pinned jobs and the unavailable hosts. */
+const key = (view: SchedulerView): string => JSON.stringify([view.pinned, view.unavailable.map((u) => u.host)]);
+
+/**
+ * The scheduler's pinned jobs as snapshot jobs beside MonkeyTree's own: never moved, counted
+ * where they run. A host MonkeyTree's own job holds is left out of them, and so is a job
+ * MonkeyTree knows by the same id (its launchers registered since the last look).
+ */
+export function pinnedJobs(state: DurableState, view: SchedulerView | null): Job[] {
+  if (!view) return [];
+  const ours = new Set([...state.jobs.values()].flatMap((job) => job.groups.flat()));
+  return view.pinned.flatMap((job) => {
+    if (state.jobs.has(job.id)) return [];
+    const hosts = job.hosts.filter((h) => !ours.has(h));
+    return hosts.length ? [{ id: job.id, rings: job.rings, hosts, movable: false }] : [];
+  });
+}
