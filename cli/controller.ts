@@ -8,6 +8,8 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { SlurmAdapter } from "../controller/slurm/adapter.ts";
+import { Slurm } from "../controller/slurm/commands.ts";
 import { loadConfig } from "./config.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
@@ -25,6 +27,7 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--stop-lead N]
+                             [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
 register their workers and meet it at every iteration barrier; when a job starts or ends it
@@ -50,6 +53,14 @@ ${TOPOLOGY_HELP}
                          together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
                          the move does; raise this when a replacement takes longer to start
                          (CUDA, NCCL, building the model) than a step plus the transfer
+  --scheduler slurm      Slurm owns the hosts (needs --topology, which names them as Slurm does):
+                         jobs that did not register are counted where they run and never
+                         moved, no worker moves onto a node Slurm could give another job, a
+                         move's destination is held (a reservation) before it stages and its
+                         source given back (the job shrinks) once it commits. See README,
+                         "On a Slurm cluster"
+  --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
+  --scheduler-poll S     look at Slurm every S seconds (default 3)
   -h, --help             show this help
 
 Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
@@ -72,6 +83,9 @@ export const command: Command = {
       "heartbeat-timeout": { type: "string" },
       "stop-lead": { type: "string" },
       ...TOPOLOGY_FLAGS,
+      scheduler: { type: "string" },
+      "slurm-conf": { type: "string" },
+      "scheduler-poll": { type: "string" },
     });
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
@@ -99,6 +113,23 @@ export const command: Command = {
     if (flags.insecure && !isLoopback(bind)) {
       logger.warn(() => `listening on ${bind} with --insecure: any client on the network can register daemons and jobs, and so owns every host`);
     }
+    if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
+    if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined)) {
+      throw new UsageError("--slurm-conf and --scheduler-poll go with --scheduler slurm");
+    }
+    if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
+    const schedulerPollMs = numberFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1) * 1000;
+    // The controller's started jobs are Slurm's jobs of the same id, and movable.
+    let started: () => ReadonlySet<string> = () => new Set();
+    const scheduler =
+      flags.scheduler === "slurm" && named
+        ? new SlurmAdapter({
+            slurm: new Slurm(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }),
+            topology: named,
+            managed: () => started(),
+            log: createLogger("slurm", (line) => io.err.write(`${line}\n`)),
+          })
+        : undefined;
     const daemons = new DaemonHosts();
     let server: ControllerServer;
     try {
@@ -114,6 +145,7 @@ export const command: Command = {
         heartbeatTimeoutMs: heartbeatSeconds * 1000,
         stopLeadSteps,
         logger,
+        ...(scheduler ? { scheduler, schedulerPollMs } : {}),
         ...(keyring ? { keyring } : {}),
       });
     } catch (error) {
@@ -122,6 +154,7 @@ export const command: Command = {
       }
       throw error;
     }
+    started = () => new Set(server.controller.durable.jobs.keys());
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
     io.out.write(`controller listening on ${server.endpoint}\n`);
     const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);

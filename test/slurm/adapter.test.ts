@@ -1,4 +1,6 @@
+import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { hostIndexOf, parseTopologyFile, type NamedTopology } from "../../controller/model/named-topology.ts";
@@ -6,6 +8,7 @@ import { SlurmAdapter, SlurmStateError } from "../../controller/slurm/adapter.ts
 import { holdName, Slurm } from "../../controller/slurm/commands.ts";
 import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
 import { createLogger } from "../../sdk/log.ts";
+import { StatusReportSchema } from "../../sdk/protocol/status.ts";
 import { runCli } from "../helpers/cli.ts";
 import { canRun } from "../helpers/prerequisites.ts";
 import { slurmPackages, startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
@@ -100,6 +103,47 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     cluster.run("scontrol", "update", "NodeName=n3", "State=RESUME");
     cluster.run("scancel", job);
     await cluster.until("the job gone", async () => (await adapter.poll()).pinned.length === 0);
+  });
+
+  it("monkeytree controller --scheduler slurm counts a job that did not register, never moves it, and shows what Slurm says", async () => {
+    const journal = join(cluster.dir, "journal");
+    const args = ["controller", "--scheduler", "slurm", "--slurm-conf", cluster.conf, "--scheduler-poll", "0.2", "--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "1", "--bind", "tcp://127.0.0.1:*", "--journal", journal];
+    const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const logs: string[] = [];
+    createInterface({ input: child.stderr! }).on("line", (line) => logs.push(line));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    try {
+      const endpoint = await new Promise<string>((resolve) =>
+        createInterface({ input: child.stdout! }).on("line", (line) => {
+          const match = /^controller listening on (\S+)$/.exec(line);
+          if (match?.[1]) resolve(match[1]);
+        }),
+      );
+      const status = async () => StatusReportSchema.parse(JSON.parse((await runCli("status", "--connect", endpoint, "--json")).stdout));
+      const job = cluster.sbatch("sleep 600", "-N2", "--nodelist=n1,n2", "--comment=monkeytree:rings=2");
+      await cluster.until("the controller counting the job", async () => (await status()).scheduler?.pinned.length === 1);
+      const report = await status();
+      expect(report.scheduler).toEqual({
+        pinned: [{ id: job, rings: 2, hosts: [1, 2] }],
+        unavailable: [
+          { host: 1, why: `allocated to Slurm job ${job}` },
+          { host: 2, why: `allocated to Slurm job ${job}` },
+        ],
+        holds: [],
+      });
+      // Its two rings cross both racks' single uplinks; only moving it would help, which is not MonkeyTree's to do.
+      expect(report).toMatchObject({ fragmentation: [2, 2], withinBounds: false, migrations: [] });
+      await cluster.until("the refused plan logged", () => logs.some((line) => line.includes(`job "${job}", which the scheduler says is not MonkeyTree's to move`)));
+      cluster.run("scontrol", "update", "NodeName=n3", "State=DRAIN", "Reason=psu");
+      await cluster.until("n3 unavailable", async () => (await status()).scheduler?.unavailable.some((u) => u.host === 3 && u.why === "drain (psu)"));
+      cluster.run("scontrol", "update", "NodeName=n3", "State=RESUME");
+      cluster.run("scancel", job);
+      await cluster.until("the job gone", async () => (await status()).scheduler?.pinned.length === 0);
+      expect((await status()).withinBounds).toBe(true);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
   });
 
   it("holds a destination so Slurm starts nothing there, and releases it when the job ends", async () => {
