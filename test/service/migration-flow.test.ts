@@ -322,6 +322,21 @@ describe("controller service: keeping the scheduler's books", () => {
     await expect.poll(async () => (await client.status()).migrations.length, { timeout: 10_000 }).toBe(1);
   });
 
+  it("asks again for the hold and the give-back of a move that committed before a restart", async () => {
+    const { scheduler, client } = await withScheduler();
+    const { move, step, source, stayer } = await plannedMove(client);
+    stayer.barrier(step).catch(() => undefined);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const verdict = source.barrier(step);
+    await reportTransfer(client, move, { outcome: "verified" });
+    expect(await verdict).toMatchObject({ kind: "stop" });
+    const committed = [`hold ${move.job} ${move.id} host ${move.to}`, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`];
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual(committed);
+    await Promise.all(clients.splice(0).map((c) => c.close()));
+    harness = await harness!.restart();
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([...committed, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`]);
+  });
+
   it("releases the hold of a move a restart rolled back", async () => {
     const { scheduler, client } = await withScheduler();
     const { move, step, source, stayer } = await plannedMove(client);
