@@ -9,7 +9,9 @@ import { holdName, Slurm } from "../../controller/slurm/commands.ts";
 import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { StatusReportSchema } from "../../sdk/protocol/status.ts";
+import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { runCli } from "../helpers/cli.ts";
+import { INCARNATION, startController } from "../service/harness.ts";
 import { canRun } from "../helpers/prerequisites.ts";
 import { slurmPackages, startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
 
@@ -194,6 +196,49 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     expect(state(job)).toBe("RUNNING n[0-1]");
     expect(nodeState("n1")).toBe("alloc");
     cluster.run("scancel", job);
+  });
+
+  it("keeps Slurm's books around a controller's move: holds the destination, gives the source back, releases at the job's end", async () => {
+    // Job a (two rings) spans both racks over their single uplinks; c fills the rest of rack 1,
+    // so the one move that helps is a's worker from n2 to the idle n1.
+    const a = cluster.sbatch("sleep 600", "-N2", "--nodelist=n0,n2");
+    const c = cluster.sbatch("sleep 600", "-N1", "--nodelist=n3");
+    await cluster.until("both jobs running", () => state(a).startsWith("RUNNING") && state(c).startsWith("RUNNING"));
+    const scheduler = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => new Set([a, c]), log: createLogger("slurm", (line) => lines.push(line)) });
+    const harness = await startController({ topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 }, overrides: { scheduler, schedulerPollMs: 200 } });
+    const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
+    try {
+      await cluster.until("the controller's first look at Slurm", async () => (await client.status()).scheduler !== undefined);
+      const options = { checkpointBytes: 1 << 20, barrierTimeoutMs: 30_000 };
+      await new WorkerClient(client, { job: c, group: 0, host: 3 }, { tp: 1, pp: 1, dp: 1 }, options).register(5_000);
+      const tp2 = { tp: 2, pp: 1, dp: 2 };
+      const workers = [0, 2].map((host) => new WorkerClient(client, { job: a, group: 0, host }, tp2, options));
+      await Promise.all(workers.map((w) => w.register(5_000)));
+      const move = (await client.status()).migrations[0]!;
+      expect(move).toMatchObject({ job: a, from: 2, to: 1 });
+      const [stayer, source] = workers as [WorkerClient, WorkerClient];
+      const stayerBarrier = stayer.barrier(move.stopStep!);
+      expect((await source.barrier(move.stopStep!)).kind).toBe("migrate-out");
+      // Held before staging: Slurm starts no other job on n1.
+      const other = cluster.sbatch("sleep 600", "-N1", "--nodelist=n1");
+      await cluster.until("the other job refused n1", () => state(other) === "PENDING (ReqNodeNotAvail, May be reserved for other job)");
+      const verdict = source.barrier(move.stopStep!);
+      await client.request({ type: "daemon.register", host: 1, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+      await client.request({ type: "daemon.transfer-result", host: 1, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" });
+      expect(await verdict).toMatchObject({ kind: "stop" });
+      // Committed: the job no longer holds n2, which Slurm may use again; n1 stays held for the moved worker.
+      await cluster.until("n2 given back", () => state(a) === "RUNNING n0" && nodeState("n2") === "idle");
+      expect(state(other)).toBe("PENDING (ReqNodeNotAvail, May be reserved for other job)");
+      await new WorkerClient(client, { job: a, group: 0, host: 1 }, tp2, { ...options, token: `token-${move.id}` }).register(5_000);
+      expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
+      // The job ends: the controller's next look releases the hold, and Slurm starts the waiting job there.
+      cluster.run("scancel", a);
+      await cluster.until("the other job on n1", () => state(other) === "RUNNING n1");
+      cluster.run("scancel", c, other);
+    } finally {
+      await client.close();
+      await harness.close();
+    }
   });
 
   it("keeps holds across a slurmctld restart, and a new adapter releases those of jobs that ended meanwhile", async () => {
