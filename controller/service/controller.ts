@@ -99,10 +99,16 @@ export class Controller {
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
     this.watch = options.scheduler
-      ? new SchedulerWatch(this.context, options.scheduler, options.schedulerPollMs ?? DEFAULT_SCHEDULER_POLL_MS, (first) => {
-          this.plan.schedulerChanged(first);
-          this.context.wake();
-        })
+      ? new SchedulerWatch(
+          this.context,
+          options.scheduler,
+          options.schedulerPollMs ?? DEFAULT_SCHEDULER_POLL_MS,
+          (first) => {
+            this.plan.schedulerChanged(first);
+            this.context.wake();
+          },
+          (job) => this.sessions.end(job, `the scheduler reports job ${job} ended`),
+        )
       : null;
     this.plan = new PlanExecution(this.context, this.sessions, this.daemons, {
       planner: options.planner,

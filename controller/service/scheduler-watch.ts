@@ -14,6 +14,8 @@ export class SchedulerWatch {
   private polling = false;
   private lastPoll = -Infinity;
   private lastError: string | null = null;
+  /** Started jobs the scheduler was seen running: when one is no longer, it ended. */
+  private readonly seen = new Set<string>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -21,6 +23,8 @@ export class SchedulerWatch {
     private readonly pollMs: number,
     /** `first`: the first look, which changes nothing that was known. */
     private readonly changed: (first: boolean) => void,
+    /** The scheduler no longer runs this started job (it ended, or was cancelled). */
+    private readonly ended: (job: string) => void,
   ) {}
 
   get view(): SchedulerView | null {
@@ -49,6 +53,12 @@ export class SchedulerWatch {
     this.lastError = null;
     const before = this.latest;
     this.latest = view;
+    // Only jobs seen running: a MonkeyTree job the scheduler never ran is not its to end.
+    const live = new Set(view.live);
+    for (const job of this.context.state.jobs.keys()) {
+      if (live.has(job)) this.seen.add(job);
+      else if (this.seen.delete(job)) this.ended(job);
+    }
     if (!before || key(before) !== key(view)) this.changed(before === null);
   }
 }

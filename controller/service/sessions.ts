@@ -221,13 +221,20 @@ export class WorkerSessions {
   }
 
   finish(target: ReplyTarget, jobId: string): void {
+    if (!this.end(jobId, `job ${jobId} finished`) && !this.state.finished.includes(jobId)) {
+      throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
+    }
+    this.context.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
+  }
+
+  /**
+   * Ends job `jobId` because `why`: its moves in flight fail, it is journaled finished, and its
+   * workers are told to stop (a held barrier now, the others at their next one, which finds
+   * no job). Returns whether the controller knew the job.
+   */
+  end(jobId: string, why: string): boolean {
     const pending = this.pendingJobs.get(jobId);
     const job = this.state.jobs.get(jobId);
-    if (!pending && !job) {
-      if (!this.state.finished.includes(jobId)) throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
-      this.context.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
-      return;
-    }
     if (pending) {
       this.pendingJobs.delete(jobId);
       for (const [host, w] of pending.workers) {
@@ -236,18 +243,18 @@ export class WorkerSessions {
       }
     }
     if (job) {
-      for (const m of this.moves().openMigrations()) if (m.job === jobId) this.moves().fire(m.id, { type: "fail", reason: `job ${jobId} finished` });
+      for (const m of this.moves().openMigrations()) if (m.job === jobId) this.moves().fire(m.id, { type: "fail", reason: why });
       this.context.record({ kind: "job-finished", job: jobId });
       this.stops.delete(jobId);
       for (const [host, session] of this.workers) {
         if (session.job !== jobId) continue;
-        if (session.held) this.context.directive(session.held.target, { kind: "stop", reason: `job ${jobId} finished` });
+        if (session.held) this.context.directive(session.held.target, { kind: "stop", reason: why });
         this.workers.delete(host);
       }
-      this.context.log.info(() => `job ${jobId} finished; hosts ${jobHosts(job).join(", ")} are free`);
+      this.context.log.info(() => `${why}; hosts ${jobHosts(job).join(", ")} are free`);
       this.moves().replanSoon();
     }
-    this.context.send(target, { v: PROTOCOL_VERSION, type: "job.finished", id: target.id, job: jobId });
+    return pending !== undefined || job !== undefined;
   }
 
   // ── what plan execution does with the workers ──────────────────────────────────────────

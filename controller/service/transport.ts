@@ -48,6 +48,8 @@ export interface SchedulerView {
   readonly pinned: readonly { readonly id: string; readonly rings: number; readonly hosts: readonly number[] }[];
   readonly unavailable: readonly { readonly host: number; readonly why: string }[];
   readonly holds: readonly { readonly name: string; readonly job: string; readonly node: string }[];
+  /** Ids of the scheduler's jobs that still run (or wait): a MonkeyTree job seen here and later missing has ended. */
+  readonly live: readonly string[];
 }
 
 export interface HostScheduler {

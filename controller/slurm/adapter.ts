@@ -28,6 +28,8 @@ export interface Hold {
 export interface AdapterState extends SlurmView {
   readonly holds: readonly Hold[];
   readonly jobs: readonly SlurmJob[];
+  /** Ids of the jobs that still run or wait. */
+  readonly live: readonly string[];
 }
 
 /** What Slurm holds does not allow a hold or a give-back; the message says why and what happens instead. */
@@ -73,7 +75,7 @@ export class SlurmAdapter {
       }
     }
     const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved });
-    return { ...view, holds, jobs };
+    return { ...view, holds, jobs, live: [...live] };
   }
 
   /** The controller's regular look: `poll`, releasing the holds of ended jobs. */

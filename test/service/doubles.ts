@@ -58,13 +58,17 @@ export class RecordingScheduler implements HostScheduler {
   readonly calls: string[] = [];
   readonly refuse = new Set<number>();
   /** What `view()` answers; a test changes it as the cluster would change. */
-  current: SchedulerView = { pinned: [], unavailable: [], holds: [] };
+  current: SchedulerView = { pinned: [], unavailable: [], holds: [], live: [] };
   /** Set to keep `view()` from answering until the test calls `answer()`. */
   private waiting: (() => void)[] | null = null;
 
   constructor(private readonly log: string[] = []) {}
 
+  /** How many times the controller looked. */
+  looks = 0;
+
   view(): Promise<SchedulerView> {
+    this.looks++;
     if (!this.waiting) return Promise.resolve(this.current);
     return new Promise((resolve) => this.waiting!.push(() => resolve(this.current)));
   }

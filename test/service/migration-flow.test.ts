@@ -226,7 +226,7 @@ describe("controller service: keeping the scheduler's books", () => {
   /** A controller under a scheduler, once its first view arrived (before it, nothing is planned). */
   const withScheduler = async () => {
     const scheduler = new RecordingScheduler();
-    harness = await startController({ overrides: { scheduler } });
+    harness = await startController({ overrides: { scheduler, schedulerPollMs: 50 } });
     const client = connect(harness);
     await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toBeDefined();
     return { scheduler, client };
@@ -277,7 +277,7 @@ describe("controller service: keeping the scheduler's books", () => {
 
   it("counts the scheduler's pinned jobs in fragmentation and shows them, its unavailable hosts and holds", async () => {
     const { scheduler, client } = await withScheduler();
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }] };
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }], live: [] };
     await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toEqual({
       pinned: [{ id: "77", rings: 1, hosts: [0, 4] }],
       unavailable: [{ host: 3, why: "drain (fan)" }],
@@ -301,11 +301,25 @@ describe("controller service: keeping the scheduler's books", () => {
   it("never carries out a plan that moves a pinned job", async () => {
     const { scheduler, client } = await withScheduler();
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [] };
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [] };
     await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("which the scheduler says is not MonkeyTree's to move; it is not carried out");
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
     expect(scheduler.calls).toEqual([]);
+  });
+
+  it("ends a job the scheduler ran and no longer runs, and stops its workers; never one it did not run", async () => {
+    const { scheduler, client } = await withScheduler();
+    scheduler.current = { ...scheduler.current, live: ["a"] };
+    const a = await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 2]);
+    const seen = scheduler.looks;
+    // Two more looks: at least one whole look saw job a running.
+    await expect.poll(() => scheduler.looks, { timeout: 10_000 }).toBeGreaterThan(seen + 1);
+    scheduler.current = { ...scheduler.current, live: [] };
+    await expect.poll(async () => (await client.status()).jobs.map((j) => j.id), { timeout: 10_000 }).toEqual(["b"]);
+    expect(harness!.logs.join("\n")).toContain("the scheduler reports job a ended; hosts 0, 4 are free");
+    expect(await a[0]!.barrier(0)).toMatchObject({ kind: "stop" });
   });
 
   it("plans nothing before the scheduler's first view", async () => {

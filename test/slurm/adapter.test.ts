@@ -229,11 +229,16 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
       // Committed: the job no longer holds n2, which Slurm may use again; n1 stays held for the moved worker.
       await cluster.until("n2 given back", () => state(a) === "RUNNING n0" && nodeState("n2") === "idle");
       expect(state(other)).toBe("PENDING (ReqNodeNotAvail, May be reserved for other job)");
-      await new WorkerClient(client, { job: a, group: 0, host: 1 }, tp2, { ...options, token: `token-${move.id}` }).register(5_000);
+      const moved = new WorkerClient(client, { job: a, group: 0, host: 1 }, tp2, { ...options, token: `token-${move.id}` });
+      await moved.register(5_000);
       expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
-      // The job ends: the controller's next look releases the hold, and Slurm starts the waiting job there.
+      // The job ends: the controller's next look releases the hold, and Slurm starts the waiting
+      // job there; the controller ends the job too, so the moved worker, which no Slurm step
+      // reaches, is told to stop.
       cluster.run("scancel", a);
       await cluster.until("the other job on n1", () => state(other) === "RUNNING n1");
+      await cluster.until("the controller ending job a", async () => !(await client.status()).jobs.some((j) => j.id === a));
+      expect(await moved.barrier(move.stopStep! + 1)).toMatchObject({ kind: "stop" });
       cluster.run("scancel", c, other);
     } finally {
       await client.close();
