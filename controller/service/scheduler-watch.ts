@@ -14,6 +14,8 @@ export class SchedulerWatch {
   private polling = false;
   private lastPoll = -Infinity;
   private lastError: string | null = null;
+  /** Holds asked for and not answered yet, as `job:host`. */
+  private readonly holding = new Set<string>();
   /** Started jobs the scheduler was seen running: when one is no longer, it ended. */
   private readonly seen = new Set<string>();
 
@@ -59,7 +61,33 @@ export class SchedulerWatch {
       if (live.has(job)) this.seen.add(job);
       else if (this.seen.delete(job)) this.ended(job);
     }
+    this.keepHolds(view);
     if (!before || key(before) !== key(view)) this.changed(before === null);
+  }
+
+  /**
+   * Every host a running job's worker was moved to lies outside its allocation, and only a
+   * hold keeps the scheduler from starting another job there. A hold can be lost (slurmctld
+   * drops a reservation made in the second before it crashes), so each look holds again any
+   * such host that no hold of the job covers.
+   */
+  private keepHolds(view: SchedulerView): void {
+    const allocated = new Map(view.allocations.map((a) => [a.job, new Set(a.hosts)]));
+    const held = new Set(view.holds.map((h) => `${h.job}:${h.host}`));
+    for (const job of this.context.state.jobs.values()) {
+      const allocation = allocated.get(job.id);
+      if (!allocation || !this.seen.has(job.id)) continue;
+      for (const host of job.groups.flat()) {
+        const key = `${job.id}:${host}`;
+        if (allocation.has(host) || held.has(key) || this.holding.has(key)) continue;
+        this.holding.add(key);
+        this.context.log.warn(() => `host ${host} of job ${job.id} lies outside its allocation and no hold covers it: holding it again`);
+        this.scheduler
+          .hold(job.id, `keep-${host}`, host)
+          .catch((error: unknown) => this.context.log.warn(() => `holding host ${host} for job ${job.id}: ${error instanceof Error ? error.message : String(error)}`))
+          .finally(() => this.holding.delete(key));
+      }
+    }
   }
 }
 

@@ -47,9 +47,11 @@ export interface ReplacementLauncher {
 export interface SchedulerView {
   readonly pinned: readonly { readonly id: string; readonly rings: number; readonly hosts: readonly number[] }[];
   readonly unavailable: readonly { readonly host: number; readonly why: string }[];
-  readonly holds: readonly { readonly name: string; readonly job: string; readonly node: string }[];
+  readonly holds: readonly { readonly name: string; readonly job: string; readonly node: string; readonly host: number | null }[];
   /** Ids of the scheduler's jobs that still run (or wait): a MonkeyTree job seen here and later missing has ended. */
   readonly live: readonly string[];
+  /** The hosts each live job is allocated. */
+  readonly allocations: readonly { readonly job: string; readonly hosts: readonly number[] }[];
 }
 
 export interface HostScheduler {

@@ -23,6 +23,8 @@ export interface Hold {
   readonly name: string;
   readonly job: string;
   readonly node: string;
+  /** The node's global index; null for a node outside the topology. */
+  readonly host: number | null;
 }
 
 export interface AdapterState extends SlurmView {
@@ -30,6 +32,8 @@ export interface AdapterState extends SlurmView {
   readonly jobs: readonly SlurmJob[];
   /** Ids of the jobs that still run or wait. */
   readonly live: readonly string[];
+  /** The hosts of each live job's allocation, in the topology. */
+  readonly allocations: readonly { readonly job: string; readonly hosts: readonly number[] }[];
 }
 
 /** What Slurm holds does not allow a hold or a give-back; the message says why and what happens instead. */
@@ -66,7 +70,7 @@ export class SlurmAdapter {
     for (const r of reservations) {
       const job = r.name.startsWith(HOLD_PREFIX) ? holdJob(r.name) : null;
       if (job !== null && live.has(job)) {
-        for (const node of r.nodes) holds.push({ name: r.name, job, node });
+        for (const node of r.nodes) holds.push({ name: r.name, job, node, host: topology.hostIndex.get(node) ?? null });
       } else if (r.name.startsWith(HOLD_PREFIX) && release) {
         this.options.log.info(() => `releasing hold ${r.name} on ${r.nodes.join(",")}: ${job === null ? "it names no job" : `Slurm job ${job} ended`}`);
         await slurm.release(r.name);
@@ -75,7 +79,8 @@ export class SlurmAdapter {
       }
     }
     const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved });
-    return { ...view, holds, jobs, live: [...live] };
+    const allocations = jobs.filter((job) => live.has(job.id)).map((job) => ({ job: job.id, hosts: job.nodes.flatMap((node) => topology.hostIndex.get(node) ?? []) }));
+    return { ...view, holds, jobs, live: [...live], allocations };
   }
 
   /** The controller's regular look: `poll`, releasing the holds of ended jobs. */
@@ -92,7 +97,7 @@ export class SlurmAdapter {
     const name = holdName(job, migration);
     await slurm.hold(name, node, entry.user || "root");
     this.options.log.info(() => `holding ${node} for Slurm job ${job} (${name})`);
-    return { name, job, node };
+    return { name, job, node, host };
   }
 
   /** Ends the hold of `job`'s migration `migration`: the move rolled back, or the worker left. */

@@ -58,7 +58,7 @@ export class RecordingScheduler implements HostScheduler {
   readonly calls: string[] = [];
   readonly refuse = new Set<number>();
   /** What `view()` answers; a test changes it as the cluster would change. */
-  current: SchedulerView = { pinned: [], unavailable: [], holds: [], live: [] };
+  current: SchedulerView = { pinned: [], unavailable: [], holds: [], live: [], allocations: [] };
   /** Set to keep `view()` from answering until the test calls `answer()`. */
   private waiting: (() => void)[] | null = null;
 
@@ -84,13 +84,18 @@ export class RecordingScheduler implements HostScheduler {
     for (const resolve of waiting) resolve();
   }
 
+  /** A granted hold shows in the next view, as the scheduler's would. */
   hold(job: string, migration: string, host: number): Promise<void> {
     this.record(`hold ${job} ${migration} host ${host}`);
-    return this.refuse.has(host) ? Promise.reject(new Error(`host ${host} is reserved for maintenance`)) : Promise.resolve();
+    if (this.refuse.has(host)) return Promise.reject(new Error(`host ${host} is reserved for maintenance`));
+    const name = `${job}-${migration}`;
+    if (!this.current.holds.some((h) => h.name === name)) this.current = { ...this.current, holds: [...this.current.holds, { name, job, node: `n${host}`, host }] };
+    return Promise.resolve();
   }
 
   release(job: string, migration: string): Promise<void> {
     this.record(`release ${job} ${migration}`);
+    this.current = { ...this.current, holds: this.current.holds.filter((h) => h.name !== `${job}-${migration}`) };
     return Promise.resolve();
   }
 

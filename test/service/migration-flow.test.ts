@@ -277,7 +277,7 @@ describe("controller service: keeping the scheduler's books", () => {
 
   it("counts the scheduler's pinned jobs in fragmentation and shows them, its unavailable hosts and holds", async () => {
     const { scheduler, client } = await withScheduler();
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }], live: [] };
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6", host: 6 }], live: [], allocations: [] };
     await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toEqual({
       pinned: [{ id: "77", rings: 1, hosts: [0, 4] }],
       unavailable: [{ host: 3, why: "drain (fan)" }],
@@ -301,7 +301,7 @@ describe("controller service: keeping the scheduler's books", () => {
   it("never carries out a plan that moves a pinned job", async () => {
     const { scheduler, client } = await withScheduler();
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [] };
+    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [], allocations: [] };
     await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("which the scheduler says is not MonkeyTree's to move; it is not carried out");
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
@@ -320,6 +320,18 @@ describe("controller service: keeping the scheduler's books", () => {
     await expect.poll(async () => (await client.status()).jobs.map((j) => j.id), { timeout: 10_000 }).toEqual(["b"]);
     expect(harness!.logs.join("\n")).toContain("the scheduler reports job a ended; hosts 0, 4 are free");
     expect(await a[0]!.barrier(0)).toMatchObject({ kind: "stop" });
+  });
+
+  it("holds again a host of a running job that lies outside its allocation and that no hold covers", async () => {
+    const { scheduler, client } = await withScheduler();
+    // As after slurmctld lost the hold of a worker moved to host 4.
+    scheduler.current = { ...scheduler.current, live: ["a"], allocations: [{ job: "a", hosts: [0] }] };
+    await startJob(client, "a", [0, 4]);
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual(["hold a keep-4 host 4"]);
+    // The hold shows in the next looks, and nothing more is asked for.
+    const looks = scheduler.looks;
+    await expect.poll(() => scheduler.looks, { timeout: 10_000 }).toBeGreaterThan(looks + 2);
+    expect(scheduler.calls).toEqual(["hold a keep-4 host 4"]);
   });
 
   it("plans nothing before the scheduler's first view", async () => {

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { hostIndexOf, parseTopologyFile, type NamedTopology } from "../../controller/model/named-topology.ts";
 import { SlurmAdapter, SlurmStateError } from "../../controller/slurm/adapter.ts";
 import { holdName, Slurm } from "../../controller/slurm/commands.ts";
@@ -31,6 +31,12 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     adapter = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) });
   }, 180_000);
   afterAll(() => cluster?.stop());
+  // The cluster is this suite's alone: a test that failed half-way leaves no job to the next.
+  afterEach(async () => {
+    if (!cluster) return;
+    cluster.run("scancel", "--user", "root");
+    await cluster.until("no jobs left", () => cluster.run("squeue", "-h").trim() === "");
+  });
 
   const state = (job: string) => cluster.run("squeue", "-h", "-j", job, "-o", "%T %R").trim();
   const nodeState = (node: string) => cluster.run("sinfo", "-h", "-n", node, "-N", "-o", "%t").trim();
@@ -152,7 +158,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     const job = cluster.sbatch("sleep 600", "-N1", "--nodelist=n0");
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
     const hold = await adapter.hold(job, "p0/0", hostIndexOf(topology, "n2"));
-    expect(hold).toEqual({ name: holdName(job, "p0/0"), job, node: "n2" });
+    expect(hold).toEqual({ name: holdName(job, "p0/0"), job, node: "n2", host: 2 });
     // Holding again (a restarted controller redoing its step) changes nothing.
     await adapter.hold(job, "p0/0", 2);
     const other = cluster.sbatch("sleep 600", "-N1", "--nodelist=n2");
@@ -229,6 +235,13 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
       // Committed: the job no longer holds n2, which Slurm may use again; n1 stays held for the moved worker.
       await cluster.until("n2 given back", () => state(a) === "RUNNING n0" && nodeState("n2") === "idle");
       expect(state(other)).toBe("PENDING (ReqNodeNotAvail, May be reserved for other job)");
+      // A hold slurmctld lost (as one made in the second before a crash) is made again on the
+      // controller's next look: n1 lies outside job a's allocation and runs its worker.
+      cluster.run("scancel", other);
+      cluster.run("scontrol", "delete", `ReservationName=${holdName(a, move.id)}`);
+      await cluster.until("n1 held again", () => cluster.run("scontrol", "show", "reservation", "-o").includes(`ReservationName=${holdName(a, "keep-1")} `));
+      const waiting = cluster.sbatch("sleep 600", "-N1", "--nodelist=n1");
+      await cluster.until("the waiting job refused n1", () => state(waiting) === "PENDING (ReqNodeNotAvail, May be reserved for other job)");
       const moved = new WorkerClient(client, { job: a, group: 0, host: 1 }, tp2, { ...options, token: `token-${move.id}` });
       await moved.register(5_000);
       expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
@@ -236,10 +249,10 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
       // job there; the controller ends the job too, so the moved worker, which no Slurm step
       // reaches, is told to stop.
       cluster.run("scancel", a);
-      await cluster.until("the other job on n1", () => state(other) === "RUNNING n1");
+      await cluster.until("the waiting job on n1", () => state(waiting) === "RUNNING n1");
       await cluster.until("the controller ending job a", async () => !(await client.status()).jobs.some((j) => j.id === a));
       expect(await moved.barrier(move.stopStep! + 1)).toMatchObject({ kind: "stop" });
-      cluster.run("scancel", c, other);
+      cluster.run("scancel", c, waiting);
     } finally {
       await client.close();
       await harness.close();
@@ -251,7 +264,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
     await adapter.hold(job, "p2/0", 1);
     await cluster.restartController("SIGTERM");
-    expect((await adapter.poll()).holds).toEqual([{ name: holdName(job, "p2/0"), job, node: "n1" }]);
+    expect((await adapter.poll()).holds).toEqual([{ name: holdName(job, "p2/0"), job, node: "n1", host: 1 }]);
     cluster.run("scancel", job);
     await cluster.until("the job gone", () => !state(job).startsWith("RUNNING"));
     const restarted = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", () => {}) });
