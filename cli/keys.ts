@@ -3,9 +3,13 @@ import { join } from "node:path";
 import { curveKeyPair } from "zeromq";
 import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
 import type { Credential, Principal } from "../sdk/protocol/auth.ts";
+import { expandHostlist, HostlistError } from "../controller/model/hostlist.ts";
+import type { NamedTopology } from "../controller/model/named-topology.ts";
+import { loadConfig } from "./config.ts";
 import { ExitCode, UsageError, parseFlags, type Command } from "./io.ts";
+import { hostFlag, loadTopology } from "./topology.ts";
 
-const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--operator NAME]...
+const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--operator NAME]... [--topology FILE]
 
 Creates the controller's keyring and its clients' credentials in DIR. The keyring
 (DIR/${KEYRING_FILE}: the controller's CURVE keypair and every client key with what it may do)
@@ -16,8 +20,11 @@ owner only; hand each to its holder alone.
 
 options:
   --dir DIR          the key directory, created when missing (required)
-  --daemon HOSTS     credentials for the daemons of these hosts, as 3, 0-15 or 0,2,5
-                     (DIR/daemon-H.json): a host's daemon may speak only for that host
+  --daemon HOSTS     credentials for the daemons of these hosts, as 3, 0-15 or 0,2,5, or by
+                     name as a Slurm hostlist (gpu[001-016]) with a topology
+                     (DIR/daemon-H.json, H the host's index): a host's daemon may speak only
+                     for that host
+  --topology FILE    the topology that names the hosts; default: the site configuration's
   --job J            a credential for job J's launchers and their replacements
                      (DIR/job-J.json): they may register, barrier and finish only job J
   --operator NAME    a credential that may read \`monkeytree status\` (DIR/operator-NAME.json)
@@ -32,13 +39,22 @@ exit codes: 0 done, 2 bad usage or an unreadable keyring.`;
 /** A name that is safe in a file name: letters, digits, ".", "_" and "-". */
 const SAFE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
-function hostsOf(raw: string): number[] {
+/** Indices as 3, 0-15 or 0,2,5; or names, as a hostlist, through the topology. */
+function hostsOf(raw: string, topology: NamedTopology | null): number[] {
+  if (/[^\d,\s-]/.test(raw) && topology) {
+    try {
+      return expandHostlist(raw).map((name) => hostFlag(name, topology));
+    } catch (error) {
+      if (error instanceof HostlistError) throw new UsageError(`--daemon: ${error.message}`);
+      throw error;
+    }
+  }
   return raw.split(",").flatMap((part) => {
     const match = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
     const from = Number(match?.[1]);
     const to = match?.[2] === undefined ? from : Number(match[2]);
     if (!match || !Number.isSafeInteger(to) || to < from || to - from >= 65_536) {
-      throw new UsageError(`--daemon takes host indices as 3, 0-15 or 0,2,5 (at most 65,536 in a range), got "${raw}"`);
+      throw new UsageError(`--daemon takes host indices as 3, 0-15 or 0,2,5 (at most 65,536 in a range), or host names with a topology (--topology FILE), got "${raw}"`);
     }
     return Array.from({ length: to - from + 1 }, (_, i) => from + i);
   });
@@ -63,11 +79,13 @@ export const command: Command = {
       daemon: { type: "string", multiple: true },
       job: { type: "string", multiple: true },
       operator: { type: "string", multiple: true },
+      topology: { type: "string" },
     });
     const dir = flags.dir;
     if (dir === undefined) throw new UsageError("--dir is required: the directory that holds the keyring and the credentials");
+    const topology = flags.daemon?.length ? await loadTopology({ topology: flags.topology }, await loadConfig(), true) : null;
     const wanted: { name: string; principal: Principal }[] = [
-      ...(flags.daemon ?? []).flatMap(hostsOf).map((host) => ({ name: `daemon-${host}`, principal: { role: "daemon", host } as const })),
+      ...(flags.daemon ?? []).flatMap((raw) => hostsOf(raw, topology)).map((host) => ({ name: `daemon-${host}`, principal: { role: "daemon", host } as const })),
       ...(flags.job ?? []).map((job) => ({ name: `job-${named("job", job)}`, principal: { role: "job", job } as const })),
       ...(flags.operator ?? []).map((name) => ({ name: `operator-${named("operator", name)}`, principal: { role: "operator" } as const })),
     ];

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { spawn } from "node:child_process";
@@ -92,6 +92,17 @@ describe("hosts by name in the other commands", () => {
     writeFileSync(join(dir, "topology.conf"), "SwitchName=r0 Nodes=n[0-1]\nSwitchName=r1 Nodes=n[2-3]\nSwitchName=top Switches=r[0-1]\n");
     return join(dir, "topology.conf");
   };
+
+  it("keys writes daemon credentials for hosts named by a hostlist", async () => {
+    const path = conf();
+    const dir = mkdtempSync(join(tmpdir(), "monkeytree-keys-"));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const result = await runCli("keys", "--dir", dir, "--daemon", "n[1-2]", "--daemon", "3", "--topology", path);
+    expect(result.code, result.stderr).toBe(0);
+    expect(["daemon-1.json", "daemon-2.json", "daemon-3.json"].map((file) => existsSync(join(dir, file)))).toEqual([true, true, true]);
+    expect(existsSync(join(dir, "daemon-0.json"))).toBe(false);
+    expect((await runCli("keys", "--dir", dir, "--daemon", "n9", "--topology", path)).stderr).toContain('host "n9" is not in the topology');
+  });
 
   it("a daemon refuses a name the topology does not hold", async () => {
     const result = await runCli("daemon", "--host", "n9", "--topology", conf());
