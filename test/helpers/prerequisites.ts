@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { capabilities } from "../../native/index.ts";
 import { PYTHON } from "./python.ts";
+import { withSbin } from "./slurm.ts";
 
 /** Something a suite needs beyond the README's prerequisites (Node 20, npm, python3, g++, make). */
 export interface Prerequisite {
@@ -84,4 +85,15 @@ export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
 /** Root, to start processes as another user (a daemon's --run-as). */
 export function root(): Prerequisite {
   return { what: "root", missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root", install: "run the tests as root", promisedBy: ci };
+}
+
+/** Slurm and munge from Debian's packages, as root: the slurmd of test/helpers/slurm.ts start jobs as their users. */
+export function slurm(): Prerequisite {
+  const install = "apt-get install slurm-wlm munge, and run the tests as root";
+  const what = "Slurm (slurmctld, slurmd) and munge";
+  const commands = ["munged", "mungekey", "slurmctld", "slurmd", "sinfo", "squeue", "sbatch", "scontrol", "scancel"];
+  const missing = commands.filter((command) => spawnSync("sh", ["-c", `command -v ${command}`], { env: withSbin() }).status !== 0);
+  if (missing.length) return { what, missing: `${missing.join(", ")} not found`, install, promisedBy: ci };
+  if (process.getuid?.() !== 0) return { what, missing: "slurmd must run as root", install, promisedBy: ci };
+  return { what, missing: null, install, promisedBy: ci };
 }

@@ -3,7 +3,6 @@ import { chmodSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "./net.ts";
-import type { Prerequisite } from "./prerequisites.ts";
 
 /**
  * A real Slurm cluster on this machine from Debian's packages (SLURM.md): munged with a key of
@@ -12,21 +11,8 @@ import type { Prerequisite } from "./prerequisites.ts";
  * equal size under one top switch in topology.conf. `stop()` kills what it started.
  */
 
-const COMMANDS = ["munged", "mungekey", "slurmctld", "slurmd", "sinfo", "squeue", "sbatch", "scontrol", "scancel"];
-
-/** Slurm and munge from Debian's packages, run as root (slurmd starts jobs as their users). */
-export function slurmPackages(): Prerequisite {
-  const install = "apt-get install slurm-wlm munge, and run the tests as root";
-  const what = "Slurm (slurmctld, slurmd) and munge";
-  const ci = process.env.CI ? "CI (.ci/run installs it)" : null;
-  const missing = COMMANDS.filter((command) => spawnSync("sh", ["-c", `command -v ${command}`], { env: withSbin() }).status !== 0);
-  if (missing.length) return { what, missing: `${missing.join(", ")} not found`, install, promisedBy: ci };
-  if (process.getuid?.() !== 0) return { what, missing: "slurmd must run as root", install, promisedBy: ci };
-  return { what, missing: null, install, promisedBy: ci };
-}
-
 /** Debian puts the daemons in /usr/sbin, which a non-login PATH may lack. */
-function withSbin(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function withSbin(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const path = env.PATH ?? "/usr/bin:/bin";
   return { ...env, PATH: path.includes("/usr/sbin") ? path : `${path}:/usr/sbin:/sbin` };
 }

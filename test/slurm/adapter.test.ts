@@ -12,11 +12,11 @@ import { StatusReportSchema } from "../../sdk/protocol/status.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { runCli } from "../helpers/cli.ts";
 import { INCARNATION, startController } from "../service/harness.ts";
-import { canRun } from "../helpers/prerequisites.ts";
-import { slurmPackages, startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
+import { canRun, slurm } from "../helpers/prerequisites.ts";
+import { startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
 
 // Against a real slurmctld and four slurmd (two racks of two nodes), as Debian packages them.
-const runs = canRun("the Slurm adapter's tests", slurmPackages());
+const runs = canRun("the Slurm adapter's tests", slurm());
 
 describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
   let cluster: SlurmCluster;
