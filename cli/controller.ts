@@ -146,6 +146,7 @@ export const command: Command = {
         stopLeadSteps,
         logger,
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),
+        ...(named ? { unavailable: named.padding } : {}),
         ...(keyring ? { keyring } : {}),
       });
     } catch (error) {

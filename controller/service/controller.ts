@@ -42,6 +42,8 @@ export interface ControllerOptions {
   readonly launcher: ReplacementLauncher;
   /** The scheduler that owns the hosts (Slurm), if one does. */
   readonly scheduler?: HostScheduler;
+  /** Hosts that never take a worker, whatever the scheduler says: the empty slots of short racks. */
+  readonly unavailable?: readonly number[];
   /** How often to look at the scheduler's view of the cluster (default 3 s). */
   readonly schedulerPollMs?: number;
   readonly clock?: () => number;
@@ -116,6 +118,7 @@ export class Controller {
       launcher: options.launcher,
       scheduler: options.scheduler ?? null,
       watch: this.watch,
+      unavailable: options.unavailable ?? [],
       timeouts: options.timeouts ?? DEFAULT_TIMEOUTS,
       planTimeLimitMs: options.planTimeLimitMs ?? 2_000,
       stopLeadSteps: options.stopLeadSteps ?? DEFAULT_STOP_LEAD_STEPS,

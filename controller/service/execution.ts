@@ -28,6 +28,8 @@ export interface ExecutionOptions {
   readonly scheduler: HostScheduler | null;
   /** Its latest view of the cluster, with `scheduler`. */
   readonly watch: SchedulerWatch | null;
+  /** Hosts that never take a worker (empty slots), besides those the scheduler names. */
+  readonly unavailable: readonly number[];
   readonly timeouts: MigrationTimeouts;
   readonly planTimeLimitMs: number;
   /** Steps a job still trains after its move starts, before all its workers stop together. */
@@ -129,7 +131,7 @@ export class PlanExecution implements SessionMoves {
     }
     const view = watch?.view ?? null;
     const pinned = pinnedJobs(this.context.state, view);
-    const unavailable = new Set(view?.unavailable.map((u) => u.host));
+    const unavailable = new Set([...this.options.unavailable, ...(view?.unavailable.map((u) => u.host) ?? [])]);
     const cluster = clusterOf(this.context.state, pinned, [...unavailable]);
     if (withinBounds(cluster)) return;
     let plan;
@@ -146,8 +148,8 @@ export class PlanExecution implements SessionMoves {
     const pinnedIds = new Set(pinned.map((job) => job.id));
     const wrong = plan.moves.find((m) => pinnedIds.has(m.job) || unavailable.has(m.to));
     if (wrong) {
-      const why = pinnedIds.has(wrong.job) ? `job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `onto host ${wrong.to}, which the scheduler says is unavailable`;
-      this.context.log.error(() => `the plan moves a worker of ${why}; it is not carried out`);
+      const what = pinnedIds.has(wrong.job) ? `a worker of job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `a worker onto host ${wrong.to}, which is unavailable`;
+      this.context.log.error(() => `the plan moves ${what}; it is not carried out`);
       this.replanLater();
       return;
     }

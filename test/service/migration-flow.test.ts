@@ -334,6 +334,16 @@ describe("controller service: keeping the scheduler's books", () => {
     expect(scheduler.calls).toEqual(["hold a keep-4 host 4"]);
   });
 
+  it("never moves a worker onto a host that takes none (an empty slot), even with no scheduler", async () => {
+    harness = await startController({ overrides: { unavailable: [2, 3, 6, 7] } });
+    const client = connect(harness);
+    // Every one-move repair needs a free host, and every free host is an empty slot.
+    await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 5]);
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan moves a worker onto host [2367], which is unavailable; it is not carried out/);
+    expect((await client.status()).migrations).toEqual([]);
+  });
+
   it("plans nothing before the scheduler's first view", async () => {
     const scheduler = new RecordingScheduler();
     scheduler.silence();
