@@ -50,7 +50,8 @@ export class MetricsServer {
 
   static async start(registry: Registry, at: MetricsAddress): Promise<MetricsServer> {
     const server = createServer(
-      { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_MS },
+      // Node checks the request timeouts every connectionsCheckingInterval (30 s by default).
+      { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_MS, connectionsCheckingInterval: 1_000 },
       (request, response) => void answer(registry, request, response),
     );
     server.maxConnections = MAX_CONNECTIONS;

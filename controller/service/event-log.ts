@@ -122,7 +122,7 @@ export class EventLog implements ControllerObserver {
   private write(line: string): void {
     if (this.file === null) return;
     try {
-      if (this.bytes > 0 && this.bytes + line.length > this.maxBytes) {
+      if (this.bytes > 0 && this.bytes + Buffer.byteLength(line) > this.maxBytes) {
         renameSync(this.file, `${this.file}.1`);
         this.bytes = 0;
       }
