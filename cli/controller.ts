@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
-import { metricsHelp, serveMetrics } from "./metrics.ts";
+import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -79,6 +79,7 @@ export const command: Command = {
       "stop-lead": { type: "string" },
       metrics: { type: "string" },
     });
+    const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
@@ -102,7 +103,7 @@ export const command: Command = {
     }
     const daemons = new DaemonHosts();
     const journalDir = flags.journal ?? ".monkeytree/journal";
-    const metrics = flags.metrics === undefined ? undefined : new ControllerMetrics();
+    const metrics = metricsAt === null ? undefined : new ControllerMetrics();
     let server: ControllerServer;
     try {
       server = await ControllerServer.start({
@@ -129,7 +130,7 @@ export const command: Command = {
     metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(journalDir, JOURNAL_FILE) }));
     let scrape;
     try {
-      scrape = metrics ? await serveMetrics(flags.metrics, metrics.registry, logger, io) : null;
+      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
     } catch (error) {
       await server.close();
       throw error;

@@ -4,7 +4,7 @@ import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts
 import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { createLogger } from "../sdk/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
-import { metricsHelp, serveMetrics } from "./metrics.ts";
+import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
@@ -74,6 +74,7 @@ export const command: Command = {
       heartbeat: { type: "string" },
       metrics: { type: "string" },
     });
+    const metricsAt = metricsFlag(flags.metrics);
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the global index of the host this daemon runs on");
     const host = intFlag("host", flags.host, undefined, 0);
@@ -101,7 +102,7 @@ export const command: Command = {
     }
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
-    const metrics = flags.metrics === undefined ? undefined : new DaemonMetrics();
+    const metrics = metricsAt === null ? undefined : new DaemonMetrics();
     const daemon = HostDaemon.start({
       host,
       controller,
@@ -118,7 +119,7 @@ export const command: Command = {
     io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
     let scrape;
     try {
-      scrape = metrics ? await serveMetrics(flags.metrics, metrics.registry, logger, io) : null;
+      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
     } catch (error) {
       await daemon.close();
       throw error;

@@ -17,7 +17,7 @@ async function exported(): Promise<Set<string>> {
   const names = new Set<string>();
   for (const registry of [new ControllerMetrics().registry, new DaemonMetrics().registry]) {
     for (const metric of await registry.getMetricsAsJSON()) {
-      if (metric.type === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) names.add(`${metric.name}${suffix}`);
+      if (String(metric.type) === "histogram") for (const suffix of ["_bucket", "_sum", "_count"]) names.add(`${metric.name}${suffix}`);
       else names.add(metric.name);
     }
   }
