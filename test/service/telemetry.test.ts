@@ -136,4 +136,27 @@ describe("the controller's event log", () => {
     const after = await again.events(events.length);
     expect(after.events).toEqual([expect.objectContaining({ seq: events.length + 1, event: "job-finished", job: other })]);
   });
+
+  it("tells of a daemon lost, in the log and in the metrics", async () => {
+    const metrics = new ControllerMetrics();
+    harness = await startController({ overrides: { observer: metrics, heartbeatTimeoutMs: 300 } });
+    const h = harness;
+    metrics.attach(() => ({ ...h.server.controller.view(), journalPath: join(h.dir, JOURNAL_FILE) }));
+    const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
+    clients.push(client);
+    await client.request({ type: "daemon.register", host: 3, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
+    // No heartbeats follow: the daemon is lost once the timeout has passed.
+    let lost: ControllerEvent | undefined;
+    const deadline = Date.now() + 30_000;
+    while (!(lost = (await client.events(0)).events.find((e) => e.event === "daemon-lost"))) {
+      if (Date.now() > deadline) throw new Error("no daemon-lost event");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(lost).toMatchObject({ event: "daemon-lost", host: 3, silentMs: expect.any(Number) });
+    expect((lost as Extract<ControllerEvent, { event: "daemon-lost" }>).silentMs).toBeGreaterThanOrEqual(300);
+    const text = await metrics.registry.metrics();
+    expect(value(text, "monkeytree_daemons_lost_total")).toBe(1);
+    expect(value(text, 'monkeytree_registered_daemons{state="lost"}')).toBe(1);
+    expect(value(text, 'monkeytree_registered_daemons{state="live"}')).toBe(0);
+  });
 });
