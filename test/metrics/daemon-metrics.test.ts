@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { DaemonMetrics } from "../../controller/daemon/metrics.ts";
-import { runCli } from "../helpers/cli.ts";
 
 const value = (text: string, series: string): number | undefined => {
   const line = text.split("\n").find((l) => l.startsWith(`${series} `));
@@ -31,15 +30,5 @@ describe("a daemon's metrics", () => {
     expect(value(text, "monkeytree_daemon_replacements_started_total")).toBe(1);
     expect(value(text, "monkeytree_daemon_staging_size_bytes")).toBe(1 << 30);
     expect(value(text, "monkeytree_daemon_staging_reserved_bytes")).toBe(4096);
-  });
-});
-
-describe("--metrics", () => {
-  it("is checked before anything starts, naming the flag", async () => {
-    for (const command of [["controller"], ["daemon", "--host", "0"]]) {
-      const result = await runCli(...command, "--metrics", "localhost:http");
-      expect(result).toMatchObject({ code: 2, stdout: "" });
-      expect(result.stderr).toContain('--metrics must be PORT or HOST:PORT with a port in 0..65535, got "localhost:http"');
-    }
   });
 });
