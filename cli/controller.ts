@@ -8,7 +8,11 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { join } from "node:path";
+import { JOURNAL_FILE } from "../controller/service/journal.ts";
+import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -22,7 +26,7 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 
 const help = `usage: monkeytree controller [--snapshot FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
-                             [--heartbeat-timeout S] [--stop-lead N]
+                             [--heartbeat-timeout S] [--stop-lead N] [--metrics ADDR]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
 register their workers and meet it at every iteration barrier; when a job starts or ends it
@@ -47,7 +51,12 @@ options:
                          together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
                          the move does; raise this when a replacement takes longer to start
                          (CUDA, NCCL, building the model) than a step plus the transfer
+${metricsHelp(25)}
   -h, --help             show this help
+
+Every decision (a job seen, fragmentation found, a plan, each move's transitions, a rollback
+and why, a daemon lost) is one JSON line in events.jsonl beside the journal (rotated to
+events.jsonl.1 past 16 MiB); \`monkeytree status --follow\` streams them.
 
 Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
 and launch commands over this socket. A move to a host without a registered daemon rolls
@@ -68,7 +77,9 @@ export const command: Command = {
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
       "stop-lead": { type: "string" },
+      metrics: { type: "string" },
     });
+    const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
@@ -91,11 +102,13 @@ export const command: Command = {
       logger.warn(() => `listening on ${bind} with --insecure: any client on the network can register daemons and jobs, and so owns every host`);
     }
     const daemons = new DaemonHosts();
+    const journalDir = flags.journal ?? ".monkeytree/journal";
+    const metrics = metricsAt === null ? undefined : new ControllerMetrics();
     let server: ControllerServer;
     try {
       server = await ControllerServer.start({
         bind,
-        journalDir: flags.journal ?? ".monkeytree/journal",
+        journalDir,
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
         planner: await createPlanner(),
         transport: daemons,
@@ -106,6 +119,7 @@ export const command: Command = {
         stopLeadSteps,
         logger,
         ...(keyring ? { keyring } : {}),
+        ...(metrics ? { observer: metrics } : {}),
       });
     } catch (error) {
       if (error instanceof JournalError) {
@@ -113,10 +127,19 @@ export const command: Command = {
       }
       throw error;
     }
+    metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(journalDir, JOURNAL_FILE) }));
+    let scrape;
+    try {
+      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
+    } catch (error) {
+      await server.close();
+      throw error;
+    }
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
     io.out.write(`controller listening on ${server.endpoint}\n`);
     const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
     logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
+    await scrape?.close();
     await server.close();
     return ExitCode.ok;
   },

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { PLAN_STATUSES } from "../../sdk/protocol/events.ts";
 
 /** One worker's migration, as in the plan contract of the design page. */
 export const MoveSchema = z.strictObject({
@@ -16,7 +17,7 @@ const Degrees = z.strictObject({ before: z.array(z.int().min(0)), after: z.array
 
 /** The JSON document `monkeytree plan --json` prints; consumers parse it with this schema. */
 export const PlanDocumentSchema = z.strictObject({
-  status: z.enum(["unchanged", "optimal", "feasible", "infeasible"]),
+  status: z.enum(PLAN_STATUSES),
   moves: z.array(MoveSchema),
   moveCount: z.int().min(0),
   steps: z.int().min(0),

@@ -1,4 +1,4 @@
-import { withinBounds } from "../model/fragmentation.ts";
+import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
 import type { Planner } from "../plan/planner.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { TransferResult } from "../../sdk/protocol/daemon.ts";
@@ -108,12 +108,14 @@ export class PlanExecution implements SessionMoves {
       plan = this.options.planner.plan(cluster, { timeLimitMs: this.options.planTimeLimitMs });
     } catch (error) {
       this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
+      this.context.observer.planFailed(message(error));
       this.replanLater();
       return;
     }
     this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
-    if (plan.moves.length === 0) return;
-    const id = `p${this.context.state.plans}`;
+    const id = plan.moves.length ? `p${this.context.state.plans}` : null;
+    this.context.observer.planned({ plan: id, status: plan.status, moves: plan.moveCount, steps: plan.steps, seconds: plan.solveMs / 1000, fragmentation: rackFragmentation(cluster), lambda: cluster.lambda });
+    if (id === null) return;
     this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
     this.drive();
   }

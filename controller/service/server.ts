@@ -7,6 +7,7 @@ import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
+import { EventLog } from "./event-log.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
 import { Authenticator, type Keyring } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
@@ -14,7 +15,7 @@ import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
 import { RateLimiter, type RateLimits } from "./rate-limit.ts";
 
-export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
+export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger" | "eventLog"> {
   /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */
   readonly bind: string;
   readonly journalDir: string;
@@ -35,6 +36,8 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly daemons?: DaemonHosts;
   /** Requests each peer may send; past them its requests are dropped unread. */
   readonly rateLimits?: RateLimits;
+  /** Bytes of `events.jsonl` before it rotates (default `DEFAULT_EVENT_LOG_BYTES`). */
+  readonly eventLogBytes?: number;
 }
 
 /**
@@ -89,11 +92,13 @@ export class ControllerServer {
       log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
+    const eventLog = new EventLog({ dir: options.journalDir, log, ...(options.clock ? { clock: options.clock } : {}), ...(options.eventLogBytes ? { maxBytes: options.eventLogBytes } : {}) });
     const controller = new Controller({
       ...options,
       journal,
       state,
       logger: log,
+      eventLog,
       daemonRegistered: (host, peer, endpoint) => options.daemons?.register(host, peer, endpoint),
     });
     // A context of its own, so its ZAP handler (one per context) answers for this socket only.

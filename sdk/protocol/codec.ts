@@ -4,6 +4,7 @@ import { CommandReplySchema, CommandSchema, type Command, type CommandReply } fr
 import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
+import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
 import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, RegisteredSchema, RegisterSchema } from "./worker.ts";
 
@@ -16,6 +17,7 @@ export const RequestSchema = z.discriminatedUnion("type", [
   HeartbeatSchema,
   TransferResultSchema,
   StatusRequestSchema,
+  EventsRequestSchema,
 ]);
 export type Request = z.infer<typeof RequestSchema>;
 export type RequestType = Request["type"];
@@ -27,6 +29,7 @@ export const ReplySchema = z.discriminatedUnion("type", [
   FinishedSchema,
   AckSchema,
   StatusReportSchema,
+  EventsReplySchema,
   ErrorReplySchema,
 ]);
 export type Reply = z.infer<typeof ReplySchema>;

@@ -22,7 +22,7 @@ export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   ],
   controller: [
     ["controller/model/"],
-    ["controller/plan/", "controller/route/", "controller/sim/"],
+    ["controller/plan/", "controller/route/", "controller/sim/", "controller/metrics/"],
     ["controller/service/", "controller/daemon/"],
   ],
 };

@@ -85,3 +85,14 @@ export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
 export function root(): Prerequisite {
   return { what: "root", missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root", install: "run the tests as root", promisedBy: ci };
 }
+
+/** Debian's Prometheus server, to scrape the demo's metrics as an operator's would. */
+export function prometheus(): Prerequisite {
+  const probe = spawnSync("prometheus", ["--version"], { encoding: "utf8" });
+  return {
+    what: "the prometheus server",
+    missing: probe.status === 0 ? null : `prometheus --version failed: ${probe.error?.message ?? probe.stderr?.trim()}`,
+    install: "apt-get install prometheus",
+    promisedBy: ci,
+  };
+}

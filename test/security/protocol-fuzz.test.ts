@@ -153,6 +153,7 @@ describe("a controller fed malformed messages", () => {
     "worker.barrier": fc.record({ worker, step: count, generation: count }),
     "job.finish": fc.record({ job: field(job) }),
     status: fc.record({}),
+    events: fc.record({ after: count }, { requiredKeys: [] }),
     "daemon.register": fc.record({ host: field(host), incarnation: field(hex), stagingBytes: count, endpoint: field(fc.constantFrom("tcp://127.0.0.1:7000", "tcp://[::1]:1?rdma")) }),
     "daemon.heartbeat": fc.record({ host: field(host), incarnation: field(hex) }),
     "daemon.transfer-result": fc.record({ host: field(host), token: field(hex), bytes: count, outcome: field(fc.constantFrom("verified", "failed")) }),
