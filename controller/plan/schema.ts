@@ -14,6 +14,23 @@ export type Move = Readonly<z.infer<typeof MoveSchema>>;
 
 const Degrees = z.strictObject({ before: z.array(z.int().min(0)), after: z.array(z.int().min(0)) });
 
+/** A rack or pod that pinned jobs alone keep over its bound. */
+const Residual = z.strictObject({
+  index: z.int().min(0),
+  /** Degree the pinned jobs alone give it: the lowest any plan can reach. */
+  pinned: z.int().min(0),
+  /** Its degree after the plan. */
+  after: z.int().min(0),
+});
+
+/**
+ * Present when some rack (or pod) cannot be brought within λ because pinned jobs alone
+ * fragment it past λ: the plan then holds each such domain to its pinned floor (every movable
+ * fragmented group off it) and every other domain to λ, with the fewest moves.
+ */
+export const BestEffortSchema = z.strictObject({ racks: z.array(Residual), pods: z.array(Residual) });
+export type BestEffort = z.infer<typeof BestEffortSchema>;
+
 /** The JSON document `monkeytree plan --json` prints; consumers parse it with this schema. */
 export const PlanDocumentSchema = z.strictObject({
   status: z.enum(["unchanged", "optimal", "feasible", "infeasible"]),
@@ -28,6 +45,7 @@ export const PlanDocumentSchema = z.strictObject({
   podLambda: z.int().min(0).optional(),
   fragmentation: Degrees,
   podFragmentation: Degrees.optional(),
+  bestEffort: BestEffortSchema.optional(),
   solveMs: z.number().min(0),
 });
 export type PlanDocument = z.infer<typeof PlanDocumentSchema>;
