@@ -95,6 +95,7 @@ export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
     ...(plan.podFragmentation
       ? { podFragmentation: { before: [...plan.podFragmentation.before], after: [...plan.podFragmentation.after] } }
       : {}),
+    ...(plan.bestEffort ? { bestEffort: { racks: [...plan.bestEffort.racks], pods: [...plan.bestEffort.pods] } } : {}),
     solveMs: Math.round(plan.solveMs * 1000) / 1000,
   };
 }
@@ -121,6 +122,7 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
     `snapshot ${path}: ${racks} racks × ${hostsPerRack} hosts × ${gpusPerHost} GPUs, ${uplinksPerRack} uplinks/rack, λ = ${cluster.lambda}` +
       (cluster.podLambda === undefined ? "" : `, pod λ = ${cluster.podLambda}`),
     headline(plan),
+    ...bestEffortLines(cluster, plan),
   ];
   if (plan.moves.length > 0) {
     lines.push("", table(["step", "job", "group", "from", "to"], plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`])));
@@ -128,6 +130,18 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
   lines.push("", degreeTable("rack", plan.fragmentation, cluster.lambda));
   if (plan.podFragmentation && cluster.podLambda !== undefined) lines.push("", degreeTable("pod", plan.podFragmentation, cluster.podLambda));
   return lines.join("\n");
+}
+
+/** What the plan could not reach because of pinned jobs, and what it held those domains to. */
+function bestEffortLines(cluster: Cluster, plan: Plan): string[] {
+  if (!plan.bestEffort) return [];
+  const line = (name: string, bound: number | undefined) => (r: { index: number; pinned: number; after: number }) =>
+    `  ${name}${r.index}: pinned jobs alone give it ${r.pinned} > λ = ${bound}; ${r.after} after the plan (${r.after - (bound ?? 0)} over)`;
+  return [
+    "best effort: pinned jobs (movable: false) keep these over their bound; the plan holds each to what its pinned jobs give it and every other rack and pod to its bound",
+    ...plan.bestEffort.racks.map(line("r", cluster.lambda)),
+    ...plan.bestEffort.pods.map(line("p", cluster.podLambda)),
+  ];
 }
 
 /** Fragmentation of the domains that changed or are over the bound; the rest summarised. */
