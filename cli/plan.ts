@@ -2,7 +2,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
-import type { PlanDocument } from "../controller/plan/schema.ts";
+import type { BestEffort, PlanDocument } from "../controller/plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { PACKAGE_ROOT } from "./paths.ts";
 
@@ -135,10 +135,14 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
 /** What the plan could not reach because of pinned jobs, and what it held those domains to. */
 function bestEffortLines(cluster: Cluster, plan: Plan): string[] {
   if (!plan.bestEffort) return [];
-  const line = (name: string, bound: number | undefined) => (r: { index: number; pinned: number; after: number }) =>
-    `  ${name}${r.index}: pinned jobs alone give it ${r.pinned} > λ = ${bound}; ${r.after} after the plan (${r.after - (bound ?? 0)} over)`;
+  const line = (name: string, bound: number | undefined) => (r: BestEffort["racks"][number]) =>
+    `  ${name}${r.index}: ${r.cause === "pinned" ? `pinned jobs alone give it ${r.pinned} > λ = ${bound}` : `no room on the hosts a plan may use to bring it within λ = ${bound}`}; ` +
+    `${r.after} after the plan (${r.after - (bound ?? 0)} over)`;
+  const causes = new Set([...plan.bestEffort.racks, ...plan.bestEffort.pods].map((r) => r.cause));
   return [
-    "best effort: pinned jobs (movable: false) keep these over their bound; the plan holds each to what its pinned jobs give it and every other rack and pod to its bound",
+    causes.has("no-room")
+      ? "best effort: no placement meets every bound on the hosts a plan may use (unavailable hosts and pinned jobs take the rest); the plan leaves the least fragmentation over the bounds, with the fewest moves for it"
+      : "best effort: pinned jobs (movable: false) keep these over their bound; the plan holds each to what its pinned jobs give it and every other rack and pod to its bound",
     ...plan.bestEffort.racks.map(line("r", cluster.lambda)),
     ...plan.bestEffort.pods.map(line("p", cluster.podLambda)),
   ];

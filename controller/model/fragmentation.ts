@@ -57,6 +57,8 @@ export const withinBounds = (cluster: Cluster, placement: Placement = cluster.pl
 export interface Bounds {
   readonly racks: readonly number[];
   readonly pods: readonly number[];
+  /** Degree the pinned jobs alone give each rack and pod. */
+  readonly pinned: { readonly racks: readonly number[]; readonly pods: readonly number[] };
   /** Domains whose pinned floor is over λ, with that floor. */
   readonly unreachable: { readonly racks: readonly Floor[]; readonly pods: readonly Floor[] };
 }
@@ -73,7 +75,8 @@ export function plannedBounds(cluster: Cluster): Bounds {
     bounds: floors.map((f) => Math.max(f, bound ?? Number.POSITIVE_INFINITY)),
     over: floors.flatMap((f, index) => (bound !== undefined && f > bound ? [{ index, pinned: f }] : [])),
   });
-  const racks = raise(rackFragmentation(cluster, pinned), cluster.lambda);
-  const pods = raise(podFragmentation(cluster, pinned), cluster.podLambda);
-  return { racks: racks.bounds, pods: pods.bounds, unreachable: { racks: racks.over, pods: pods.over } };
+  const floors = { racks: rackFragmentation(cluster, pinned), pods: podFragmentation(cluster, pinned) };
+  const racks = raise(floors.racks, cluster.lambda);
+  const pods = raise(floors.pods, cluster.podLambda);
+  return { racks: racks.bounds, pods: pods.bounds, pinned: floors, unreachable: { racks: racks.over, pods: pods.over } };
 }

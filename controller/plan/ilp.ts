@@ -28,11 +28,15 @@ interface Cell {
  * a much tighter relaxation. Only workers leaving a rack are paid for (`d ≥ w0 − w`), since
  * arrivals equal departures. `minMoves` is a proven lower bound on the optimum. A pinned
  * group's counts are fixed at where it is; racks take workers up to their available hosts
- * (`availableColumn`) and fragmentation up to `CountState.bound`.
+ * (`availableColumn`) and fragmentation up to `CountState.bound`. With `soft` a rack's bound
+ * may be passed (see there): the best effort when no plan meets every bound.
  */
-export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementProgram {
+export function monkeytreeProgram(state: CountState, minMoves = 0, soft = false): PlacementProgram {
   const mip = new MipBuilder();
   const { groups, racks, capacity } = state;
+  // Soft: a rack may pass its bound at a cost above any number of moves, so the optimum first
+  // leaves the least fragmentation over the bounds, then takes the fewest moves to do it.
+  const overCost = sum(groups, (g) => state.size[g]!) + 1;
   const cells: Cell[] = [];
   for (let g = 0; g < groups; g++) {
     const size = state.size[g]!;
@@ -53,7 +57,8 @@ export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementPro
   }
   for (let t = 0; t < racks; t++) {
     mip.row(range(groups, (g) => [cells[g * racks + t]!.e, 1]), Number.NEGATIVE_INFINITY, state.room[t]!);
-    mip.row(fragTerms(state, cells, t), Number.NEGATIVE_INFINITY, state.bound[t]!);
+    const over = soft ? [[mip.variable(overCost, 0, Number.POSITIVE_INFINITY, false), -1] as [number, number]] : [];
+    mip.row([...fragTerms(state, cells, t), ...over], Number.NEGATIVE_INFINITY, state.bound[t]!);
   }
   const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
   // A lower bound proven elsewhere (the exact search) lifts the relaxation's bound at once, so

@@ -163,7 +163,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
       ...(nodes === undefined ? {} : { maxNodes: nodes }),
     });
     // A plan the search found is verified; it outranks any numerical claim of infeasibility.
-    if (solved.status === "infeasible" && !incumbent) return finish("infeasible", "ilp", state.count, lowerBound);
+    if (solved.status === "infeasible" && !incumbent) return (program ? undefined : bestEffort(untilMs)) ?? finish("infeasible", "ilp", state.count, lowerBound);
     lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
     const found = solved.values ? model.decode(solved.values) : undefined;
     if (found && moveDistance(state.count, found) < best) {
@@ -172,6 +172,24 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     }
     if (incumbent && (solved.status === "optimal" || best <= lowerBound)) return finish("optimal", "ilp", incumbent, best);
     return undefined;
+  };
+  /**
+   * Where pinned jobs or unavailable hosts take the room a repair needs, the least
+   * fragmentation over the rack bounds that can be reached, with the fewest moves for it.
+   */
+  const bestEffort = (untilMs: number): Plan | undefined => {
+    if (cluster.unavailable.length === 0 && cluster.groups.every((g) => g.movable)) return undefined;
+    // Only when room is what is missing: with every host usable and every job movable, a
+    // placement must exist.
+    const free: Cluster = { ...cluster, unavailable: [], groups: cluster.groups.map((g) => ({ ...g, movable: true })) };
+    const freed = new CountState(free);
+    if (solveMip(highs, monkeytreeProgram(freed).model, { timeLimitSec: ilpSeconds((untilMs - performance.now()) / 2) }).status === "infeasible") return undefined;
+    const soft = monkeytreeProgram(state, 0, true);
+    const solved = solveMip(highs, soft.model, { timeLimitSec: ilpSeconds(untilMs - performance.now()) });
+    if (!solved.values) return undefined;
+    const target = soft.decode(solved.values);
+    const moves = moveDistance(state.count, target);
+    return result(cluster, bounds, solved.status === "optimal" ? "optimal" : "feasible", "ilp", target, solved.status === "optimal" ? moves : 0, start, true);
   };
   const settle = () => {
     if (!incumbent) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
@@ -251,10 +269,15 @@ function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {
 }
 
 /** Builds the plan and checks it end to end: a wrong plan is a bug, never an answer. */
-function result(cluster: Cluster, bounds: Bounds, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number): Plan {
+function result(
+  cluster: Cluster, bounds: Bounds, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number,
+  overRacks = false,
+): Plan {
   const moves = hostMoves(cluster, target);
   const after = applyMoves(cluster, moves);
-  if (!withinBounds(cluster, after, bounds)) throw new PlanError("internal: the plan leaves a rack or pod over its bound");
+  // A best effort (`overRacks`) may leave racks over: its program allows that, at a cost.
+  const held = overRacks ? { racks: rackFragmentation(cluster, after).map((d, t) => Math.max(d, bounds.racks[t]!)), pods: bounds.pods } : bounds;
+  if (!withinBounds(cluster, after, held)) throw new PlanError("internal: the plan leaves a rack or pod over its bound");
   return {
     status,
     moves,
@@ -262,7 +285,7 @@ function result(cluster: Cluster, bounds: Bounds, status: PlanStatus, method: Pl
     steps: new Set(moves.map((m) => m.step)).size,
     lowerBound,
     method,
-    ...degrees(cluster, bounds, after),
+    ...degrees(cluster, bounds, after, overRacks),
     placement: after,
     solveMs: performance.now() - start,
   };
@@ -273,16 +296,25 @@ function unmoved(cluster: Cluster, status: "unchanged" | "infeasible", bounds: B
   return { status, moves: [], moveCount: 0, steps: 0, lowerBound, method, ...degrees(cluster, bounds, cluster.placement), placement: cluster.placement, solveMs: performance.now() - start };
 }
 
-function degrees(cluster: Cluster, bounds: Bounds, after: Placement): Pick<Plan, "fragmentation" | "podFragmentation" | "bestEffort"> {
+function degrees(cluster: Cluster, bounds: Bounds, after: Placement, overRacks = false): Pick<Plan, "fragmentation" | "podFragmentation" | "bestEffort"> {
   const rack = { before: rackFragmentation(cluster), after: after === cluster.placement ? rackFragmentation(cluster) : rackFragmentation(cluster, after) };
   const pod = cluster.podCount > 0 ? { before: podFragmentation(cluster), after: podFragmentation(cluster, after) } : undefined;
   const { unreachable } = bounds;
-  const residual = (floors: typeof unreachable.racks, degree: readonly number[]) => floors.map(({ index, pinned }) => ({ index, pinned, after: degree[index] ?? 0 }));
+  const residual = (floors: typeof unreachable.racks, degree: readonly number[]) =>
+    floors.map(({ index, pinned }) => ({ index, cause: "pinned" as const, pinned, after: degree[index] ?? 0 }));
+  const pinnedOver = new Set(unreachable.racks.map((f) => f.index));
+  const racks = [
+    ...residual(unreachable.racks, rack.after),
+    // Racks a best effort leaves over their bound for want of room.
+    ...(overRacks
+      ? rack.after.flatMap((d, index) =>
+          d > bounds.racks[index]! && !pinnedOver.has(index) ? [{ index, cause: "no-room" as const, pinned: bounds.pinned.racks[index] ?? 0, after: d }] : [],
+        )
+      : []),
+  ].sort((a, b) => a.index - b.index);
   return {
     fragmentation: rack,
     ...(pod ? { podFragmentation: pod } : {}),
-    ...(unreachable.racks.length + unreachable.pods.length > 0
-      ? { bestEffort: { racks: residual(unreachable.racks, rack.after), pods: residual(unreachable.pods, pod?.after ?? []) } }
-      : {}),
+    ...(racks.length + unreachable.pods.length > 0 ? { bestEffort: { racks, pods: residual(unreachable.pods, pod?.after ?? []) } } : {}),
   };
 }

@@ -83,7 +83,7 @@ describe("monkeytree plan", () => {
     expect(human.stdout).toContain("r1: pinned jobs alone give it 2 > λ = 1; 2 after the plan (1 over)");
     const json = await runCli("plan", "--json", "--snapshot", path);
     const doc = PlanDocumentSchema.parse(JSON.parse(json.stdout));
-    expect(doc.bestEffort).toEqual({ racks: [{ index: 0, pinned: 2, after: 2 }, { index: 1, pinned: 2, after: 2 }], pods: [] });
+    expect(doc.bestEffort).toEqual({ racks: [{ index: 0, cause: "pinned", pinned: 2, after: 2 }, { index: 1, cause: "pinned", pinned: 2, after: 2 }], pods: [] });
     expect(doc.moves).toEqual([{ job: "c", group: 0, from: 2, to: 10, step: 0 }]);
     const out = join(dir, "pinned-after.json");
     expect((await runCli("plan", "--snapshot", path, "--output", out)).code).toBe(0);

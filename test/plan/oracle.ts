@@ -150,6 +150,48 @@ export function minimumMoves(cluster: Cluster): number {
 }
 
 /**
+ * The best effort when no placement meets every bound: the least fragmentation over the rack
+ * bounds, summed over racks, then the fewest moves for it (pod bounds and capacity still hold).
+ * `excess` is 0 exactly when `minimumMoves` is finite; Infinity for both when even that fails.
+ */
+export function bestEffortMinimum(cluster: Cluster): { excess: number; moves: number } {
+  const shape = domainsOf(cluster);
+  const initial = initialCounts(cluster, shape);
+  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
+  const rings = cluster.groups.map((g) => g.rings);
+  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
+  const free = [...shape.available];
+  const rackDegree = new Array<number>(shape.racks).fill(0);
+  const podDegree = new Array<number>(shape.pods).fill(0);
+  const excess = () => rackDegree.reduce((sum, d, t) => sum + Math.max(0, d - shape.lambda[t]!), 0);
+  let best = { excess: Number.POSITIVE_INFINITY, moves: Number.POSITIVE_INFINITY };
+  const place = (g: number, moved: number) => {
+    const over = excess();
+    if (over > best.excess) return;
+    if (g === options.length) {
+      if (over < best.excess || moved < best.moves) best = { excess: over, moves: moved };
+      return;
+    }
+    for (const spread of options[g]!) {
+      // Excess never falls as groups are added, and spreads come cheapest first.
+      if (over === best.excess && moved + spread.cost >= best.moves) return;
+      const r = rings[g]!;
+      const fits = spread.uses.every((c, t) => c <= free[t]!) && spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!);
+      if (!fits) continue;
+      spread.uses.forEach((c, t) => (free[t]! -= c));
+      for (const t of spread.racks) rackDegree[t]! += r;
+      for (const p of spread.pods) podDegree[p]! += r;
+      place(g + 1, moved + spread.cost);
+      spread.uses.forEach((c, t) => (free[t]! += c));
+      for (const t of spread.racks) rackDegree[t]! -= r;
+      for (const p of spread.pods) podDegree[p]! -= r;
+    }
+  };
+  place(0, 0);
+  return best;
+}
+
+/**
  * Replays a plan step by step under the plan contract (a source runs its group when its step
  * starts; a destination is free then or vacated in the same step; no host takes two workers)
  * and returns why the result breaks a bound, moves a pinned job or lands on an unavailable
