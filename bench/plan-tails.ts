@@ -10,7 +10,7 @@ import { PlanTimeoutError, type Planner } from "../controller/plan/index.ts";
 import { syntheticSnapshot } from "../controller/sim/synthetic.ts";
 
 /** A rare hard event (optimum 8 moves) shipped with the design notes. */
-export const HARD_EXAMPLE = new URL("../examples/snapshots/hard-2048gpu-lambda2.json", import.meta.url);
+const HARD_EXAMPLE = new URL("../cli/snapshots/hard-2048gpu-lambda2.json", import.meta.url);
 
 /**
  * Plans the hard example once per limit, longest first: the longest limit's time to its
@@ -29,7 +29,7 @@ export function anytimeTable(planner: Planner, limitsSec: readonly number[]): st
     }
   });
   return [
-    "hard event (examples/snapshots/hard-2048gpu-lambda2.json, 2,048 GPUs, λ = 2, optimum 8 moves) at several time limits",
+    "hard event (cli/snapshots/hard-2048gpu-lambda2.json, 2,048 GPUs, λ = 2, optimum 8 moves) at several time limits",
     table(["limit s", "status", "moves", "lower bound", "method", "seconds"], rows),
   ].join("\n");
 }
