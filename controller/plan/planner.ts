@@ -71,9 +71,8 @@ export interface Plan {
   /** Why no placement can meet the bounds, when a simple rule shows it (status `infeasible`). */
   readonly reason?: string;
   /**
-   * Racks and pods that pinned jobs alone keep over λ; absent when there are none. The plan
-   * (and its status) is then for the bounds it could reach: such a domain held to its pinned
-   * floor, every other to λ.
+   * Racks and pods the plan cannot bring within λ, and why (see `BestEffortSchema`); absent
+   * when there are none. The plan (and its status) is then for the bounds it could reach.
    */
   readonly bestEffort?: BestEffort;
 }
@@ -151,8 +150,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(best) ? { best } : {}), elapsedMs: performance.now() - start });
   const fresh = () => new CountState(cluster, state.initial, bounds);
   const program = options.formulation === "paper" ? paperProgram(state) : undefined;
-  /** One HiGHS run from the best plan and bound so far; a plan if it settles the question. */
   let ranIlp = false;
+  /** One HiGHS run from the best plan and bound so far; a plan if it settles the question. */
   const ilp = (untilMs: number, nodes: number | undefined): Plan | undefined => {
     ranIlp = true;
     report("ilp");
