@@ -14,7 +14,9 @@ const formulations = ["monkeytree", "paper"] as const satisfies readonly Formula
 const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME] [--output FILE]
 
 Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
-when the snapshot sets podLambda) within its bound, as concrete host moves in steps.
+when the snapshot sets podLambda) within its bound, as concrete host moves in steps. Pinned
+jobs ("movable": false) never move and unavailable hosts are never a destination; where they
+leave no way within a bound, the plan is a best effort and names the racks it leaves over.
 
 options:
   --snapshot FILE     cluster snapshot (JSON, see README); default: the embedded example
