@@ -1,6 +1,5 @@
 import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
-import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
@@ -27,7 +26,6 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly keyring?: Keyring;
   readonly tickMs?: number;
   readonly logger?: Logger;
-  readonly planner: Planner;
   /**
    * When the transport and launcher are per-host daemons on this socket: the server tells it
    * which peer registered each host, hands it their answers, and sends its commands.
@@ -135,7 +133,7 @@ export class ControllerServer {
     await this.sending;
     this.socket.close();
     this.zap?.close();
-    await Promise.all([this.loop, this.zapLoop]);
+    await Promise.all([this.loop, this.zapLoop, this.controller.close()]);
     this.journal.close();
   }
 
