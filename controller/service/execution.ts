@@ -132,6 +132,7 @@ export class PlanExecution implements SessionMoves {
     if (withinBounds(cluster)) return;
     const planning = { placement: placementKey(cluster), lost: [] };
     this.planning = planning;
+    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: planning for ${cluster.groups.length} groups on ${cluster.hostCount} hosts`);
     this.options.planner.plan(cluster, this.options.planTimeLimitMs).then(
       (plan) => this.closed || this.later(() => this.planned(planning, cluster, plan)),
       (error: unknown) =>
