@@ -17,7 +17,7 @@
 //                 once" rows are compared with. Rounds of the three alternate, so all see
 //                 the same load.
 //
-//   npm run bench:control -- --register 16384 --barrier 1024
+//   npm run bench:control -- --register 2048 --barrier 1024
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -41,7 +41,7 @@ const HOSTS_PER_RACK = 64;
 const help = `usage: npm run bench:control -- [options]
 
 options:
-  --register N     workers to register (default 16384)
+  --register N     workers to register (default 2048, the most hosts a cluster may have)
   --connections N  client connections the registering workers share (default 64)
   --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
   --barrier N      registered workers for the barrier round trips (default 1024)
@@ -322,7 +322,7 @@ function options(argv: string[]) {
     "plan-time-limit": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   });
-  const registerCount = numberFlag("register", flags.register, 16_384, JOB_HOSTS);
+  const registerCount = numberFlag("register", flags.register, 2_048, JOB_HOSTS);
   const barrierCount = numberFlag("barrier", flags.barrier, 1_024, JOB_HOSTS);
   if (registerCount % JOB_HOSTS || barrierCount % JOB_HOSTS) throw new UsageError(`worker counts must be multiples of ${JOB_HOSTS} (the job size)`);
   return {

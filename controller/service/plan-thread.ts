@@ -50,6 +50,13 @@ export const DEFAULT_PLAN_GRACE_MS = 10_000;
 /** The worst snapshot within the limits plans in under 1 GB. */
 export const DEFAULT_PLAN_HEAP_MIB = 2_048;
 
+/**
+ * The planner thread's nice value (Linux): under contention for cores it yields to the
+ * controller's event loop, so barriers stay fast while a plan runs; a plan that gets less of a
+ * core still returns its best plan at its time limit.
+ */
+export const PLANNER_NICE = 10;
+
 const PLANNER_THREAD = nodeArgs(import.meta.url, "./plan-thread-main");
 
 interface InFlight {
