@@ -11,7 +11,6 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { MetricsServer } from "../controller/metrics/http.ts";
-import { createPlanner } from "../controller/plan/planner.ts";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { ControllerServer } from "../controller/service/server.ts";
@@ -36,7 +35,6 @@ async function start(metrics: ControllerMetrics | null, workers: number) {
     bind: "tcp://127.0.0.1:*",
     journalDir: dir,
     config: { kind: "config", topology, lambda: topology.uplinksPerRack, podLambda: null },
-    planner: await createPlanner(),
     transport: { prepare: () => Promise.reject(new Error("no hosts")), release: () => Promise.resolve() },
     launcher: { spawn: () => Promise.reject(new Error("no hosts")) },
     logger: createLogger("controller", () => {}),

@@ -1,5 +1,4 @@
 import { once } from "node:events";
-import { createPlanner } from "../controller/plan/planner.ts";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
@@ -110,7 +109,7 @@ export const command: Command = {
         bind,
         journalDir,
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
-        planner: await createPlanner(),
+       
         transport: daemons,
         launcher: daemons,
         daemons,

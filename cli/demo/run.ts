@@ -151,14 +151,15 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
           ...pace, "--state-bytes", String(options.stateBytes), "--events", events, "--replacement", REPLACEMENT, ...gate,
         ]),
       );
+    // The running jobs, and the arriving one, train no further than a third of their
+    // iterations before the arrival is planned (on the controller's planner thread, while they
+    // train), so however slow this machine, the plan finds them training: their stop barrier
+    // is the next one they reach, and the moves hold them there.
+    const planned = join(dir, "planned");
     // The arriving job's processes start now and wait at a gate, so it arrives on cue however
     // long processes take to start on a busy machine.
     const admitted = join(dir, `${DEMO_ARRIVING.id}.admitted`);
-    startJob(DEMO_ARRIVING, ["--start-when-exists", admitted]);
-    // The running jobs train no further than a third of their iterations before the arrival is
-    // planned, so however slow this machine, the plan finds them training: their stop barrier
-    // is the next one they reach, and the moves hold them there.
-    const planned = join(dir, "planned");
+    startJob(DEMO_ARRIVING, ["--start-when-exists", admitted, "--pause-at", String(Math.floor(options.steps / 3)), "--resume-when-exists", planned]);
     const jobStarted = (id: string) => async () => (await status()).jobs.some((j) => j.id === id && j.started);
     for (const job of DEMO_RUNNING) startJob(job, ["--pause-at", String(Math.floor(options.steps / 3)), "--resume-when-exists", planned]);
     for (const job of DEMO_RUNNING) await until(group, jobStarted(job.id), options.timeoutMs, `job ${job.id} to start`);

@@ -1,4 +1,3 @@
-import type { Planner } from "../plan/planner.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { Request } from "../../sdk/protocol/codec.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
@@ -8,6 +7,7 @@ import { PlanExecution } from "./execution.ts";
 import { EventLog } from "./event-log.ts";
 import type { Journal } from "./journal.ts";
 import { DaemonLiveness } from "./liveness.ts";
+import { PlanThread, type PlanRunner } from "./plan-thread.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
 import { observeAll, type ControllerObserver } from "./observer.ts";
 import { WorkerSessions } from "./sessions.ts";
@@ -38,7 +38,8 @@ export interface ControllerOptions {
   readonly compactAfterBytes?: number;
   /** State replayed from `journal`. */
   readonly state: DurableState;
-  readonly planner: Planner;
+  /** Where plans are computed; by default a `PlanThread`, off the event loop. */
+  readonly planner?: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
   readonly clock?: () => number;
@@ -100,7 +101,7 @@ export class Controller {
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
     this.plan = new PlanExecution(this.context, this.sessions, this.daemons, {
-      planner: options.planner,
+      planner: options.planner ?? new PlanThread(),
       transport: options.transport,
       launcher: options.launcher,
       timeouts: options.timeouts ?? DEFAULT_TIMEOUTS,
@@ -109,6 +110,11 @@ export class Controller {
       replanBackoffMs: options.replanBackoffMs ?? DEFAULT_REPLAN_BACKOFF_MS,
     });
     this.plan.recover();
+  }
+
+  /** Stops planning; the server calls it as it closes. */
+  close(): Promise<void> {
+    return this.plan.close();
   }
 
   get durable(): DurableState {

@@ -1,10 +1,12 @@
 import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
-import type { Planner } from "../plan/planner.ts";
+import type { Cluster } from "../model/cluster.ts";
+import type { Plan } from "../plan/planner.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
 import { assertNever, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
+import type { PlanRunner } from "./plan-thread.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
 import { clusterOf } from "./state.ts";
@@ -20,7 +22,7 @@ import type { ReplacementLauncher, StagingTransport } from "./transport.ts";
  */
 
 export interface ExecutionOptions {
-  readonly planner: Planner;
+  readonly planner: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
   readonly timeouts: MigrationTimeouts;
@@ -31,12 +33,25 @@ export interface ExecutionOptions {
   readonly replanBackoffMs: number;
 }
 
+interface Planning {
+  /** The placement the plan is computed for (`placementKey`). */
+  readonly placement: string;
+  /** Hosts whose daemon was lost while it was computed. */
+  readonly lost: number[];
+}
+
 export class PlanExecution implements SessionMoves {
   private replanWanted = false;
   /** When to plan again after a rollback or restart; null when nothing is scheduled. */
   private replanAt: number | null = null;
   /** Set when a plan's moves are all finished, so it is not driven again. */
   private settledPlan: string | null = null;
+  /**
+   * The plan the planner's thread is computing, and what it was asked for. Not journaled: a
+   * restart plans afresh. Daemons lost meanwhile are noted, since the placement shows no loss.
+   */
+  private planning: Planning | null = null;
+  private closed = false;
 
   constructor(
     private readonly context: ControllerContext,
@@ -64,6 +79,7 @@ export class PlanExecution implements SessionMoves {
 
   /** The daemon on `host` went silent: moves from or to it cannot finish. */
   hostLost(host: number): void {
+    this.planning?.lost.push(host);
     for (const m of this.openMigrations()) {
       if (m.from === host || m.to === host) this.fire(m.id, { type: "fail", reason: `the daemon on host ${host} was lost` });
     }
@@ -95,29 +111,64 @@ export class PlanExecution implements SessionMoves {
     this.context.ack(target);
   }
 
+  /** Stops planning: a plan in flight is dropped, as a restart would drop it. */
+  close(): Promise<void> {
+    this.closed = true;
+    return this.options.planner.close();
+  }
+
+  /**
+   * Starts a plan on the planner's thread when the placement breaks a bound. One plan at a
+   * time: an event meanwhile leaves `replanWanted` set, and the answer is checked against
+   * the placement it was computed for (`planned`).
+   */
   private replan(): void {
     this.replanWanted = false;
-    if (this.activeMoves().length) {
+    if (this.planning || this.activeMoves().length) {
       this.replanWanted = true;
       return;
     }
     const cluster = clusterOf(this.context.state);
     if (withinBounds(cluster)) return;
-    let plan;
-    try {
-      plan = this.options.planner.plan(cluster, { timeLimitMs: this.options.planTimeLimitMs });
-    } catch (error) {
-      this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
-      this.context.observer.planFailed(message(error));
-      this.replanLater();
+    const planning = { placement: placementKey(cluster), lost: [] };
+    this.planning = planning;
+    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: planning for ${cluster.groups.length} groups on ${cluster.hostCount} hosts`);
+    this.options.planner.plan(cluster, this.options.planTimeLimitMs).then(
+      (plan) => this.closed || this.later(() => this.planned(planning, cluster, plan)),
+      (error: unknown) =>
+        this.closed ||
+        this.later(() => {
+          this.planning = null;
+          this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
+          this.context.observer.planFailed(message(error));
+          this.replanLater();
+        }),
+    );
+  }
+
+  /**
+   * A plan came back. It is applied only to the placement it was computed for, with the
+   * daemons it knew: a job that started or ended, a move that committed or a daemon lost
+   * meanwhile makes it stale, and the controller plans again instead.
+   */
+  private planned(planning: Planning, cluster: Cluster, plan: Plan): void {
+    this.planning = null;
+    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
+    const stale = planning.lost.length
+      ? `the daemons on hosts ${planning.lost.join(", ")} were lost`
+      : placementKey(clusterOf(this.context.state)) !== planning.placement
+        ? "the placement changed"
+        : null;
+    if (stale) {
+      this.context.log.info(() => `plan discarded: ${stale} while it was computed; planning again`);
+      this.replanWanted = true;
+      this.context.wake();
       return;
     }
-    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
     const id = plan.moves.length ? `p${this.context.state.plans}` : null;
     this.context.observer.planned({ plan: id, status: plan.status, moves: plan.moveCount, steps: plan.steps, seconds: plan.solveMs / 1000, fragmentation: rackFragmentation(cluster), lambda: cluster.lambda });
     if (id === null) return;
     this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
-    this.drive();
   }
 
   /**
@@ -296,9 +347,9 @@ export class PlanExecution implements SessionMoves {
     );
   }
 
-  /** Work that arrives outside a request (a host's answer): handle it, then drive. */
+  /** Work that arrives outside a request (a host's answer, a plan): handle it, then drive. */
   private later(run: () => void): void {
-    this.context.safely("handling a host's answer", () => {
+    this.context.safely("handling an answer from a host or the planner", () => {
       run();
       this.drive();
     });
@@ -308,5 +359,8 @@ export class PlanExecution implements SessionMoves {
     this.replanAt = this.context.clock() + this.options.replanBackoffMs;
   }
 }
+
+/** Which groups run where: two clusters with the same key get the same plan. */
+const placementKey = (cluster: Cluster): string => JSON.stringify([cluster.groups, cluster.placement]);
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

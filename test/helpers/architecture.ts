@@ -14,7 +14,7 @@ export const LAYERS = ["native", "sdk", "controller", "cli"] as const;
 export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   sdk: [
     // The Python hook imports no TypeScript; the launcher points torchrun at it.
-    ["sdk/errors.ts", "sdk/log.ts", "sdk/python/"],
+    ["sdk/errors.ts", "sdk/log.ts", "sdk/paths.ts", "sdk/python/"],
     ["sdk/protocol/", "sdk/checkpoint/"],
     ["sdk/connection.ts"],
     ["sdk/client.ts"],

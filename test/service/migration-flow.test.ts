@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { INCARNATION, startController, type Harness } from "./harness.ts";
+import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
 const clients: ControllerClient[] = [];
@@ -31,7 +31,7 @@ async function startJob(client: ControllerClient, job: string, hosts: number[]):
 async function plannedMove(client: ControllerClient) {
   const a = await startJob(client, "a", [0, 4]);
   const b = await startJob(client, "b", [1, 5]);
-  const move = (await client.status()).migrations[0]!;
+  const move = (await plannedMoves(client))[0]!;
   const moving = move.job === "a" ? a : b;
   return {
     move,
@@ -61,6 +61,7 @@ describe("controller service: a job start that breaks the bound", () => {
 
     // Job b also spans both racks: fragmentation 2 > λ = 1, so the controller plans a move.
     const b = await startJob(client, "b", [1, 5]);
+    await plannedMoves(client);
     let status = await client.status();
     expect(status.withinBounds).toBe(false);
     // Two rings cross each rack over one uplink: routing cannot isolate them.
