@@ -6,7 +6,7 @@ import { ControllerEventSchema, type ControllerEvent } from "../../sdk/protocol/
 import { EVENT_LOG_FILE } from "../../controller/service/event-log.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { ControllerMetrics } from "../../controller/service/metrics.ts";
-import { INCARNATION, startController, type Harness } from "./harness.ts";
+import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 /**
  * The controller's metrics and event log, watching a real controller service: two jobs that
@@ -44,7 +44,7 @@ async function rolledBackMove() {
   };
   const a = await start("a", [0, 4]);
   const b = await start("b", [1, 5]);
-  const move = (await client.status()).migrations[0]!;
+  const move = (await plannedMoves(client))[0]!;
   const moving = move.job === "a" ? a : b;
   const source = moving.find((w) => w.worker.host === move.from)!;
   const stayer = moving.find((w) => w.worker.host !== move.from)!;
