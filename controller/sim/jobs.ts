@@ -1,0 +1,89 @@
+import { z } from "zod";
+import { InvalidInputError } from "../../sdk/errors.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, idSchema } from "../../sdk/protocol/limits.ts";
+import { iterationCost, MODELS } from "./models.ts";
+import { Random } from "./random.ts";
+import { MIXES, workload } from "./workload.ts";
+
+/**
+ * One job of a simulated history: one line of a trace file (JSON lines). Everything the
+ * simulator needs is explicit, so a user's own history (from `sacct`, say) replays without
+ * the model table; `monkeytree simulate --preset` writes the same lines for generated traces.
+ */
+export const SimJobSchema = z.strictObject({
+  id: idSchema("a job id"),
+  /** Seconds from the start of the trace. */
+  arrival: z.number().min(0),
+  /** Informational: the model it trains. */
+  model: z.string().max(128).optional(),
+  /** TP degree: independent DP rings per fragmented rack. */
+  rings: z.int().min(1).max(MAX_GPUS_PER_HOST).default(1),
+  /** Pipeline stages, each its own DP group. */
+  stages: z.int().min(1).max(MAX_HOSTS).default(1),
+  /** DP degree in hosts, per stage. */
+  hostsPerStage: z.int().min(1).max(MAX_HOSTS),
+  iterations: z.int().min(1),
+  /** Compute seconds per iteration, without communication. */
+  computeSeconds: z.number().min(0),
+  /** Bytes on each hop of each DP ring per iteration. */
+  ringBytes: z.number().min(0),
+  /** Bytes on each pipeline flow per iteration. */
+  ppBytes: z.number().min(0).default(0),
+  /** Checkpoint bytes of one worker (one host), moved when it migrates. */
+  checkpointBytes: z.number().min(0).default(0),
+});
+export type SimJob = z.infer<typeof SimJobSchema>;
+
+/** Parses one trace (parsed JSON values, one per line); errors name the line and field. */
+export function parseSimJobs(lines: readonly unknown[], source = "trace"): SimJob[] {
+  const jobs = lines.map((line, i) => {
+    const parsed = SimJobSchema.safeParse(line);
+    if (!parsed.success) throw InvalidInputError.fromZod(`${source} line ${i + 1}`, parsed.error);
+    return parsed.data;
+  });
+  const seen = new Set<string>();
+  jobs.forEach((job, i) => {
+    if (seen.has(job.id)) throw new InvalidInputError(`${source} line ${i + 1}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
+    seen.add(job.id);
+  });
+  return [...jobs].sort((a, b) => a.arrival - b.arrival);
+}
+
+export const GenerateOptionsSchema = z.strictObject({
+  seed: z.int(),
+  hostCount: z.int().min(1).max(MAX_HOSTS),
+  mix: z.enum(MIXES),
+  /** Offered load: expected fraction of hosts busy, counting jobs at their ideal durations. */
+  load: z.number().gt(0).max(1),
+  jobs: z.int().min(1),
+  /** Mean ideal duration of a job, exponentially distributed. */
+  meanHours: z.number().gt(0).default(2),
+});
+export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
+
+/**
+ * A Poisson trace: jobs of the mix (shapes and models as the planner's traces draw them),
+ * exponential ideal durations, an arrival rate that offers the target load. Deterministic in
+ * the seed; the ids are the model and the arrival number.
+ */
+export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number): SimJob[] {
+  const parsed = GenerateOptionsSchema.safeParse(input);
+  if (!parsed.success) throw InvalidInputError.fromZod("trace options", parsed.error);
+  const options = parsed.data;
+  const random = new Random(options.seed);
+  const mix = workload(options.mix, options.hostCount);
+  const meanSeconds = options.meanHours * 3600;
+  const rate = (options.load * options.hostCount) / (mix.meanHosts * meanSeconds);
+  let now = 0;
+  return Array.from({ length: options.jobs }, (_, n) => {
+    now += random.exponential(rate);
+    const spec = mix.draw(random, n);
+    const name = spec.id.slice(0, spec.id.lastIndexOf("-"));
+    const model = MODELS[name];
+    if (!model) throw new RangeError(`no model named ${name} in the model table`);
+    const cost = iterationCost(model, spec);
+    const ideal = cost.computeSeconds + cost.ringBytes / nicBytesPerSecond + cost.ppBytes / nicBytesPerSecond;
+    const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
+    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost };
+  });
+}
