@@ -34,16 +34,20 @@ export const SimJobSchema = z.strictObject({
 });
 export type SimJob = z.infer<typeof SimJobSchema>;
 
-/** Parses one trace (parsed JSON values, one per line); errors name the line and field. */
-export function parseSimJobs(lines: readonly unknown[], source = "trace"): SimJob[] {
+/**
+ * Parses one trace (parsed JSON values, one per line); errors name the line and field.
+ * `lineNumbers` gives each value's line in its file when blank lines were skipped.
+ */
+export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNumbers?: readonly number[]): SimJob[] {
+  const lineOf = (i: number) => lineNumbers?.[i] ?? i + 1;
   const jobs = lines.map((line, i) => {
     const parsed = SimJobSchema.safeParse(line);
-    if (!parsed.success) throw InvalidInputError.fromZod(`${source} line ${i + 1}`, parsed.error);
+    if (!parsed.success) throw InvalidInputError.fromZod(`${source} line ${lineOf(i)}`, parsed.error);
     return parsed.data;
   });
   const seen = new Set<string>();
   jobs.forEach((job, i) => {
-    if (seen.has(job.id)) throw new InvalidInputError(`${source} line ${i + 1}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
+    if (seen.has(job.id)) throw new InvalidInputError(`${source} line ${lineOf(i)}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
     seen.add(job.id);
   });
   return [...jobs].sort((a, b) => a.arrival - b.arrival);

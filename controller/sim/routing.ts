@@ -30,14 +30,18 @@ export function flowHash(key: string, seed: number): number {
   return h;
 }
 
+/** The ephemeral source port a flow's queue pair draws. */
+export function sourcePort(key: string, seed: number): number {
+  const span = EPHEMERAL_PORTS.last - EPHEMERAL_PORTS.first + 1;
+  return EPHEMERAL_PORTS.first + (flowHash(key, seed) % span);
+}
+
 /**
  * The spine a ToR's ECMP hash sends a flow to: CRC-32 of the RoCEv2 5-tuple (the switch
  * model routing steers against), with a source port the flow's queue pair drew at random.
  */
 export function ecmpSpine(srcHost: number, dstHost: number, key: string, seed: number, spines: number): number {
-  const span = EPHEMERAL_PORTS.last - EPHEMERAL_PORTS.first + 1;
-  const srcPort = EPHEMERAL_PORTS.first + (flowHash(key, seed) % span);
-  const tuple = { srcAddress: defaultAddressOf(srcHost), dstAddress: defaultAddressOf(dstHost), protocol: UDP, srcPort, dstPort: ROCE_V2_PORT };
+  const tuple = { srcAddress: defaultAddressOf(srcHost), dstAddress: defaultAddressOf(dstHost), protocol: UDP, srcPort: sourcePort(key, seed), dstPort: ROCE_V2_PORT };
   return hashModel.select(tuple, spines, "tor");
 }
 

@@ -1,0 +1,75 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { runCli } from "../helpers/cli.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "monkeytree-simulate-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The report without wall-clock solve times, which differ run to run. */
+const repeatable = (report: SimulationReport) => report.systems.map(({ solver: _, ...rest }) => rest);
+
+describe("monkeytree simulate", () => {
+  let first: SimulationReport;
+
+  it("prints one JSON document per the schema, writes CSVs system by system, and saves the trace", async () => {
+    const csv = join(dir, "csv");
+    const traces = join(dir, "traces");
+    const result = await runCli("simulate", "--preset", "small", "--json", "--csv", csv, "--save-trace", traces);
+    expect(result.code).toBe(0);
+    first = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(first.systems.map((s) => s.name)).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    for (const s of first.systems) expect(s.jobs).toBe(100);
+    const byName = Object.fromEntries(first.systems.map((s) => [s.name, s]));
+    expect(byName.monkeytree!.events.count).toBeGreaterThan(0);
+    expect(byName.monkeytree!.slowdown.p99).toBeLessThan(byName.ecmp!.slowdown.p99);
+    expect(byName.spray!.slowdown.p99).toBeCloseTo(1, 9);
+    // Progress: one line per finished system (stderr is no terminal here).
+    expect(result.stderr.trim().split("\n")).toHaveLength(4);
+
+    const lines = (name: string) => readFileSync(join(csv, name), "utf8").trim().split("\n");
+    expect(lines("jobs.csv")).toHaveLength(1 + 4 * 100);
+    expect(lines("summary.csv").slice(1).map((l) => l.split(",")[0])).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    expect(lines("plans.csv").length - 1).toBe(first.systems.reduce((n, s) => n + s.solver.plans, 0));
+    expect(lines("fragmentation.csv")[0]).toBe("system,load,time,max_rack,mean_rack,fragmented_groups");
+    expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
+  });
+
+  it("replays a saved trace to the same results", async () => {
+    const result = await runCli("simulate", "--preset", "small", "--trace", join(dir, "traces", "trace-0.9.jsonl"), "--json");
+    expect(result.code).toBe(0);
+    const replay = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(repeatable(replay).map((s) => ({ ...s, load: 0.9 }))).toEqual(repeatable(first));
+  });
+
+  it("prints a table by default", async () => {
+    const result = await runCli("simulate", "--preset", "small", "--systems", "ecmp,monkeytree-ecmp");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("8 racks × 8 hosts × 8 GPUs, 2 uplinks per rack (32:1), λ = 2");
+    expect(result.stdout).toMatch(/90%\s+monkeytree-ecmp\s+100\s/);
+  });
+
+  it.each([
+    [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
+    [["--preset", "nope"], /--preset must be one of paper-1024, /],
+    [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],
+    [["--trace", "x.jsonl", "--loads", "0.5"], /with --trace the file gives the jobs/],
+  ])("refuses %j with exit code 2", async (args, message) => {
+    const result = await runCli("simulate", ...args);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(message);
+  });
+
+  it("names the line and field of a bad trace", async () => {
+    const path = join(dir, "bad.jsonl");
+    const good = { id: "a", arrival: 0, hostsPerStage: 2, iterations: 3, computeSeconds: 1, ringBytes: 10 };
+    writeFileSync(path, `${JSON.stringify(good)}\n\n${JSON.stringify({ ...good, id: "b", hostsPerStage: -1 })}\n`);
+    const result = await runCli("simulate", "--trace", path);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(new RegExp(`trace ${path} line 3 at hostsPerStage: `));
+    writeFileSync(path, "{not json\n");
+    expect((await runCli("simulate", "--trace", path)).stderr).toMatch(/line 1: not JSON/);
+  });
+});

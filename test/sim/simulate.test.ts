@@ -1,0 +1,106 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { createPlanner, type Planner } from "../../controller/plan/index.ts";
+import { generateJobs, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
+import { simulationReport } from "../../controller/sim/report.ts";
+import { simulateSystem, SYSTEMS, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
+
+let planner: Planner;
+beforeAll(async () => {
+  planner = await createPlanner();
+});
+
+/** 3 racks of 2 one-GPU hosts, one uplink each, links at 1 GB/s. */
+const tiny: SimConfigInput = { fabric: { racks: 3, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 1, nicGbps: 8 }, scheduler: "fifo", lambda: 1 };
+
+const job = (id: string, hosts: number, extra: Partial<SimJob> = {}): SimJob =>
+  SimJobSchema.parse({ id, arrival: 0, hostsPerStage: hosts, iterations: 10, computeSeconds: 1, ringBytes: 1e9, ...extra });
+
+// Left to right: x on host 0, a on hosts 1-2 (racks 0, 1), b on hosts 3-4 (racks 1, 2); host 5
+// is free. a's and b's rings both cross rack 1's one uplink and downlink.
+const collide = (checkpointBytes = 0) => [job("x", 1), job("a", 2, { checkpointBytes }), job("b", 2, { checkpointBytes })];
+
+const finish = (run: SystemRun, id: string) => run.jobs.find((j) => j.id === id)!;
+
+describe("simulateSystem", () => {
+  it("halves the rate of two rings that share an uplink", () => {
+    const run = simulateSystem(collide(), tiny, "ecmp", undefined);
+    // Each iteration: 1 s compute + 1 GB at half of 1 GB/s.
+    expect(finish(run, "a").finish).toBeCloseTo(30, 9);
+    expect(finish(run, "b").finish).toBeCloseTo(30, 9);
+    expect(finish(run, "a").slowdown).toBeCloseTo(1.5, 9);
+    expect(finish(run, "x").slowdown).toBeCloseTo(1, 9);
+    expect(run.fragmentation.peakMaxRack).toBe(2);
+  });
+
+  it("runs every job at its ideal pace with packet spraying on a full-bisection fabric", () => {
+    const run = simulateSystem(collide(), tiny, "spray", undefined);
+    for (const j of run.jobs) expect(j.slowdown).toBeCloseTo(1, 9);
+  });
+
+  it("plans like the controller when a rack goes over λ, pays the restart, and isolates the rings", () => {
+    const run = simulateSystem(collide(), tiny, "monkeytree", planner);
+    expect(run.plans.map((p) => p.moves)).toEqual([1]);
+    // b's worker on rack 1 moves to the free host 5: b resumes after the 10 s restart, alone.
+    expect(finish(run, "b").moves).toBe(1);
+    expect(finish(run, "b").finish).toBeCloseTo(10 + 20, 9);
+    expect(finish(run, "a").finish).toBeCloseTo(20, 9);
+    expect(run.migrationSeconds).toEqual([10]);
+    expect(run.bytesMoved).toBe(0);
+  });
+
+  it("moves checkpoints as flows that compete with the rings they cross", () => {
+    const run = simulateSystem(collide(2e9), tiny, "monkeytree", planner);
+    // The checkpoint (host 3 → 5) shares rack 1's uplink with a's ring: 0.5 GB/s each for 4 s.
+    // a does 4/3 iterations meanwhile, then 2 s each; b resumes at 4 + 10 s.
+    expect(run.bytesMoved).toBe(2e9);
+    expect(run.migrationSeconds[0]).toBeCloseTo(14, 9);
+    expect(finish(run, "a").finish).toBeCloseTo(4 + (10 - 4 / 3) * 2, 9);
+    expect(finish(run, "b").finish).toBeCloseTo(14 + 20, 9);
+  });
+
+  it("queues jobs first in, first out until the front-end can place them", () => {
+    const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
+    const run = simulateSystem(jobs, tiny, "ecmp", undefined);
+    expect(finish(run, "next").start).toBeCloseTo(finish(run, "big").finish, 9);
+  });
+
+  it("refuses a job larger than the cluster, naming it", () => {
+    expect(() => simulateSystem([job("huge", 7)], tiny, "ecmp", undefined)).toThrow(/job huge needs 7 hosts; the cluster has 6/);
+  });
+
+  it("gives the same result for the same seed, and another trace for another seed", () => {
+    const config: SimConfigInput = { fabric: { racks: 8, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 4 }, lambda: 2 };
+    const jobsOf = (seed: number) => generateJobs({ seed, hostCount: 64, mix: "dp", load: 0.9, jobs: 120 }, 50e9);
+    const once = (seed: number) => {
+      const jobs = jobsOf(seed);
+      const report = simulationReport(SYSTEMS.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
+      // Solve times are wall-clock; everything else must repeat exactly.
+      return JSON.parse(JSON.stringify(report, (key, value: unknown) => (key === "solver" ? undefined : value))) as unknown;
+    };
+    const first = once(3);
+    expect(once(3)).toEqual(first);
+    expect(once(4)).not.toEqual(first);
+    const monkeytree = (first as ReturnType<typeof simulationReport>).systems.find((s) => s.name === "monkeytree")!;
+    expect(monkeytree.events.count).toBeGreaterThan(0);
+  });
+});
+
+describe("traces", () => {
+  it("offers the target load with the paper's models", () => {
+    const hostCount = 128;
+    const jobs = generateJobs({ seed: 9, hostCount, mix: "tp8pp", load: 0.7, jobs: 3000 }, 50e9);
+    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * (j.computeSeconds + j.ringBytes / 50e9 + j.ppBytes / 50e9), 0);
+    const span = jobs[jobs.length - 1]!.arrival;
+    expect(work / (hostCount * span)).toBeGreaterThan(0.6);
+    expect(work / (hostCount * span)).toBeLessThan(0.8);
+    expect(new Set(jobs.map((j) => j.model))).toEqual(new Set(["gpt3-7b", "gpt3-13b", "gpt-oss-20b", "gpt-oss-120b", "llama2-70b", "llama3-70b"]));
+    for (const j of jobs) expect(SimJobSchema.parse(j)).toEqual(j);
+  });
+
+  it("reads trace lines, naming the line and field of a bad one, and sorts by arrival", () => {
+    const good = { id: "a", arrival: 5, hostsPerStage: 2, iterations: 3, computeSeconds: 1, ringBytes: 10 };
+    expect(parseSimJobs([good, { ...good, id: "b", arrival: 1 }]).map((j) => j.id)).toEqual(["b", "a"]);
+    expect(() => parseSimJobs([good, { ...good, id: "b", iterations: 0 }], "trace t.jsonl")).toThrow(/^trace t.jsonl line 2 at iterations: /);
+    expect(() => parseSimJobs([good, good])).toThrow(/line 2 at id: job id "a" is used twice/);
+  });
+});
