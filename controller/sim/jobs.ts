@@ -86,8 +86,18 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const model = MODELS[name];
     if (!model) throw new RangeError(`no model named ${name} in the model table`);
     const cost = iterationCost(model, spec);
-    const ideal = cost.computeSeconds + cost.ringBytes / nicBytesPerSecond + cost.ppBytes / nicBytesPerSecond;
+    const ideal = iterationSeconds({ ...spec, ...cost }, nicBytesPerSecond, nicBytesPerSecond);
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
     return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost };
   });
+}
+
+/**
+ * Seconds of one iteration with its rings and pipeline flows at the given rates (bytes/s):
+ * compute, stretched where pipeline transfers cannot keep up, then the all-reduce.
+ */
+export function iterationSeconds(job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes">, ringRate: number, ppRate: number): number {
+  const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / ringRate : 0;
+  const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / ppRate : 0;
+  return Math.max(job.computeSeconds, pp) + ring;
 }

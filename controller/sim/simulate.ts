@@ -5,7 +5,7 @@ import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
 import type { Move, Planner } from "../plan/index.ts";
 import { dpFlows, ppFlows, ringOrder, type DpFlow, type PpFlow } from "../route/index.ts";
 import { Fabric, FabricSchema } from "./fabric.ts";
-import type { SimJob } from "./jobs.ts";
+import { iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
 import { chooseSpines, ecmpSpine, type RoutingName } from "./routing.ts";
@@ -134,9 +134,11 @@ const SAME_TIME = 1e-9;
  * rate is constant (max-min fair over the fabric), so the clock jumps to the next event and
  * cost grows with events, not simulated time.
  *
- * A job alternates compute and communication every iteration: compute, then its DP rings'
- * all-reduce (each ring one flow that moves at its slowest hop's rate), then its pipeline
- * transfers. All running jobs are taken to communicate at once, the worst alignment.
+ * A job's iteration is its compute, with the pipeline transfers between stages overlapped
+ * with it, then its DP rings' all-reduce (each ring one flow that moves at its slowest hop's
+ * rate). Pipeline flows want only the rate that hides them behind compute (their demand), so
+ * they are the mice the paper describes; rings take what max-min fairness gives them. All
+ * running jobs are taken to communicate at once, the worst alignment.
  *
  * MonkeyTree systems call the planner as the controller does: whenever the cluster is over
  * its bound and no migration is in flight, after arrivals, departures and finished
@@ -222,6 +224,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   };
   const rerate = () => {
     const paths: number[][] = [];
+    const demands: number[] = [];
     const ringEntity = new Map<string, number>();
     const ppEntities = new Map<string, number[]>();
     cluster.groups.forEach((group, g) => {
@@ -231,6 +234,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       for (let ring = 0; ring < group.rings; ring++) {
         ringEntity.set(`${g}/${ring}`, paths.length);
         paths.push(hosts.flatMap((h) => [fabric.nicUp(h, ring), fabric.nicDown(h, ring)]));
+        demands.push(Infinity);
       }
     });
     flows.dp.forEach((f, i) => {
@@ -241,7 +245,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     });
     flows.pp.forEach((f, i) => {
       const job = cluster.groups[f.fromGroup]!.job;
-      if (running.get(job)!.paused) return;
+      const r = running.get(job)!;
+      if (r.paused) return;
       // Pipeline transfers happen during compute, never beside the job's own all-reduce,
       // so they contend in the fabric only.
       const spine = spineOf.pp[i]!;
@@ -249,11 +254,15 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       list.push(paths.length);
       ppEntities.set(job, list);
       paths.push([fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack)]);
+      demands.push(r.job.computeSeconds > 0 ? Math.min(nic, r.job.ppBytes / r.job.computeSeconds) : nic);
     });
     const transfers = migration?.transfers ?? [];
     const firstTransfer = paths.length;
-    for (const t of transfers) paths.push(t.links);
-    const rates = paths.length ? maxMinRates({ capacities: fabric.capacities, flows: paths }) : new Float64Array(0);
+    for (const t of transfers) {
+      paths.push(t.links);
+      demands.push(Infinity);
+    }
+    const rates = paths.length ? maxMinRates({ capacities: fabric.capacities, flows: paths, demands }) : new Float64Array(0);
     transfers.forEach((t, i) => (t.rate = rates[firstTransfer + i]!));
     const ringRate = new Map<string, number>();
     cluster.groups.forEach((group, g) => {
@@ -477,13 +486,6 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       meanRack: now > 0 ? fragmentation.meanIntegral / now : 0,
     },
   };
-}
-
-/** Seconds of one iteration with its rings and pipeline flows at the given rates (bytes/s). */
-function iterationSeconds(job: SimJob, ringRate: number, ppRate: number): number {
-  const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / ringRate : 0;
-  const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / ppRate : 0;
-  return job.computeSeconds + ring + pp;
 }
 
 /** Crux's intensity: GPU-seconds a byte of the job's all-reduce holds up. */

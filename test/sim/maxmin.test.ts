@@ -36,8 +36,12 @@ function lexicographicMaxMin(problem: MaxMinProblem): number[] {
     return rows;
   };
   const fixedRows = () => fixed.flatMap((v, f) => (v === undefined ? [] : [` x${f}: r${f} = ${v}`]));
+  const bound = (f: number) => {
+    const demand = problem.demands?.[f] ?? Infinity;
+    return demand === Infinity ? ` r${f} >= 0` : ` 0 <= r${f} <= ${demand}`;
+  };
   const solve = (objective: string, extra: string[]): number => {
-    const lp = ["Maximize", ` obj: ${objective}`, "Subject To", ...linkRows(), ...fixedRows(), ...extra, "Bounds", ...problem.flows.map((_, f) => ` r${f} >= 0`), " t >= 0", "End"].join("\n");
+    const lp = ["Maximize", ` obj: ${objective}`, "Subject To", ...linkRows(), ...fixedRows(), ...extra, "Bounds", ...problem.flows.map((_, f) => bound(f)), " t >= 0", "End"].join("\n");
     const result = highs.solve(lp);
     expect(result.Status).toBe("Optimal");
     return result.ObjectiveValue;
@@ -61,7 +65,9 @@ function randomProblem(random: Random): MaxMinProblem {
     for (let hop = random.int(1, 4); hop > 0; hop--) path.push(random.int(0, links - 1));
     return path;
   });
-  return { capacities, flows };
+  // Some flows want less than any link could give them.
+  const demands = flows.map(() => (random.float() < 0.3 ? random.uniform(0.5, 8) : Infinity));
+  return { capacities, flows, demands };
 }
 
 describe("maxMinRates", () => {
@@ -81,6 +87,11 @@ describe("maxMinRates", () => {
     expect(rates[1]).toBeCloseTo(2, 12);
   });
 
+  it("stops a flow at its demand and gives the rest to the others", () => {
+    expect([...maxMinRates({ capacities: [12], flows: [[0], [0], [0]], demands: [1, Infinity, 2] })]).toEqual([1, 9, 2]);
+    expect([...maxMinRates({ capacities: [12], flows: [[0], []], demands: [Infinity, 3] })]).toEqual([12, 3]);
+  });
+
   it("refuses a flow with no link and a link with no capacity", () => {
     expect(() => maxMinRates({ capacities: [1], flows: [[]] })).toThrow(/crosses no link/);
     expect(() => maxMinRates({ capacities: [1], flows: [[3]] })).toThrow(/no capacity/);
@@ -96,7 +107,7 @@ describe("maxMinRates", () => {
     }
   });
 
-  it("leaves every flow a bottleneck: a full link on which no flow gets more", () => {
+  it("leaves every flow its demand or a bottleneck: a full link on which no flow gets more", () => {
     const random = new Random(11);
     for (let n = 0; n < 300; n++) {
       const problem = randomProblem(random);
@@ -105,6 +116,9 @@ describe("maxMinRates", () => {
       problem.flows.forEach((links, f) => links.forEach((l) => (load[l]! += rates[f]!)));
       load.forEach((used, l) => expect(used).toBeLessThanOrEqual(problem.capacities[l]! * (1 + 1e-9)));
       problem.flows.forEach((links, f) => {
+        const demand = problem.demands?.[f] ?? Infinity;
+        expect(rates[f]).toBeLessThanOrEqual(demand * (1 + 1e-9));
+        if (rates[f]! >= demand * (1 - 1e-9)) return;
         const bottleneck = links.some(
           (l) => load[l]! >= problem.capacities[l]! * (1 - 1e-9) && problem.flows.every((other, g) => !other.includes(l) || rates[g]! <= rates[f]! * (1 + 1e-9)),
         );

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { generateJobs, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
+import { generateJobs, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
 import { simulationReport } from "../../controller/sim/report.ts";
 import { simulateSystem, SYSTEMS, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
 
@@ -89,7 +89,7 @@ describe("traces", () => {
   it("offers the target load with the paper's models", () => {
     const hostCount = 128;
     const jobs = generateJobs({ seed: 9, hostCount, mix: "tp8pp", load: 0.7, jobs: 3000 }, 50e9);
-    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * (j.computeSeconds + j.ringBytes / 50e9 + j.ppBytes / 50e9), 0);
+    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * iterationSeconds(j, 50e9, 50e9), 0);
     const span = jobs[jobs.length - 1]!.arrival;
     expect(work / (hostCount * span)).toBeGreaterThan(0.6);
     expect(work / (hostCount * span)).toBeLessThan(0.8);
