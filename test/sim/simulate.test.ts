@@ -68,6 +68,28 @@ describe("simulateSystem", () => {
     expect(() => simulateSystem([job("huge", 7)], tiny, "ecmp", undefined)).toThrow(/job huge needs 7 hosts; the cluster has 6/);
   });
 
+  it("holds its invariants on a generated trace: every job ends, none beats its ideal, spraying is ideal, moves are paid for", () => {
+    const config: SimConfigInput = { fabric: { racks: 8, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 2 }, lambda: 2 };
+    const jobs = generateJobs({ seed: 5, hostCount: 64, mix: "tp8pp", load: 1, jobs: 150 }, 50e9);
+    const byId = new Map(jobs.map((j) => [j.id, j]));
+    let totalMoved = 0;
+    for (const system of SYSTEMS) {
+      const run = simulateSystem(jobs, config, system, planner);
+      expect(run.jobs.map((j) => j.id).sort()).toEqual(jobs.map((j) => j.id).sort());
+      for (const j of run.jobs) {
+        expect(j.slowdown).toBeGreaterThanOrEqual(1 - 1e-9);
+        expect(j.start).toBeGreaterThanOrEqual(j.arrival);
+        if (system === "spray") expect(j.slowdown).toBeCloseTo(1, 9);
+      }
+      const moved = run.jobs.reduce((sum, j) => sum + j.moves * byId.get(j.id)!.checkpointBytes, 0);
+      expect(Math.abs(run.bytesMoved - moved)).toBeLessThanOrEqual(1e-9 * moved);
+      totalMoved += moved;
+      expect(run.migrationSeconds.every((s) => s >= 10)).toBe(true);
+      if (system.startsWith("monkeytree")) expect(run.plans.every((p) => p.status !== "infeasible")).toBe(true);
+    }
+    expect(totalMoved).toBeGreaterThan(0);
+  });
+
   it("gives the same result for the same seed, and another trace for another seed", () => {
     const config: SimConfigInput = { fabric: { racks: 8, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 4 }, lambda: 2 };
     const jobsOf = (seed: number) => generateJobs({ seed, hostCount: 64, mix: "dp", load: 0.9, jobs: 120 }, 50e9);
