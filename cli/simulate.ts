@@ -18,9 +18,11 @@ import {
   type SimConfigInput,
   type SimJob,
   type SystemName,
+  type SimulationReport,
   type SystemReport,
   type SystemRun,
 } from "../controller/sim/index.ts";
+import { barChart, lineChart, type Series } from "./simulate/plot.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
@@ -29,7 +31,7 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--systems LIST] [--loads LIST] [--jobs N]
                            [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
-                           [--json] [--csv DIR] [--save-trace DIR]
+                           [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair 2-tier Clos, once per system:
@@ -52,6 +54,8 @@ options:
   --restart SEC      restart cost of a migration after its transfers (default 10)
   --json             print one JSON document (schema: SimulationReportSchema) instead of tables
   --csv DIR          write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system
+  --plot DIR         draw SVG charts: slowdown (avg, p99) against load, the busiest rack's
+                     fragmentation over time per load, moves per defragmentation event
   --save-trace DIR   write each generated trace as DIR/trace-LOAD.jsonl, replayable with --trace
 
 Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
@@ -72,6 +76,7 @@ export const command: Command = {
       restart: { type: "string" },
       json: { type: "boolean", default: false },
       csv: { type: "string" },
+      plot: { type: "string" },
       "save-trace": { type: "string" },
     });
     const presetName = (flags.preset ?? "small") as PresetName;
@@ -118,9 +123,12 @@ export const command: Command = {
     const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
     const progress = new Progress(io, traces.length * systems.length);
     const runs: { run: SystemRun; load: number | null }[] = [];
+    const fragmentation: { system: SystemName; load: number | null; series: Series }[] = [];
     for (const { load, jobs } of traces) {
       for (const system of systems) {
         const rows = new CsvRows(system, load);
+        const points: [number, number][] = [];
+        if (flags.plot !== undefined) fragmentation.push({ system, load, series: { name: system, points } });
         progress.begin(system, load, jobs.length);
         const run = simulateSystem(jobs, config, system, planner, {
           jobDone: (job) => {
@@ -128,7 +136,10 @@ export const command: Command = {
             progress.tick();
           },
           planned: (event) => rows.plan(event),
-          sample: (sample) => rows.sample(sample),
+          sample: (sample) => {
+            rows.sample(sample);
+            if (flags.plot !== undefined) points.push([sample.time / 3600, sample.maxRack]);
+          },
         });
         runs.push({ run, load });
         progress.end();
@@ -139,6 +150,7 @@ export const command: Command = {
     }
     progress.done();
     const report = simulationReport(runs);
+    if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
     return ExitCode.ok;
@@ -183,6 +195,25 @@ async function saveTraces(dir: string, traces: readonly { load: number | null; j
   await mkdir(dir, { recursive: true });
   for (const { load, jobs } of traces) {
     await writeFile(join(dir, `trace-${load}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
+  }
+}
+
+async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; series: Series }[]): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  const names = [...new Set(report.systems.map((s) => s.name))];
+  const bySystem = (pick: (s: SystemReport) => number): Series[] =>
+    names.map((name) => ({ name, points: report.systems.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));
+  const load = "offered load (%)";
+  await writeFile(join(dir, "slowdown-p99.svg"), lineChart({ title: "p99 job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.p99), yFrom: 1 }));
+  await writeFile(join(dir, "slowdown-avg.svg"), lineChart({ title: "average job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.avg), yFrom: 1 }));
+  for (const l of new Set(fragmentation.map((f) => f.load))) {
+    const series = fragmentation.filter((f) => f.load === l).map((f) => f.series);
+    const title = `busiest rack's fragmentation${l === null ? "" : ` at ${Math.round(l * 100)}% load`}`;
+    await writeFile(join(dir, `fragmentation-${l ?? "trace"}.svg`), lineChart({ title, xLabel: "hours", yLabel: "max rings per rack", series, step: true }));
+  }
+  const histogram = Object.entries(report.events.moves.histogram).sort(([a], [b]) => Number(a) - Number(b));
+  if (histogram.length) {
+    await writeFile(join(dir, "moves.svg"), barChart("moves per defragmentation event (MonkeyTree systems)", "moves", "events", histogram));
   }
 }
 

@@ -44,6 +44,24 @@ describe("monkeytree simulate", () => {
     expect(repeatable(replay).map((s) => ({ ...s, load: 0.9 }))).toEqual(repeatable(first));
   });
 
+  it("draws SVG charts: slowdown against load, fragmentation over time, moves per event", async () => {
+    const plots = join(dir, "plots");
+    const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--plot", plots);
+    expect(result.code).toBe(0);
+    const svg = (name: string) => readFileSync(join(plots, name), "utf8");
+    for (const name of ["slowdown-p99.svg", "slowdown-avg.svg", "fragmentation-0.8.svg", "fragmentation-0.9.svg"]) {
+      const text = svg(name);
+      expect(text.startsWith("<svg ")).toBe(true);
+      expect(text.trimEnd().endsWith("</svg>")).toBe(true);
+      // One line and one legend entry per system.
+      expect(text.match(/<polyline /g)).toHaveLength(4);
+      for (const system of ["ecmp", "perfect", "monkeytree", "spray"]) expect(text).toContain(`>${system}</text>`);
+    }
+    // Each slowdown line has a point per load.
+    expect(svg("slowdown-p99.svg").match(/<circle /g)).toHaveLength(4 * 2);
+    expect(svg("moves.svg")).toMatch(/<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="[\d.]+" fill="#1f77b4"\/>/);
+  });
+
   it("prints a table by default", async () => {
     const result = await runCli("simulate", "--preset", "small", "--systems", "ecmp,monkeytree-ecmp");
     expect(result.code).toBe(0);
