@@ -1,18 +1,22 @@
 import { appendFile, mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InvalidInputError } from "../sdk/errors.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
   generateJobs,
+  MIXES,
   parseSimJobs,
   PRESETS,
   SCHEDULERS,
   simulateSystem,
   simulationReport,
+  systemReport,
   systemSpec,
   SYSTEMS,
   type Preset,
+  type Mix,
   type PresetName,
   type SchedulerName,
   type SimConfigInput,
@@ -30,7 +34,8 @@ const presetNames = Object.keys(PRESETS) as PresetName[];
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--systems LIST] [--loads LIST] [--jobs N]
-                           [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
+                           [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
+                           [--mix NAME] [--mean-hours H] [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
                            [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -43,11 +48,16 @@ options:
   --preset NAME      ${presetNames.join(" | ")} (default small); the fabric, λ, job mix,
                      loads, job count and systems of an experiment (see README)
   --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
-                     line; see README); runs on the preset's fabric
+                     line; see README); runs on the preset's fabric unless given one
   --systems LIST     comma-separated, from ${SYSTEMS.join(", ")}
                      (default: the preset's)
   --loads LIST       offered loads in (0, 1], comma-separated (default: the preset's)
   --jobs N           jobs per generated trace (default: the preset's)
+  --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
+                     your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
+                     uplinks per rack (one per spine), link speed (default: the preset's)
+  --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
+  --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
@@ -70,6 +80,13 @@ export const command: Command = {
       systems: { type: "string" },
       loads: { type: "string" },
       jobs: { type: "string" },
+      racks: { type: "string" },
+      "hosts-per-rack": { type: "string" },
+      "gpus-per-host": { type: "string" },
+      uplinks: { type: "string" },
+      "nic-gbps": { type: "string" },
+      mix: { type: "string" },
+      "mean-hours": { type: "string" },
       seed: { type: "string" },
       scheduler: { type: "string", default: "best-fit" },
       lambda: { type: "string" },
@@ -88,13 +105,27 @@ export const command: Command = {
     });
     const scheduler = flags.scheduler as SchedulerName;
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-    if (flags.trace !== undefined && (flags.loads !== undefined || flags.jobs !== undefined || flags["save-trace"] !== undefined)) {
-      throw new UsageError("--loads, --jobs and --save-trace shape generated traces; with --trace the file gives the jobs");
+    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "save-trace"] as const;
+    if (flags.trace !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
+      throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --trace the file gives the jobs`);
     }
     const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
     const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
+    const fabric = {
+      racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
+      hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
+      gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
+      uplinksPerRack: intFlag("uplinks", flags.uplinks, preset.fabric.uplinksPerRack, 1, MAX_UPLINKS_PER_RACK),
+      nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001),
+    };
+    if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
+      throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
+    }
+    const mix = (flags.mix ?? preset.mix) as Mix;
+    if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
+    const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
     const config: SimConfigInput = {
-      fabric: preset.fabric,
+      fabric,
       ...(lambda === undefined ? {} : { lambda }),
       scheduler,
       seed,
@@ -111,10 +142,10 @@ export const command: Command = {
         return load;
       });
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
-      const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
+      const hostCount = fabric.racks * fabric.hostsPerRack;
       for (const load of loads) {
-        const options = { seed, hostCount, mix: preset.mix, load, jobs: jobCount, meanHours: preset.meanHours };
-        traces.push({ load, jobs: generateJobs(options, bytesPerSecond(preset.fabric.nicGbps)) });
+        const options = { seed, hostCount, mix, load, jobs: jobCount, meanHours };
+        traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });
       }
       if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);
     }
@@ -143,13 +174,13 @@ export const command: Command = {
         });
         runs.push({ run, load });
         progress.end();
-        await csv?.append(rows, simulationReport([{ run, load }]).systems[0]!);
+        await csv?.append(rows, systemReport(run, load));
         // Let the progress line and CSV rows out before the next system's synchronous run.
         await new Promise((resolve) => setImmediate(resolve));
       }
     }
     progress.done();
-    const report = simulationReport(runs);
+    const report = simulationReport(config, runs);
     if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);

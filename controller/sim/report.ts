@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { PlanEvent, SystemRun } from "./simulate.ts";
+import { SimConfigSchema, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
 
 const Quantiles = z.strictObject({ avg: z.number(), p50: z.number(), p90: z.number(), p99: z.number() });
 
@@ -35,6 +35,8 @@ export type SystemReport = z.infer<typeof SystemReportSchema>;
 
 /** The document `monkeytree simulate --json` prints. */
 export const SimulationReportSchema = z.strictObject({
+  /** What was simulated: the fabric, λ, front-end, seed, restart cost and plan budget. */
+  config: SimConfigSchema,
   systems: z.array(SystemReportSchema),
   /** Defragmentation events of every MonkeyTree system together. */
   events: MoveEventsSchema,
@@ -86,8 +88,9 @@ export function systemReport(run: SystemRun, load: number | null): SystemReport 
   };
 }
 
-export function simulationReport(runs: readonly { run: SystemRun; load: number | null }[]): SimulationReport {
+export function simulationReport(config: SimConfigInput, runs: readonly { run: SystemRun; load: number | null }[]): SimulationReport {
   return {
+    config: SimConfigSchema.parse(config),
     systems: runs.map(({ run, load }) => systemReport(run, load)),
     events: moveEvents(runs.flatMap(({ run }) => run.plans)),
   };

@@ -95,7 +95,7 @@ describe("simulateSystem", () => {
     const jobsOf = (seed: number) => generateJobs({ seed, hostCount: 64, mix: "dp", load: 0.9, jobs: 120 }, 50e9);
     const once = (seed: number) => {
       const jobs = jobsOf(seed);
-      const report = simulationReport(SYSTEMS.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
+      const report = simulationReport(config, SYSTEMS.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
       // Solve times are wall-clock; everything else must repeat exactly.
       return JSON.parse(JSON.stringify(report, (key, value: unknown) => (key === "solver" ? undefined : value))) as unknown;
     };
