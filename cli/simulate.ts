@@ -35,7 +35,7 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--systems LIST] [--loads LIST] [--jobs N]
                            [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
-                           [--mix NAME] [--mean-hours H] [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
+                           [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
                            [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -58,6 +58,8 @@ options:
                      uplinks per rack (one per spine), link speed (default: the preset's)
   --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
+  --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
+                     bytes (paper §7.10: 10; default 0, none); experimental, see README
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
@@ -87,6 +89,7 @@ export const command: Command = {
       "nic-gbps": { type: "string" },
       mix: { type: "string" },
       "mean-hours": { type: "string" },
+      "ep-factor": { type: "string" },
       seed: { type: "string" },
       scheduler: { type: "string", default: "best-fit" },
       lambda: { type: "string" },
@@ -105,7 +108,7 @@ export const command: Command = {
     });
     const scheduler = flags.scheduler as SchedulerName;
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "save-trace"] as const;
+    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "save-trace"] as const;
     if (flags.trace !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
       throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --trace the file gives the jobs`);
     }
@@ -124,6 +127,7 @@ export const command: Command = {
     const mix = (flags.mix ?? preset.mix) as Mix;
     if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
+    const epFactor = numberFlag("ep-factor", flags["ep-factor"], 0, 0);
     const config: SimConfigInput = {
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
@@ -144,7 +148,7 @@ export const command: Command = {
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
       const hostCount = fabric.racks * fabric.hostsPerRack;
       for (const load of loads) {
-        const options = { seed, hostCount, mix, load, jobs: jobCount, meanHours };
+        const options = { seed, hostCount, mix, load, jobs: jobCount, meanHours, epFactor, gpusPerHost: fabric.gpusPerHost };
         traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });
       }
       if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);

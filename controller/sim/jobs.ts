@@ -31,6 +31,11 @@ export const SimJobSchema = z.strictObject({
   ppBytes: z.number().min(0).default(0),
   /** Checkpoint bytes of one worker (one host), moved when it migrates. */
   checkpointBytes: z.number().min(0).default(0),
+  /**
+   * Bytes each host sends per iteration in its stage's expert-parallel all-to-all, spread
+   * evenly over the stage's other hosts and over its NICs.
+   */
+  a2aBytes: z.number().min(0).default(0),
 });
 export type SimJob = z.infer<typeof SimJobSchema>;
 
@@ -62,6 +67,13 @@ export const GenerateOptionsSchema = z.strictObject({
   jobs: z.int().min(1),
   /** Mean ideal duration of a job, exponentially distributed. */
   meanHours: z.number().gt(0).default(2),
+  /**
+   * Expert-parallel all-to-all bytes per host per iteration, as a multiple of the host's DP
+   * ring bytes (paper §7.10: at least 10); 0 for no EP traffic.
+   */
+  epFactor: z.number().min(0).default(0),
+  /** GPUs (and NICs) per host, over which a host's all-to-all spreads. */
+  gpusPerHost: z.int().min(1).max(MAX_GPUS_PER_HOST).default(8),
 });
 export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
 
@@ -86,18 +98,26 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const model = MODELS[name];
     if (!model) throw new RangeError(`no model named ${name} in the model table`);
     const cost = iterationCost(model, spec);
-    const ideal = iterationSeconds({ ...spec, ...cost }, nicBytesPerSecond, nicBytesPerSecond);
+    const a2aBytes = options.epFactor * cost.ringBytes * spec.rings;
+    const ideal = iterationSeconds({ ...spec, ...cost, a2aBytes }, nicBytesPerSecond, nicBytesPerSecond, nicBytesPerSecond * options.gpusPerHost);
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
-    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost };
+    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes };
   });
 }
 
 /**
- * Seconds of one iteration with its rings and pipeline flows at the given rates (bytes/s):
- * compute, stretched where pipeline transfers cannot keep up, then the all-reduce.
+ * Seconds of one iteration with its rings, pipeline flows and all-to-all at the given rates
+ * (bytes/s; the all-to-all's is a host's total sending rate): compute, stretched where
+ * pipeline transfers cannot keep up, then the all-reduce and the all-to-all.
  */
-export function iterationSeconds(job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes">, ringRate: number, ppRate: number): number {
+export function iterationSeconds(
+  job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes" | "a2aBytes">,
+  ringRate: number,
+  ppRate: number,
+  a2aRate: number,
+): number {
   const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / ringRate : 0;
   const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / ppRate : 0;
-  return Math.max(job.computeSeconds, pp) + ring;
+  const a2a = job.hostsPerStage > 1 && job.a2aBytes > 0 ? job.a2aBytes / a2aRate : 0;
+  return Math.max(job.computeSeconds, pp) + ring + a2a;
 }

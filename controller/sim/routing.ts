@@ -14,10 +14,23 @@ export interface RoutingContext {
   readonly sglbK: number;
 }
 
-/** A spine for every DP flow and every PP flow, in the order given. */
+/**
+ * A cross-rack flow no controller routes (an expert-parallel all-to-all's): hosts send it
+ * where their switches' default ECMP hash does, unless the system balances load itself.
+ */
+export interface OtherFlow {
+  readonly srcHost: number;
+  readonly dstHost: number;
+  readonly srcRack: number;
+  readonly dstRack: number;
+  readonly key: string;
+}
+
+/** A spine for every DP, PP and other flow, in the order given. */
 export interface SpineChoice {
   readonly dp: number[];
   readonly pp: number[];
+  readonly other: number[];
 }
 
 const UDP = 17;
@@ -55,26 +68,35 @@ export const ppKey = (cluster: Cluster, f: PpFlow): string => {
   return `${from.job}/${from.index}>${to.index}/${f.replica}/${f.srcHost}>${f.dstHost}`;
 };
 
-export function chooseSpines(name: RoutingName, cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], context: RoutingContext): SpineChoice {
+export function chooseSpines(
+  name: RoutingName,
+  cluster: Cluster,
+  dp: readonly DpFlow[],
+  pp: readonly PpFlow[],
+  other: readonly OtherFlow[],
+  context: RoutingContext,
+): SpineChoice {
+  const hashed = (flows: readonly OtherFlow[]) => flows.map((f) => ecmpSpine(f.srcHost, f.dstHost, f.key, context.seed, context.spines));
   switch (name) {
     case "spray":
-      return { dp: dp.map(() => 0), pp: pp.map(() => 0) };
+      return { dp: dp.map(() => 0), pp: pp.map(() => 0), other: other.map(() => 0) };
     case "ecmp":
       return {
         dp: dp.map((f) => ecmpSpine(f.srcHost, f.dstHost, dpKey(cluster, f), context.seed, context.spines)),
         pp: pp.map((f) => ecmpSpine(f.srcHost, f.dstHost, ppKey(cluster, f), context.seed, context.spines)),
+        other: hashed(other),
       };
     case "perfect":
-      return perfect(cluster, dp, pp);
+      return { ...perfect(cluster, dp, pp), other: hashed(other) };
     case "crux":
-      return crux(cluster, dp, pp, context);
+      return crux(cluster, dp, pp, other, context);
     case "sglb":
-      return sglb(cluster, dp, pp, context);
+      return sglb(cluster, dp, pp, other, context);
   }
 }
 
 /** The controller's routing, as `monkeytree routes` computes it for the cluster's ring orders. */
-function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[]): SpineChoice {
+function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[]): Omit<SpineChoice, "other"> {
   const routes = routeCluster(cluster, { previousOrders: cluster.placement });
   const same = (a: { srcHost: number; dstHost: number }, b: { srcHost: number; dstHost: number } | undefined) => b !== undefined && a.srcHost === b.srcHost && a.dstHost === b.dstHost;
   if (routes.dpFlows.length !== dp.length || !dp.every((f, i) => same(f, routes.dpFlows[i]))) {
@@ -110,9 +132,9 @@ class SpineLoads {
 /**
  * Crux: jobs in decreasing intensity, each job's flows in turn on the spine whose busier end
  * carries the fewest flows so far. Greedy, so it can miss an isolating assignment that
- * exists. PP flows follow, spread the same way.
+ * exists. PP and other flows follow, spread the same way.
  */
-function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], context: RoutingContext): SpineChoice {
+function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
   const loads = new SpineLoads(cluster.topology.racks, context.spines);
   const jobOf = (g: number) => cluster.groups[g]!.job;
   const order = dp.map((_, i) => i).sort((a, b) => {
@@ -127,12 +149,13 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], co
     loads.add(f.srcRack, f.dstRack, spine);
     dpSpines[i] = spine;
   }
-  const ppSpines = pp.map((f) => {
+  const least = (f: { srcRack: number; dstRack: number }) => {
     const spine = loads.ranked(f.srcRack, f.dstRack)[0]!;
     loads.add(f.srcRack, f.dstRack, spine);
     return spine;
-  });
-  return { dp: dpSpines, pp: ppSpines };
+  };
+  const ppSpines = pp.map(least);
+  return { dp: dpSpines, pp: ppSpines, other: other.map(least) };
 }
 
 /**
@@ -140,7 +163,7 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], co
  * when it is placed, which one drawn from the flow's hash, since they act on local, slightly
  * stale signals rather than a global assignment.
  */
-function sglb(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], context: RoutingContext): SpineChoice {
+function sglb(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
   const loads = new SpineLoads(cluster.topology.racks, context.spines);
   const place = (src: number, dst: number, key: string) => {
     const candidates = loads.ranked(src, dst).slice(0, Math.max(1, context.sglbK));
@@ -151,5 +174,6 @@ function sglb(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], co
   return {
     dp: dp.map((f) => place(f.srcRack, f.dstRack, dpKey(cluster, f))),
     pp: pp.map((f) => place(f.srcRack, f.dstRack, ppKey(cluster, f))),
+    other: other.map((f) => place(f.srcRack, f.dstRack, f.key)),
   };
 }

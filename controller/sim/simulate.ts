@@ -8,7 +8,7 @@ import { Fabric, FabricSchema } from "./fabric.ts";
 import { iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
-import { chooseSpines, ecmpSpine, type RoutingName } from "./routing.ts";
+import { chooseSpines, ecmpSpine, type OtherFlow, type RoutingName } from "./routing.ts";
 import { SCHEDULERS, scheduler as schedulerNamed } from "./scheduler.ts";
 
 /**
@@ -137,8 +137,11 @@ const SAME_TIME = 1e-9;
  * A job's iteration is its compute, with the pipeline transfers between stages overlapped
  * with it, then its DP rings' all-reduce (each ring one flow that moves at its slowest hop's
  * rate). Pipeline flows want only the rate that hides them behind compute (their demand), so
- * they are the mice the paper describes; rings take what max-min fairness gives them. All
- * running jobs are taken to communicate at once, the worst alignment.
+ * they are the mice the paper describes; rings take what max-min fairness gives them. An
+ * expert-parallel job's all-to-all follows its all-reduce: one flow over every pair of a
+ * stage's hosts on every NIC. All running jobs are taken to communicate at once, the worst
+ * alignment; so are a job's own all-reduce and all-to-all, which overstates how they slow
+ * each other where they cross the same uplinks.
  *
  * MonkeyTree systems call the planner as the controller does: whenever the cluster is over
  * its bound and no migration is in flight, after arrivals, departures and finished
@@ -180,12 +183,12 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   let nextArrival = 0;
   let routesDirty = true;
   let ratesDirty = true;
-  let spineOf: { dp: number[]; pp: number[] } = { dp: [], pp: [] };
   let cluster: Cluster = shapeOnly;
-  let flows: { dp: DpFlow[]; pp: PpFlow[] } = { dp: [], pp: [] };
+  let flows: { dp: DpFlow[]; pp: PpFlow[]; a2a: A2aFlow[] } = { dp: [], pp: [], a2a: [] };
+  let spineOf: { dp: number[]; pp: number[]; other: number[] } = { dp: [], pp: [], other: [] };
   const fragmentation = { peakMaxRack: 0, maxIntegral: 0, meanIntegral: 0, current: { max: 0, mean: 0 } };
 
-  const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic);
+  const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
 
   const clusterOfRunning = (): Cluster =>
     clusterFromSnapshot({
@@ -211,13 +214,14 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     cluster = clusterOfRunning();
     const dp = dpFlows(cluster, cluster.placement);
     const pp = ppFlows(cluster, cluster.placement);
-    spineOf = chooseSpines(spec.routing, cluster, dp, pp, {
+    const a2a = allToAllFlows(cluster, (id) => running.get(id)!.job.a2aBytes > 0, gpusPerHost, fabric);
+    spineOf = chooseSpines(spec.routing, cluster, dp, pp, a2a, {
       spines: fabric.spines,
       seed: config.seed,
       sglbK: config.sglbK,
       intensity: (id) => intensity(running.get(id)?.job, nic),
     });
-    flows = { dp, pp };
+    flows = { dp, pp, a2a };
     routesDirty = false;
     ratesDirty = true;
     sample();
@@ -230,11 +234,13 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     cluster.groups.forEach((group, g) => {
       const r = running.get(group.job)!;
       const hosts = cluster.placement[g]!;
-      if (r.paused || hosts.length < 2) return;
+      if (r.paused || hosts.length < 2 || r.job.ringBytes === 0) return;
+      // A job's phases never overlap and hosts are not shared, so a NIC only bounds its
+      // own flow: ring k sends once and receives once on NIC k of every host.
       for (let ring = 0; ring < group.rings; ring++) {
         ringEntity.set(`${g}/${ring}`, paths.length);
-        paths.push(hosts.flatMap((h) => [fabric.nicUp(h, ring), fabric.nicDown(h, ring)]));
-        demands.push(Infinity);
+        paths.push([]);
+        demands.push(nic);
       }
     });
     flows.dp.forEach((f, i) => {
@@ -256,6 +262,23 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       paths.push([fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack)]);
       demands.push(r.job.computeSeconds > 0 ? Math.min(nic, r.job.ppBytes / r.job.computeSeconds) : nic);
     });
+    // A stage's all-to-all is one flow: every pair of its hosts on every NIC, in lockstep.
+    const a2aEntity = new Map<number, number>();
+    cluster.groups.forEach((group, g) => {
+      const r = running.get(group.job)!;
+      const hosts = cluster.placement[g]!;
+      if (r.paused || hosts.length < 2 || r.job.a2aBytes === 0) return;
+      // Every NIC sends to, and receives from, each of the other hosts once.
+      a2aEntity.set(g, paths.length);
+      paths.push([]);
+      demands.push(nic / (hosts.length - 1));
+    });
+    flows.a2a.forEach((f, i) => {
+      const entity = a2aEntity.get(f.group);
+      if (entity === undefined) return;
+      const spine = spineOf.other[i]!;
+      paths[entity]!.push(fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack));
+    });
     const transfers = migration?.transfers ?? [];
     const firstTransfer = paths.length;
     for (const t of transfers) {
@@ -271,6 +294,13 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
         if (entity !== undefined) ringRate.set(group.job, Math.min(ringRate.get(group.job) ?? Infinity, rates[entity]!));
       }
     });
+    // Each host sends to every other host of its stage on every NIC at the flow's rate.
+    const a2aRate = new Map<string, number>();
+    for (const [g, entity] of a2aEntity) {
+      const job = cluster.groups[g]!.job;
+      const rate = rates[entity]! * (cluster.placement[g]!.length - 1) * gpusPerHost;
+      a2aRate.set(job, Math.min(a2aRate.get(job) ?? Infinity, rate));
+    }
     for (const r of running.values()) {
       if (r.paused) {
         r.rate = 0;
@@ -278,7 +308,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       }
       // Pipeline flows inside a rack are held only by the NIC.
       const pp = Math.min(nic, ...(ppEntities.get(r.job.id) ?? []).map((e) => rates[e]!));
-      r.rate = 1 / iterationSeconds(r.job, ringRate.get(r.job.id) ?? Infinity, pp);
+      r.rate = 1 / iterationSeconds(r.job, ringRate.get(r.job.id) ?? Infinity, pp, a2aRate.get(r.job.id) ?? Infinity);
     }
     ratesDirty = false;
   };
@@ -486,6 +516,28 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       meanRack: now > 0 ? fragmentation.meanIntegral / now : 0,
     },
   };
+}
+
+/** One cross-rack sub-flow of a stage's all-to-all: host to host on one NIC. */
+interface A2aFlow extends OtherFlow {
+  readonly group: number;
+}
+
+function allToAllFlows(cluster: Cluster, hasAllToAll: (job: string) => boolean, nics: number, fabric: Fabric): A2aFlow[] {
+  const flows: A2aFlow[] = [];
+  cluster.groups.forEach((group, g) => {
+    if (!hasAllToAll(group.job)) return;
+    const hosts = cluster.placement[g]!;
+    for (const a of hosts) {
+      for (const b of hosts) {
+        const srcRack = fabric.rackOf(a);
+        const dstRack = fabric.rackOf(b);
+        if (srcRack === dstRack) continue;
+        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}` });
+      }
+    }
+  });
+  return flows;
 }
 
 /** Crux's intensity: GPU-seconds a byte of the job's all-reduce holds up. */

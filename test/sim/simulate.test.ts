@@ -58,6 +58,21 @@ describe("simulateSystem", () => {
     expect(finish(run, "b").finish).toBeCloseTo(14 + 20, 9);
   });
 
+  it("runs an expert-parallel all-to-all as one flow over every pair of hosts and every NIC", () => {
+    // Two racks of one host with two NICs: the all-to-all crosses the racks on 2 NICs each way.
+    const fabric = { racks: 2, hostsPerRack: 1, gpusPerHost: 2, nicGbps: 8 };
+    const ep = [job("e", 2, { ringBytes: 0, a2aBytes: 2e9 })];
+    // Ideal: a host sends 2 GB over its two 1 GB/s NICs, 1 s, after 1 s of compute.
+    const spray = simulateSystem(ep, { fabric: { ...fabric, uplinksPerRack: 1 } }, "spray", undefined);
+    expect(finish(spray, "e").finish).toBeCloseTo(20, 9);
+    // One uplink carries both NICs' sub-flows: half rate, 2 s per all-to-all.
+    const oneUplink = simulateSystem(ep, { fabric: { ...fabric, uplinksPerRack: 1 } }, "ecmp", undefined);
+    expect(finish(oneUplink, "e").slowdown).toBeCloseTo(1.5, 9);
+    // Two uplinks: load balancing puts the sub-flows on different spines.
+    const balanced = simulateSystem(ep, { fabric: { ...fabric, uplinksPerRack: 2 }, sglbK: 1 }, "sglb", undefined);
+    expect(finish(balanced, "e").slowdown).toBeCloseTo(1, 9);
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
@@ -111,12 +126,18 @@ describe("traces", () => {
   it("offers the target load with the paper's models", () => {
     const hostCount = 128;
     const jobs = generateJobs({ seed: 9, hostCount, mix: "tp8pp", load: 0.7, jobs: 3000 }, 50e9);
-    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * iterationSeconds(j, 50e9, 50e9), 0);
+    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * iterationSeconds(j, 50e9, 50e9, 8 * 50e9), 0);
     const span = jobs[jobs.length - 1]!.arrival;
     expect(work / (hostCount * span)).toBeGreaterThan(0.6);
     expect(work / (hostCount * span)).toBeLessThan(0.8);
     expect(new Set(jobs.map((j) => j.model))).toEqual(new Set(["gpt3-7b", "gpt3-13b", "gpt-oss-20b", "gpt-oss-120b", "llama2-70b", "llama3-70b"]));
     for (const j of jobs) expect(SimJobSchema.parse(j)).toEqual(j);
+  });
+
+  it("gives EP-dominated jobs all-to-all bytes as a multiple of their ring bytes", () => {
+    const jobs = generateJobs({ seed: 2, hostCount: 128, mix: "tp8pp", load: 0.9, jobs: 200, epFactor: 10 }, 50e9);
+    for (const j of jobs) expect(j.a2aBytes).toBeCloseTo(10 * j.ringBytes * j.rings, 0);
+    expect(jobs.some((j) => j.a2aBytes > 0)).toBe(true);
   });
 
   it("reads trace lines, naming the line and field of a bad one, and sorts by arrival", () => {
