@@ -140,8 +140,7 @@ const SAME_TIME = 1e-9;
  * they are the mice the paper describes; rings take what max-min fairness gives them. An
  * expert-parallel job's all-to-all follows its all-reduce: one flow over every pair of a
  * stage's hosts on every NIC. All running jobs are taken to communicate at once, the worst
- * alignment; so are a job's own all-reduce and all-to-all, which overstates how they slow
- * each other where they cross the same uplinks.
+ * alignment, except that a job's own all-reduce and all-to-all take turns.
  *
  * MonkeyTree systems call the planner as the controller does: whenever the cluster is over
  * its bound and no migration is in flight, after arrivals, departures and finished
@@ -285,21 +284,43 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       paths.push(t.links);
       demands.push(Infinity);
     }
-    const rates = paths.length ? maxMinRates({ capacities: fabric.capacities, flows: paths, demands }) : new Float64Array(0);
+    const solve = (without: readonly number[] = []) => {
+      if (paths.length === 0) return new Float64Array(0);
+      if (without.length === 0) return maxMinRates({ capacities: fabric.capacities, flows: paths, demands });
+      // A left-out flow crosses nothing and wants nothing.
+      const gone = new Set(without);
+      return maxMinRates({
+        capacities: fabric.capacities,
+        flows: paths.map((links, e) => (gone.has(e) ? [] : links)),
+        demands: demands.map((d, e) => (gone.has(e) ? 0 : d)),
+      });
+    };
+    const rates = solve();
     transfers.forEach((t, i) => (t.rate = rates[firstTransfer + i]!));
-    const ringRate = new Map<string, number>();
+    const ringsOf = new Map<string, number[]>();
     cluster.groups.forEach((group, g) => {
       for (let ring = 0; ring < group.rings; ring++) {
         const entity = ringEntity.get(`${g}/${ring}`);
-        if (entity !== undefined) ringRate.set(group.job, Math.min(ringRate.get(group.job) ?? Infinity, rates[entity]!));
+        if (entity !== undefined) ringsOf.set(group.job, [...(ringsOf.get(group.job) ?? []), entity]);
       }
     });
+    const a2aOf = new Map<string, number[]>();
+    for (const [g, entity] of a2aEntity) a2aOf.set(cluster.groups[g]!.job, [...(a2aOf.get(cluster.groups[g]!.job) ?? []), entity]);
+    // A job's all-reduce and all-to-all take turns, so each meets everyone's traffic but the
+    // other's: one solve without its all-to-all, one without its rings.
+    const ringRate = new Map<string, number>();
+    for (const [job, entities] of ringsOf) {
+      const own = a2aOf.get(job);
+      const from = own ? solve(own) : rates;
+      ringRate.set(job, Math.min(...entities.map((e) => from[e]!)));
+    }
     // Each host sends to every other host of its stage on every NIC at the flow's rate.
     const a2aRate = new Map<string, number>();
-    for (const [g, entity] of a2aEntity) {
-      const job = cluster.groups[g]!.job;
-      const rate = rates[entity]! * (cluster.placement[g]!.length - 1) * gpusPerHost;
-      a2aRate.set(job, Math.min(a2aRate.get(job) ?? Infinity, rate));
+    const sizeOf = new Map([...a2aEntity].map(([g, entity]) => [entity, cluster.placement[g]!.length]));
+    for (const [job, entities] of a2aOf) {
+      const own = ringsOf.get(job);
+      const from = own ? solve(own) : rates;
+      a2aRate.set(job, Math.min(...entities.map((e) => from[e]! * (sizeOf.get(e)! - 1) * gpusPerHost)));
     }
     for (const r of running.values()) {
       if (r.paused) {

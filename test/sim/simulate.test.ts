@@ -73,6 +73,14 @@ describe("simulateSystem", () => {
     expect(finish(balanced, "e").slowdown).toBeCloseTo(1, 9);
   });
 
+  it("lets a job's own all-reduce and all-to-all take turns on the uplinks they share", () => {
+    const fabric = { racks: 2, hostsPerRack: 1, gpusPerHost: 2, nicGbps: 8, uplinksPerRack: 1 };
+    const run = simulateSystem([job("e", 2, { ringBytes: 1e9, a2aBytes: 2e9 })], { fabric }, "ecmp", undefined);
+    // 1 s compute; the ring alone on the uplink, 1 s; then the all-to-all's two sub-flows
+    // each way share it, 1 GB/s per host, 2 s. Together they would take 7 s.
+    expect(finish(run, "e").finish).toBeCloseTo(10 * (1 + 1 + 2), 9);
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
