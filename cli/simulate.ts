@@ -35,8 +35,8 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--systems LIST] [--loads LIST] [--jobs N]
                            [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
-                           [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC]
-                           [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
+                           [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
+                           [--lambda N] [--restart SEC] [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair 2-tier Clos, once per system:
@@ -45,12 +45,13 @@ routing, and packet spraying on a full-bisection fabric as the ideal. Prints, pe
 load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort.
 
 options:
-  --preset NAME      ${presetNames.join(" | ")} (default small); the fabric, λ, job mix,
-                     loads, job count and systems of an experiment (see README)
+  --preset NAME      ${presetNames.join(" | ")}
+                     (default small): the fabric, λ, job mix, loads, job count and systems
+                     of an experiment (see README)
   --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
                      line; see README); runs on the preset's fabric unless given one
-  --systems LIST     comma-separated, from ${SYSTEMS.join(", ")}
-                     (default: the preset's)
+  --systems LIST     comma-separated (default: the preset's), from
+                     ${SYSTEMS.join(", ")}
   --loads LIST       offered loads in (0, 1], comma-separated (default: the preset's)
   --jobs N           jobs per generated trace (default: the preset's)
   --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
