@@ -22,7 +22,9 @@ export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   ],
   controller: [
     ["controller/model/"],
-    ["controller/plan/", "controller/route/", "controller/sim/", "controller/metrics/"],
+    ["controller/plan/", "controller/route/", "controller/metrics/"],
+    // The simulator runs the planner and routing in the loop, exactly as the service does.
+    ["controller/sim/"],
     ["controller/service/", "controller/daemon/"],
   ],
 };
