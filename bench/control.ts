@@ -9,18 +9,30 @@
 //                 (the round trip alone); "per job": the 8 workers of a job barrier together,
 //                 jobs one after another; "all at once": all B barrier at the same instant
 //                 (every job ends its iteration together, the worst case).
+//                 "all at once, bare DEALERs": the same, from B bare DEALER sockets that send
+//                 the request frame and read the reply frame, so no client library's work
+//                 is counted: the controller's own fan-in.
+//   echo          B bare DEALERs against a bare ZeroMQ ROUTER that sends each frame back
+//                 (bench/router-echo.ts), all at once: the floor the controller's "all at
+//                 once" rows are compared with. Rounds of the three alternate, so all see
+//                 the same load.
 //
-//   npm run bench:control -- --register 16384 --barrier 1024
+//   npm run bench:control -- --register 2048 --barrier 1024
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
-import { context } from "zeromq";
+import { context, Dealer } from "zeromq";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { CLI } from "../cli/paths.ts";
+import { nodeArgs } from "../sdk/paths.ts";
+import { encode } from "../sdk/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../sdk/protocol/envelope.ts";
 import { benchMain } from "./entry.ts";
+import { parseSnapshot } from "../controller/model/cluster.ts";
+import { Journal } from "../controller/service/journal.ts";
 import { ControllerClient, WorkerClient } from "../sdk/client.ts";
 
 const JOB_HOSTS = 8;
@@ -29,11 +41,12 @@ const HOSTS_PER_RACK = 64;
 const help = `usage: npm run bench:control -- [options]
 
 options:
-  --register N     workers to register (default 16384)
+  --register N     workers to register (default 2048, the most hosts a cluster may have)
   --connections N  client connections the registering workers share (default 64)
   --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
   --barrier N      registered workers for the barrier round trips (default 1024)
   --rounds N       barrier rounds per pattern (default 20)
+  --plan-time-limit S  the controller's planner budget while barriers run beside a plan (default 10)
   -h, --help       show this help`;
 
 interface Controller {
@@ -41,6 +54,10 @@ interface Controller {
   readonly endpoint: string;
   readonly dir: string;
   rssMiB(): number;
+  /** CPU time the process has used, user and system, in ms (10 ms resolution). */
+  cpuMs(): number;
+  /** What the process wrote to stderr so far: the controller's log. */
+  log(): string;
   stop(): Promise<void>;
 }
 
@@ -49,11 +66,12 @@ async function startController(hosts: number): Promise<Controller> {
   const racks = Math.ceil(hosts / HOSTS_PER_RACK);
   const snapshot = join(dir, "topology.json");
   writeFileSync(snapshot, JSON.stringify({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 }, jobs: [] }));
-  const child = spawn(
-    process.execPath,
-    [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")],
-    { stdio: ["ignore", "pipe", "pipe"] },
-  );
+  return startProcess(dir, [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
+}
+
+/** Starts a process that prints `… listening on ENDPOINT` once it is ready; `dir` goes when it stops. */
+async function startProcess(dir: string, args: readonly string[]): Promise<Controller> {
+  const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
   // If the benchmark dies, the controller must not outlive it.
   const orphan = () => child.kill("SIGKILL");
   process.once("exit", orphan);
@@ -61,7 +79,7 @@ async function startController(hosts: number): Promise<Controller> {
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const endpoint = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).on("line", (line) => {
-      const match = /^controller listening on (\S+)/.exec(line);
+      const match = /listening on (\S+)/.exec(line);
       if (match?.[1]) resolve(match[1]);
     });
     child.on("exit", (code) => reject(new Error(`controller exited with ${code}: ${stderr}`)));
@@ -70,6 +88,13 @@ async function startController(hosts: number): Promise<Controller> {
     child,
     endpoint,
     dir,
+    log: () => stderr,
+    cpuMs: () => {
+      // utime and stime, fields 14 and 15 of /proc/PID/stat, in clock ticks of 10 ms; the
+      // command name (field 2) is in parentheses and may hold spaces.
+      const fields = readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      return (Number(fields[11]) + Number(fields[12])) * 10;
+    },
     rssMiB: () => {
       const status = readFileSync(`/proc/${child.pid}/status`, "utf8");
       const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
@@ -122,6 +147,8 @@ async function registration(workers: number, connections: number, offset: number
 
 async function barriers(workers: number, rounds: number, offset: number) {
   const controller = await startController(workers);
+  const echo = await startEcho(workers);
+  const bare = bareDealers(controller.endpoint, workers);
   // One connection per worker, as on a real cluster where each launcher has its own.
   const clients = Array.from({ length: workers }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 60_000, retryMs: 30_000 }));
   try {
@@ -146,10 +173,140 @@ async function barriers(workers: number, rounds: number, offset: number) {
     }
 
     const together: number[] = [];
-    for (let r = 0; r < rounds; r++, step++) await Promise.all(all.map((w) => timed(w, step, together)));
-
-    return { sequential, perJob, together, rss: controller.rssMiB() };
+    const bareTogether: number[] = [];
+    const echoed: number[] = [];
+    const continued = (replies: readonly Buffer[]) => {
+      const other = replies.map((r) => JSON.parse(r.toString()) as { directive?: { kind: string } }).find((r) => r.directive?.kind !== "continue");
+      if (other) throw new Error(`expected continue, got ${JSON.stringify(other)}`);
+    };
+    for (let i = 0; i < 3; i++, step++) {
+      await echo.sockets.round(step);
+      continued((await bare.round(step)).replies);
+    }
+    // The servers' CPU time over their bare rounds, per message answered.
+    const cpu = { controller: 0, echo: 0 };
+    for (let r = 0; r < rounds; r++) {
+      await Promise.all(all.map((w) => timed(w, step, together)));
+      step++;
+      let before = controller.cpuMs();
+      const round = await bare.round(step++);
+      cpu.controller += controller.cpuMs() - before;
+      continued(round.replies);
+      bareTogether.push(...round.ms);
+      before = echo.cpuMs();
+      echoed.push(...(await echo.sockets.round(step)).ms);
+      cpu.echo += echo.cpuMs() - before;
+    }
+    const perMessageUs = (ms: number) => (ms * 1000) / (rounds * workers);
+    return { sequential, perJob, together, bareTogether, echoed, rss: controller.rssMiB(), cpuUs: { controller: perMessageUs(cpu.controller), echo: perMessageUs(cpu.echo) } };
   } finally {
+    bare.close();
+    await Promise.all(clients.map((c) => c.close()));
+    await Promise.all([controller.stop(), echo.stop()]);
+  }
+}
+
+/**
+ * B bare DEALERs, each speaking for worker i of `makeWorkers` (registered, generation 0): a
+ * round sends every one's barrier request at once and times each until its reply frame.
+ */
+function bareDealers(endpoint: string, workers: number, offset = 4) {
+  const sockets = Array.from({ length: workers }, () => {
+    const socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
+    socket.connect(endpoint);
+    return socket;
+  });
+  const frame = (i: number, step: number) =>
+    encode({ v: PROTOCOL_VERSION, type: "worker.barrier", id: step + 1, worker: { job: `job-${Math.floor(i / JOB_HOSTS)}`, group: 0, host: (i + offset) % workers }, step, generation: 0 });
+  const roundTrip = async (socket: Dealer, i: number, step: number) => {
+    const start = performance.now();
+    await socket.send(frame(i, step));
+    const [reply] = await socket.receive();
+    return { ms: performance.now() - start, reply: reply ?? Buffer.alloc(0) };
+  };
+  return {
+    round: async (step: number) => {
+      const trips = await Promise.all(sockets.map((s, i) => roundTrip(s, i, step)));
+      return { ms: trips.map((t) => t.ms), replies: trips.map((t) => t.reply) };
+    },
+    close: () => sockets.forEach((s) => s.close()),
+  };
+}
+
+/**
+ * The same round trips against a bare ROUTER that echoes every frame: B DEALERs, configured as
+ * the workers' connections, each sending a barrier request of the size the workers send.
+ */
+async function startEcho(workers: number) {
+  const echo = await startProcess(mkdtempSync(join(tmpdir(), "monkeytree-bench-")), nodeArgs(import.meta.url, "./router-echo"));
+  const sockets = bareDealers(echo.endpoint, workers);
+  return {
+    sockets,
+    cpuMs: echo.cpuMs,
+    stop: async () => {
+      sockets.close();
+      await echo.stop();
+    },
+  };
+}
+
+/**
+ * Barrier round trips while the controller plans a large cluster, against the same rounds
+ * before, with no plan running. The cluster has twice B hosts of 4 GPUs (8,192 GPUs for
+ * B = 1,024): the B measured workers fill the first half in jobs of 8 inside a rack, and the
+ * controller's journal already holds B/8 jobs in the second half, each spread one host per
+ * rack over 8 racks. Those racks carry 64 rings on 32 uplinks, which takes hundreds of moves
+ * to repair: the planner works through its whole time limit. A restarted controller plans
+ * one replan backoff (30 s) after it starts; the rounds "while planning" are those that began
+ * after its "planning for" log line and ended before the plan's result.
+ */
+async function duringPlan(workers: number, rounds: number, planSeconds: number) {
+  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-"));
+  const hosts = 2 * workers;
+  const racks = hosts / HOSTS_PER_RACK;
+  const snapshotPath = join(dir, "topology.json");
+  const snapshot = { topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 4, uplinksPerRack: 32 }, jobs: [] };
+  writeFileSync(snapshotPath, JSON.stringify(snapshot));
+  const cluster = parseSnapshot(snapshot);
+  const journalDir = join(dir, "journal");
+  const { journal } = Journal.open(journalDir, { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null });
+  const half = racks / 2;
+  const used = new Array<number>(racks).fill(0);
+  for (let j = 0; j < workers / JOB_HOSTS; j++) {
+    const group = Array.from({ length: JOB_HOSTS }, (_, k) => {
+      const rack = half + ((j % half) + 2 * k) % half;
+      return rack * HOSTS_PER_RACK + used[rack]!++;
+    });
+    const checkpointBytes = Object.fromEntries(group.map((h) => [String(h), 1]));
+    journal.append({ kind: "job-started", job: `spread-${j}`, rings: 1, parallelism: { tp: 1, pp: 1, dp: JOB_HOSTS }, groups: [group], checkpointBytes, replacement: null });
+  }
+  journal.close();
+  const controller = await startProcess(dir, [...CLI, "controller", "--snapshot", snapshotPath, "--bind", "tcp://127.0.0.1:*", "--journal", journalDir, "--plan-time-limit", String(planSeconds)]);
+  const clients = Array.from({ length: 64 }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
+  const bare = bareDealers(controller.endpoint, workers, 0);
+  const started = () => controller.log().includes("planning for");
+  const finished = () => /fragmentation over λ \d+: plan |planning failed/.test(controller.log());
+  try {
+    await Promise.all(makeWorkers(clients, workers, 0).map((w) => w.register(120_000)));
+    let step = 0;
+    for (let i = 0; i < 3; i++) await bare.round(step++);
+    const idle: number[] = [];
+    for (let r = 0; r < rounds; r++) idle.push(...(await bare.round(step++)).ms);
+    if (started()) throw new Error("the controller started planning before the idle rounds ended; the measurement would mix both");
+    while (!started()) await new Promise((resolve) => setTimeout(resolve, 50));
+    const planning: number[] = [];
+    const planStart = performance.now();
+    let overlapped = 0;
+    while (!finished()) {
+      const round = await bare.round(step++);
+      if (finished()) break;
+      planning.push(...round.ms);
+      overlapped++;
+    }
+    const result = /fragmentation over λ \d+: (plan [^\n]*)|(planning failed[^\n]*)/.exec(controller.log());
+    return { gpus: hosts * 4, idle, planning, overlapped, planSeconds: (performance.now() - planStart) / 1000, result: result?.[1] ?? result?.[2] ?? "?" };
+  } finally {
+    bare.close();
     await Promise.all(clients.map((c) => c.close()));
     await controller.stop();
   }
@@ -162,9 +319,10 @@ function options(argv: string[]) {
     offset: { type: "string" },
     barrier: { type: "string" },
     rounds: { type: "string" },
+    "plan-time-limit": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   });
-  const registerCount = numberFlag("register", flags.register, 16_384, JOB_HOSTS);
+  const registerCount = numberFlag("register", flags.register, 2_048, JOB_HOSTS);
   const barrierCount = numberFlag("barrier", flags.barrier, 1_024, JOB_HOSTS);
   if (registerCount % JOB_HOSTS || barrierCount % JOB_HOSTS) throw new UsageError(`worker counts must be multiples of ${JOB_HOSTS} (the job size)`);
   return {
@@ -174,13 +332,14 @@ function options(argv: string[]) {
     connections: numberFlag("connections", flags.connections, 64, 1),
     rounds: numberFlag("rounds", flags.rounds, 20, 1),
     offset: numberFlag("offset", flags.offset, 4, 0),
+    planSeconds: numberFlag("plan-time-limit", flags["plan-time-limit"], 10, 1),
   };
 }
 
-await benchMain("control", help, options, async ({ registerCount, barrierCount, connections, rounds, offset }) => {
+await benchMain("control", help, options, async ({ registerCount, barrierCount, connections, rounds, offset, planSeconds }) => {
   // ZeroMQ allows 1,023 sockets per context unless told before the first one opens; this
   // process plays every worker.
-  context.maxSockets = Math.max(context.maxSockets, barrierCount + connections + 64);
+  context.maxSockets = Math.max(context.maxSockets, 3 * barrierCount + connections + 64);
 
   const reg = await registration(registerCount, connections, offset);
   process.stdout.write(
@@ -189,13 +348,38 @@ await benchMain("control", help, options, async ({ registerCount, barrierCount, 
   );
 
   const bar = await barriers(barrierCount, rounds, offset);
-  const row = (name: string, samples: number[]) => {
+  const echo = bar.echoed;
+  const p50 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.5);
+  const row = (name: string, samples: number[], baseline?: number[], cpuUs?: number) => {
     const sorted = [...samples].sort((a, b) => a - b);
-    return [name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3)];
+    const ratio = baseline ? `${(quantile(sorted, 0.5) / p50(baseline)).toFixed(2)}×` : "";
+    return [name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3), ratio, cpuUs === undefined ? "" : cpuUs.toFixed(1)];
   };
   process.stdout.write(
     `barrier round trips, ${barrierCount} registered workers, one connection each (ms; controller RSS ${bar.rss.toFixed(0)} MiB):\n` +
-      table(["pattern", "samples", "p50", "p99", "max"], [row("sequential", bar.sequential), row(`per job (${JOB_HOSTS} together)`, bar.perJob), row(`all ${barrierCount} at once`, bar.together)]) +
+      table(
+        ["pattern", "samples", "p50", "p99", "max", "p50 vs echo", "server CPU µs/msg"],
+        [
+          row("sequential", bar.sequential),
+          row(`per job (${JOB_HOSTS} together)`, bar.perJob),
+          row(`all ${barrierCount} at once`, bar.together, echo),
+          row(`all ${barrierCount} at once, bare DEALERs`, bar.bareTogether, echo, bar.cpuUs.controller),
+          row(`bare ROUTER echo, all ${barrierCount} at once`, echo, echo, bar.cpuUs.echo),
+        ],
+      ) +
+      "\n",
+  );
+
+  const plan = await duringPlan(barrierCount, rounds, planSeconds);
+  const p99 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.99);
+  const planRow = (name: string, samples: number[]) => {
+    const sorted = [...samples].sort((a, b) => a - b);
+    return [name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3), `${(quantile(sorted, 0.99) / p99(plan.idle)).toFixed(2)}×`];
+  };
+  process.stdout.write(
+    `\nbarrier round trips, all ${barrierCount} at once from bare DEALERs, while the controller plans ${plan.gpus} GPUs ` +
+      `(--plan-time-limit ${planSeconds}; ${plan.result}; ${plan.overlapped} rounds in its ${plan.planSeconds.toFixed(1)} s) (ms):\n` +
+      table(["controller", "samples", "p50", "p99", "max", "p99 vs idle"], [planRow("idle", plan.idle), planRow("planning", plan.planning)]) +
       "\n",
   );
   return 0;

@@ -10,6 +10,7 @@ import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanStatus } from "../controller/plan/index.ts";
 import { MIXES, trace, type Mix } from "../controller/sim/index.ts";
+import { anytimeTable, unchangedTable } from "./plan-tails.ts";
 
 const HOSTS_PER_RACK = 8;
 const GPUS_PER_HOST = 8;
@@ -32,6 +33,8 @@ options:
   --seed N           trace seed (default 1)
   --time-limit SEC   planner budget per plan (default 10)
   --json             one JSON line per size and mix instead of tables
+  --hard-limits LIST time limits (s) for the hard example's table (default 3,5,7,10,20,60; none skips)
+  --unchanged-racks LIST  racks of 8 hosts for the within-bounds table (default 256,2048,8192; none skips)
   --help             this text`;
 
 interface Outcome {
@@ -65,8 +68,18 @@ function options(argv: string[]) {
     seed: { type: "string" },
     "time-limit": { type: "string" },
     json: { type: "boolean", default: false },
+    "hard-limits": { type: "string", default: "3,5,7,10,20,60" },
+    "unchanged-racks": { type: "string", default: "256,2048,8192" },
     help: { type: "boolean", default: false },
   });
+  const list = (name: string, raw: string) =>
+    raw === "none"
+      ? []
+      : raw.split(",").map((item) => {
+          const value = Number(item);
+          if (!(value > 0)) throw new UsageError(`--${name} takes positive numbers separated by commas, or none; got "${item}"`);
+          return value;
+        });
   const sizes = flags.sizes.split(",").map((raw) => {
     const gpus = Number(raw);
     if (!Number.isInteger(gpus) || gpus <= 0 || gpus % GPUS_PER_RACK !== 0) {
@@ -87,6 +100,8 @@ function options(argv: string[]) {
     seed,
     timeLimitMs: numberFlag("time-limit", flags["time-limit"], 10, 0.001) * 1000,
     json: flags.json,
+    hardLimits: list("hard-limits", flags["hard-limits"]),
+    unchangedRacks: list("unchanged-racks", flags["unchanged-racks"]).map(Math.round),
   };
 }
 
@@ -219,5 +234,7 @@ await benchMain("plan", help, options, async (opts) => {
       process.stdout.write(opts.json ? `${JSON.stringify(summary)}\n` : `${render(summary)}\n\n`);
     }
   }
+  if (opts.hardLimits.length > 0) process.stdout.write(`${anytimeTable(planner, opts.hardLimits)}\n\n`);
+  if (opts.unchangedRacks.length > 0) process.stdout.write(`${unchangedTable(planner, opts.unchangedRacks)}\n`);
   return 0;
 });

@@ -1,5 +1,4 @@
 import { once } from "node:events";
-import { createPlanner } from "../controller/plan/planner.ts";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
@@ -8,11 +7,15 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { join } from "node:path";
+import { JOURNAL_FILE } from "../controller/service/journal.ts";
+import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { SlurmAdapter } from "../controller/slurm/adapter.ts";
 import { Slurm } from "../controller/slurm/commands.ts";
 import { loadConfig } from "./config.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -26,7 +29,7 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
-                             [--heartbeat-timeout S] [--stop-lead N]
+                             [--heartbeat-timeout S] [--stop-lead N] [--metrics ADDR]
                              [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
@@ -61,7 +64,12 @@ ${TOPOLOGY_HELP}
                          "On a Slurm cluster"
   --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
   --scheduler-poll S     look at Slurm every S seconds (default 3)
+${metricsHelp(25)}
   -h, --help             show this help
+
+Every decision (a job seen, fragmentation found, a plan, each move's transitions, a rollback
+and why, a daemon lost) is one JSON line in events.jsonl beside the journal (rotated to
+events.jsonl.1 past 16 MiB); \`monkeytree status --follow\` streams them.
 
 Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
 and launch commands over this socket. A move to a host without a registered daemon rolls
@@ -86,7 +94,9 @@ export const command: Command = {
       scheduler: { type: "string" },
       "slurm-conf": { type: "string" },
       "scheduler-poll": { type: "string" },
+      metrics: { type: "string" },
     });
+    const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
@@ -131,13 +141,15 @@ export const command: Command = {
           })
         : undefined;
     const daemons = new DaemonHosts();
+    const journalDir = flags.journal ?? ".monkeytree/journal";
+    const metrics = metricsAt === null ? undefined : new ControllerMetrics();
     let server: ControllerServer;
     try {
       server = await ControllerServer.start({
         bind,
-        journalDir: flags.journal ?? ".monkeytree/journal",
+        journalDir,
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
-        planner: await createPlanner(),
+       
         transport: daemons,
         launcher: daemons,
         daemons,
@@ -148,6 +160,7 @@ export const command: Command = {
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),
         ...(named ? { unavailable: named.padding } : {}),
         ...(keyring ? { keyring } : {}),
+        ...(metrics ? { observer: metrics } : {}),
       });
     } catch (error) {
       if (error instanceof JournalError) {
@@ -156,10 +169,19 @@ export const command: Command = {
       throw error;
     }
     started = () => new Set(server.controller.durable.jobs.keys());
+    metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(journalDir, JOURNAL_FILE) }));
+    let scrape;
+    try {
+      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
+    } catch (error) {
+      await server.close();
+      throw error;
+    }
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
     io.out.write(`controller listening on ${server.endpoint}\n`);
     const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
     logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
+    await scrape?.close();
     await server.close();
     return ExitCode.ok;
   },

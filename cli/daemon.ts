@@ -3,7 +3,9 @@ import { hostname } from "node:os";
 import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { createLogger } from "../sdk/log.ts";
+import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import { loadConfig } from "./config.ts";
+import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
 
@@ -11,7 +13,7 @@ const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
-                         [--run-as USER] [--heartbeat S]
+                         [--run-as USER] [--heartbeat S] [--metrics ADDR]
 
 Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
 dead processes, allocates one staging buffer and opens the transfer listener; then it
@@ -46,6 +48,7 @@ options:
                        out and they run as the daemon's user
   --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
                        controller's --heartbeat-timeout
+${metricsHelp(23)}
   -h, --help           show this help
 
 exit codes: 0 stopped by a signal, 2 bad usage or a registration the controller refused,
@@ -74,7 +77,9 @@ export const command: Command = {
       "run-as": { type: "string" },
       heartbeat: { type: "string" },
       topology: { type: "string" },
+      metrics: { type: "string" },
     });
+    const metricsAt = metricsFlag(flags.metrics);
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
     const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, await loadConfig(), true));
@@ -102,6 +107,7 @@ export const command: Command = {
     }
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
+    const metrics = metricsAt === null ? undefined : new DaemonMetrics();
     const daemon = HostDaemon.start({
       host,
       controller,
@@ -112,14 +118,23 @@ export const command: Command = {
       ...(credential ? { credential: credential.credential } : {}),
       replacements,
       ...(runAs === undefined ? {} : { runAs }),
+      ...(metrics ? { metrics } : {}),
     });
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
     io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
+    let scrape;
+    try {
+      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
+    } catch (error) {
+      await daemon.close();
+      throw error;
+    }
     const refused = daemon.ready().then(
       () => new Promise<never>(() => {}),
       (error: unknown) => error as Error,
     );
     const stop = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
+    await scrape?.close();
     await daemon.close();
     if (stop instanceof Error) {
       io.err.write(`monkeytree daemon: ${stop.message}\n`);

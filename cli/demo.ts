@@ -7,6 +7,7 @@ import { ExitCode, intFlag, numberFlag, parseFlags, type Command } from "./io.ts
 
 const t = DEMO_TOPOLOGY;
 const help = `usage: monkeytree demo [--state-mb N] [--steps N] [--step-ms N] [--keep] [--timeout S]
+                       [--metrics-targets FILE]
 
 Runs MonkeyTree end to end on this machine, with no configuration: a controller, a daemon per
 emulated host (${t.racks} racks × ${t.hostsPerRack} hosts, ${t.uplinksPerRack} uplinks per rack) and three data-parallel jobs of the
@@ -23,6 +24,10 @@ options:
   --step-ms N    shortest iteration in ms, standing in for GPU time (default 100)
   --keep         keep the working directory (journal, logs, worker events) afterwards
   --timeout S    give up on any stage that takes longer than S seconds (default 60)
+  --metrics-targets FILE
+                 the controller and every daemon serve Prometheus metrics on a free
+                 loopback port, listed in FILE for Prometheus's file_sd_configs (labels
+                 role and host)
   -h, --help     show this help
 
 On SIGINT or SIGTERM (Ctrl-C) it stops every process it started, removes their staging
@@ -41,6 +46,7 @@ export const command: Command = {
       "step-ms": { type: "string" },
       keep: { type: "boolean" },
       timeout: { type: "string" },
+      "metrics-targets": { type: "string" },
     });
     const stateMb = numberFlag("state-mb", flags["state-mb"], 64, 1);
     const steps = intFlag("steps", flags.steps, 40, 2);
@@ -62,7 +68,8 @@ export const command: Command = {
       return ExitCode.interrupted;
     };
     try {
-      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs, timeoutMs, print, signal: interrupt.signal });
+      const metrics = flags["metrics-targets"] === undefined ? {} : { metrics: { targets: flags["metrics-targets"] } };
+      const result = await runDemo({ dir, stateBytes: Math.round(stateMb * 2 ** 20), steps, stepMs, timeoutMs, print, signal: interrupt.signal, ...metrics });
       if (interrupt.signal.aborted) return interrupted();
       ok = result.ok;
       print("");

@@ -5,6 +5,7 @@ import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 const commands: Record<string, () => Promise<Command>> = {
   plan: async () => (await import("./plan.ts")).command,
   routes: async () => (await import("./routes.ts")).command,
+  simulate: async () => (await import("./simulate.ts")).command,
   capabilities: async () => (await import("./capabilities.ts")).command,
   controller: async () => (await import("./controller.ts")).command,
   daemon: async () => (await import("./daemon.ts")).command,

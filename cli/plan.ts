@@ -2,9 +2,9 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
-import type { PlanDocument } from "../controller/plan/schema.ts";
+import type { BestEffort, PlanDocument } from "../controller/plan/schema.ts";
 import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
-import { PACKAGE_ROOT } from "./paths.ts";
+import { PACKAGE_ROOT } from "../sdk/paths.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
 export const EMBEDDED_SNAPSHOT = join(PACKAGE_ROOT, "cli/snapshots/dp-1024gpu-lambda2.json");
@@ -14,7 +14,9 @@ const formulations = ["monkeytree", "paper"] as const satisfies readonly Formula
 const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME] [--output FILE]
 
 Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
-when the snapshot sets podLambda) within its bound, as concrete host moves in steps.
+when the snapshot sets podLambda) within its bound, as concrete host moves in steps. Pinned
+jobs ("movable": false) never move and unavailable hosts are never a destination; where they
+leave no way within a bound, the plan is a best effort and names the racks it leaves over.
 
 options:
   --snapshot FILE     cluster snapshot (JSON, see README); default: the embedded example
@@ -95,6 +97,7 @@ export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
     ...(plan.podFragmentation
       ? { podFragmentation: { before: [...plan.podFragmentation.before], after: [...plan.podFragmentation.after] } }
       : {}),
+    ...(plan.bestEffort ? { bestEffort: { racks: [...plan.bestEffort.racks], pods: [...plan.bestEffort.pods] } } : {}),
     solveMs: Math.round(plan.solveMs * 1000) / 1000,
   };
 }
@@ -121,6 +124,7 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
     `snapshot ${path}: ${racks} racks × ${hostsPerRack} hosts × ${gpusPerHost} GPUs, ${uplinksPerRack} uplinks/rack, λ = ${cluster.lambda}` +
       (cluster.podLambda === undefined ? "" : `, pod λ = ${cluster.podLambda}`),
     headline(plan),
+    ...bestEffortLines(cluster, plan),
   ];
   if (plan.moves.length > 0) {
     lines.push("", table(["step", "job", "group", "from", "to"], plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`])));
@@ -128,6 +132,22 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
   lines.push("", degreeTable("rack", plan.fragmentation, cluster.lambda));
   if (plan.podFragmentation && cluster.podLambda !== undefined) lines.push("", degreeTable("pod", plan.podFragmentation, cluster.podLambda));
   return lines.join("\n");
+}
+
+/** What the plan could not reach because of pinned jobs, and what it held those domains to. */
+function bestEffortLines(cluster: Cluster, plan: Plan): string[] {
+  if (!plan.bestEffort) return [];
+  const line = (name: string, bound: number | undefined) => (r: BestEffort["racks"][number]) =>
+    `  ${name}${r.index}: ${r.cause === "pinned" ? `pinned jobs alone give it ${r.pinned} > λ = ${bound}` : `no room on the hosts a plan may use to bring it within λ = ${bound}`}; ` +
+    `${r.after} after the plan (${r.after - (bound ?? 0)} over)`;
+  const causes = new Set([...plan.bestEffort.racks, ...plan.bestEffort.pods].map((r) => r.cause));
+  return [
+    causes.has("no-room")
+      ? "best effort: no placement meets every bound on the hosts a plan may use (unavailable hosts and pinned jobs take the rest); the plan leaves the least fragmentation over the bounds, with the fewest moves for it"
+      : "best effort: pinned jobs (movable: false) keep these over their bound; the plan holds each to what its pinned jobs give it and every other rack and pod to its bound",
+    ...plan.bestEffort.racks.map(line("r", cluster.lambda)),
+    ...plan.bestEffort.pods.map(line("p", cluster.podLambda)),
+  ];
 }
 
 /** Fragmentation of the domains that changed or are over the bound; the rest summarised. */

@@ -1,23 +1,32 @@
-import { ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { assertNever } from "../controller/service/migration.ts";
+import type { ControllerEvent } from "../sdk/protocol/events.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
-import { CREDENTIALS_ENV, ExitCode, credentialFlag, numberFlag, parseFlags, table, writeJson, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, credentialFlag, numberFlag, parseFlags, table, writeJson, type Command, type Io } from "./io.ts";
 
-const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json]
+const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json] [--follow]
 
 Asks a running controller what it holds: jobs and their workers, host daemons, per-rack
 fragmentation against the bound, and every migration with its state; under a cluster
 scheduler (Slurm), also the jobs it counts but never moves, the hosts no worker may move to,
-and the holds that keep its destinations.
+and the holds that keep its destinations. With --follow, streams the controller's decisions
+instead (its event log: a job seen, fragmentation found, a plan, each move's transitions, a
+rollback and why, a daemon lost), starting with the latest few, until SIGINT or SIGTERM.
 
 options:
   --connect ADDR    controller address (default tcp://127.0.0.1:5555)
   --credentials FILE  an operator credential (operator-NAME.json from \`monkeytree keys\`),
                     required when the controller has a keyring; default $${CREDENTIALS_ENV}
   --timeout S       give up after S seconds (default 5)
-  --json            print the status document as JSON
+  --json            print the status document as JSON; with --follow, each event as its JSON line
+  --follow          stream the controller's events, one line each
   -h, --help        show this help
 
-exit codes: 0 within bounds, 1 some rack is over its bound, 2 bad usage, 3 no answer.`;
+exit codes: 0 within bounds (with --follow: stopped by a signal), 1 some rack is over its
+bound, 2 bad usage, 3 no answer.`;
+
+/** How often a follower asks for new events when there were none. */
+const FOLLOW_POLL_MS = 250;
 
 export const command: Command = {
   summary: "show a running controller's jobs, hosts and migrations",
@@ -28,11 +37,13 @@ export const command: Command = {
       credentials: { type: "string" },
       timeout: { type: "string" },
       json: { type: "boolean" },
+      follow: { type: "boolean" },
     });
     const timeoutMs = numberFlag("timeout", flags.timeout, 5, 0.1) * 1000;
     const endpoint = flags.connect ?? "tcp://127.0.0.1:5555";
     const credential = credentialFlag(flags.credentials);
     const client = new ControllerClient({ endpoint, ...(credential ? { credential: credential.credential } : {}), timeoutMs });
+    if (flags.follow) return follow(client, io, flags.json === true);
     let report: StatusReport;
     try {
       report = await client.status();
@@ -50,6 +61,85 @@ export const command: Command = {
     return report.withinBounds ? ExitCode.ok : ExitCode.findings;
   },
 };
+
+/**
+ * Prints events as they come until SIGINT or SIGTERM, which close the client and end the
+ * wait at once. A controller that stops answering ends it with exit code 3, saying so.
+ */
+async function follow(client: ControllerClient, io: Io, json: boolean): Promise<ExitCode> {
+  const stopped = new AbortController();
+  const stop = () => {
+    stopped.abort();
+    void client.close();
+  };
+  process.once("SIGINT", stop).once("SIGTERM", stop);
+  let after: number | undefined;
+  try {
+    while (!stopped.signal.aborted) {
+      const batch = await client.events(after);
+      if (batch.missed > 0) io.err.write(`monkeytree status: ${batch.missed} events went by faster than they were read; events.jsonl beside the controller's journal has them\n`);
+      for (const event of batch.events) io.out.write(`${json ? JSON.stringify(event) : describeEvent(event)}\n`);
+      // A controller started afresh numbers its events from 1 again.
+      after = batch.events.at(-1)?.seq ?? (after === undefined || batch.last < after ? batch.last : after);
+      if (batch.events.length === 0) await sleep(FOLLOW_POLL_MS, stopped.signal);
+    }
+    return ExitCode.ok;
+  } catch (error) {
+    if (stopped.signal.aborted && error instanceof ClientClosedError) return ExitCode.ok;
+    if (error instanceof ControllerTimeoutError) {
+      io.err.write(`monkeytree status: the controller is unreachable: ${error.message}\n`);
+      return ExitCode.internal;
+    }
+    if (error instanceof ControllerError) {
+      io.err.write(`monkeytree status: ${error.message}\n`);
+      return ExitCode.internal;
+    }
+    throw error;
+  } finally {
+    process.off("SIGINT", stop).off("SIGTERM", stop);
+    await client.close();
+  }
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+
+/** One event as a line for people: the controller's time, then what happened. */
+export function describeEvent(event: ControllerEvent): string {
+  const time = new Date(event.at).toISOString().slice(11, 23);
+  return `${time}  ${whatHappened(event)}`;
+}
+
+function whatHappened(e: ControllerEvent): string {
+  switch (e.event) {
+    case "job-started":
+      return `job ${e.job} started on hosts ${e.hosts.join(", ")} (${e.rings} rings)`;
+    case "job-finished":
+      return `job ${e.job} finished`;
+    case "fragmentation":
+      return `fragmentation over λ ${e.lambda} on rack${e.over.length === 1 ? "" : "s"} ${e.over.join(", ")}: rings per rack ${e.racks.join(" ")}`;
+    case "plan":
+      return `plan ${e.plan ?? "(none)"}: ${e.status}, ${e.moves} move${e.moves === 1 ? "" : "s"} in ${e.steps} step${e.steps === 1 ? "" : "s"} (${(e.seconds * 1000).toFixed(1)} ms)`;
+    case "plan-failed":
+      return `planning failed: ${e.reason}`;
+    case "move":
+      return `move ${e.migration} (${e.job}, host ${e.source} → ${e.destination}): ${e.from} → ${e.to}`;
+    case "rollback":
+      return `move ${e.migration} (${e.job}) rolled back: ${e.reason}`;
+    case "alert":
+      return `ALERT move ${e.migration} (${e.job}) failed after commit and stands: ${e.reason}`;
+    case "daemon-lost":
+      return `daemon on host ${e.host} lost: no heartbeat for ${e.silentMs} ms`;
+    default:
+      return assertNever(e);
+  }
+}
 
 function render(report: StatusReport): string {
   const t = report.topology;

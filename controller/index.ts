@@ -9,6 +9,7 @@ export {
   createPlanner,
   DEFAULT_TIME_LIMIT_MS,
   PlanTimeoutError,
+  type BestEffort,
   type Formulation,
   type Move,
   type Plan,

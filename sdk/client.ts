@@ -1,4 +1,5 @@
 import { ControllerConnection, ControllerError, UnexpectedReplyError, type Answer, type ConnectionOptions, type RequestBody } from "./connection.ts";
+import type { EventsReply } from "./protocol/events.ts";
 import type { StatusReport } from "./protocol/status.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
 
@@ -65,6 +66,13 @@ export class ControllerClient {
   async status(timeoutMs?: number): Promise<StatusReport> {
     const reply = await this.request({ type: "status" }, timeoutMs);
     if (reply.type !== "status.report") throw unexpected("status", reply);
+    return reply;
+  }
+
+  /** The controller's events after `after` (a `seq`), or without it its latest few. */
+  async events(after?: number, timeoutMs?: number): Promise<EventsReply> {
+    const reply = await this.request({ type: "events", ...(after === undefined ? {} : { after }) }, timeoutMs);
+    if (reply.type !== "events.batch") throw unexpected("events", reply);
     return reply;
   }
 

@@ -91,7 +91,9 @@ export class ControllerConnection {
   private readonly socket: Dealer;
   private readonly waiting = new Map<number, Waiting>();
   private nextId = 1;
-  private sending: Promise<void> = Promise.resolve();
+  /** Messages waiting for the socket, oldest first, and the loop sending them while there are any. */
+  private queue: (string | string[])[] = [];
+  private sending: Promise<void> | null = null;
   private closed = false;
   private readonly loop: Promise<void>;
   private readonly log: Logger;
@@ -128,13 +130,18 @@ export class ControllerConnection {
     const id = this.nextId++;
     const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
     const reply = await new Promise<Reply>((resolve, reject) => {
-      const deadline = Number.isFinite(timeoutMs)
-        ? setTimeout(() => finish(() => reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs))), timeoutMs)
-        : undefined;
-      const retry = setInterval(() => this.write(frame), this.options.retryMs ?? DEFAULT_RETRY_MS);
+      // One timer per request, for the next resend or the deadline, whichever comes first.
+      const retryMs = this.options.retryMs ?? DEFAULT_RETRY_MS;
+      const deadline = performance.now() + timeoutMs;
+      const arm = (): NodeJS.Timeout => setTimeout(wake, Math.min(retryMs, deadline - performance.now()));
+      const wake = () => {
+        if (performance.now() >= deadline) return finish(() => reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs)));
+        this.write(frame);
+        timer = arm();
+      };
+      let timer = arm();
       const finish = (settle: () => void) => {
-        clearTimeout(deadline);
-        clearInterval(retry);
+        clearTimeout(timer);
         this.waiting.delete(id);
         settle();
       };
@@ -167,13 +174,25 @@ export class ControllerConnection {
   }
 
   private write(frame: string): void {
-    const message = this.sign ? [frame, this.sign(frame)] : frame;
-    this.sending = this.sending
-      .then(() => this.socket.send(message))
-      .catch((error: unknown) => {
-        // Expected once closing; before that, a waiting request's deadline reports it too.
-        if (!this.closed) this.log.warn(() => `message to ${this.options.endpoint} not sent: ${(error as Error).message}`);
-      });
+    this.queue.push(this.sign ? [frame, this.sign(frame)] : frame);
+    if (!this.sending) this.sending = this.pump();
+  }
+
+  /** ZeroMQ allows one send in flight per socket: one loop sends the queued messages in order. */
+  private async pump(): Promise<void> {
+    while (this.queue.length) {
+      const batch = this.queue;
+      this.queue = [];
+      for (const message of batch) {
+        try {
+          await this.socket.send(message);
+        } catch (error) {
+          // Expected once closing; before that, a waiting request's deadline reports it too.
+          if (!this.closed) this.log.warn(() => `message to ${this.options.endpoint} not sent: ${(error as Error).message}`);
+        }
+      }
+    }
+    this.sending = null;
   }
 
   private async receive(): Promise<void> {

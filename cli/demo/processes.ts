@@ -3,7 +3,8 @@ import { chownSync, openSync, closeSync, readdirSync, readFileSync, writeFileSyn
 import { join } from "node:path";
 import { resolveTenant, type Tenant } from "../../controller/daemon/replacements.ts";
 
-export { CLI, RUN_TS, WORKER } from "../paths.ts";
+export { CLI, WORKER } from "../paths.ts";
+export { RUN_TS } from "../../sdk/paths.ts";
 
 /**
  * Starts and stops the demo's processes (controller, daemons, workers). Each gets its own

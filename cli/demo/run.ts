@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { ControllerClient } from "../../sdk/client.ts";
@@ -57,6 +57,13 @@ export interface DemoOptions {
    * connection, so the run fails fast; it has stopped all its processes when it settles.
    */
   readonly signal?: AbortSignal;
+  /**
+   * Serve metrics: the controller and every daemon get `--metrics 127.0.0.1:0`, and `targets`
+   * becomes a Prometheus file-based service discovery file naming them (`file_sd_configs`),
+   * labelled `role` (controller, daemon) and, for daemons, `host`. `inspect` runs once the
+   * demo has its result, before its processes stop, so a scraper can read the end state.
+   */
+  readonly metrics?: { readonly targets: string; readonly inspect?: (result: DemoResult) => Promise<void> };
 }
 
 export interface JobCheck {
@@ -69,6 +76,12 @@ export interface JobCheck {
 
 export interface DemoResult {
   readonly migrations: StatusReport["migrations"];
+  /** Each rack's rings when the arriving job is placed, before any move: what the plan fixes. */
+  readonly arrival: readonly number[];
+  /** Each rack's rings at the end, every job finished. */
+  readonly final: readonly number[];
+  /** What each moved worker's source sent. */
+  readonly transfers: readonly { readonly migration: string; readonly bytes: number; readonly transport: "tcp" | "rdma" }[];
   readonly jobs: readonly JobCheck[];
   readonly withinBounds: boolean;
   /** Every move done, every rack within bounds, every job bit-identical to its replay. */
@@ -107,7 +120,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   try {
     const snapshot = join(dir, "topology.json");
     writeFileSync(snapshot, JSON.stringify({ topology: DEMO_TOPOLOGY, jobs: [] }));
-    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--heartbeat-timeout", "5"]);
+    const metrics = options.metrics ? ["--metrics", "127.0.0.1:0"] : [];
+    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--heartbeat-timeout", "5", ...metrics]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, options.timeoutMs))[1]!;
     group.controller = endpoint;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 500 });
@@ -119,12 +133,14 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const stagingBytes = 2 * options.stateBytes + 4 * MiB;
     // Every daemon starts a replacement as this same worker program; job, host and state come from the move.
     const replacement = `${REPLACEMENT}=${shellCommand([process.execPath, ...WORKER, ...pace, "--events", events])}`;
+    const daemons: Managed[] = [];
     for (let host = 0; host < hosts; host++) {
-      group.start(`daemon-${host}`, [
+      daemons[host] = group.start(`daemon-${host}`, [
         ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(stagingBytes),
-        "--replacement", replacement, ...(tenant ? ["--run-as", tenant.user] : []),
+        "--replacement", replacement, ...(tenant ? ["--run-as", tenant.user] : []), ...metrics,
       ]);
     }
+    if (options.metrics) await writeTargets(group, controller, daemons, options.metrics.targets, options.timeoutMs);
     await until(group, async () => (await status()).hosts.registered === hosts, options.timeoutMs, "every host daemon to register");
     print(`${elapsed()}  controller on ${endpoint}; ${hosts} host daemons registered, each with ${mib(stagingBytes)} of staging`);
 
@@ -135,14 +151,15 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
           ...pace, "--state-bytes", String(options.stateBytes), "--events", events, "--replacement", REPLACEMENT, ...gate,
         ]),
       );
+    // The running jobs, and the arriving one, train no further than a third of their
+    // iterations before the arrival is planned (on the controller's planner thread, while they
+    // train), so however slow this machine, the plan finds them training: their stop barrier
+    // is the next one they reach, and the moves hold them there.
+    const planned = join(dir, "planned");
     // The arriving job's processes start now and wait at a gate, so it arrives on cue however
     // long processes take to start on a busy machine.
     const admitted = join(dir, `${DEMO_ARRIVING.id}.admitted`);
-    startJob(DEMO_ARRIVING, ["--start-when-exists", admitted]);
-    // The running jobs train no further than a third of their iterations before the arrival is
-    // planned, so however slow this machine, the plan finds them training: their stop barrier
-    // is the next one they reach, and the moves hold them there.
-    const planned = join(dir, "planned");
+    startJob(DEMO_ARRIVING, ["--start-when-exists", admitted, "--pause-at", String(Math.floor(options.steps / 3)), "--resume-when-exists", planned]);
     const jobStarted = (id: string) => async () => (await status()).jobs.some((j) => j.id === id && j.started);
     for (const job of DEMO_RUNNING) startJob(job, ["--pause-at", String(Math.floor(options.steps / 3)), "--resume-when-exists", planned]);
     for (const job of DEMO_RUNNING) await until(group, jobStarted(job.id), options.timeoutMs, `job ${job.id} to start`);
@@ -152,7 +169,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     writeFileSync(admitted, "");
     await until(group, jobStarted(DEMO_ARRIVING.id), options.timeoutMs, `job ${DEMO_ARRIVING.id} to start`);
     print(`${elapsed()}  ${DEMO_ARRIVING.id} arrives; the cluster's scheduler places it on hosts ${DEMO_ARRIVING.hosts.join(", ")}`);
-    printRacks(print, placed([...DEMO_RUNNING, DEMO_ARRIVING]));
+    const arrival = placed([...DEMO_RUNNING, DEMO_ARRIVING]);
+    printRacks(print, arrival);
     await until(group, async () => (await status()).migrations.length > 0, options.timeoutMs, "a plan");
     writeFileSync(planned, "");
     const plan = (await status()).migrations;
@@ -225,7 +243,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       return check;
     });
     const ok = moves.every((m) => m.state === "done") && final.withinBounds && jobs.every((j) => j.identical);
-    return { migrations: moves, jobs, withinBounds: final.withinBounds, ok };
+    const sent = transfers.flatMap((e) => (e.event === "sent" ? [{ migration: e.migration, bytes: e.bytes, transport: e.transport }] : []));
+    const result = { migrations: moves, arrival: arrival.fragmentation, final: (await status()).fragmentation, transfers: sent, jobs, withinBounds: final.withinBounds, ok };
+    await options.metrics?.inspect?.(result);
+    return result;
   } finally {
     await client?.close();
     await group.stopAll();
@@ -276,6 +297,18 @@ function phaseTable(moves: StatusReport["migrations"]): string {
     .split("\n")
     .map((line) => `  ${line}`)
     .join("\n");
+}
+
+/** Writes the Prometheus file_sd targets once the controller and every daemon say where their metrics are. */
+async function writeTargets(group: ProcessGroup, controller: Managed, daemons: readonly Managed[], file: string, timeoutMs: number): Promise<void> {
+  const at = async (managed: Managed) => (await group.waitFor(managed, /metrics on http:\/\/(\S+)\/metrics/, timeoutMs))[1]!;
+  const targets = [
+    { targets: [await at(controller)], labels: { role: "controller" } },
+    ...(await Promise.all(daemons.map(async (daemon, host) => ({ targets: [await at(daemon)], labels: { role: "daemon", host: String(host) } })))),
+  ];
+  // Renamed into place, so Prometheus never reads half a file.
+  writeFileSync(`${file}.tmp`, JSON.stringify(targets, null, 2));
+  renameSync(`${file}.tmp`, file);
 }
 
 async function until(group: ProcessGroup, check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {

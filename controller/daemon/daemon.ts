@@ -8,6 +8,7 @@ import { safeDecodeCommand, safeDecodeReply } from "../../sdk/protocol/codec.ts"
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { formatTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
+import type { DaemonMetrics } from "./metrics.ts";
 import { baseEnvironment, shareStaging, type Tenant } from "./replacements.ts";
 
 /**
@@ -36,6 +37,8 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
   readonly runAs?: Tenant;
   readonly heartbeatMs?: number;
   readonly log?: Logger;
+  /** Counts transfers and replacements, and reads the staging buffer's use, for `--metrics`. */
+  readonly metrics?: DaemonMetrics;
 }
 
 export const DEFAULT_HEARTBEAT_MS = 2_000;
@@ -97,6 +100,7 @@ export class HostDaemon {
       ...(options.credential === undefined ? {} : { credential: options.credential }),
       ...(options.retryMs === undefined ? {} : { retryMs: options.retryMs }),
     });
+    options.metrics?.attach(() => ({ stagingBytes: buffer.size, reservedBytes: [...this.staged.values()].reduce((sum, s) => sum + s.grant.ticket.length, 0) }));
     this.registered = this.register();
     this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   }
@@ -265,6 +269,7 @@ export class HostDaemon {
     grant.completion.then(
       (result) => {
         staged.state = "verified";
+        this.options.metrics?.received(result);
         this.log.info(() => `migration ${command.migration}: received ${result.bytes} bytes in ${result.seconds.toFixed(3)} s`);
         this.report({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
       },
@@ -276,6 +281,7 @@ export class HostDaemon {
         stopGroup(staged.replacement);
         const code = error instanceof TransferError ? error.code : "io";
         const detail = `${code}: ${(error as Error).message}`;
+        this.options.metrics?.failed(code === "checksum_mismatch" ? "checksum-mismatch" : "failed");
         this.log.warn(() => `migration ${command.migration}: transfer failed (${detail})`);
         this.report({
           type: "daemon.transfer-result",
@@ -357,6 +363,7 @@ export class HostDaemon {
     });
     return new Promise((resolve) => {
       child.once("spawn", () => {
+        this.options.metrics?.replacementStarted();
         this.log.info(() => `migration ${staged.migration}: started the replacement launcher (pid ${child.pid ?? "?"})`);
         resolve(null);
       });

@@ -9,6 +9,8 @@ export interface Group {
   readonly index: number;
   /** Cross-rack DP flows this group adds to each rack it fragments (its TP degree). */
   readonly rings: number;
+  /** False for a pinned job's groups: they count in fragmentation but never move. */
+  readonly movable: boolean;
 }
 
 /** Hosts of every group, indexed like `Cluster.groups`. */
@@ -27,6 +29,8 @@ export interface Cluster {
   readonly podLambda: number | undefined;
   readonly groups: readonly Group[];
   readonly placement: Placement;
+  /** Hosts that are never a destination, ascending; workers on them may stay. */
+  readonly unavailable: readonly number[];
 }
 
 export function clusterFromSnapshot(snapshot: Snapshot): Cluster {
@@ -36,7 +40,7 @@ export function clusterFromSnapshot(snapshot: Snapshot): Cluster {
   for (const job of snapshot.jobs) {
     const members = job.groups ?? [job.hosts ?? []];
     members.forEach((hosts, index) => {
-      groups.push({ job: job.id, index, rings: job.rings });
+      groups.push({ job: job.id, index, rings: job.rings, movable: job.movable ?? true });
       placement.push([...hosts]);
     });
   }
@@ -48,6 +52,7 @@ export function clusterFromSnapshot(snapshot: Snapshot): Cluster {
     podLambda: snapshot.podLambda,
     groups,
     placement,
+    unavailable: [...new Set(snapshot.unavailable ?? [])].sort((a, b) => a - b),
   };
 }
 
@@ -70,12 +75,13 @@ export function parseSnapshot(value: unknown, source = "snapshot"): Cluster {
  * where one belongs is left to the schema to report.
  */
 function oversizedList(value: unknown): InputIssue | null {
-  const jobs = (value as { jobs?: unknown } | null)?.jobs;
-  if (!Array.isArray(jobs)) return null;
+  const { jobs, unavailable } = (value ?? {}) as { jobs?: unknown; unavailable?: unknown };
   const over = (path: string, what: string, n: number): InputIssue => ({
     path,
     message: `${n} ${what}; a snapshot holds at most ${MAX_HOSTS}, one per host of the largest cluster MonkeyTree supports`,
   });
+  if (Array.isArray(unavailable) && unavailable.length > MAX_HOSTS) return over("unavailable", "unavailable hosts", unavailable.length);
+  if (!Array.isArray(jobs)) return null;
   if (jobs.length > MAX_HOSTS) return over("jobs", "jobs", jobs.length);
   let entries = 0;
   for (const [j, job] of jobs.entries()) {
@@ -102,9 +108,9 @@ export function parseSnapshotText(text: string, source = "snapshot"): Cluster {
 
 /** The snapshot document for a cluster with another placement (same topology and bounds). */
 export function toSnapshot(cluster: Cluster, placement: Placement = cluster.placement): Snapshot {
-  const jobs = new Map<string, { rings: number; groups: number[][] }>();
+  const jobs = new Map<string, { rings: number; movable: boolean; groups: number[][] }>();
   cluster.groups.forEach((group, g) => {
-    const job = jobs.get(group.job) ?? { rings: group.rings, groups: [] };
+    const job = jobs.get(group.job) ?? { rings: group.rings, movable: group.movable, groups: [] };
     job.groups[group.index] = [...(placement[g] ?? [])];
     jobs.set(group.job, job);
   });
@@ -112,9 +118,13 @@ export function toSnapshot(cluster: Cluster, placement: Placement = cluster.plac
     topology: cluster.topology,
     lambda: cluster.lambda,
     ...(cluster.podLambda === undefined ? {} : { podLambda: cluster.podLambda }),
-    jobs: [...jobs].map(([id, job]) =>
-      job.groups.length === 1 ? { id, rings: job.rings, hosts: job.groups[0] } : { id, rings: job.rings, groups: job.groups },
-    ),
+    jobs: [...jobs].map(([id, job]) => ({
+      id,
+      rings: job.rings,
+      ...(job.groups.length === 1 ? { hosts: job.groups[0] } : { groups: job.groups }),
+      ...(job.movable ? {} : { movable: false }),
+    })),
+    ...(cluster.unavailable.length > 0 ? { unavailable: [...cluster.unavailable] } : {}),
   };
 }
 

@@ -62,8 +62,11 @@ export const JobSchema = z
       .array(z.array(host).min(1, { error: "a group needs at least one host" }))
       .min(1, { error: "groups must list at least one group" })
       .optional(),
-    /** False for a job MonkeyTree must never move (one that did not opt in): it still fragments racks. */
-    movable: z.boolean({ error: "movable is true or false" }).optional(),
+    /**
+     * `false` pins the job where it is: its workers still count in every rack's fragmentation,
+     * but no plan moves them or swaps with them. Absent means movable.
+     */
+    movable: z.boolean({ error: "movable must be true or false" }).optional(),
   })
   .refine((job) => (job.hosts === undefined) !== (job.groups === undefined), {
     error: "a job lists either `hosts` (one group) or `groups` (one per PP stage), exactly one of them",
@@ -78,7 +81,10 @@ export const SnapshotSchema = z
     /** Per-pod fragmentation bound (MonkeyTree3); needs `topology.racksPerPod`. */
     podLambda: bound("podLambda").optional(),
     jobs: z.array(JobSchema),
-    /** Hosts never to move a worker to (down, drained, reserved, or used outside MonkeyTree). */
+    /**
+     * Hosts no plan may use as a destination (drained, reserved, down). A worker already on
+     * one counts as placed there and may stay; it is never required to leave.
+     */
     unavailable: z.array(host).optional(),
   })
   .superRefine((snap, ctx) => {
@@ -98,6 +104,17 @@ export const SnapshotSchema = z
       });
     }
     const hostCount = racks * hostsPerRack;
+    const outOfRange = (h: number) =>
+      `host ${h} is out of range: the topology has hosts 0..${hostCount - 1} (${racks} racks × ${hostsPerRack} hosts)`;
+    const listed = new Set<number>();
+    snap.unavailable?.forEach((h, i) => {
+      if (h >= hostCount) {
+        ctx.addIssue({ code: "custom", path: ["unavailable", i], message: `${outOfRange(h)}; list only hosts of the topology` });
+      } else if (listed.has(h)) {
+        ctx.addIssue({ code: "custom", path: ["unavailable", i], message: `host ${h} is listed twice; list each unavailable host once` });
+      }
+      listed.add(h);
+    });
     const owner = new Map<number, string>();
     const ids = new Set<string>();
     snap.jobs.forEach((job, j) => {
@@ -113,7 +130,7 @@ export const SnapshotSchema = z
             ctx.addIssue({
               code: "custom",
               path,
-              message: `host ${h} is out of range: the topology has hosts 0..${hostCount - 1} (${racks} racks × ${hostsPerRack} hosts)`,
+              message: outOfRange(h),
             });
             return;
           }

@@ -1,4 +1,5 @@
 import { podOfRack, rackOf, type Cluster, type Placement } from "../model/cluster.ts";
+import { plannedBounds, type Bounds } from "../model/fragmentation.ts";
 
 /**
  * Workers per (group, rack): the planner's view of a placement. Which host inside a rack a
@@ -59,9 +60,20 @@ export class CountState {
   readonly groups: number;
   readonly racks: number;
   readonly pods: number;
+  /** Hosts per rack: the most workers of one group a rack can hold. */
   readonly capacity: number;
-  readonly lambda: number;
-  readonly podLambda: number;
+  /** Available hosts per rack (not `unavailable`): what `occupancy` may reach. */
+  readonly room: Int32Array;
+  /** Per-rack and per-pod bounds (`plannedBounds`: λ, or a pinned floor above it). */
+  readonly bound: Int32Array;
+  readonly podBound: Float64Array;
+  /** 1 for groups a plan may move; pinned groups' counts never change. */
+  readonly movable: Uint8Array;
+  /**
+   * Workers per (group, rack) on unavailable hosts, empty when there are none. They may stay;
+   * a group leaving a rack vacates its available hosts first, so they leave last.
+   */
+  readonly held: Int32Array;
   readonly size: Int32Array;
   readonly rings: Int32Array;
   readonly podOf: Int32Array;
@@ -71,6 +83,7 @@ export class CountState {
   /** Largest number of a group's workers on one rack. */
   readonly largest: Int32Array;
   readonly frag: Int32Array;
+  /** Workers on available hosts per rack: Σ over groups of max(0, count − held). */
   readonly occupancy: Int32Array;
   readonly podCount: Int32Array;
   readonly podSpread: Int32Array;
@@ -89,14 +102,24 @@ export class CountState {
   readonly pending: Int32Array;
   pendingTotal = 0;
 
-  constructor(cluster: Cluster, counts: Counts = countsOf(cluster)) {
+  constructor(cluster: Cluster, counts: Counts = countsOf(cluster), bounds: Bounds = plannedBounds(cluster)) {
     const { racks, hostsPerRack } = cluster.topology;
     this.groups = cluster.groups.length;
     this.racks = racks;
     this.pods = cluster.podLambda === undefined ? 0 : cluster.podCount;
     this.capacity = hostsPerRack;
-    this.lambda = cluster.lambda;
-    this.podLambda = cluster.podLambda ?? Number.POSITIVE_INFINITY;
+    this.bound = Int32Array.from(bounds.racks);
+    this.podBound = Float64Array.from(this.pods > 0 ? bounds.pods : [Number.POSITIVE_INFINITY]);
+    this.movable = Uint8Array.from(cluster.groups, (g) => (g.movable ? 1 : 0));
+    this.room = new Int32Array(racks).fill(hostsPerRack);
+    const unavailable = new Set(cluster.unavailable);
+    for (const h of unavailable) this.room[rackOf(cluster, h)]! -= 1;
+    this.held = new Int32Array(unavailable.size > 0 ? this.groups * racks : 0);
+    if (unavailable.size > 0) {
+      cluster.placement.forEach((hosts, g) => {
+        for (const h of hosts) if (unavailable.has(h)) this.held[g * racks + rackOf(cluster, h)]! += 1;
+      });
+    }
     this.size = new Int32Array(this.groups);
     this.rings = Int32Array.from(cluster.groups, (g) => g.rings);
     this.podOf = Int32Array.from({ length: racks }, (_, t) => podOfRack(cluster, t));
@@ -122,7 +145,7 @@ export class CountState {
         this.spread[g]! += 1;
         this.groupsOn[t]!.add(g);
         this.hash = xor53(this.hash, cellKey(g * racks + t, c));
-        this.occupancy[t]! += c;
+        this.occupancy[t]! += Math.max(0, c - this.heldAt(g * racks + t));
         if (c > this.largest[g]!) this.largest[g] = c;
         if (this.pods > 0) {
           const i = g * this.pods + this.podOf[t]!;
@@ -138,10 +161,10 @@ export class CountState {
       }
     }
     for (let t = 0; t < racks; t++) {
-      if (this.frag[t]! > this.lambda) this.overRackSet.add(t);
-      if (this.occupancy[t]! > this.capacity) this.fullRackSet.add(t);
+      if (this.frag[t]! > this.bound[t]!) this.overRackSet.add(t);
+      if (this.occupancy[t]! > this.room[t]!) this.fullRackSet.add(t);
     }
-    for (let p = 0; p < this.pods; p++) if (this.podFrag[p]! > this.podLambda) this.overPodSet.add(p);
+    for (let p = 0; p < this.pods; p++) if (this.podFrag[p]! > this.podBound[p]!) this.overPodSet.add(p);
   }
 
   get valid(): boolean {
@@ -150,6 +173,10 @@ export class CountState {
 
   at(g: number, t: number): number {
     return this.count[g * this.racks + t]!;
+  }
+
+  heldAt(cell: number): number {
+    return this.held.length === 0 ? 0 : this.held[cell]!;
   }
 
   /** Moves one worker of group `g` from rack `s` to rack `d`; `move(g, d, s)` undoes it. */
@@ -169,11 +196,11 @@ export class CountState {
     this.count[cell] = c - 1;
     this.hash = xor53(this.hash, xor53(cellKey(cell, c), cellKey(cell, c - 1)));
     this.setPending(g, 1);
-    this.addOccupancy(s, -1);
+    if (c > this.heldAt(cell)) this.addOccupancy(s, -1);
     if (c === 1) {
       this.groupsOn[s]!.delete(g);
       this.spread[g]! -= 1;
-      this.resplit(g, this.spread[g]! + 1, this.frag, this.lambda, true, s, -1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+      this.resplit(g, this.spread[g]! + 1, this.frag, this.bound, true, s, -1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
     }
     if (c === this.largest[g]) {
       let largest = 0;
@@ -186,7 +213,7 @@ export class CountState {
       this.podCount[pcell] = pc - 1;
       if (pc === 1) {
         this.podSpread[g]! -= 1;
-        this.resplit(g, this.podSpread[g]! + 1, this.podFrag, this.podLambda, false, this.podOf[s]!, -1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+        this.resplit(g, this.podSpread[g]! + 1, this.podFrag, this.podBound, false, this.podOf[s]!, -1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
       }
     }
   }
@@ -198,12 +225,12 @@ export class CountState {
     this.count[cell] = c + 1;
     this.hash = xor53(this.hash, xor53(cellKey(cell, c), cellKey(cell, c + 1)));
     this.setPending(g, -1);
-    this.addOccupancy(d, 1);
+    if (c >= this.heldAt(cell)) this.addOccupancy(d, 1);
     if (c + 1 > this.largest[g]!) this.largest[g] = c + 1;
     if (c === 0) {
       this.groupsOn[d]!.add(g);
       this.spread[g]! += 1;
-      this.resplit(g, this.spread[g]! - 1, this.frag, this.lambda, true, d, 1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+      this.resplit(g, this.spread[g]! - 1, this.frag, this.bound, true, d, 1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
     }
     if (this.pods > 0) {
       const pcell = g * this.pods + this.podOf[d]!;
@@ -211,7 +238,7 @@ export class CountState {
       this.podCount[pcell] = pc + 1;
       if (pc === 0) {
         this.podSpread[g]! += 1;
-        this.resplit(g, this.podSpread[g]! - 1, this.podFrag, this.podLambda, false, this.podOf[d]!, 1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+        this.resplit(g, this.podSpread[g]! - 1, this.podFrag, this.podBound, false, this.podOf[d]!, 1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
       }
     }
   }
@@ -222,7 +249,7 @@ export class CountState {
    * more, so only crossing between one and two domains touches a domain other than `at`.
    */
   private resplit(
-    g: number, before: number, frag: Int32Array, bound: number, racks: boolean,
+    g: number, before: number, frag: Int32Array, bound: ArrayLike<number>, racks: boolean,
     at: number, delta: 1 | -1, holds: (i: number) => boolean, domains: number,
   ): void {
     const rings = this.rings[g]!;
@@ -249,16 +276,16 @@ export class CountState {
     this.pendingTotal += delta;
   }
 
-  private addFrag(frag: Int32Array, i: number, delta: number, bound: number, racks: boolean): void {
+  private addFrag(frag: Int32Array, i: number, delta: number, bound: ArrayLike<number>, racks: boolean): void {
     frag[i]! += delta;
     const over = racks ? this.overRackSet : this.overPodSet;
-    if (frag[i]! > bound) over.add(i);
+    if (frag[i]! > bound[i]!) over.add(i);
     else over.delete(i);
   }
 
   private addOccupancy(t: number, delta: number): void {
     this.occupancy[t]! += delta;
-    if (this.occupancy[t]! > this.capacity) this.fullRackSet.add(t);
+    if (this.occupancy[t]! > this.room[t]!) this.fullRackSet.add(t);
     else this.fullRackSet.delete(t);
   }
 }

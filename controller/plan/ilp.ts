@@ -17,6 +17,8 @@ interface Cell {
   readonly x: number;
   readonly y: number;
   readonly d: number;
+  /** Workers on available hosts (`availableColumn`); `w` itself when none are on unavailable ones. */
+  readonly e: number;
 }
 
 /**
@@ -24,22 +26,29 @@ interface Cell {
  * feasible whenever any placement meets the bounds. "Whole on rack t" is linked by
  * `size·y ≤ w` rather than the paper's `Σ_{t'≠t} x ≤ (T−1)(1−y)`: the same integer points,
  * a much tighter relaxation. Only workers leaving a rack are paid for (`d ≥ w0 − w`), since
- * arrivals equal departures. `minMoves` is a proven lower bound on the optimum.
+ * arrivals equal departures. `minMoves` is a proven lower bound on the optimum. A pinned
+ * group's counts are fixed at where it is; racks take workers up to their available hosts
+ * (`availableColumn`) and fragmentation up to `CountState.bound`. With `soft` a rack's bound
+ * may be passed (see there): the best effort when no plan meets every bound.
  */
-export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementProgram {
+export function monkeytreeProgram(state: CountState, minMoves = 0, soft = false): PlacementProgram {
   const mip = new MipBuilder();
   const { groups, racks, capacity } = state;
+  // Soft: a rack may pass its bound at a cost above any number of moves, so the optimum first
+  // leaves the least fragmentation over the bounds, then takes the fewest moves to do it.
+  const overCost = sum(groups, (g) => state.size[g]!) + 1;
   const cells: Cell[] = [];
   for (let g = 0; g < groups; g++) {
     const size = state.size[g]!;
     const upper = Math.min(size, capacity);
+    const movable = state.movable[g] === 1;
     for (let t = 0; t < racks; t++) {
       const w0 = state.at(g, t);
-      const w = mip.variable(0, 0, upper, true);
+      const w = movable ? mip.variable(0, 0, upper, true) : mip.variable(0, w0, w0, true);
       const x = mip.variable(0, 0, 1, true);
       const y = size <= capacity ? mip.variable(0, 0, 1, true) : -1;
-      const d = w0 > 0 ? mip.variable(1, 0, w0, false) : -1;
-      cells.push({ w, x, y, d });
+      const d = w0 > 0 && movable ? mip.variable(1, 0, w0, false) : -1;
+      cells.push({ w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
       mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
       if (y >= 0) mip.row([[y, size], [w, -1]], Number.NEGATIVE_INFINITY, 0);
       if (d >= 0) mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
@@ -47,8 +56,9 @@ export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementPro
     mip.row(range(racks, (t) => [cells[g * racks + t]!.w, 1]), size, size);
   }
   for (let t = 0; t < racks; t++) {
-    mip.row(range(groups, (g) => [cells[g * racks + t]!.w, 1]), Number.NEGATIVE_INFINITY, capacity);
-    mip.row(fragTerms(state, cells, t), Number.NEGATIVE_INFINITY, state.lambda);
+    mip.row(range(groups, (g) => [cells[g * racks + t]!.e, 1]), Number.NEGATIVE_INFINITY, state.room[t]!);
+    const over = soft ? [[mip.variable(overCost, 0, Number.POSITIVE_INFINITY, false), -1] as [number, number]] : [];
+    mip.row([...fragTerms(state, cells, t), ...over], Number.NEGATIVE_INFINITY, state.bound[t]!);
   }
   const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
   // A lower bound proven elsewhere (the exact search) lifts the relaxation's bound at once, so
@@ -67,6 +77,7 @@ export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementPro
         start[cell.x] = w > 0 ? 1 : 0;
         if (cell.y >= 0) start[cell.y] = w === state.size[g] ? 1 : 0;
         if (cell.d >= 0) start[cell.d] = Math.max(0, state.count[i]! - w);
+        encodeAvailable(state, cell, i, w, start);
       });
       pods.encode(counts, start);
       return start;
@@ -78,24 +89,28 @@ export function monkeytreeProgram(state: CountState, minMoves = 0): PlacementPro
  * The paper's program (its appendix) as published: only fragmented groups are variables,
  * everything else is frozen and only reduces rack capacity; `y` is linked by the big-M
  * `Σ_{t'≠t} x ≤ (T−1)(1−y)` and the objective counts |w − w0| on both sides. Kept as the
- * baseline the benchmark compares against.
+ * baseline the benchmark compares against. Pinned groups are frozen too (their rings are
+ * constants where they fragment a rack), and racks hold workers up to their available hosts.
  */
 export function paperProgram(state: CountState): PlacementProgram {
   const mip = new MipBuilder();
-  const { groups, racks, capacity } = state;
-  const movable = range(groups, (g) => g).filter((g) => state.spread[g]! >= 2);
-  const free = range(racks, (t) => capacity - sum(groups, (g) => (state.spread[g]! >= 2 ? 0 : state.at(g, t))));
+  const { groups, racks } = state;
+  const movable = range(groups, (g) => g).filter((g) => state.spread[g]! >= 2 && state.movable[g] === 1);
+  const moving = new Set(movable);
+  const frozen = (t: number, f: (g: number) => number) => sum(groups, (g) => (moving.has(g) || state.at(g, t) === 0 ? 0 : f(g)));
+  const free = range(racks, (t) => state.room[t]! - frozen(t, (g) => Math.max(0, state.at(g, t) - state.heldAt(g * racks + t))));
+  const frozenRings = range(racks, (t) => frozen(t, (g) => (state.spread[g]! >= 2 ? state.rings[g]! : 0)));
   const cells = new Map<number, Cell>();
   for (const g of movable) {
     const size = state.size[g]!;
     for (let t = 0; t < racks; t++) {
       const w0 = state.at(g, t);
-      const upper = Math.max(0, Math.min(size, free[t]!));
+      const upper = Math.max(0, Math.min(size, free[t]! + state.heldAt(g * racks + t)));
       const w = mip.variable(0, 0, upper, true);
       const x = mip.variable(0, 0, 1, true);
       const y = mip.variable(0, 0, 1, true);
       const d = mip.variable(1, 0, Number.POSITIVE_INFINITY, false);
-      cells.set(g * racks + t, { w, x, y, d });
+      cells.set(g * racks + t, { w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
       mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
       mip.row([[d, 1], [w, -1]], -w0, Number.POSITIVE_INFINITY);
       mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
@@ -110,8 +125,8 @@ export function paperProgram(state: CountState): PlacementProgram {
   }
   for (let t = 0; t < racks; t++) {
     const at = (g: number) => cells.get(g * racks + t)!;
-    mip.row(movable.map((g) => [at(g).w, 1] as const), Number.NEGATIVE_INFINITY, free[t]!);
-    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.lambda);
+    mip.row(movable.map((g) => [at(g).e, 1] as const), Number.NEGATIVE_INFINITY, free[t]!);
+    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.bound[t]! - frozenRings[t]!);
   }
   const pods = addPodBound(mip, state, (g, t) => cells.get(g * racks + t)?.w, movable);
   return {
@@ -131,11 +146,29 @@ export function paperProgram(state: CountState): PlacementProgram {
         start[cell.x] = w > 0 ? 1 : 0;
         start[cell.y] = w === state.size[g] ? 1 : 0;
         start[cell.d] = Math.abs(state.count[i]! - w);
+        encodeAvailable(state, cell, i, w, start);
       }
       pods.encode(counts, start);
       return start;
     },
   };
+}
+
+/**
+ * The column counting cell `cell`'s workers on available hosts: `w` itself, or, where some of
+ * them sit on unavailable hosts (which they may keep, and nobody else may take), a column
+ * e ≥ w − held, e ≥ 0. Only rack capacity rows use it, which push it down to max(0, w − held).
+ */
+function availableColumn(mip: MipBuilder, state: CountState, cell: number, w: number, upper: number): number {
+  const held = state.heldAt(cell);
+  if (held === 0) return w;
+  const e = mip.variable(0, 0, upper, false);
+  mip.row([[e, 1], [w, -1]], -held, Number.POSITIVE_INFINITY);
+  return e;
+}
+
+function encodeAvailable(state: CountState, cell: Cell, i: number, w: number, start: Float64Array): void {
+  if (cell.e !== cell.w) start[cell.e] = Math.max(0, w - state.heldAt(i));
 }
 
 function fragTerms(state: CountState, cells: readonly Cell[], t: number): [number, number][] {
@@ -184,7 +217,7 @@ function addPodBound(
     const terms = cells
       .filter((cell) => cell.p === p)
       .flatMap((cell) => [[cell.z, state.rings[cell.g]!] as const, ...(cell.v >= 0 ? [[cell.v, -state.rings[cell.g]!] as const] : [])]);
-    mip.row(terms, Number.NEGATIVE_INFINITY, state.podLambda - frozen);
+    mip.row(terms, Number.NEGATIVE_INFINITY, state.podBound[p]! - frozen);
   }
   return {
     encode: (counts, start) => {

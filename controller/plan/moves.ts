@@ -6,8 +6,9 @@ import type { Move } from "./schema.ts";
  * Turns target worker counts per (group, rack) into concrete host moves.
  *
  * Workers leave from the highest-numbered hosts of their group on a rack, so the low hosts of
- * a long-running job stay put. Arrivals take the rack's free hosts first and only then hosts
- * vacated by other moves, so as few destinations as possible wait on another worker's
+ * a long-running job stay put, and from unavailable hosts last, since nobody may take those
+ * back (`CountState.held`). Arrivals take the rack's free available hosts first and only then
+ * available hosts vacated by other moves, so as few destinations as possible wait on another worker's
  * checkpoint. All moves form one step: every source of a step stages into destination DRAM
  * before any destination loads, so chains, swaps and cycles need no free host in between, and
  * target counts within rack capacity always fit.
@@ -16,11 +17,12 @@ export function hostMoves(cluster: Cluster, target: Counts): Move[] {
   const { racks, hostsPerRack } = cluster.topology;
   const owner = new Int32Array(cluster.hostCount).fill(-1);
   cluster.placement.forEach((hosts, g) => hosts.forEach((h) => (owner[h] = g)));
+  const unavailable = new Set(cluster.unavailable);
   const leaving: number[][] = cluster.groups.map(() => []);
   const vacated: number[][] = Array.from({ length: racks }, () => []);
 
   cluster.groups.forEach((_, g) => {
-    const hosts = [...(cluster.placement[g] ?? [])].sort((a, b) => b - a);
+    const hosts = [...(cluster.placement[g] ?? [])].sort((a, b) => Number(unavailable.has(a)) - Number(unavailable.has(b)) || b - a);
     for (let t = 0; t < racks; t++) {
       let surplus = hosts.filter((h) => rackOf(cluster, h) === t).length - target[g * racks + t]!;
       for (const h of hosts) {
@@ -36,7 +38,7 @@ export function hostMoves(cluster: Cluster, target: Counts): Move[] {
   const arrivals: number[][] = Array.from({ length: racks }, (_, t) => {
     const first = t * hostsPerRack;
     const free = Array.from({ length: hostsPerRack }, (_, i) => first + i).filter((h) => owner[h] === -1);
-    return [...free, ...vacated[t]!.sort((a, b) => a - b)];
+    return [...free, ...vacated[t]!.sort((a, b) => a - b)].filter((h) => !unavailable.has(h));
   });
 
   const moves: Move[] = [];

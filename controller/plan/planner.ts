@@ -1,14 +1,14 @@
 import * as highsModule from "highs";
 import type { Highs, InitOptions } from "highs";
 import type { Cluster, Placement } from "../model/cluster.ts";
-import { podFragmentation, rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import { plannedBounds, podFragmentation, rackFragmentation, withinBounds, type Bounds } from "../model/fragmentation.ts";
 import { applyMoves, PlanError } from "./check.ts";
 import { CountState, moveDistance, type Counts } from "./counts.ts";
 import { monkeytreeProgram, paperProgram } from "./ilp.ts";
 import { solveMip } from "./mip.ts";
 import { hostMoves } from "./moves.ts";
-import type { Move, PlanDocument, PlanStatus } from "./schema.ts";
-import { searchMoves, type RackMove } from "./search.ts";
+import type { BestEffort, Move, PlanDocument, PlanStatus } from "./schema.ts";
+import { Search, searchMoves, type RackMove } from "./search.ts";
 
 export type Formulation = "monkeytree" | "paper";
 
@@ -30,7 +30,7 @@ export interface PlanOptions {
  * machine and a fast one alike, and to replay an event exactly. The time limit still applies.
  */
 export interface PlanBudget {
-  /** Nodes each pass of the exact search may visit; 0 skips it. */
+  /** Nodes the exact search may visit in all; 0 skips it. */
   readonly exactNodes?: number;
   /** Nodes each dive may visit; 0 skips the dives. */
   readonly diveNodes?: number;
@@ -70,6 +70,11 @@ export interface Plan {
   readonly solveMs: number;
   /** Why no placement can meet the bounds, when a simple rule shows it (status `infeasible`). */
   readonly reason?: string;
+  /**
+   * Racks and pods the plan cannot bring within λ, and why (see `BestEffortSchema`); absent
+   * when there are none. The plan (and its status) is then for the bounds it could reach.
+   */
+  readonly bestEffort?: BestEffort;
 }
 
 /**
@@ -88,14 +93,17 @@ export class PlanTimeoutError extends Error {
 }
 
 /**
- * How the budget is spent when the exact search does not prove a plan at once, as shares of
- * the time limit reached by each phase: a first exact pass; a narrow dive for a valid plan;
- * the exact search again, bounded by that plan; wider dives for shorter plans; HiGHS for the
- * rest.
+ * The anytime schedule, in times measured from the start and never as shares of the limit, so
+ * that every limit runs the same phases in the same order and a limit only cuts the schedule
+ * short: a limit at least as long as a longer one took to prove the optimum returns it. The
+ * exact search runs first, for up to `FIRST_SLICE_MS` (most events are proved well inside it);
+ * then dives look for a valid plan, narrowest beam first, each for at most `DIVE_SLICE_MS`;
+ * then the exact search resumes where it paused (`Search`), bounded by the best plan, until
+ * it proves one or the limit ends it. HiGHS gets the time left once the exact search can do no
+ * more (past its depth, or its node budget spent).
  */
-const FIRST_EXACT_SHARE = 0.15;
-const EXACT_SHARE = 0.6;
-const DIVE_SHARE = 0.75;
+const FIRST_SLICE_MS = 500;
+const DIVE_SLICE_MS = 500;
 /** Deeper than this the search's branching outgrows the ILP. */
 const SEARCH_DEPTH = 12;
 /** Longest plan a dive looks for, and its beam widths, narrowest (fastest) first. */
@@ -123,67 +131,100 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const start = performance.now();
   const timeLimitMs = options.timeLimitMs ?? DEFAULT_TIME_LIMIT_MS;
   const deadline = start + timeLimitMs;
-  const state = new CountState(cluster);
-  const finish = (status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number) =>
-    result(cluster, status, method, target, lowerBound, start);
-
-  if (state.valid) return finish("unchanged", "none", state.count, 0);
+  const bounds = plannedBounds(cluster);
+  // Checking a snapshot costs time and memory linear in its size; the per (group, rack)
+  // structures below are built only when something is over its bound.
+  if (withinBounds(cluster, cluster.placement, bounds)) return unmoved(cluster, "unchanged", bounds, start);
   const reason = obviouslyInfeasible(cluster);
-  if (reason) return { ...finish("infeasible", "none", state.count, 0), reason };
+  if (reason) return { ...unmoved(cluster, "infeasible", bounds, start), reason };
 
+  const state = new CountState(cluster, undefined, bounds);
+  const finish = (status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number) =>
+    status === "infeasible" ? unmoved(cluster, status, bounds, start, method, lowerBound) : result(cluster, bounds, status, method, target, lowerBound, start);
   const { exactNodes, diveNodes, mipNodes } = options.budget ?? {};
   const capped = (nodes: number | undefined) => (nodes === undefined ? {} : { nodeLimit: nodes });
   let lowerBound = 1;
   let incumbent: Counts | undefined;
-  const report = (phase: PlanProgress["phase"], best?: number) =>
-    options.onProgress?.({ phase, lowerBound, ...(best === undefined || !Number.isFinite(best) ? {} : { best }), elapsedMs: performance.now() - start });
-  if (options.formulation !== "paper") {
-    const at = (share: number) => start + timeLimitMs * share;
-    const fresh = () => new CountState(cluster);
-    // Most events are proved in milliseconds by the exact search alone.
-    let exact = searchMoves(fresh(), SEARCH_DEPTH, at(FIRST_EXACT_SHARE), capped(exactNodes));
-    if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
-    lowerBound = exact.depth + 1;
-    report("search");
-    // A quick plan first, then the exact search again, now only up to one move short of it:
-    // exhausting that proves the plan minimal. Wider dives then look for shorter plans.
-    let best = Number.POSITIVE_INFINITY;
-    const dive = (beam: number, until: number) => {
-      if (best <= lowerBound) return;
-      const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), at(until), { firstDepth: lowerBound, beam, ...capped(diveNodes) });
-      if (outcome.kind !== "found") return;
-      incumbent = applyRackMoves(state, outcome.moves);
-      best = outcome.moves.length;
-      report("dive", best);
-    };
-    dive(DIVE_BEAMS[0], EXACT_SHARE);
-    if (best > lowerBound) {
-      exact = searchMoves(fresh(), Math.min(SEARCH_DEPTH, best - 1), at(EXACT_SHARE), { firstDepth: lowerBound, ...capped(exactNodes) });
-      if (exact.kind === "found") return finish("optimal", "search", applyRackMoves(state, exact.moves), exact.moves.length);
-      if (exact.kind === "exhausted" && best - 1 <= SEARCH_DEPTH && incumbent) return finish("optimal", "search", incumbent, best);
-      lowerBound = Math.max(lowerBound, exact.depth + 1);
-      report("search", best);
+  let best = Number.POSITIVE_INFINITY;
+  const report = (phase: PlanProgress["phase"]) =>
+    options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(best) ? { best } : {}), elapsedMs: performance.now() - start });
+  const fresh = () => new CountState(cluster, state.initial, bounds);
+  const program = options.formulation === "paper" ? paperProgram(state) : undefined;
+  let ranIlp = false;
+  /** One HiGHS run from the best plan and bound so far; a plan if it settles the question. */
+  const ilp = (untilMs: number, nodes: number | undefined): Plan | undefined => {
+    ranIlp = true;
+    report("ilp");
+    const model = program ?? monkeytreeProgram(state, lowerBound);
+    const solved = solveMip(highs, model.model, {
+      timeLimitSec: ilpSeconds(untilMs - performance.now()),
+      ...(incumbent ? { start: model.encode(incumbent) } : {}),
+      ...(nodes === undefined ? {} : { maxNodes: nodes }),
+    });
+    // A plan the search found is verified; it outranks any numerical claim of infeasibility.
+    if (solved.status === "infeasible" && !incumbent) return (program ? undefined : bestEffort(untilMs)) ?? finish("infeasible", "ilp", state.count, lowerBound);
+    lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
+    const found = solved.values ? model.decode(solved.values) : undefined;
+    if (found && moveDistance(state.count, found) < best) {
+      incumbent = found;
+      best = moveDistance(state.count, found);
     }
-    for (const beam of DIVE_BEAMS.slice(1)) dive(beam, DIVE_SHARE);
-    if (incumbent && best <= lowerBound) return finish("optimal", "search", incumbent, best);
-  }
+    if (incumbent && (solved.status === "optimal" || best <= lowerBound)) return finish("optimal", "ilp", incumbent, best);
+    return undefined;
+  };
+  /**
+   * Where pinned jobs or unavailable hosts take the room a repair needs, the least
+   * fragmentation over the rack bounds that can be reached, with the fewest moves for it.
+   */
+  const bestEffort = (untilMs: number): Plan | undefined => {
+    if (cluster.unavailable.length === 0 && cluster.groups.every((g) => g.movable)) return undefined;
+    // Only when room is what is missing: with every host usable and every job movable, a
+    // placement must exist.
+    const free: Cluster = { ...cluster, unavailable: [], groups: cluster.groups.map((g) => ({ ...g, movable: true })) };
+    const freed = new CountState(free);
+    if (solveMip(highs, monkeytreeProgram(freed).model, { timeLimitSec: ilpSeconds((untilMs - performance.now()) / 2) }).status === "infeasible") return undefined;
+    const soft = monkeytreeProgram(state, 0, true);
+    const solved = solveMip(highs, soft.model, { timeLimitSec: ilpSeconds(untilMs - performance.now()) });
+    if (!solved.values) return undefined;
+    const target = soft.decode(solved.values);
+    const moves = moveDistance(state.count, target);
+    return result(cluster, bounds, solved.status === "optimal" ? "optimal" : "feasible", "ilp", target, solved.status === "optimal" ? moves : 0, start, true);
+  };
+  const settle = () => {
+    if (!incumbent) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
+    return finish(best <= lowerBound ? "optimal" : "feasible", ranIlp ? "ilp" : "search", incumbent, Math.min(lowerBound, best));
+  };
+  if (program) return ilp(deadline, mipNodes) ?? settle();
 
-  report("ilp", incumbent ? moveDistance(state.count, incumbent) : undefined);
-  const program = options.formulation === "paper" ? paperProgram(state) : monkeytreeProgram(state, lowerBound);
-  const solved = solveMip(highs, program.model, {
-    timeLimitSec: ilpSeconds(deadline - performance.now()),
-    ...(incumbent ? { start: program.encode(incumbent) } : {}),
-    ...(mipNodes === undefined ? {} : { maxNodes: mipNodes }),
-  });
-  // A plan the search found is verified; it outranks any numerical claim of infeasibility.
-  if (solved.status === "infeasible" && !incumbent) return finish("infeasible", "ilp", state.count, lowerBound);
-  const found = solved.values ? program.decode(solved.values) : incumbent;
-  if (!found) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
-  lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * program.movesPerObjective - 1e-6));
-  const target = incumbent && moveDistance(state.count, incumbent) < moveDistance(state.count, found) ? incumbent : found;
-  const moves = moveDistance(state.count, target);
-  const proven = solved.status === "optimal" || moves <= lowerBound;
-  return finish(proven ? "optimal" : "feasible", "ilp", target, Math.min(lowerBound, moves));
+  const exact = new Search(fresh(), capped(exactNodes));
+  const now = () => performance.now();
+  const proved = () => incumbent !== undefined && best <= lowerBound;
+  let exactDone = false;
+  const search = (until: number): Plan | undefined => {
+    const outcome = exact.run(Math.min(SEARCH_DEPTH, best - 1), until);
+    // Deepening from below, the first plan found is minimal.
+    if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
+    lowerBound = Math.max(lowerBound, outcome.depth + 1);
+    if (proved()) return finish("optimal", "search", incumbent!, best);
+    report("search");
+    exactDone = (outcome.kind === "exhausted" && outcome.depth >= SEARCH_DEPTH) || exact.spent;
+    return undefined;
+  };
+  // Past its depth or its budget the exact search can do no more: HiGHS takes the rest.
+  const close = () => (exactDone ? (ilp(deadline, mipNodes) ?? settle()) : settle());
+  const first = search(Math.min(deadline, start + FIRST_SLICE_MS));
+  if (first) return first;
+  for (const beam of DIVE_BEAMS) {
+    if (proved() || now() >= deadline) break;
+    const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), Math.min(deadline, now() + DIVE_SLICE_MS), { firstDepth: lowerBound, beam, ...capped(diveNodes) });
+    if (outcome.kind !== "found") continue;
+    incumbent = applyRackMoves(state, outcome.moves);
+    best = outcome.moves.length;
+    report("dive");
+  }
+  if (proved()) return finish("optimal", "search", incumbent!, best);
+  if (exactDone) return close();
+  return search(deadline) ?? close();
 }
 
 /**
@@ -194,6 +235,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
 function obviouslyInfeasible(cluster: Cluster): string | undefined {
   const { hostsPerRack, racksPerPod } = cluster.topology;
   for (const [g, group] of cluster.groups.entries()) {
+    // A pinned group's rings are in its racks' floors (`plannedBounds`), not a reason.
+    if (!group.movable) continue;
     const size = cluster.placement[g]?.length ?? 0;
     const name = `job "${group.job}"${group.index > 0 ? ` group ${group.index}` : ""}`;
     if (size > hostsPerRack && group.rings > cluster.lambda) {
@@ -225,25 +268,52 @@ function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {
 }
 
 /** Builds the plan and checks it end to end: a wrong plan is a bug, never an answer. */
-function result(cluster: Cluster, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number): Plan {
+function result(
+  cluster: Cluster, bounds: Bounds, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number,
+  overRacks = false,
+): Plan {
   const moves = hostMoves(cluster, target);
-  const after = status === "infeasible" ? cluster.placement : applyMoves(cluster, moves);
-  if (status !== "infeasible" && !withinBounds(cluster, after)) {
-    throw new PlanError("internal: the plan leaves a rack or pod over its bound");
-  }
-  const podBefore = podFragmentation(cluster);
-  const shown = status === "infeasible" ? [] : moves;
+  const after = applyMoves(cluster, moves);
+  // A best effort (`overRacks`) may leave racks over: its program allows that, at a cost.
+  const held = overRacks ? { racks: rackFragmentation(cluster, after).map((d, t) => Math.max(d, bounds.racks[t]!)), pods: bounds.pods } : bounds;
+  if (!withinBounds(cluster, after, held)) throw new PlanError("internal: the plan leaves a rack or pod over its bound");
   return {
     status,
-    moves: shown,
-    moveCount: shown.length,
-    steps: new Set(shown.map((m) => m.step)).size,
+    moves,
+    moveCount: moves.length,
+    steps: new Set(moves.map((m) => m.step)).size,
     lowerBound,
     method,
-    fragmentation: { before: rackFragmentation(cluster), after: rackFragmentation(cluster, after) },
-    ...(cluster.podCount > 0 ? { podFragmentation: { before: podBefore, after: podFragmentation(cluster, after) } } : {}),
+    ...degrees(cluster, bounds, after, overRacks),
     placement: after,
     solveMs: performance.now() - start,
   };
 }
 
+/** A plan that moves nothing (`unchanged`, `infeasible`), in time linear in the snapshot. */
+function unmoved(cluster: Cluster, status: "unchanged" | "infeasible", bounds: Bounds, start: number, method: Plan["method"] = "none", lowerBound = 0): Plan {
+  return { status, moves: [], moveCount: 0, steps: 0, lowerBound, method, ...degrees(cluster, bounds, cluster.placement), placement: cluster.placement, solveMs: performance.now() - start };
+}
+
+function degrees(cluster: Cluster, bounds: Bounds, after: Placement, overRacks = false): Pick<Plan, "fragmentation" | "podFragmentation" | "bestEffort"> {
+  const rack = { before: rackFragmentation(cluster), after: after === cluster.placement ? rackFragmentation(cluster) : rackFragmentation(cluster, after) };
+  const pod = cluster.podCount > 0 ? { before: podFragmentation(cluster), after: podFragmentation(cluster, after) } : undefined;
+  const { unreachable } = bounds;
+  const residual = (floors: typeof unreachable.racks, degree: readonly number[]) =>
+    floors.map(({ index, pinned }) => ({ index, cause: "pinned" as const, pinned, after: degree[index] ?? 0 }));
+  const pinnedOver = new Set(unreachable.racks.map((f) => f.index));
+  const racks = [
+    ...residual(unreachable.racks, rack.after),
+    // Racks a best effort leaves over their bound for want of room.
+    ...(overRacks
+      ? rack.after.flatMap((d, index) =>
+          d > bounds.racks[index]! && !pinnedOver.has(index) ? [{ index, cause: "no-room" as const, pinned: bounds.pinned.racks[index] ?? 0, after: d }] : [],
+        )
+      : []),
+  ].sort((a, b) => a.index - b.index);
+  return {
+    fragmentation: rack,
+    ...(pod ? { podFragmentation: pod } : {}),
+    ...(racks.length + unreachable.pods.length > 0 ? { bestEffort: { racks, pods: residual(unreachable.pods, pod?.after ?? []) } } : {}),
+  };
+}

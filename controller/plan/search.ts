@@ -48,65 +48,96 @@ export interface SearchOptions {
  * the leaves because all moves of a plan step are staged before any lands.
  */
 export function searchMoves(state: CountState, maxDepth: number, deadline: number, options: SearchOptions = {}): SearchOutcome {
-  const beam = options.beam ?? Number.POSITIVE_INFINITY;
-  const nodeLimit = options.nodeLimit ?? Number.POSITIVE_INFINITY;
-  const lifts: [group: number, rack: number][] = [];
-  const drops: [group: number, rack: number][] = [];
+  return new Search(state, options).run(maxDepth, deadline);
+}
+
+/**
+ * `searchMoves` that can be paused and resumed: each `run` deepens from where the last one
+ * stopped, and keeps the table of states already proven short of a plan, so a pause costs
+ * little of the work done before it. The anytime schedule (planner.ts) runs other phases in
+ * between. After a `found` outcome the state holds the plan; call `run` no more.
+ */
+export class Search {
+  private readonly beam: number;
+  private readonly nodeLimit: number;
+  private readonly lifts: [group: number, rack: number][] = [];
+  private readonly drops: [group: number, rack: number][] = [];
   // Largest budget already proven insufficient from a state, by hash: the same lifts and
   // drops in another order reach the same state, and would otherwise be searched again.
-  const failed = new Map<number, number>();
-  let nodes = 0;
-  let timedOut = false;
+  private readonly failed = new Map<number, number>();
+  private nodes = 0;
+  private deadline = 0;
+  private timedOut = false;
+  /** The next depth to try: every plan shorter than it is ruled out. */
+  private depth: number;
 
-  const dfs = (depth: number): boolean => {
-    if ((failed.get(state.hash) ?? -1) >= depth) return false;
-    if (++nodes > nodeLimit || ((nodes & 127) === 0 && performance.now() > deadline)) timedOut = true;
-    if (timedOut) return false;
-    const found = hasDefect(state) ? repair(depth) : place(depth);
-    if (!found && !timedOut) {
+  constructor(private readonly state: CountState, options: SearchOptions = {}) {
+    this.beam = options.beam ?? Number.POSITIVE_INFINITY;
+    this.nodeLimit = options.nodeLimit ?? Number.POSITIVE_INFINITY;
+    this.depth = options.firstDepth ?? 1;
+  }
+
+  /** True once the node budget is spent: no later `run` does any work. */
+  get spent(): boolean {
+    return this.nodes >= this.nodeLimit;
+  }
+
+  run(maxDepth: number, deadline: number): SearchOutcome {
+    if (!hasDefect(this.state)) return { kind: "found", moves: [] };
+    this.deadline = deadline;
+    this.timedOut = false;
+    for (; this.depth <= maxDepth; this.depth++) {
+      if (this.dfs(this.depth)) return { kind: "found", moves: pair(this.lifts, this.drops) };
+      if (this.timedOut) return { kind: "timeout", depth: this.depth - 1 };
+    }
+    return { kind: "exhausted", depth: maxDepth };
+  }
+
+  private dfs(depth: number): boolean {
+    const state = this.state;
+    if ((this.failed.get(state.hash) ?? -1) >= depth) return false;
+    if (++this.nodes > this.nodeLimit || ((this.nodes & 127) === 0 && performance.now() > this.deadline)) this.timedOut = true;
+    if (this.timedOut) return false;
+    const found = hasDefect(state) ? this.repair(depth) : this.place(depth);
+    if (!found && !this.timedOut) {
       // Past the cap the table starts over: it only saves repeated work, and an unbounded
       // one would outgrow memory (and V8's Map) on long searches.
-      if (failed.size >= MEMO_LIMIT) failed.clear();
-      failed.set(state.hash, depth);
+      if (this.failed.size >= MEMO_LIMIT) this.failed.clear();
+      this.failed.set(state.hash, depth);
     }
     return found;
-  };
+  }
 
-  const repair = (depth: number): boolean => {
+  private repair(depth: number): boolean {
+    const state = this.state;
     if (depth === 0 || !withinReach(state, depth)) return false;
-    for (const [g, s] of branches(state, depth).slice(0, beam)) {
+    for (const [g, s] of branches(state, depth).slice(0, this.beam)) {
       state.lift(g, s);
-      lifts.push([g, s]);
-      if (dfs(depth - 1)) return true;
-      lifts.pop();
+      this.lifts.push([g, s]);
+      if (this.dfs(depth - 1)) return true;
+      this.lifts.pop();
       state.drop(g, s);
-      if (timedOut) return false;
+      if (this.timedOut) return false;
     }
     return false;
-  };
+  }
 
   // The bounds hold if the pending workers add nothing: place one of them, trying racks that
   // already host its group first (no new fragmentation there).
-  const place = (depth: number): boolean => {
+  private place(depth: number): boolean {
+    const state = this.state;
     if (state.pendingTotal === 0) return true;
     const g = firstPending(state);
-    for (const d of destinations(state, g).slice(0, beam)) {
+    for (const d of destinations(state, g).slice(0, this.beam)) {
       state.drop(g, d);
-      drops.push([g, d]);
-      if (dfs(depth)) return true;
-      drops.pop();
+      this.drops.push([g, d]);
+      if (this.dfs(depth)) return true;
+      this.drops.pop();
       state.lift(g, d);
-      if (timedOut) return false;
+      if (this.timedOut) return false;
     }
     return false;
-  };
-
-  if (!hasDefect(state)) return { kind: "found", moves: [] };
-  for (let depth = options.firstDepth ?? 1; depth <= maxDepth; depth++) {
-    if (dfs(depth)) return { kind: "found", moves: pair(lifts, drops) };
-    if (timedOut) return { kind: "timeout", depth: depth - 1 };
   }
-  return { kind: "exhausted", depth: maxDepth };
 }
 
 const MEMO_LIMIT = 1 << 21;
@@ -131,8 +162,8 @@ function destinations(state: CountState, g: number): number[] {
   for (let d = 0; d < state.racks; d++) {
     const here = state.at(g, d);
     if (here < state.initial[g * state.racks + d]!) continue;
-    const room = state.occupancy[d]! < state.capacity;
-    const slack = here > 0 || !widens || state.frag[d]! + rings <= state.lambda;
+    const room = state.occupancy[d]! < state.room[d]!;
+    const slack = here > 0 || !widens || state.frag[d]! + rings <= state.bound[d]!;
     ranked.push([(room ? 0 : 2) + (slack ? 0 : 1) + (here > 0 ? 0 : 0.5), d]);
   }
   return ranked.sort((a, b) => a[0] - b[0] || a[1] - b[1]).map(([, d]) => d);
@@ -158,14 +189,14 @@ export function withinReach(state: CountState, budget: number): boolean {
   const over = state.overRackSet;
   for (let i = 0; i < over.size; i++) {
     const t = over.items[i]!;
-    const need = Math.max(overCapacity(state, t), touchesToShed(state, t, state.frag[t]! - state.lambda, budget + free));
+    const need = Math.max(overCapacity(state, t), touchesToShed(state, t, state.frag[t]! - state.bound[t]!, budget + free));
     if (need > budget + free) return false;
     total += need;
   }
   const full = state.fullRackSet;
   for (let i = 0; i < full.size; i++) {
     const t = full.items[i]!;
-    if (state.frag[t]! > state.lambda) continue;
+    if (state.frag[t]! > state.bound[t]!) continue;
     const need = overCapacity(state, t);
     if (need > budget) return false;
     total += need;
@@ -173,7 +204,7 @@ export function withinReach(state: CountState, budget: number): boolean {
   return total <= 2 * budget + free;
 }
 
-const overCapacity = (state: CountState, t: number) => Math.max(0, state.occupancy[t]! - state.capacity);
+const overCapacity = (state: CountState, t: number) => Math.max(0, state.occupancy[t]! - state.room[t]!);
 
 /**
  * Fewest moves touching rack `t` that shed `excess` rings from it (budget + 1 when more are
@@ -186,7 +217,8 @@ function touchesToShed(state: CountState, t: number, excess: number, budget: num
   const on = state.groupsOn[t]!;
   for (let i = 0; i < on.size; i++) {
     const g = on.items[i]!;
-    if (state.spread[g]! < 2) continue;
+    // A pinned group's rings stay wherever it is.
+    if (state.spread[g]! < 2 || !state.movable[g]) continue;
     const here = state.at(g, t);
     const size = state.size[g]!;
     const cost = size <= state.capacity ? Math.min(here, size - here) : here;
@@ -237,7 +269,7 @@ function rackLifts(state: CountState, t: number, depth: number): Lifts {
   const on = state.groupsOn[t]!;
   for (let i = 0; i < on.size; i++) {
     const g = on.items[i]!;
-    if (state.spread[g]! < 2) continue;
+    if (state.spread[g]! < 2 || !state.movable[g]) continue;
     if (state.at(g, t) <= depth) out.add(g, t);
     const size = state.size[g]! - state.pending[g]!;
     if (state.size[g]! > state.capacity || size - state.largest[g]! > depth) continue;
@@ -254,7 +286,7 @@ function podLifts(state: CountState, pod: number, depth: number): Lifts {
   const out = new Lifts(state);
   for (let g = 0; g < state.groups; g++) {
     const here = state.podCount[g * state.pods + pod]!;
-    if (here === 0 || state.podSpread[g]! < 2) continue;
+    if (here === 0 || state.podSpread[g]! < 2 || !state.movable[g]) continue;
     const size = state.size[g]! - state.pending[g]!;
     for (let s = 0; s < state.racks; s++) {
       if (state.at(g, s) === 0) continue;
@@ -289,8 +321,8 @@ class Lifts {
     const cell = group * this.state.racks + rack;
     const here = this.state.count[cell]!;
     // Never take a worker off a rack its group has gained (a minimal plan would not have
-    // brought it there).
-    if (here === 0 || here > this.state.initial[cell]! || this.seen.has(cell)) return;
+    // brought it there), nor a pinned group's.
+    if (here === 0 || here > this.state.initial[cell]! || !this.state.movable[group] || this.seen.has(cell)) return;
     this.seen.add(cell);
     this.list.push([group, rack]);
   }

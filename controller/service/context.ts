@@ -3,6 +3,7 @@ import type { Reply } from "../../sdk/protocol/codec.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import type { Logger } from "../../sdk/log.ts";
 import type { Journal } from "./journal.ts";
+import type { ControllerObserver } from "./observer.ts";
 import { applyRecord, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
 
 /**
@@ -35,6 +36,8 @@ export interface ContextOptions {
   readonly wake: () => void;
   /** Called after each record is applied, with the state before it. */
   readonly applied: (before: DurableState, record: JournalRecord) => void;
+  /** Metrics and the event log: told of every record and every reply. */
+  readonly observer: ControllerObserver;
 }
 
 export class ControllerContext {
@@ -43,11 +46,13 @@ export class ControllerContext {
   private effects: (() => void)[] = [];
   readonly clock: () => number;
   readonly log: Logger;
+  readonly observer: ControllerObserver;
 
   constructor(private readonly options: ContextOptions) {
     this.current = options.state;
     this.clock = options.clock;
     this.log = options.log;
+    this.observer = options.observer;
   }
 
   get state(): DurableState {
@@ -64,11 +69,13 @@ export class ControllerContext {
     const before = this.current;
     this.current = applyRecord(before, record);
     this.options.applied(before, record);
+    this.observer.applied(before, record);
     this.wake();
   }
 
   send(target: ReplyTarget, reply: Reply): void {
     this.outbox.push({ peer: target.peer, reply });
+    this.observer.replied(target);
     this.wake();
   }
 

@@ -1,17 +1,19 @@
-import type { Planner } from "../plan/planner.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { Request } from "../../sdk/protocol/codec.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import { authorize, type Caller } from "./authorization.ts";
 import { ControllerContext, type Outgoing, type ReplyTarget } from "./context.ts";
 import { PlanExecution } from "./execution.ts";
+import { EventLog } from "./event-log.ts";
 import type { Journal } from "./journal.ts";
 import { DaemonLiveness } from "./liveness.ts";
+import { PlanThread, type PlanRunner } from "./plan-thread.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
+import { observeAll, type ControllerObserver } from "./observer.ts";
 import { WorkerSessions } from "./sessions.ts";
 import type { DurableState } from "./state.ts";
 import { SchedulerWatch } from "./scheduler-watch.ts";
-import { statusReport } from "./status.ts";
+import { statusReport, type LiveView } from "./status.ts";
 import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
 
 /**
@@ -37,7 +39,8 @@ export interface ControllerOptions {
   readonly compactAfterBytes?: number;
   /** State replayed from `journal`. */
   readonly state: DurableState;
-  readonly planner: Planner;
+  /** Where plans are computed; by default a `PlanThread`, off the event loop. */
+  readonly planner?: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
   /** The scheduler that owns the hosts (Slurm), if one does. */
@@ -63,6 +66,10 @@ export interface ControllerOptions {
    * transfer endpoint it came from: the only place a host's command route is recorded.
    */
   readonly daemonRegistered?: (host: number, peer: Uint8Array, endpoint: string) => void;
+  /** Where decisions are written and served to `events` requests; default: in memory only. */
+  readonly eventLog?: EventLog;
+  /** Told of every decision besides the event log (the metrics). */
+  readonly observer?: ControllerObserver;
 }
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
@@ -83,11 +90,13 @@ export class Controller {
   private readonly sessions: WorkerSessions;
   private readonly plan: PlanExecution;
   private readonly watch: SchedulerWatch | null;
+  private readonly events: EventLog;
   /** Called whenever there is something to drain: the server schedules a drain. */
   onWork: () => void = () => {};
 
   constructor(options: ControllerOptions) {
     this.log = options.logger ?? createLogger("controller");
+    this.events = options.eventLog ?? new EventLog({ dir: null, ...(options.clock ? { clock: options.clock } : {}) });
     this.context = new ControllerContext({
       journal: options.journal,
       state: options.state,
@@ -97,6 +106,7 @@ export class Controller {
       compactAfterBytes: options.compactAfterBytes ?? DEFAULT_COMPACT_AFTER_BYTES,
       wake: () => this.onWork(),
       applied: (before, record) => this.sessions.trackOwners(before, record),
+      observer: observeAll(options.observer ? [this.events, options.observer] : [this.events], this.log),
     });
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
@@ -113,7 +123,7 @@ export class Controller {
         )
       : null;
     this.plan = new PlanExecution(this.context, this.sessions, this.daemons, {
-      planner: options.planner,
+      planner: options.planner ?? new PlanThread(),
       transport: options.transport,
       launcher: options.launcher,
       scheduler: options.scheduler ?? null,
@@ -127,8 +137,24 @@ export class Controller {
     this.plan.recover();
   }
 
+  /** Stops planning; the server calls it as it closes. */
+  close(): Promise<void> {
+    return this.plan.close();
+  }
+
   get durable(): DurableState {
     return this.context.state;
+  }
+
+  /** The durable state and who is connected now, as `status` reports them. */
+  view(): LiveView {
+    return {
+      state: this.context.state,
+      ...this.sessions.view(),
+      daemons: this.daemons.view(),
+      scheduler: this.watch?.view ?? null,
+      journalRecords: this.context.journalRecords,
+    };
   }
 
   /**
@@ -184,6 +210,7 @@ export class Controller {
       case "worker.register":
         return this.sessions.register(target, request);
       case "worker.barrier":
+        this.context.observer.barrier(target);
         return this.sessions.barrier(target, request);
       case "job.finish":
         return this.sessions.finish(target, request.job);
@@ -194,16 +221,9 @@ export class Controller {
       case "daemon.transfer-result":
         return this.plan.transferResult(target, request);
       case "status":
-        return this.context.send(
-          target,
-          statusReport(request.id, {
-            state: this.context.state,
-            ...this.sessions.view(),
-            daemons: this.daemons.view(),
-            scheduler: this.watch?.view ?? null,
-            journalRecords: this.context.journalRecords,
-          }),
-        );
+        return this.context.send(target, statusReport(request.id, this.view()));
+      case "events":
+        return this.context.send(target, this.events.batch(request.id, request.after));
       default:
         return assertNever(request);
     }

@@ -1,10 +1,12 @@
-import { withinBounds } from "../model/fragmentation.ts";
-import type { Planner } from "../plan/planner.ts";
+import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import type { Cluster } from "../model/cluster.ts";
+import type { Plan } from "../plan/planner.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
 import { assertNever, isCommitted, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
+import type { PlanRunner } from "./plan-thread.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
 import { pinnedJobs, type SchedulerWatch } from "./scheduler-watch.ts";
@@ -21,7 +23,7 @@ import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./tra
  */
 
 export interface ExecutionOptions {
-  readonly planner: Planner;
+  readonly planner: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
   /** The scheduler that owns the hosts, if any: holds destinations, takes back sources. */
@@ -38,12 +40,25 @@ export interface ExecutionOptions {
   readonly replanBackoffMs: number;
 }
 
+interface Planning {
+  /** The placement the plan is computed for (`placementKey`). */
+  readonly placement: string;
+  /** Hosts whose daemon was lost while it was computed. */
+  readonly lost: number[];
+}
+
 export class PlanExecution implements SessionMoves {
   private replanWanted = false;
   /** When to plan again after a rollback or restart; null when nothing is scheduled. */
   private replanAt: number | null = null;
   /** Set when a plan's moves are all finished, so it is not driven again. */
   private settledPlan: string | null = null;
+  /**
+   * The plan the planner's thread is computing, and what it was asked for. Not journaled: a
+   * restart plans afresh. Daemons lost meanwhile are noted, since the placement shows no loss.
+   */
+  private planning: Planning | null = null;
+  private closed = false;
 
   constructor(
     private readonly context: ControllerContext,
@@ -86,6 +101,7 @@ export class PlanExecution implements SessionMoves {
 
   /** The daemon on `host` went silent: moves from or to it cannot finish. */
   hostLost(host: number): void {
+    this.planning?.lost.push(host);
     for (const m of this.openMigrations()) {
       if (m.from === host || m.to === host) this.fire(m.id, { type: "fail", reason: `the daemon on host ${host} was lost` });
     }
@@ -117,45 +133,92 @@ export class PlanExecution implements SessionMoves {
     this.context.ack(target);
   }
 
+  /** Stops planning: a plan in flight is dropped, as a restart would drop it. */
+  close(): Promise<void> {
+    this.closed = true;
+    return this.options.planner.close();
+  }
+
+  /**
+   * The cluster the planner sees: MonkeyTree's started jobs, the scheduler's pinned jobs (never
+   * moved) and every unavailable host; null under a scheduler that has not been looked at yet.
+   */
+  private cluster(): Cluster | null {
+    const view = this.options.watch ? this.options.watch.view : null;
+    if (this.options.watch && view === null) return null;
+    const unavailable = new Set([...this.options.unavailable, ...(view?.unavailable.map((u) => u.host) ?? [])]);
+    return clusterOf(this.context.state, pinnedJobs(this.context.state, view), [...unavailable]);
+  }
+
+  /**
+   * Starts a plan on the planner's thread when the placement breaks a bound. One plan at a
+   * time: an event meanwhile leaves `replanWanted` set, and the answer is checked against
+   * the placement it was computed for (`planned`).
+   */
   private replan(): void {
     this.replanWanted = false;
-    if (this.activeMoves().length) {
+    if (this.planning || this.activeMoves().length) {
       this.replanWanted = true;
       return;
     }
-    const watch = this.options.watch;
+    const cluster = this.cluster();
     // Under a scheduler, the cluster is unknown until its first view: the plan waits for it.
-    if (watch && !watch.view) {
+    if (cluster === null) {
       this.replanWanted = true;
       return;
     }
-    const view = watch?.view ?? null;
-    const pinned = pinnedJobs(this.context.state, view);
-    const unavailable = new Set([...this.options.unavailable, ...(view?.unavailable.map((u) => u.host) ?? [])]);
-    const cluster = clusterOf(this.context.state, pinned, [...unavailable]);
     if (withinBounds(cluster)) return;
-    let plan;
-    try {
-      plan = this.options.planner.plan(cluster, { timeLimitMs: this.options.planTimeLimitMs });
-    } catch (error) {
-      this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
-      this.replanLater();
-      return;
-    }
+    const planning = { placement: placementKey(cluster), lost: [] };
+    this.planning = planning;
+    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: planning for ${cluster.groups.length} groups on ${cluster.hostCount} hosts`);
+    this.options.planner.plan(cluster, this.options.planTimeLimitMs).then(
+      (plan) => this.closed || this.later(() => this.planned(planning, cluster, plan)),
+      (error: unknown) =>
+        this.closed ||
+        this.later(() => {
+          this.planning = null;
+          this.context.log.error(() => `planning failed, trying again later: ${message(error)}`);
+          this.context.observer.planFailed(message(error));
+          this.replanLater();
+        }),
+    );
+  }
+
+  /**
+   * A plan came back. It is applied only to the placement it was computed for, with the
+   * daemons it knew: a job that started or ended, a move that committed or a daemon lost
+   * meanwhile makes it stale, and the controller plans again instead.
+   */
+  private planned(planning: Planning, cluster: Cluster, plan: Plan): void {
+    this.planning = null;
     this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
-    if (plan.moves.length === 0) return;
+    const now = this.cluster();
+    const stale = planning.lost.length
+      ? `the daemons on hosts ${planning.lost.join(", ")} were lost`
+      : now === null || placementKey(now) !== planning.placement
+        ? "the placement changed"
+        : null;
+    if (stale) {
+      this.context.log.info(() => `plan discarded: ${stale} while it was computed; planning again`);
+      this.replanWanted = true;
+      this.context.wake();
+      return;
+    }
     // A planner that does not honour pinned jobs and unavailable hosts must not move them.
-    const pinnedIds = new Set(pinned.map((job) => job.id));
-    const wrong = plan.moves.find((m) => pinnedIds.has(m.job) || unavailable.has(m.to));
+    const pinned = new Set(cluster.groups.filter((g) => !g.movable).map((g) => g.job));
+    const unavailable = new Set(cluster.unavailable);
+    const wrong = plan.moves.find((m) => pinned.has(m.job) || unavailable.has(m.to));
     if (wrong) {
-      const what = pinnedIds.has(wrong.job) ? `a worker of job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `a worker onto host ${wrong.to}, which is unavailable`;
+      const what = pinned.has(wrong.job) ? `a worker of job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `a worker onto host ${wrong.to}, which is unavailable`;
       this.context.log.error(() => `the plan moves ${what}; it is not carried out`);
+      this.context.observer.planFailed(`the plan moves ${what}`);
       this.replanLater();
       return;
     }
-    const id = `p${this.context.state.plans}`;
+    const id = plan.moves.length ? `p${this.context.state.plans}` : null;
+    this.context.observer.planned({ plan: id, status: plan.status, moves: plan.moveCount, steps: plan.steps, seconds: plan.solveMs / 1000, fragmentation: rackFragmentation(cluster), lambda: cluster.lambda });
+    if (id === null) return;
     this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
-    this.drive();
   }
 
   /**
@@ -375,9 +438,9 @@ export class PlanExecution implements SessionMoves {
     );
   }
 
-  /** Work that arrives outside a request (a host's answer): handle it, then drive. */
+  /** Work that arrives outside a request (a host's answer, a plan): handle it, then drive. */
   private later(run: () => void): void {
-    this.context.safely("handling a host's answer", () => {
+    this.context.safely("handling an answer from a host or the planner", () => {
       run();
       this.drive();
     });
@@ -387,5 +450,12 @@ export class PlanExecution implements SessionMoves {
     this.replanAt = this.context.clock() + this.options.replanBackoffMs;
   }
 }
+
+/**
+ * Which groups run where, which of them may move and where none may go: two clusters with the
+ * same key get the same plan, and a change in the scheduler's pinned jobs or unavailable hosts
+ * changes it as a started job does.
+ */
+const placementKey = (cluster: Cluster): string => JSON.stringify([cluster.groups, cluster.placement, cluster.unavailable]);
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

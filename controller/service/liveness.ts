@@ -109,6 +109,7 @@ export class DaemonLiveness {
       if (daemon.lost || !this.lapsed(daemon, now)) continue;
       daemon.lost = true;
       this.context.log.warn(() => `daemon on host ${host} lost: no heartbeat for ${now - daemon.lastSeen} ms`);
+      this.context.observer.daemonLost(host, now - daemon.lastSeen);
       lost(host);
     }
   }

@@ -1,12 +1,12 @@
 import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
-import type { Planner } from "../plan/planner.ts";
 import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
+import { EventLog } from "./event-log.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
 import { Authenticator, type Keyring } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
@@ -14,7 +14,7 @@ import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
 import { RateLimiter, type RateLimits } from "./rate-limit.ts";
 
-export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger"> {
+export interface ServerOptions extends Omit<ControllerOptions, "journal" | "state" | "logger" | "eventLog"> {
   /** ZeroMQ address, e.g. `tcp://127.0.0.1:*` for any free port. */
   readonly bind: string;
   readonly journalDir: string;
@@ -27,7 +27,6 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly keyring?: Keyring;
   readonly tickMs?: number;
   readonly logger?: Logger;
-  readonly planner: Planner;
   /**
    * When the transport and launcher are per-host daemons on this socket: the server tells it
    * which peer registered each host, hands it their answers, and sends its commands.
@@ -35,6 +34,8 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly daemons?: DaemonHosts;
   /** Requests each peer may send; past them its requests are dropped unread. */
   readonly rateLimits?: RateLimits;
+  /** Bytes of `events.jsonl` before it rotates (default `DEFAULT_EVENT_LOG_BYTES`). */
+  readonly eventLogBytes?: number;
 }
 
 /**
@@ -44,7 +45,9 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
  */
 export class ControllerServer {
   private scheduled = false;
-  private sending: Promise<void> = Promise.resolve();
+  /** Frames waiting for the socket, oldest first, and the one loop that sends them. */
+  private queue: OutFrame[] = [];
+  private sending: Promise<void> | null = null;
   private closed = false;
   private readonly timer: NodeJS.Timeout;
   private readonly loop: Promise<void>;
@@ -89,11 +92,13 @@ export class ControllerServer {
       log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
+    const eventLog = new EventLog({ dir: options.journalDir, log, ...(options.clock ? { clock: options.clock } : {}), ...(options.eventLogBytes ? { maxBytes: options.eventLogBytes } : {}) });
     const controller = new Controller({
       ...options,
       journal,
       state,
       logger: log,
+      eventLog,
       daemonRegistered: (host, peer, endpoint) => options.daemons?.register(host, peer, endpoint),
     });
     // A context of its own, so its ZAP handler (one per context) answers for this socket only.
@@ -135,7 +140,7 @@ export class ControllerServer {
     await this.sending;
     this.socket.close();
     this.zap?.close();
-    await Promise.all([this.loop, this.zapLoop]);
+    await Promise.all([this.loop, this.zapLoop, this.controller.close()]);
     this.journal.close();
   }
 
@@ -204,8 +209,10 @@ export class ControllerServer {
    * client's connection resends an unanswered request, so a legitimate burst only slows down.
    */
   private admit(peer: Uint8Array): boolean {
-    const decision = this.limiter.take(Buffer.from(peer).toString("hex"), Date.now());
-    if (decision === "refuse-first") this.log.warn(() => `peer ${Buffer.from(peer).toString("hex")} is over its request rate; dropping its requests until it slows down`);
+    // The identity's bytes as the bucket's key, read in place: this runs for every message.
+    const identity = Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
+    const decision = this.limiter.take(identity.toString("latin1"), Date.now());
+    if (decision === "refuse-first") this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
     return decision === "allow";
   }
 
@@ -233,21 +240,42 @@ export class ControllerServer {
     }
   }
 
-  /** ZeroMQ allows one send in flight per socket, so replies go out in order through one chain. */
   private enqueue(out: readonly Outgoing[]): void {
-    this.enqueueFrames(out.map(({ peer, reply }) => ({ peer, frame: encode(reply), what: `reply ${reply.type} #${reply.id}` })));
+    for (const { peer, reply } of out) this.queue.push({ peer, frame: encode(reply), what: () => `reply ${reply.type} #${reply.id}` });
+    this.pump();
   }
 
-  private enqueueFrames(out: readonly { peer: Uint8Array; frame: string; what: string }[]): void {
-    if (out.length === 0) return;
-    this.sending = this.sending.then(async () => {
-      for (const { peer, frame, what } of out) {
-        try {
-          await this.socket.send([peer, frame]);
-        } catch (error) {
-          if (!this.closed) this.log.warn(() => `${what} not sent: ${(error as Error).message}`);
+  private enqueueFrames(out: readonly OutFrame[]): void {
+    this.queue.push(...out);
+    this.pump();
+  }
+
+  /**
+   * ZeroMQ allows one send in flight per socket, so one loop sends the queued frames in order
+   * while there are any; a burst of replies costs no promise chain of its own.
+   */
+  private pump(): void {
+    if (this.sending || this.queue.length === 0) return;
+    this.sending = (async () => {
+      while (this.queue.length) {
+        const batch = this.queue;
+        this.queue = [];
+        for (const { peer, frame, what } of batch) {
+          try {
+            await this.socket.send([peer, frame]);
+          } catch (error) {
+            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : what()} not sent: ${(error as Error).message}`);
+          }
         }
       }
-    });
+      this.sending = null;
+    })();
   }
+}
+
+interface OutFrame {
+  readonly peer: Uint8Array;
+  readonly frame: string;
+  /** What the frame is, for the warning when it cannot be sent; a function when naming it costs. */
+  readonly what: string | (() => string);
 }

@@ -182,8 +182,8 @@ export class WorkerSessions {
   barrier(target: ReplyTarget, req: Barrier): void {
     const { job: jobId, host } = req.worker;
     const job = this.state.jobs.get(jobId);
-    const assignment = job ? assignmentOf(job, host, this.addressOf) : null;
-    if (!job || !assignment || assignment.group !== req.worker.group) {
+    // The assignment is built only for a reconfigure: most barriers just continue.
+    if (!job || job.groups[req.worker.group]?.includes(host) !== true) {
       const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
       if (replaced) return this.context.directive(target, { kind: "stop", reason: `replaced by migration ${replaced.id} to host ${replaced.to}` });
       // Another of the job's launchers reported its end first; this worker's last barrier was still on its way.
@@ -210,7 +210,8 @@ export class WorkerSessions {
       session.held = { step: req.step, target };
       return;
     }
-    if (req.generation < job.generation) {
+    const assignment = req.generation < job.generation ? assignmentOf(job, host, this.addressOf) : null;
+    if (assignment) {
       session.sentGeneration = job.generation;
       this.context.directive(target, { kind: "reconfigure", assignment });
       this.moves().checkResumed(jobId);

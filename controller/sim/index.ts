@@ -1,4 +1,25 @@
 export { Random } from "./random.ts";
 export { MIXES, workload, type JobShape, type JobSpec, type Mix, type Workload } from "./workload.ts";
-export { bestFit } from "./scheduler.ts";
+export { bestFit, firstFree, randomFree, scheduler, SCHEDULERS, type Scheduler, type SchedulerName } from "./scheduler.ts";
 export { trace, TraceOptionsSchema, type TraceOptions, type TraceSummary } from "./trace.ts";
+export { maxMinRates, type MaxMinProblem } from "./maxmin.ts";
+export { MODELS, iterationCost, type ModelSpec, type IterationCost, type Parallelism } from "./models.ts";
+export { generateJobs, parseSimJobs, SimJobSchema, GenerateOptionsSchema, type SimJob, type GenerateOptions } from "./jobs.ts";
+export { bytesPerSecond, Fabric, FabricSchema, type FabricShape } from "./fabric.ts";
+export { ROUTINGS, chooseSpines, ecmpSpine, sourcePort, type RoutingName } from "./routing.ts";
+export {
+  simulateSystem,
+  systemSpec,
+  SimConfigSchema,
+  SYSTEMS,
+  type SimConfig,
+  type SimConfigInput,
+  type SystemName,
+  type SystemRun,
+  type JobOutcome,
+  type PlanEvent,
+  type FragmentationSample,
+  type SimObserver,
+} from "./simulate.ts";
+export { simulationReport, systemReport, moveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
+export { PRESETS, type Preset, type PresetName } from "./presets.ts";

@@ -1,3 +1,5 @@
+import type { Random } from "./random.ts";
+
 /**
  * The paper's locality-aware, Slurm-like cluster scheduler (§6.1): if one rack can hold the
  * whole job, it goes on the rack with the fewest free hosts that can; otherwise the rack with
@@ -50,4 +52,50 @@ function roomiest(free: readonly (readonly number[])[]): number {
     if (hosts.length > (free[best]?.length ?? 0)) best = rack;
   });
   return best;
+}
+
+/**
+ * The paper's FIFO front-end (§7.9): free hosts scanned left to right, lowest index first,
+ * with no regard for racks.
+ */
+export function firstFree(occupied: readonly boolean[], _hostsPerRack: number, stageSizes: readonly number[]): number[][] | undefined {
+  return splitFree(occupied.flatMap((busy, host) => (busy ? [] : [host])), stageSizes);
+}
+
+/** The paper's Random front-end (§7.9): free hosts drawn uniformly at random. */
+export function randomFree(random: Random): Scheduler {
+  return (occupied, _hostsPerRack, stageSizes) => {
+    const free = occupied.flatMap((busy, host) => (busy ? [] : [host]));
+    // Partial Fisher–Yates: only the hosts handed out are drawn.
+    const needed = Math.min(free.length, stageSizes.reduce((sum, size) => sum + size, 0));
+    for (let i = 0; i < needed; i++) {
+      const j = random.int(i, free.length - 1);
+      [free[i], free[j]] = [free[j]!, free[i]!];
+    }
+    return splitFree(free, stageSizes);
+  };
+}
+
+/** Places a job's stages on free hosts; `undefined` when too few are free. */
+export type Scheduler = (occupied: readonly boolean[], hostsPerRack: number, stageSizes: readonly number[]) => number[][] | undefined;
+
+export const SCHEDULERS = ["best-fit", "fifo", "random"] as const;
+export type SchedulerName = (typeof SCHEDULERS)[number];
+
+export function scheduler(name: SchedulerName, random: Random): Scheduler {
+  switch (name) {
+    case "best-fit":
+      return bestFit;
+    case "fifo":
+      return firstFree;
+    case "random":
+      return randomFree(random);
+  }
+}
+
+function splitFree(free: readonly number[], stageSizes: readonly number[]): number[][] | undefined {
+  const total = stageSizes.reduce((sum, size) => sum + size, 0);
+  if (total > free.length) return undefined;
+  let next = 0;
+  return stageSizes.map((size) => free.slice(next, (next += size)));
 }

@@ -1,4 +1,4 @@
-import { parseSnapshot, type Cluster } from "../model/index.ts";
+import { parseSnapshot, type Cluster, type Snapshot } from "../model/index.ts";
 import { Random } from "./random.ts";
 
 export interface SyntheticShape {
@@ -26,6 +26,14 @@ export interface SyntheticShape {
  * Deterministic in the seed, so a failing case replays.
  */
 export function syntheticCluster(shape: SyntheticShape, seed: number): Cluster {
+  return parseSnapshot(syntheticSnapshot(shape, seed));
+}
+
+/**
+ * The snapshot `syntheticCluster` validates; unvalidated, so a benchmark can build clusters
+ * past the supported sizes (with `clusterFromSnapshot`) to show how costs scale.
+ */
+export function syntheticSnapshot(shape: SyntheticShape, seed: number): Snapshot {
   const random = new Random(seed);
   const { racks, hostsPerRack, rings } = shape;
   const lambda = shape.lambda ?? shape.uplinksPerRack;
@@ -69,7 +77,7 @@ export function syntheticCluster(shape: SyntheticShape, seed: number): Cluster {
     placed += groups.reduce((n, g) => n + g.length, 0);
     jobs.push({ id: `job${jobs.length}`, rings, groups });
   }
-  return parseSnapshot({
+  return {
     topology: {
       racks,
       hostsPerRack,
@@ -80,5 +88,5 @@ export function syntheticCluster(shape: SyntheticShape, seed: number): Cluster {
     lambda,
     ...(shape.podLambda === undefined ? {} : { podLambda: shape.podLambda }),
     jobs,
-  });
+  };
 }

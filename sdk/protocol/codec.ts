@@ -4,6 +4,7 @@ import { CommandReplySchema, CommandSchema, type Command, type CommandReply } fr
 import { AckSchema, HeartbeatSchema, HostRegisterSchema, TransferResultSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
+import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
 import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, RegisteredSchema, RegisterSchema } from "./worker.ts";
 
@@ -16,6 +17,7 @@ export const RequestSchema = z.discriminatedUnion("type", [
   HeartbeatSchema,
   TransferResultSchema,
   StatusRequestSchema,
+  EventsRequestSchema,
 ]);
 export type Request = z.infer<typeof RequestSchema>;
 export type RequestType = Request["type"];
@@ -27,6 +29,7 @@ export const ReplySchema = z.discriminatedUnion("type", [
   FinishedSchema,
   AckSchema,
   StatusReportSchema,
+  EventsReplySchema,
   ErrorReplySchema,
 ]);
 export type Reply = z.infer<typeof ReplySchema>;
@@ -68,6 +71,11 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
   } catch (error) {
     return fail(new ProtocolError("malformed", `the ${what} is not JSON (${(error as Error).message}); send one JSON object per frame`));
   }
+  // Nearly every frame is well formed, and its message's schema (which fixes the version and
+  // type) accepts it in one pass. Only a frame it refuses goes through the checks below, in
+  // order, for the error that names the problem best.
+  const whole = schema.safeParse(value);
+  if (whole.success) return { success: true, data: whole.data };
   const head = EnvelopeSchema.safeParse(value);
   if (!head.success) return fail(new ProtocolError("malformed", formatZodError(`${what} envelope`, head.error)));
   const { v, type, id } = head.data;
@@ -83,7 +91,5 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
   if (!types.has(type)) {
     return fail(new ProtocolError("unknown_type", `unknown ${what} type ${quote(type)}; expected one of ${[...types].join(", ")}`), id);
   }
-  const body = schema.safeParse(value);
-  if (!body.success) return fail(new ProtocolError("malformed", formatZodError(type, body.error)), id);
-  return { success: true, data: body.data };
+  return fail(new ProtocolError("malformed", formatZodError(type, whole.error)), id);
 }

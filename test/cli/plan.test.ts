@@ -65,6 +65,32 @@ describe("monkeytree plan", () => {
     expect(stdout).toContain("infeasible: no placement of these jobs meets the bounds");
   });
 
+  it("names the racks pinned jobs keep over λ, in the summary and in --json, and keeps pins in --output", async () => {
+    const path = file("pinned.json", JSON.stringify({
+      topology: { racks: 3, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 },
+      unavailable: [3],
+      jobs: [
+        { id: "a", hosts: [0, 4], movable: false },
+        { id: "b", hosts: [1, 5], movable: false },
+        { id: "c", hosts: [2, 8, 9] },
+      ],
+    }));
+    const human = await runCli("plan", "--snapshot", path);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toContain("optimal: 1 move in 1 step");
+    expect(human.stdout).toContain("best effort: pinned jobs (movable: false) keep these over their bound");
+    expect(human.stdout).toContain("r0: pinned jobs alone give it 2 > λ = 1; 2 after the plan (1 over)");
+    expect(human.stdout).toContain("r1: pinned jobs alone give it 2 > λ = 1; 2 after the plan (1 over)");
+    const json = await runCli("plan", "--json", "--snapshot", path);
+    const doc = PlanDocumentSchema.parse(JSON.parse(json.stdout));
+    expect(doc.bestEffort).toEqual({ racks: [{ index: 0, cause: "pinned", pinned: 2, after: 2 }, { index: 1, cause: "pinned", pinned: 2, after: 2 }], pods: [] });
+    expect(doc.moves).toEqual([{ job: "c", group: 0, from: 2, to: 10, step: 0 }]);
+    const out = join(dir, "pinned-after.json");
+    expect((await runCli("plan", "--snapshot", path, "--output", out)).code).toBe(0);
+    const again = await runCli("plan", "--json", "--snapshot", out);
+    expect(PlanDocumentSchema.parse(JSON.parse(again.stdout))).toMatchObject({ status: "unchanged", bestEffort: doc.bestEffort });
+  });
+
   it("writes the snapshot after the plan with --output, ready for routes", async () => {
     const out = join(dir, "after.json");
     const { code } = await runCli("plan", "--snapshot", "examples/snapshots/tp8-pp-1024gpu.json", "--output", out);

@@ -7,6 +7,7 @@ import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, type Hosts } from "./netns.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
+import { localRendezvous } from "../helpers/net.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 
@@ -33,13 +34,13 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
   let reference: string;
   const dirs: string[] = [];
 
-  beforeAll(() => {
+  beforeAll(async () => {
     hosts = createHosts(4);
     // The unmigrated run: plain torchrun, two processes, same seed and steps.
     const dir = tempDir();
     dirs.push(dir);
     const out = join(dir, "reference.json");
-    const run = spawnSync(PYTHON, ["-m", "monkeytree.torchrun", "--standalone", "--nproc_per_node", "2", TRAIN, "--steps", String(STEPS), "--out", out], {
+    const run = spawnSync(PYTHON, ["-m", "monkeytree.torchrun", ...(await localRendezvous()), "--nproc_per_node", "2", TRAIN, "--steps", String(STEPS), "--out", out], {
       env: { ...process.env, PYTHONPATH: "sdk/python", OMP_NUM_THREADS: "1" },
       encoding: "utf8",
     });

@@ -14,7 +14,7 @@ export const LAYERS = ["native", "sdk", "controller", "cli"] as const;
 export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   sdk: [
     // The Python hook imports no TypeScript; the launcher points torchrun at it.
-    ["sdk/errors.ts", "sdk/log.ts", "sdk/python/"],
+    ["sdk/errors.ts", "sdk/log.ts", "sdk/paths.ts", "sdk/python/"],
     ["sdk/protocol/", "sdk/checkpoint/"],
     ["sdk/connection.ts"],
     ["sdk/client.ts"],
@@ -22,7 +22,9 @@ export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   ],
   controller: [
     ["controller/model/"],
-    ["controller/plan/", "controller/route/", "controller/sim/", "controller/slurm/"],
+    ["controller/plan/", "controller/route/", "controller/metrics/", "controller/slurm/"],
+    // The simulator runs the planner and routing in the loop, exactly as the service does.
+    ["controller/sim/"],
     ["controller/service/", "controller/daemon/"],
   ],
 };

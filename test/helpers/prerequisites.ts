@@ -97,3 +97,14 @@ export function slurm(): Prerequisite {
   if (process.getuid?.() !== 0) return { what, missing: "slurmd must run as root", install, promisedBy: ci };
   return { what, missing: null, install, promisedBy: ci };
 }
+
+/** Debian's Prometheus server, to scrape the demo's metrics as an operator's would. */
+export function prometheus(): Prerequisite {
+  const probe = spawnSync("prometheus", ["--version"], { encoding: "utf8" });
+  return {
+    what: "the prometheus server",
+    missing: probe.status === 0 ? null : `prometheus --version failed: ${probe.error?.message ?? probe.stderr?.trim()}`,
+    install: "apt-get install prometheus",
+    promisedBy: ci,
+  };
+}

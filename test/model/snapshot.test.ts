@@ -25,10 +25,11 @@ describe("snapshot schema", () => {
       ],
     });
     expect(cluster.groups).toEqual([
-      { job: "a", index: 0, rings: 1 },
-      { job: "b", index: 0, rings: 8 },
-      { job: "b", index: 1, rings: 8 },
+      { job: "a", index: 0, rings: 1, movable: true },
+      { job: "b", index: 0, rings: 8, movable: true },
+      { job: "b", index: 1, rings: 8, movable: true },
     ]);
+    expect(cluster.unavailable).toEqual([]);
     expect(cluster.placement).toEqual([[0, 1, 9], [2, 3], [10, 11]]);
     expect(cluster.podCount).toBe(4);
     expect(parseSnapshot({ topology, jobs: [{ id: "x", hosts: [0] }] }).lambda).toBe(2);
@@ -38,6 +39,14 @@ describe("snapshot schema", () => {
   it("round-trips through toSnapshot", () => {
     const doc = { topology, lambda: 1, jobs: [{ id: "a", rings: 2, groups: [[0, 4], [1]] }, { id: "b", rings: 1, hosts: [5, 6] }] };
     expect(toSnapshot(parseSnapshot(doc))).toEqual(doc);
+    const pinned = { ...doc, jobs: [{ ...doc.jobs[0]!, movable: false }, doc.jobs[1]!], unavailable: [2, 7] };
+    expect(toSnapshot(parseSnapshot(pinned))).toEqual(pinned);
+  });
+
+  it("reads pinned jobs and unavailable hosts", () => {
+    const cluster = parseSnapshot({ topology, unavailable: [7, 3], jobs: [{ id: "a", hosts: [0, 4], movable: false }, { id: "b", hosts: [1], movable: true }] });
+    expect(cluster.groups.map((g) => g.movable)).toEqual([false, true]);
+    expect(cluster.unavailable).toEqual([3, 7]);
   });
 
   it.each([
@@ -54,6 +63,10 @@ describe("snapshot schema", () => {
     [{ topology, podLambda: 2, jobs: [] }, "snapshot s.json at podLambda: podLambda needs topology.racksPerPod"],
     [{ topology: { ...topology, racksPerPod: 3 }, jobs: [] }, "snapshot s.json at topology.racksPerPod: racksPerPod (3) must divide racks (2)"],
     [{ jobs: [] }, "snapshot s.json at topology:"],
+    [{ topology, unavailable: [3, 8], jobs: [] }, "snapshot s.json at unavailable[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts); list only hosts of the topology"],
+    [{ topology, unavailable: [3, 3], jobs: [] }, "snapshot s.json at unavailable[1]: host 3 is listed twice; list each unavailable host once"],
+    [{ topology, unavailable: 3, jobs: [] }, "snapshot s.json at unavailable:"],
+    [{ topology, jobs: [{ id: "a", hosts: [0], movable: "no" }] }, "snapshot s.json at jobs[0].movable: movable must be true or false"],
   ])("rejects %j with one line naming the place", (value, expected) => {
     const message = errorOf(value);
     expect(message).toContain(expected);
@@ -99,6 +112,7 @@ describe("snapshot limits (issue 11, attack 10)", () => {
       `snapshot s.json at jobs[0]: 3000000 host entries up to this job; a snapshot holds at most ${MAX_HOSTS}, one per host of the largest cluster MonkeyTree supports`,
     );
     expect(errorOf({ topology, jobs: new Array(MAX_HOSTS + 1).fill(0) })).toContain(`at jobs: ${MAX_HOSTS + 1} jobs; a snapshot holds at most ${MAX_HOSTS}`);
+    expect(errorOf({ topology, jobs: [], unavailable: hosts })).toContain(`at unavailable: 3000000 unavailable hosts; a snapshot holds at most ${MAX_HOSTS}`);
     expect(performance.now() - started).toBeLessThan(1_000);
   });
 });

@@ -76,6 +76,24 @@ describe("the npm package", () => {
     expect(JSON.parse(stdout)).toEqual({ status: "optimal", moves: 2, isolated: true, client: "function" });
   });
 
+  it("starts the controller's planner thread from the installed dist/ with plain node", () => {
+    const dist = join(consumer, "node_modules/monkeytree/dist");
+    const program = [
+      `import { PlanThread } from ${JSON.stringify(join(dist, "controller/service/plan-thread.js"))};`,
+      `import { parseSnapshot } from "monkeytree/planner";`,
+      'const cluster = parseSnapshot({ topology: { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 }, jobs: [{ id: "a", hosts: [0, 4] }, { id: "b", hosts: [1, 5] }] });',
+      "const planner = new PlanThread();",
+      "const plan = await planner.plan(cluster, 2000);",
+      "await planner.close();",
+      "process.stdout.write(JSON.stringify({ status: plan.status, moves: plan.moveCount }));",
+    ].join("\n");
+    writeFileSync(join(consumer, "thread.js"), program);
+    const { status, stdout, stderr } = run(process.execPath, ["thread.js"], consumer);
+    expect(stderr).toBe("");
+    expect(status).toBe(0);
+    expect(JSON.parse(stdout)).toEqual({ status: "optimal", moves: 1 });
+  });
+
   it("type-checks a consumer's TypeScript against the shipped declarations", () => {
     writeFileSync(
       join(consumer, "consumer.ts"),

@@ -6,6 +6,11 @@ import { Random } from "../../controller/sim/random.ts";
  * A brute-force oracle for the planner that shares none of its code: racks, pods and
  * fragmentation are recomputed here from the snapshot's definitions (rack r holds hosts
  * r·H … r·H+H−1; a group spanning two or more racks adds its rings to each of them).
+ *
+ * Pinned jobs (`movable: false`) keep their placement. Unavailable hosts are never a
+ * destination; a worker on one may stay, so a rack holds its groups' workers up to its
+ * available hosts plus the unavailable hosts still occupied by the group already there. A
+ * rack or pod whose pinned jobs alone fragment it past λ is held to that floor instead.
  */
 
 interface Domains {
@@ -14,26 +19,50 @@ interface Domains {
   /** Pod of each rack; all 0 when there is no pod bound. */
   readonly podOf: readonly number[];
   readonly pods: number;
-  readonly lambda: number;
-  readonly podLambda: number;
+  /** Per rack and per pod: λ, or the pinned jobs' own degree where that is higher. */
+  readonly lambda: readonly number[];
+  readonly podLambda: readonly number[];
+  /** Hosts per rack that are not unavailable. */
+  readonly available: readonly number[];
 }
 
 function domainsOf(cluster: Cluster): Domains {
   const { racks, hostsPerRack, racksPerPod } = cluster.topology;
   const podded = cluster.podLambda !== undefined && racksPerPod !== undefined;
+  const podOf = Array.from({ length: racks }, (_, t) => (podded ? Math.floor(t / racksPerPod) : 0));
+  const pods = podded ? racks / racksPerPod : 1;
+  const pinned = cluster.placement.map((hosts, g) => (cluster.groups[g]!.movable ? [] : hosts));
+  const floors = degrees(cluster, pinned, hostsPerRack, racks, podOf, pods);
+  const podLambda = podded ? cluster.podLambda! : Number.POSITIVE_INFINITY;
   return {
     racks,
     hostsPerRack,
-    podOf: Array.from({ length: racks }, (_, t) => (podded ? Math.floor(t / racksPerPod) : 0)),
-    pods: podded ? racks / racksPerPod : 1,
-    lambda: cluster.lambda,
-    podLambda: podded ? cluster.podLambda! : Number.POSITIVE_INFINITY,
+    podOf,
+    pods,
+    lambda: floors.rack.map((f) => Math.max(f, cluster.lambda)),
+    podLambda: floors.pod.map((f) => Math.max(f, podLambda)),
+    available: Array.from({ length: racks }, (_, t) => hostsPerRack - cluster.unavailable.filter((h) => Math.floor(h / hostsPerRack) === t).length),
   };
+}
+
+function degrees(cluster: Cluster, placement: Placement, hostsPerRack: number, racks: number, podOf: readonly number[], pods: number) {
+  const rack = new Array<number>(racks).fill(0);
+  const pod = new Array<number>(pods).fill(0);
+  placement.forEach((hosts, g) => {
+    const spanned = [...new Set(hosts.map((h) => Math.floor(h / hostsPerRack)))];
+    const podsSpanned = [...new Set(spanned.map((t) => podOf[t]!))];
+    const rings = cluster.groups[g]!.rings;
+    if (spanned.length > 1) for (const t of spanned) rack[t]! += rings;
+    if (podsSpanned.length > 1) for (const p of podsSpanned) pod[p]! += rings;
+  });
+  return { rack, pod };
 }
 
 /** One way to spread a group over the racks, and what it costs and adds. */
 interface Spread {
   readonly counts: readonly number[];
+  /** Available hosts it takes on each rack: its workers there less those staying on unavailable hosts. */
+  readonly uses: readonly number[];
   /** Workers that leave a rack: the moves this spread takes. */
   readonly cost: number;
   readonly racks: readonly number[];
@@ -41,7 +70,7 @@ interface Spread {
   readonly pods: readonly number[];
 }
 
-function spreadsOf(shape: Domains, initial: readonly number[]): Spread[] {
+function spreadsOf(shape: Domains, initial: readonly number[], held: readonly number[], movable: boolean): Spread[] {
   const size = initial.reduce((a, b) => a + b, 0);
   const out: Spread[] = [];
   const counts = new Array<number>(shape.racks).fill(0);
@@ -49,10 +78,12 @@ function spreadsOf(shape: Domains, initial: readonly number[]): Spread[] {
     if (t === shape.racks - 1) {
       if (left > shape.hostsPerRack) return;
       counts[t] = left;
+      if (!movable && counts.some((c, u) => c !== initial[u])) return;
       const racks = counts.flatMap((c, u) => (c > 0 ? [u] : []));
       const pods = [...new Set(racks.map((u) => shape.podOf[u]!))];
       out.push({
         counts: [...counts],
+        uses: counts.map((c, u) => Math.max(0, c - held[u]!)),
         cost: counts.reduce((sum, c, u) => sum + Math.max(0, initial[u]! - c), 0),
         racks: racks.length > 1 ? racks : [],
         pods: pods.length > 1 ? pods : [],
@@ -68,10 +99,10 @@ function spreadsOf(shape: Domains, initial: readonly number[]): Spread[] {
   return out.sort((a, b) => a.cost - b.cost);
 }
 
-function initialCounts(cluster: Cluster, shape: Domains): number[][] {
+function initialCounts(cluster: Cluster, shape: Domains, only: (host: number) => boolean = () => true): number[][] {
   return cluster.placement.map((hosts) => {
     const counts = new Array<number>(shape.racks).fill(0);
-    for (const h of hosts) counts[Math.floor(h / shape.hostsPerRack)]! += 1;
+    for (const h of hosts) if (only(h)) counts[Math.floor(h / shape.hostsPerRack)]! += 1;
     return counts;
   });
 }
@@ -85,9 +116,10 @@ function initialCounts(cluster: Cluster, shape: Domains): number[][] {
 export function minimumMoves(cluster: Cluster): number {
   const shape = domainsOf(cluster);
   const initial = initialCounts(cluster, shape);
+  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
   const rings = cluster.groups.map((g) => g.rings);
-  const options = initial.map((counts) => spreadsOf(shape, counts));
-  const free = new Array<number>(shape.racks).fill(shape.hostsPerRack);
+  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
+  const free = [...shape.available];
   const rackDegree = new Array<number>(shape.racks).fill(0);
   const podDegree = new Array<number>(shape.pods).fill(0);
   let best = Number.POSITIVE_INFINITY;
@@ -100,15 +132,57 @@ export function minimumMoves(cluster: Cluster): number {
       if (moved + spread.cost >= best) return;
       const r = rings[g]!;
       const fits =
-        spread.counts.every((c, t) => c <= free[t]!) &&
-        spread.racks.every((t) => rackDegree[t]! + r <= shape.lambda) &&
-        spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda);
+        spread.uses.every((c, t) => c <= free[t]!) &&
+        spread.racks.every((t) => rackDegree[t]! + r <= shape.lambda[t]!) &&
+        spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!);
       if (!fits) continue;
-      spread.counts.forEach((c, t) => (free[t]! -= c));
+      spread.uses.forEach((c, t) => (free[t]! -= c));
       for (const t of spread.racks) rackDegree[t]! += r;
       for (const p of spread.pods) podDegree[p]! += r;
       place(g + 1, moved + spread.cost);
-      spread.counts.forEach((c, t) => (free[t]! += c));
+      spread.uses.forEach((c, t) => (free[t]! += c));
+      for (const t of spread.racks) rackDegree[t]! -= r;
+      for (const p of spread.pods) podDegree[p]! -= r;
+    }
+  };
+  place(0, 0);
+  return best;
+}
+
+/**
+ * The best effort when no placement meets every bound: the least fragmentation over the rack
+ * bounds, summed over racks, then the fewest moves for it (pod bounds and capacity still hold).
+ * `excess` is 0 exactly when `minimumMoves` is finite; Infinity for both when even that fails.
+ */
+export function bestEffortMinimum(cluster: Cluster): { excess: number; moves: number } {
+  const shape = domainsOf(cluster);
+  const initial = initialCounts(cluster, shape);
+  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
+  const rings = cluster.groups.map((g) => g.rings);
+  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
+  const free = [...shape.available];
+  const rackDegree = new Array<number>(shape.racks).fill(0);
+  const podDegree = new Array<number>(shape.pods).fill(0);
+  const excess = () => rackDegree.reduce((sum, d, t) => sum + Math.max(0, d - shape.lambda[t]!), 0);
+  let best = { excess: Number.POSITIVE_INFINITY, moves: Number.POSITIVE_INFINITY };
+  const place = (g: number, moved: number) => {
+    const over = excess();
+    if (over > best.excess) return;
+    if (g === options.length) {
+      if (over < best.excess || moved < best.moves) best = { excess: over, moves: moved };
+      return;
+    }
+    for (const spread of options[g]!) {
+      // Excess never falls as groups are added, and spreads come cheapest first.
+      if (over === best.excess && moved + spread.cost >= best.moves) return;
+      const r = rings[g]!;
+      const fits = spread.uses.every((c, t) => c <= free[t]!) && spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!);
+      if (!fits) continue;
+      spread.uses.forEach((c, t) => (free[t]! -= c));
+      for (const t of spread.racks) rackDegree[t]! += r;
+      for (const p of spread.pods) podDegree[p]! += r;
+      place(g + 1, moved + spread.cost);
+      spread.uses.forEach((c, t) => (free[t]! += c));
       for (const t of spread.racks) rackDegree[t]! -= r;
       for (const p of spread.pods) podDegree[p]! -= r;
     }
@@ -120,7 +194,8 @@ export function minimumMoves(cluster: Cluster): number {
 /**
  * Replays a plan step by step under the plan contract (a source runs its group when its step
  * starts; a destination is free then or vacated in the same step; no host takes two workers)
- * and returns why the result breaks a bound, or undefined when the plan is valid.
+ * and returns why the result breaks a bound, moves a pinned job or lands on an unavailable
+ * host, or undefined when the plan is valid.
  */
 export function planDefect(cluster: Cluster, moves: readonly Move[]): string | undefined {
   const shape = domainsOf(cluster);
@@ -133,6 +208,8 @@ export function planDefect(cluster: Cluster, moves: readonly Move[]): string | u
     if (sources.size < batch.length || targets.size < batch.length) return `step ${step} uses a host twice`;
     for (const m of batch) {
       if (owner.get(m.from) !== `${m.job}/${m.group}`) return `step ${step}: host ${m.from} does not run ${m.job}/${m.group}`;
+      if (cluster.groups.some((g) => g.job === m.job && !g.movable)) return `step ${step}: job ${m.job} is pinned`;
+      if (cluster.unavailable.includes(m.to)) return `step ${step}: host ${m.to} is unavailable`;
       if (m.to >= shape.racks * shape.hostsPerRack) return `step ${step}: host ${m.to} does not exist`;
       if (owner.has(m.to) && !sources.has(m.to)) return `step ${step}: host ${m.to} is busy`;
     }
@@ -147,20 +224,18 @@ export function planDefect(cluster: Cluster, moves: readonly Move[]): string | u
 /** Which rack or pod a placement leaves over its bound, or undefined when none. */
 export function boundDefect(cluster: Cluster, placement: Placement): string | undefined {
   const shape = domainsOf(cluster);
-  const rack = new Array<number>(shape.racks).fill(0);
-  const pod = new Array<number>(shape.pods).fill(0);
-  placement.forEach((hosts, g) => {
-    const racks = [...new Set(hosts.map((h) => Math.floor(h / shape.hostsPerRack)))];
-    const pods = [...new Set(racks.map((t) => shape.podOf[t]!))];
-    const rings = cluster.groups[g]!.rings;
-    if (racks.length > 1) for (const t of racks) rack[t]! += rings;
-    if (pods.length > 1) for (const p of pods) pod[p]! += rings;
-  });
-  const overRack = rack.findIndex((d) => d > shape.lambda);
-  if (overRack >= 0) return `rack ${overRack} has degree ${rack[overRack]} > λ = ${shape.lambda}`;
-  const overPod = pod.findIndex((d) => d > shape.podLambda);
-  if (overPod >= 0) return `pod ${overPod} has degree ${pod[overPod]} > pod λ = ${shape.podLambda}`;
+  const { rack, pod } = degrees(cluster, placement, shape.hostsPerRack, shape.racks, shape.podOf, shape.pods);
+  const overRack = rack.findIndex((d, t) => d > shape.lambda[t]!);
+  if (overRack >= 0) return `rack ${overRack} has degree ${rack[overRack]} > λ = ${shape.lambda[overRack]}`;
+  const overPod = pod.findIndex((d, p) => d > shape.podLambda[p]!);
+  if (overPod >= 0) return `pod ${overPod} has degree ${pod[overPod]} > pod λ = ${shape.podLambda[overPod]}`;
   return undefined;
+}
+
+/** Racks whose pinned jobs alone fragment them past λ, with that degree. */
+export function pinnedFloors(cluster: Cluster): { index: number; pinned: number }[] {
+  const shape = domainsOf(cluster);
+  return shape.lambda.flatMap((bound, index) => (bound > cluster.lambda ? [{ index, pinned: bound }] : []));
 }
 
 /**
@@ -198,6 +273,24 @@ export function hardInstance(seed: number, pods = false): HardInstance {
     const minimum = minimumMoves(cluster);
     if (minimum >= 3 && minimum <= 6) return { seed, cluster, minimum };
   }
+}
+
+/**
+ * A random cluster like `hardInstance`'s candidates, with about a third of its jobs pinned and
+ * up to three hosts unavailable (holding workers or free); any minimum, Infinity included.
+ */
+export function pinnedInstance(seed: number): { cluster: Cluster; minimum: number } {
+  const random = new Random(seed);
+  const hostsPerRack = random.int(2, 4);
+  const cluster = scatter(random, {
+    racks: random.int(2, 4),
+    hostsPerRack,
+    largestGroup: hostsPerRack + 1,
+    rings: [1, 1, 2],
+    lambda: random.int(0, 2),
+    pins: { share: 0.35, unavailable: 3 },
+  });
+  return { cluster, minimum: minimumMoves(cluster) };
 }
 
 /**
@@ -243,6 +336,8 @@ interface Recipe {
   readonly lambda: number;
   /** With two racks per pod. */
   readonly podLambda?: number;
+  /** Chance that a job is pinned, and how many hosts (at most) are unavailable. */
+  readonly pins?: { readonly share: number; readonly unavailable: number };
 }
 
 function scatter(random: Random, shape: Recipe): Cluster {
@@ -270,10 +365,15 @@ function scatter(random: Random, shape: Recipe): Cluster {
     if (o >= 0) jobs[o >> 1]!.groups[o & 1]!.push(h);
   });
   const pods = shape.podLambda !== undefined;
+  // Drawn last, so the recipes without pins keep the sequences their tests were tuned on.
+  const pins = shape.pins;
+  const pinned = pins ? jobs.map(() => random.float() < pins.share) : [];
+  const unavailable = pins ? [...new Set(Array.from({ length: random.int(1, pins.unavailable) }, () => random.int(0, hostCount - 1)))] : [];
   return parseSnapshot({
     topology: { racks, hostsPerRack, gpusPerHost: 8, uplinksPerRack: 4, ...(pods ? { racksPerPod: 2 } : {}) },
     lambda: shape.lambda,
     ...(pods ? { podLambda: shape.podLambda } : {}),
-    jobs,
+    jobs: jobs.map((job, j) => (pinned[j] ? { ...job, movable: false } : job)),
+    ...(pins ? { unavailable } : {}),
   });
 }

@@ -27,6 +27,13 @@ describe("planner on the design examples", () => {
     }
   });
 
+  it("proves the hard 2,048-GPU event's optimum of 8 moves", () => {
+    const cluster = example("cli/snapshots/hard-2048gpu-lambda2.json");
+    const plan = planner.plan(cluster, { timeLimitMs: 120_000 });
+    expect(plan).toMatchObject({ status: "optimal", moveCount: 8, lowerBound: 8, method: "search" });
+    expect(withinBounds(cluster, applyMoves(cluster, plan.moves))).toBe(true);
+  });
+
   it("is deterministic", () => {
     const cluster = example("examples/snapshots/tp8-pp-1024gpu.json");
     expect(planner.plan(cluster).moves).toEqual(planner.plan(cluster).moves);

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomFillSync } from "node:crypto";
 import { StagingBuffer, crc32c } from "../../native/index.ts";
 import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { localRendezvous } from "../helpers/net.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 
@@ -146,7 +147,7 @@ describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (n
 });
 
 describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`, () => {
-  it("starts a worker once monkeytree.compat.patch_torchrun_std() is applied", () => {
+  it("starts a worker once monkeytree.compat.patch_torchrun_std() is applied", async () => {
     const launch = [
       "import sys",
       "from monkeytree import compat",
@@ -156,7 +157,7 @@ describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`
     ].join("; ");
     const run = spawnSync(
       PYTHON,
-      ["-c", launch, "--standalone", "--nproc_per_node=1", "--monitor_interval=0.2", worker, "rank", "-"],
+      ["-c", launch, ...(await localRendezvous()), "--nproc_per_node=1", "--monitor_interval=0.2", worker, "rank", "-"],
       { encoding: "utf8", env: { ...process.env, ...HOOK_ENV, PYTHONDONTWRITEBYTECODE: "1" } },
     );
     expect(run.stderr).not.toMatch(/Traceback/);

@@ -13,7 +13,7 @@ import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import { shellCommand } from "../../cli/demo/processes.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { runCli } from "../helpers/cli.ts";
-import { INCARNATION, startController, tempDir, type Harness } from "../service/harness.ts";
+import { INCARNATION, plannedMoves, startController, tempDir, type Harness } from "../service/harness.ts";
 
 // Attacks 1–4 of issue 11 against a controller with a keyring: each must now fail as the
 // README's threat model says, and a legitimate job must still migrate.
@@ -143,7 +143,7 @@ describe("a controller with a keyring", () => {
     for (const w of a) expect(await w.barrier(0)).toEqual({ kind: "continue" });
     const b = await start("b", [1, 5]);
     const operator = client(h, credential("operator-ops"));
-    const [move] = (await operator.status()).migrations;
+    const [move] = await plannedMoves(operator);
     if (!move?.stopStep) return expect.fail(`expected a planned move, got ${JSON.stringify(move)}`);
     const job = move.job as "a" | "b";
     const moving = job === "a" ? a : b;

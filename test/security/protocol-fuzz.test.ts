@@ -9,7 +9,8 @@ import { createInterface } from "node:readline";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { curveKeyPair, Dealer } from "zeromq";
-import { CLI, nodeArgs } from "../../cli/paths.ts";
+import { CLI } from "../../cli/paths.ts";
+import { nodeArgs } from "../../sdk/paths.ts";
 import { send, StagingBuffer, transferTicketSchema } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
@@ -153,6 +154,7 @@ describe("a controller fed malformed messages", () => {
     "worker.barrier": fc.record({ worker, step: count, generation: count }),
     "job.finish": fc.record({ job: field(job) }),
     status: fc.record({}),
+    events: fc.record({ after: count }, { requiredKeys: [] }),
     "daemon.register": fc.record({ host: field(host), incarnation: field(hex), stagingBytes: count, endpoint: field(fc.constantFrom("tcp://127.0.0.1:7000", "tcp://[::1]:1?rdma")) }),
     "daemon.heartbeat": fc.record({ host: field(host), incarnation: field(hex) }),
     "daemon.transfer-result": fc.record({ host: field(host), token: field(hex), bytes: count, outcome: field(fc.constantFrom("verified", "failed")) }),

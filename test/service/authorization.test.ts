@@ -15,6 +15,7 @@ const messages = {
   result: (host: number): Request => ({ ...head, type: "daemon.transfer-result", host, token: "t", bytes: 1, outcome: "verified" }),
   prepared: (host: number): CommandReply => ({ ...head, type: "daemon.prepared", host, endpoint: "tcp://h:1", token: "t" }),
   status: (): Request => ({ ...head, type: "status" }),
+  events: (): Request => ({ ...head, type: "events", after: 3 }),
 };
 
 const jobA: Caller = { role: "job", job: "a" };
@@ -40,14 +41,17 @@ describe("authorize", () => {
     }
   });
 
-  it("keeps status to operators", () => {
-    expect(ruleOf(operator, messages.status())).toBe("allowed");
-    expect(ruleOf(jobA, messages.status())).toBe("status-needs-operator");
-    expect(ruleOf(host3, messages.status())).toBe("status-needs-operator");
+  it("keeps status and the event log to operators", () => {
+    for (const message of [messages.status(), messages.events()]) {
+      expect(ruleOf(operator, message)).toBe("allowed");
+      expect(ruleOf(jobA, message)).toBe("status-needs-operator");
+      expect(ruleOf(host3, message)).toBe("status-needs-operator");
+    }
+    expect(authorize(jobA, messages.events())?.message).toMatch(/^events needs an operator credential/);
   });
 
   it("lets anyone do anything on a controller without a keyring", () => {
-    for (const message of [messages.register("b"), messages.finish("b"), messages.daemon(4), messages.prepared(4), messages.status()]) {
+    for (const message of [messages.register("b"), messages.finish("b"), messages.daemon(4), messages.prepared(4), messages.status(), messages.events()]) {
       expect(ruleOf(ANYONE, message)).toBe("allowed");
     }
   });

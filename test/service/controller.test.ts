@@ -1,6 +1,5 @@
 import { rmSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
-import { createPlanner } from "../../controller/plan/planner.ts";
 import { ANYONE } from "../../controller/service/authorization.ts";
 import { Controller } from "../../controller/service/controller.ts";
 import { Journal } from "../../controller/service/journal.ts";
@@ -20,7 +19,7 @@ type Body = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> :
 async function open(dir: string, now = { t: 1_000 }) {
   const { journal, state } = Journal.open(dir, config, () => now.t);
   const hosts = new RecordingHosts();
-  const controller = new Controller({ journal, state, planner: await createPlanner(), transport: hosts, launcher: hosts, clock: () => now.t, logger: createLogger("controller", () => {}) });
+  const controller = new Controller({ journal, state, transport: hosts, launcher: hosts, clock: () => now.t, logger: createLogger("controller", () => {}) });
   const replies = new Map<number, Reply>();
   let nextId = 1;
   const drain = () => {

@@ -12,7 +12,7 @@ import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { canRun, root } from "../helpers/prerequisites.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
-import { startController, type Harness } from "./harness.ts";
+import { plannedMoves, startController, type Harness } from "./harness.ts";
 
 const CHECKPOINT = 1 << 20;
 const dp2 = { tp: 1, pp: 1, dp: 2 };
@@ -75,8 +75,7 @@ async function forceMigration(client: ControllerClient, replacement?: string) {
   const a = await start("a", [0, 4]);
   for (const w of a) expect(await w.barrier(0)).toEqual({ kind: "continue" });
   const b = await start("b", [1, 5]);
-  // The controller plans before it answers the registration that completes job b.
-  const [move, ...others] = (await client.status()).migrations;
+  const [move, ...others] = await plannedMoves(client);
   if (!move || others.length) expect.fail(`expected one move once job b registered, got ${JSON.stringify([move, ...others])}`);
   const moving = move.job === "a" ? a : b;
   return {

@@ -1,3 +1,6 @@
+import type { Cluster } from "../../controller/model/cluster.ts";
+import type { Plan } from "../../controller/plan/planner.ts";
+import type { PlanRunner } from "../../controller/service/plan-thread.ts";
 import type { HostScheduler, SchedulerView, ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
 
 /**
@@ -107,5 +110,46 @@ export class RecordingScheduler implements HostScheduler {
   private record(call: string): void {
     this.calls.push(call);
     this.log.push(call);
+  }
+}
+
+/** The real planner thread, watched: whether a plan is in flight, and how many were asked for. */
+export class Watched implements PlanRunner {
+  inFlight = false;
+  asked = 0;
+  constructor(private readonly inner: PlanRunner) {}
+  plan(cluster: Cluster, timeLimitMs: number): Promise<Plan> {
+    this.inFlight = true;
+    this.asked++;
+    return this.inner.plan(cluster, timeLimitMs).finally(() => (this.inFlight = false));
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** The real planner thread, whose answers reach the controller only when the test says so. */
+export class Gated implements PlanRunner {
+  readonly asked: { readonly cluster: Cluster; readonly release: () => void }[] = [];
+  constructor(private readonly inner: PlanRunner) {}
+  plan(cluster: Cluster, timeLimitMs: number): Promise<Plan> {
+    const computed = this.inner.plan(cluster, timeLimitMs);
+    // A plan the test never releases fails when the controller closes; nobody waits for it.
+    computed.catch(() => {});
+    return new Promise((resolve, reject) => this.asked.push({ cluster, release: () => void computed.then(resolve, reject) }));
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** The real planner thread told nothing of pinned jobs and unavailable hosts: a planner that does not honour them. */
+export class Heedless implements PlanRunner {
+  constructor(private readonly inner: PlanRunner) {}
+  plan(cluster: Cluster, timeLimitMs: number): Promise<Plan> {
+    return this.inner.plan({ ...cluster, unavailable: [], groups: cluster.groups.map((g) => ({ ...g, movable: true })) }, timeLimitMs);
+  }
+  close(): Promise<void> {
+    return this.inner.close();
   }
 }

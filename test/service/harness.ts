@@ -1,8 +1,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createPlanner } from "../../controller/plan/planner.ts";
+import { expect } from "vitest";
+import type { ControllerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
+import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
 import type { Topology } from "../../controller/model/snapshot.ts";
 import { RecordingHosts } from "./doubles.ts";
@@ -37,7 +39,7 @@ export async function startController(
     bind: "tcp://127.0.0.1:*",
     journalDir: dir,
     config: { kind: "config", topology, lambda: topology.uplinksPerRack, podLambda: null },
-    planner: await createPlanner(),
+   
     transport: hosts,
     launcher: hosts,
     logger: createLogger("controller", (line) => logs.push(line), "debug"),
@@ -59,4 +61,13 @@ export async function startController(
     },
   };
   return harness;
+}
+
+/**
+ * The moves of the controller's first plan. Plans are computed on the planner's thread, so
+ * they are journaled a little after the event that called for them: this waits for them.
+ */
+export async function plannedMoves(client: ControllerClient, timeoutMs = 50_000): Promise<StatusReport["migrations"]> {
+  await expect.poll(async () => (await client.status()).migrations.length, { timeout: timeoutMs, interval: 20 }).toBeGreaterThan(0);
+  return (await client.status()).migrations;
 }

@@ -3,8 +3,9 @@ import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
-import { RecordingScheduler } from "./doubles.ts";
-import { INCARNATION, startController, type Harness } from "./harness.ts";
+import { PlanThread, type PlanRunner } from "../../controller/service/plan-thread.ts";
+import { Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
+import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
 const clients: ControllerClient[] = [];
@@ -33,7 +34,7 @@ async function startJob(client: ControllerClient, job: string, hosts: number[]):
 async function plannedMove(client: ControllerClient) {
   const a = await startJob(client, "a", [0, 4]);
   const b = await startJob(client, "b", [1, 5]);
-  const move = (await client.status()).migrations[0]!;
+  const move = (await plannedMoves(client))[0]!;
   const moving = move.job === "a" ? a : b;
   return {
     move,
@@ -63,6 +64,7 @@ describe("controller service: a job start that breaks the bound", () => {
 
     // Job b also spans both racks: fragmentation 2 > λ = 1, so the controller plans a move.
     const b = await startJob(client, "b", [1, 5]);
+    await plannedMoves(client);
     let status = await client.status();
     expect(status.withinBounds).toBe(false);
     // Two rings cross each rack over one uplink: routing cannot isolate them.
@@ -224,9 +226,9 @@ describe("controller service: a job start that breaks the bound", () => {
 
 describe("controller service: keeping the scheduler's books", () => {
   /** A controller under a scheduler, once its first view arrived (before it, nothing is planned). */
-  const withScheduler = async () => {
+  const withScheduler = async (planner?: PlanRunner) => {
     const scheduler = new RecordingScheduler();
-    harness = await startController({ overrides: { scheduler, schedulerPollMs: 50 } });
+    harness = await startController({ overrides: { scheduler, schedulerPollMs: 50, ...(planner ? { planner } : {}) } });
     const client = connect(harness);
     await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toBeDefined();
     return { scheduler, client };
@@ -298,8 +300,46 @@ describe("controller service: keeping the scheduler's books", () => {
     );
   });
 
-  it("never carries out a plan that moves a pinned job", async () => {
+  it("plans around the scheduler's pinned jobs: only MonkeyTree's own job moves", async () => {
     const { scheduler, client } = await withScheduler();
+    scheduler.current = { ...scheduler.current, pinned: [{ id: "77", rings: 1, hosts: [0, 4] }] };
+    await expect.poll(async () => (await client.status()).scheduler?.pinned, { timeout: 10_000 }).toHaveLength(1);
+    // Job a crosses the racks beside pinned job 77: moving either of them would do.
+    await startJob(client, "a", [1, 5]);
+    const moves = await plannedMoves(client);
+    expect(moves).toHaveLength(1);
+    expect(moves[0]).toMatchObject({ job: "a" });
+  });
+
+  it("plans around the scheduler's unavailable hosts", async () => {
+    const { scheduler, client } = await withScheduler();
+    // Rack 1's free hosts are drained: the one free room left is rack 0's.
+    scheduler.current = { ...scheduler.current, unavailable: [{ host: 6, why: "drain" }, { host: 7, why: "drain" }] };
+    await expect.poll(async () => (await client.status()).scheduler?.unavailable, { timeout: 10_000 }).toHaveLength(2);
+    const { move } = await plannedMove(client);
+    expect([2, 3]).toContain(move.to);
+  });
+
+  it("plans again, rather than apply, a plan computed on a scheduler view that changed meanwhile", async () => {
+    const planner = new Gated(new PlanThread());
+    const { scheduler, client } = await withScheduler(planner);
+    await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 5]);
+    await expect.poll(() => planner.asked.length, { timeout: 10_000 }).toBe(1);
+    expect(planner.asked[0]!.cluster.unavailable).toEqual([]);
+    // While the plan is computed, Slurm drains every free host but 7.
+    scheduler.current = { ...scheduler.current, unavailable: [2, 3, 6].map((host) => ({ host, why: "drain" })) };
+    await expect.poll(async () => (await client.status()).scheduler?.unavailable, { timeout: 10_000 }).toHaveLength(3);
+    planner.asked[0]!.release();
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("plan discarded: the placement changed while it was computed");
+    await expect.poll(() => planner.asked.length, { timeout: 10_000 }).toBe(2);
+    expect(planner.asked[1]!.cluster.unavailable).toEqual([2, 3, 6]);
+    planner.asked[1]!.release();
+    expect((await plannedMoves(client)).map((m) => m.to)).toEqual([7]);
+  });
+
+  it("never carries out a plan that moves a pinned job", async () => {
+    const { scheduler, client } = await withScheduler(new Heedless(new PlanThread()));
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
     scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [], allocations: [] };
     await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("which the scheduler says is not MonkeyTree's to move; it is not carried out");
@@ -335,7 +375,7 @@ describe("controller service: keeping the scheduler's books", () => {
   });
 
   it("never moves a worker onto a host that takes none (an empty slot), even with no scheduler", async () => {
-    harness = await startController({ overrides: { unavailable: [2, 3, 6, 7] } });
+    harness = await startController({ overrides: { unavailable: [2, 3, 6, 7], planner: new Heedless(new PlanThread()) } });
     const client = connect(harness);
     // Every one-move repair needs a free host, and every free host is an empty slot.
     await startJob(client, "a", [0, 4]);
@@ -344,18 +384,28 @@ describe("controller service: keeping the scheduler's books", () => {
     expect((await client.status()).migrations).toEqual([]);
   });
 
+  it("plans no move onto an empty slot", async () => {
+    harness = await startController({ overrides: { unavailable: [6, 7] } });
+    const client = connect(harness);
+    const { move } = await plannedMove(client);
+    expect([2, 3]).toContain(move.to);
+  });
+
   it("plans nothing before the scheduler's first view", async () => {
     const scheduler = new RecordingScheduler();
     scheduler.silence();
-    harness = await startController({ overrides: { scheduler } });
+    const planner = new Watched(new PlanThread());
+    harness = await startController({ overrides: { scheduler, planner } });
     const client = connect(harness);
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
     expect(status.scheduler).toBeUndefined();
+    // A plan is asked for before the registration's reply goes out, had the controller planned.
+    expect(planner.asked).toBe(0);
     scheduler.answer();
-    await expect.poll(async () => (await client.status()).migrations.length, { timeout: 10_000 }).toBe(1);
+    expect(await plannedMoves(client)).toHaveLength(1);
   });
 
   it("asks again for the hold and the give-back of a move that committed before a restart", async () => {

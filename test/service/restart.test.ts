@@ -11,7 +11,7 @@ import { createLogger } from "../../sdk/log.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { TENANT } from "../helpers/tenant.ts";
-import { tempDir } from "./harness.ts";
+import { plannedMoves, tempDir } from "./harness.ts";
 
 /**
  * A controller killed with SIGKILL in the middle of a move, and started again on the same
@@ -145,7 +145,7 @@ async function startMove(heartbeatTimeoutMs: number) {
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
   await Promise.all([...a, ...b].map((w) => w.register(10_000)));
-  const move = (await client.status()).migrations[0] ?? expect.fail("no move was planned once jobs a and b registered");
+  const move = (await plannedMoves(client))[0] ?? expect.fail("no move was planned once jobs a and b registered");
   const step = move.stopStep ?? expect.fail(`move ${move.id} has no stop step`);
   const moving = move.job === "a" ? a : b;
   const source = moving.find((w) => w.worker.host === move.from)!;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { bestFit } from "../../controller/sim/scheduler.ts";
+import { Random } from "../../controller/sim/random.ts";
+import { bestFit, firstFree, randomFree, scheduler } from "../../controller/sim/scheduler.ts";
 
 /** Occupancy of racks of `hostsPerRack` hosts, given the busy hosts' indices. */
 function occupancy(racks: number, hostsPerRack: number, busy: number[]): boolean[] {
@@ -43,5 +44,37 @@ describe("bestFit", () => {
     expect(bestFit(occupied, 4, [5, 6])).toBeUndefined();
     expect(bestFit(occupied, 4, [10])).toEqual([[0, 1, 2, 3, 8, 10, 11, 5, 7, 15]]);
     expect(occupied).toEqual(before);
+  });
+});
+
+describe("firstFree and randomFree", () => {
+  const occupied = occupancy(3, 4, [0, 2, 5, 9]);
+  const free = [1, 3, 4, 6, 7, 8, 10, 11];
+
+  it("FIFO takes the lowest free hosts, left to right across racks, stage by stage", () => {
+    expect(firstFree(occupied, 4, [3])).toEqual([[1, 3, 4]]);
+    expect(firstFree(occupied, 4, [2, 2])).toEqual([
+      [1, 3],
+      [4, 6],
+    ]);
+    expect(firstFree(occupied, 4, [9])).toBeUndefined();
+  });
+
+  it("Random takes distinct free hosts, the same ones for the same seed", () => {
+    const draw = (seed: number) => randomFree(new Random(seed))(occupied, 4, [3, 2]);
+    const groups = draw(1)!;
+    const hosts = groups.flat();
+    expect(groups.map((g) => g.length)).toEqual([3, 2]);
+    expect(new Set(hosts).size).toBe(5);
+    for (const h of hosts) expect(free).toContain(h);
+    expect(draw(1)).toEqual(groups);
+    const seeds = Array.from({ length: 20 }, (_, s) => JSON.stringify(draw(s)));
+    expect(new Set(seeds).size).toBeGreaterThan(10);
+    expect(randomFree(new Random(1))(occupied, 4, [9])).toBeUndefined();
+  });
+
+  it("is chosen by name", () => {
+    expect(scheduler("best-fit", new Random(1))).toBe(bestFit);
+    expect(scheduler("fifo", new Random(1))).toBe(firstFree);
   });
 });

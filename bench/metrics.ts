@@ -1,0 +1,109 @@
+// Metrics overhead: barrier round trips against a controller without metrics (the baseline)
+// and one with them (`--metrics`: every barrier is timed for monkeytree_barrier_latency_seconds),
+// measured in the same run, rounds alternating between the two; then the cost of one scrape.
+// Both controllers run in this process, beside their workers, on loopback TCP; the event log
+// is on in both, as it always is.
+//
+//   npm run bench:metrics -- --workers 256 --rounds 20
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { MetricsServer } from "../controller/metrics/http.ts";
+import { JOURNAL_FILE } from "../controller/service/journal.ts";
+import { ControllerMetrics } from "../controller/service/metrics.ts";
+import { ControllerServer } from "../controller/service/server.ts";
+import { createLogger } from "../sdk/log.ts";
+import { ControllerClient, WorkerClient } from "../sdk/client.ts";
+import { benchMain } from "./entry.ts";
+
+const JOB_HOSTS = 8;
+
+const help = `usage: npm run bench:metrics -- [options]
+
+options:
+  --workers N   registered workers per controller, in jobs of 8 (default 256)
+  --rounds N    sequential barrier rounds per controller (default 20)
+  --scrapes N   GET /metrics requests timed (default 50)
+  -h, --help    show this help`;
+
+async function start(metrics: ControllerMetrics | null, workers: number) {
+  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-metrics-"));
+  const topology = { racks: Math.ceil(workers / 64), hostsPerRack: 64, gpusPerHost: 8, uplinksPerRack: 32 };
+  const server = await ControllerServer.start({
+    bind: "tcp://127.0.0.1:*",
+    journalDir: dir,
+    config: { kind: "config", topology, lambda: topology.uplinksPerRack, podLambda: null },
+    transport: { prepare: () => Promise.reject(new Error("no hosts")), release: () => Promise.resolve() },
+    launcher: { spawn: () => Promise.reject(new Error("no hosts")) },
+    logger: createLogger("controller", () => {}),
+    ...(metrics ? { observer: metrics } : {}),
+  });
+  metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(dir, JOURNAL_FILE) }));
+  const clients = Array.from({ length: workers }, () => new ControllerClient({ endpoint: server.endpoint, timeoutMs: 60_000 }));
+  const all = clients.map((client, host) => new WorkerClient(client, { job: `job-${Math.floor(host / JOB_HOSTS)}`, group: 0, host }, { tp: 8, pp: 1, dp: JOB_HOSTS }));
+  await Promise.all(all.map((w) => w.register(60_000)));
+  return {
+    workers: all,
+    stop: async () => {
+      await Promise.all(clients.map((c) => c.close()));
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+
+function options(argv: string[]) {
+  const flags = parseFlags(argv, { workers: { type: "string" }, rounds: { type: "string" }, scrapes: { type: "string" }, help: { type: "boolean", short: "h", default: false } });
+  const workers = numberFlag("workers", flags.workers, 256, JOB_HOSTS);
+  if (workers % JOB_HOSTS) throw new UsageError(`--workers must be a multiple of ${JOB_HOSTS} (the job size)`);
+  return { help: flags.help, workers, rounds: numberFlag("rounds", flags.rounds, 20, 1), scrapes: numberFlag("scrapes", flags.scrapes, 50, 1) };
+}
+
+await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) => {
+  const metrics = new ControllerMetrics();
+  const variants = [
+    { name: "without metrics (baseline)", controller: await start(null, workers), samples: [] as number[] },
+    { name: "with metrics", controller: await start(metrics, workers), samples: [] as number[] },
+  ];
+  try {
+    // Warm-up, then rounds alternating between the two so drift in the machine's load hits both.
+    for (let step = 0; step < 3; step++) for (const v of variants) await Promise.all(v.controller.workers.map((w) => w.barrier(step)));
+    for (let r = 0, step = 3; r < rounds; r++, step++) {
+      for (const v of variants) {
+        for (const w of v.controller.workers) {
+          const t = performance.now();
+          await w.barrier(step);
+          v.samples.push(performance.now() - t);
+        }
+      }
+    }
+    const base = [...variants[0]!.samples].sort((a, b) => a - b);
+    const rows = variants.map((v) => {
+      const sorted = [...v.samples].sort((a, b) => a - b);
+      return [v.name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (quantile(sorted, 0.5) / quantile(base, 0.5)).toFixed(2)];
+    });
+    process.stdout.write(`barrier round trips, ${workers} registered workers, one at a time (ms):\n${table(["controller", "samples", "p50", "p99", "p50 ratio"], rows)}\n\n`);
+
+    const scrape = await MetricsServer.start(metrics.registry, { host: "127.0.0.1", port: 0 });
+    try {
+      const times: number[] = [];
+      let bytes = 0;
+      for (let i = 0; i < scrapes; i++) {
+        const t = performance.now();
+        bytes = (await (await fetch(`http://${scrape.address}/metrics`)).arrayBuffer()).byteLength;
+        times.push(performance.now() - t);
+      }
+      times.sort((a, b) => a - b);
+      process.stdout.write(`GET /metrics with ${workers} workers registered: ${bytes} bytes, p50 ${quantile(times, 0.5).toFixed(2)} ms, p99 ${quantile(times, 0.99).toFixed(2)} ms over ${scrapes} scrapes\n`);
+    } finally {
+      await scrape.close();
+    }
+  } finally {
+    for (const v of variants) await v.controller.stop();
+  }
+  return 0;
+});

@@ -1,0 +1,184 @@
+import { statSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { rackFragmentation } from "../model/fragmentation.ts";
+import { createRegistry, PREFIX, SECONDS_BUCKETS } from "../metrics/registry.ts";
+import { PLAN_STATUSES } from "../../sdk/protocol/events.ts";
+import type { ReplyTarget } from "./context.ts";
+import { isFinished, MIGRATION_STATES } from "./migration.ts";
+import type { ControllerObserver, PlanOutcome } from "./observer.ts";
+import { clusterOf, type DurableState, type JournalRecord } from "./state.ts";
+import type { LiveView } from "./status.ts";
+
+/**
+ * The controller's Prometheus metrics. Counters and histograms follow the journal as its
+ * records are applied (a move's phases come from the times its states were entered, the
+ * same times `monkeytree status` shows); gauges of what the controller holds now (placement,
+ * connections, the journal's size) are read at each scrape. They start from zero with each
+ * controller process, as Prometheus counters do.
+ */
+
+/** What the scrape reads from the running controller: what `status` reports, and where its journal is. */
+export type ControllerView = LiveView & { readonly journalPath: string };
+
+/** Barriers waiting for an answer are tracked up to this many. */
+const MAX_PENDING_BARRIERS = 65_536;
+
+export class ControllerMetrics implements ControllerObserver {
+  readonly registry: Registry = createRegistry("controller");
+  private view: (() => ControllerView) | null = null;
+  private readonly barriers = new Map<string, number>();
+  private readonly atPlan: Gauge;
+  private readonly defragmentations: Counter;
+  private readonly plans: Counter;
+  private readonly planFailures: Counter;
+  private readonly planSeconds: Histogram;
+  private readonly planMoves: Histogram;
+  private readonly migrations: Counter;
+  private readonly phaseSeconds: Histogram;
+  private readonly bytesMoved: Counter;
+  private readonly daemonsLost: Counter;
+  private readonly barrierSeconds: Histogram;
+
+  constructor() {
+    const registers = [this.registry];
+    const m = (name: string) => `${PREFIX}${name}`;
+    // Read at each scrape, from the view the controller hands `attach`.
+    const read = <T>(get: (view: ControllerView) => T, set: (value: T) => void) => () => {
+      if (this.view) set(get(this.view()));
+    };
+    const fragmentation = new Gauge({
+      name: m("rack_fragmentation"),
+      help: "Each rack's fragmentation degree: the rings of the groups it shares with other racks.",
+      labelNames: ["rack"],
+      registers,
+      collect: read((v) => rackFragmentation(clusterOf(v.state)), (degrees) => degrees.forEach((d, rack) => fragmentation.set({ rack }, d))),
+    });
+    const bound = new Gauge({
+      name: m("rack_fragmentation_bound"),
+      help: "Each rack's bound on its fragmentation degree (λ, its uplinks by default).",
+      labelNames: ["rack"],
+      registers,
+      collect: read((v) => v.state, (s) => {
+        for (let rack = 0; rack < s.topology.racks; rack++) bound.set({ rack }, s.lambda);
+      }),
+    });
+    const over = new Gauge({
+      name: m("racks_over_bound"),
+      help: "Racks whose fragmentation degree is over their bound now.",
+      registers,
+      collect: read((v) => rackFragmentation(clusterOf(v.state)).filter((d) => d > v.state.lambda).length, (n) => over.set(n)),
+    });
+    this.atPlan = new Gauge({ name: m("rack_fragmentation_at_last_plan"), help: "Each rack's fragmentation degree when the controller last planned moves.", labelNames: ["rack"], registers });
+    this.defragmentations = new Counter({ name: m("defragmentation_events_total"), help: "Times some rack was found over its bound and the planner was asked for moves.", registers });
+    this.plans = new Counter({ name: m("plans_total"), help: "Plans by the planner's status.", labelNames: ["status"], registers });
+    for (const status of PLAN_STATUSES) this.plans.inc({ status }, 0);
+    this.planFailures = new Counter({ name: m("plan_failures_total"), help: "Planner calls that failed (tried again later).", registers });
+    this.planSeconds = new Histogram({ name: m("plan_duration_seconds"), help: "Time the planner took per plan.", buckets: SECONDS_BUCKETS, registers });
+    this.planMoves = new Histogram({ name: m("plan_moves"), help: "Moves per plan.", buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128], registers });
+    const inProgress = new Gauge({
+      name: m("plan_in_progress"),
+      help: "1 while a plan has moves in flight, else 0.",
+      registers,
+      collect: read((v) => v.state.activeMoves.some((id) => { const mv = v.state.migrations.get(id); return mv !== undefined && !isFinished(mv.state); }), (b) => inProgress.set(b ? 1 : 0)),
+    });
+    const inFlight = new Gauge({
+      name: m("migrations_in_flight"),
+      help: "Moves of the active plan by state, finished ones excluded.",
+      labelNames: ["state"],
+      registers,
+      collect: read((v) => v.state, (s) => {
+        for (const state of MIGRATION_STATES) if (!isFinished(state)) inFlight.set({ state }, 0);
+        for (const id of s.activeMoves) {
+          const mv = s.migrations.get(id);
+          if (mv && !isFinished(mv.state)) inFlight.inc({ state: mv.state });
+        }
+      }),
+    });
+    this.migrations = new Counter({ name: m("migrations_total"), help: "Finished moves by outcome: done, or rolled-back.", labelNames: ["outcome"], registers });
+    for (const outcome of ["done", "rolled-back"]) this.migrations.inc({ outcome }, 0);
+    this.phaseSeconds = new Histogram({ name: m("migration_phase_duration_seconds"), help: "Time moves spent in each state of the migration state machine, counted as they leave it.", labelNames: ["phase"], buckets: SECONDS_BUCKETS, registers });
+    this.bytesMoved = new Counter({ name: m("migration_verified_bytes_total"), help: "Checkpoint bytes destinations received and verified (by transport: the daemons' monkeytree_daemon_received_bytes_total).", registers });
+    const workers = new Gauge({ name: m("registered_workers"), help: "Workers connected to the controller (registered launchers).", registers, collect: read((v) => v.workers, (n) => workers.set(n)) });
+    const daemons = new Gauge({
+      name: m("registered_daemons"),
+      help: "Host daemons registered with the controller, live or lost.",
+      labelNames: ["state"],
+      registers,
+      collect: read((v) => v.daemons, (d) => {
+        daemons.set({ state: "live" }, d.filter((x) => !x.lost).length);
+        daemons.set({ state: "lost" }, d.filter((x) => x.lost).length);
+      }),
+    });
+    this.daemonsLost = new Counter({ name: m("daemons_lost_total"), help: "Times a host daemon was declared lost (heartbeats missed).", registers });
+    const jobs = new Gauge({
+      name: m("registered_jobs"),
+      help: "Jobs running, and jobs still waiting for some of their workers to register.",
+      labelNames: ["state"],
+      registers,
+      collect: read((v) => v, (v) => {
+        jobs.set({ state: "running" }, v.state.jobs.size);
+        jobs.set({ state: "registering" }, v.registering.length);
+      }),
+    });
+    this.barrierSeconds = new Histogram({ name: m("barrier_latency_seconds"), help: "From a worker's barrier reaching the controller to its answer being ready; includes barriers held while a job stops for a move.", buckets: SECONDS_BUCKETS, registers });
+    const journal = new Gauge({ name: m("journal_size_bytes"), help: "Size of the journal file.", registers, collect: read((v) => v.journalPath, (path) => journal.set(fileSize(path))) });
+  }
+
+  /** Where the scrape reads the controller's state and connections from. */
+  attach(view: () => ControllerView): void {
+    this.view = view;
+  }
+
+  applied(before: DurableState, record: JournalRecord): void {
+    if (record.kind !== "migration") return;
+    const m = record.migration;
+    const was = before.migrations.get(m.id);
+    if (!was || was.state === m.state) return;
+    this.phaseSeconds.observe({ phase: was.state }, (m.since - was.since) / 1000);
+    if (was.state === "verifying" && m.state === "staged") this.bytesMoved.inc(m.bytes);
+    if (isFinished(m.state)) this.migrations.inc({ outcome: m.state });
+  }
+
+  planned(outcome: PlanOutcome): void {
+    this.defragmentations.inc();
+    this.plans.inc({ status: outcome.status });
+    this.planSeconds.observe(outcome.seconds);
+    this.planMoves.observe(outcome.moves);
+    outcome.fragmentation.forEach((d, rack) => this.atPlan.set({ rack }, d));
+  }
+
+  planFailed(): void {
+    this.defragmentations.inc();
+    this.planFailures.inc();
+  }
+
+  daemonLost(): void {
+    this.daemonsLost.inc();
+  }
+
+  barrier(target: ReplyTarget): void {
+    // Barriers never answered (their worker gone) are the oldest; they make room first.
+    if (this.barriers.size >= MAX_PENDING_BARRIERS) this.barriers.delete(this.barriers.keys().next().value ?? "");
+    this.barriers.set(key(target), performance.now());
+  }
+
+  replied(target: ReplyTarget): void {
+    if (this.barriers.size === 0) return;
+    const k = key(target);
+    const since = this.barriers.get(k);
+    if (since === undefined) return;
+    this.barriers.delete(k);
+    this.barrierSeconds.observe((performance.now() - since) / 1000);
+  }
+}
+
+const key = (target: ReplyTarget): string => `${Buffer.from(target.peer).toString("hex")}/${target.id}`;
+
+function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}

@@ -1,0 +1,29 @@
+// The planner's worker thread (see plan-thread.ts): loads HiGHS once, then answers each plan
+// request with the plan or the planner's error. Requests that arrive while HiGHS loads wait
+// in the port's queue.
+import { readlinkSync } from "node:fs";
+import { setPriority } from "node:os";
+import { parentPort } from "node:worker_threads";
+import { createPlanner } from "../plan/planner.ts";
+import { PLANNER_NICE, type PlanAnswer, type PlanRequest } from "./plan-thread.ts";
+
+const port = parentPort;
+if (!port) throw new Error("plan-thread-main runs only as the planner's worker thread");
+// When cores are short, the event loop's answers come before the planner's work: on Linux a
+// thread has a nice value of its own, and /proc/thread-self names this one. Elsewhere, or
+// where /proc is missing, the thread keeps the controller's priority.
+try {
+  setPriority(Number(readlinkSync("/proc/thread-self").split("/").pop()), PLANNER_NICE);
+} catch {
+  // Not Linux: planning still runs off the event loop, only at the same priority.
+}
+const planner = await createPlanner();
+port.on("message", ({ id, cluster, timeLimitMs }: PlanRequest) => {
+  let answer: PlanAnswer;
+  try {
+    answer = { id, plan: planner.plan(cluster, { timeLimitMs }) };
+  } catch (error) {
+    answer = { id, error: error instanceof Error ? error.message : String(error) };
+  }
+  port.postMessage(answer);
+});

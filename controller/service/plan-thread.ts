@@ -1,0 +1,141 @@
+import { Worker } from "node:worker_threads";
+import type { Cluster } from "../model/cluster.ts";
+import type { Plan } from "../plan/planner.ts";
+import { nodeArgs } from "../../sdk/paths.ts";
+
+/**
+ * Planning off the controller's event loop. A plan may use its whole time limit (seconds);
+ * on the event loop every barrier, heartbeat and status request would wait for it. The
+ * planner runs in a worker thread instead, one plan at a time, and the controller keeps
+ * answering. A thread that crashes, runs out of memory or overruns its plan's time limit by
+ * `graceMs` fails that plan (the controller logs it and plans again later) and is replaced
+ * by a fresh one at the next plan.
+ */
+
+/** How the controller plans: one plan at a time, answered asynchronously. */
+export interface PlanRunner {
+  /** Plans the fewest moves for `cluster`; rejects when the planner fails or cannot answer. */
+  plan(cluster: Cluster, timeLimitMs: number): Promise<Plan>;
+  /** Stops planning; a plan in flight rejects with `PlanThreadError`. */
+  close(): Promise<void>;
+}
+
+/** What the controller sends the thread. */
+export interface PlanRequest {
+  readonly id: number;
+  readonly cluster: Cluster;
+  readonly timeLimitMs: number;
+}
+
+/** What the thread answers: the plan, or the planner's error message. */
+export type PlanAnswer = { readonly id: number; readonly plan: Plan } | { readonly id: number; readonly error: string };
+
+/** The thread could not answer: it crashed, hung, or the controller stopped. */
+export class PlanThreadError extends Error {
+  override readonly name = "PlanThreadError";
+  readonly code = "plan_thread";
+}
+
+export interface PlanThreadOptions {
+  /** Node arguments of the thread's module (its file, then its argv); the planner's by default. */
+  readonly entry?: readonly string[];
+  /** How long past its time limit a plan may run (HiGHS loading included) before the thread is stopped. */
+  readonly graceMs?: number;
+  /** The thread's heap bound: past it the thread dies, and the controller lives on. */
+  readonly maxHeapMiB?: number;
+}
+
+/** Loading HiGHS takes a fraction of a second; a loaded machine may take a few. */
+export const DEFAULT_PLAN_GRACE_MS = 10_000;
+/** The worst snapshot within the limits plans in under 1 GB. */
+export const DEFAULT_PLAN_HEAP_MIB = 2_048;
+
+/**
+ * The planner thread's nice value (Linux): under contention for cores it yields to the
+ * controller's event loop, so barriers stay fast while a plan runs; a plan that gets less of a
+ * core still returns its best plan at its time limit.
+ */
+export const PLANNER_NICE = 10;
+
+const PLANNER_THREAD = nodeArgs(import.meta.url, "./plan-thread-main");
+
+interface InFlight {
+  readonly id: number;
+  readonly resolve: (plan: Plan) => void;
+  readonly reject: (error: Error) => void;
+  readonly hung: NodeJS.Timeout;
+}
+
+export class PlanThread implements PlanRunner {
+  private thread: Worker | null = null;
+  private inFlight: InFlight | null = null;
+  private nextId = 1;
+  private closed = false;
+
+  constructor(private readonly options: PlanThreadOptions = {}) {}
+
+  plan(cluster: Cluster, timeLimitMs: number): Promise<Plan> {
+    if (this.closed) return Promise.reject(new PlanThreadError("the planner is closed"));
+    if (this.inFlight) return Promise.reject(new PlanThreadError(`plan #${this.inFlight.id} is still in flight; the planner takes one plan at a time`));
+    const thread = this.thread ?? this.start();
+    const id = this.nextId++;
+    const limitMs = timeLimitMs + (this.options.graceMs ?? DEFAULT_PLAN_GRACE_MS);
+    return new Promise<Plan>((resolve, reject) => {
+      const hung = setTimeout(() => this.fail(new PlanThreadError(`the planner thread did not answer plan #${id} within ${limitMs} ms (its time limit is ${timeLimitMs} ms); it was stopped`), true), limitMs);
+      this.inFlight = { id, resolve, reject, hung };
+      const request: PlanRequest = { id, cluster, timeLimitMs };
+      thread.postMessage(request);
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.fail(new PlanThreadError("the controller stopped while a plan was in flight"), false);
+    const thread = this.thread;
+    this.thread = null;
+    await thread?.terminate();
+  }
+
+  private start(): Worker {
+    const [file, ...argv] = this.options.entry ?? PLANNER_THREAD;
+    if (!file) throw new PlanThreadError("the planner thread's entry names no file");
+    const thread = new Worker(file, { argv, resourceLimits: { maxOldGenerationSizeMb: this.options.maxHeapMiB ?? DEFAULT_PLAN_HEAP_MIB } });
+    // A thread between plans must not keep the process alive; a plan in flight has its timer.
+    thread.unref();
+    // A thread already stopped (it hung) may still report; only the current one's events count.
+    thread.on("message", (answer: PlanAnswer) => this.thread === thread && this.answered(answer));
+    thread.on("error", (error) => this.thread === thread && this.fail(new PlanThreadError(`the planner thread crashed: ${error.message}`), true));
+    thread.on("exit", (code) => {
+      if (this.thread !== thread) return;
+      this.thread = null;
+      this.fail(new PlanThreadError(`the planner thread exited with code ${code}`), false);
+    });
+    this.thread = thread;
+    return thread;
+  }
+
+  private answered(answer: PlanAnswer): void {
+    const inFlight = this.inFlight;
+    // An answer to a plan that already failed (it overran, then answered) is dropped.
+    if (!inFlight || answer.id !== inFlight.id) return;
+    this.inFlight = null;
+    clearTimeout(inFlight.hung);
+    if ("plan" in answer) inFlight.resolve(answer.plan);
+    else inFlight.reject(new Error(answer.error));
+  }
+
+  /** Fails the plan in flight, if any; `stop` also ends the thread, so the next plan gets a fresh one. */
+  private fail(error: PlanThreadError, stop: boolean): void {
+    const inFlight = this.inFlight;
+    this.inFlight = null;
+    if (inFlight) {
+      clearTimeout(inFlight.hung);
+      inFlight.reject(error);
+    }
+    if (stop && this.thread) {
+      const thread = this.thread;
+      this.thread = null;
+      void thread.terminate();
+    }
+  }
+}

@@ -1,0 +1,123 @@
+import { z } from "zod";
+import { InvalidInputError } from "../../sdk/errors.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, idSchema } from "../../sdk/protocol/limits.ts";
+import { iterationCost, MODELS } from "./models.ts";
+import { Random } from "./random.ts";
+import { MIXES, workload } from "./workload.ts";
+
+/**
+ * One job of a simulated history: one line of a trace file (JSON lines). Everything the
+ * simulator needs is explicit, so a user's own history (from `sacct`, say) replays without
+ * the model table; `monkeytree simulate --preset` writes the same lines for generated traces.
+ */
+export const SimJobSchema = z.strictObject({
+  id: idSchema("a job id"),
+  /** Seconds from the start of the trace. */
+  arrival: z.number().min(0),
+  /** Informational: the model it trains. */
+  model: z.string().max(128).optional(),
+  /** TP degree: independent DP rings per fragmented rack. */
+  rings: z.int().min(1).max(MAX_GPUS_PER_HOST).default(1),
+  /** Pipeline stages, each its own DP group. */
+  stages: z.int().min(1).max(MAX_HOSTS).default(1),
+  /** DP degree in hosts, per stage. */
+  hostsPerStage: z.int().min(1).max(MAX_HOSTS),
+  iterations: z.int().min(1),
+  /** Compute seconds per iteration, without communication. */
+  computeSeconds: z.number().min(0),
+  /** Bytes on each hop of each DP ring per iteration. */
+  ringBytes: z.number().min(0),
+  /** Bytes on each pipeline flow per iteration. */
+  ppBytes: z.number().min(0).default(0),
+  /** Checkpoint bytes of one worker (one host), moved when it migrates. */
+  checkpointBytes: z.number().min(0).default(0),
+  /**
+   * Bytes each host sends per iteration in its stage's expert-parallel all-to-all, spread
+   * evenly over the stage's other hosts and over its NICs.
+   */
+  a2aBytes: z.number().min(0).default(0),
+});
+export type SimJob = z.infer<typeof SimJobSchema>;
+
+/**
+ * Parses one trace (parsed JSON values, one per line); errors name the line and field.
+ * `lineNumbers` gives each value's line in its file when blank lines were skipped.
+ */
+export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNumbers?: readonly number[]): SimJob[] {
+  const lineOf = (i: number) => lineNumbers?.[i] ?? i + 1;
+  const jobs = lines.map((line, i) => {
+    const parsed = SimJobSchema.safeParse(line);
+    if (!parsed.success) throw InvalidInputError.fromZod(`${source} line ${lineOf(i)}`, parsed.error);
+    return parsed.data;
+  });
+  const seen = new Set<string>();
+  jobs.forEach((job, i) => {
+    if (seen.has(job.id)) throw new InvalidInputError(`${source} line ${lineOf(i)}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
+    seen.add(job.id);
+  });
+  return [...jobs].sort((a, b) => a.arrival - b.arrival);
+}
+
+export const GenerateOptionsSchema = z.strictObject({
+  seed: z.int(),
+  hostCount: z.int().min(1).max(MAX_HOSTS),
+  mix: z.enum(MIXES),
+  /** Offered load: expected fraction of hosts busy, counting jobs at their ideal durations. */
+  load: z.number().gt(0).max(1),
+  jobs: z.int().min(1),
+  /** Mean ideal duration of a job, exponentially distributed. */
+  meanHours: z.number().gt(0).default(2),
+  /**
+   * Expert-parallel all-to-all bytes per host per iteration, as a multiple of the host's DP
+   * ring bytes (paper §7.10: at least 10); 0 for no EP traffic.
+   */
+  epFactor: z.number().min(0).default(0),
+  /** GPUs (and NICs) per host, over which a host's all-to-all spreads. */
+  gpusPerHost: z.int().min(1).max(MAX_GPUS_PER_HOST).default(8),
+});
+export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
+
+/**
+ * A Poisson trace: jobs of the mix (shapes and models as the planner's traces draw them),
+ * exponential ideal durations, an arrival rate that offers the target load. Deterministic in
+ * the seed; the ids are the model and the arrival number.
+ */
+export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number): SimJob[] {
+  const parsed = GenerateOptionsSchema.safeParse(input);
+  if (!parsed.success) throw InvalidInputError.fromZod("trace options", parsed.error);
+  const options = parsed.data;
+  const random = new Random(options.seed);
+  const mix = workload(options.mix, options.hostCount);
+  const meanSeconds = options.meanHours * 3600;
+  const rate = (options.load * options.hostCount) / (mix.meanHosts * meanSeconds);
+  let now = 0;
+  return Array.from({ length: options.jobs }, (_, n) => {
+    now += random.exponential(rate);
+    const spec = mix.draw(random, n);
+    const name = spec.id.slice(0, spec.id.lastIndexOf("-"));
+    const model = MODELS[name];
+    if (!model) throw new RangeError(`no model named ${name} in the model table`);
+    const cost = iterationCost(model, spec);
+    const a2aBytes = options.epFactor * cost.ringBytes * spec.rings;
+    const ideal = iterationSeconds({ ...spec, ...cost, a2aBytes }, nicBytesPerSecond, nicBytesPerSecond, nicBytesPerSecond * options.gpusPerHost);
+    const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
+    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes };
+  });
+}
+
+/**
+ * Seconds of one iteration with its rings, pipeline flows and all-to-all at the given rates
+ * (bytes/s; the all-to-all's is a host's total sending rate): compute, stretched where
+ * pipeline transfers cannot keep up, then the all-reduce and the all-to-all.
+ */
+export function iterationSeconds(
+  job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes" | "a2aBytes">,
+  ringRate: number,
+  ppRate: number,
+  a2aRate: number,
+): number {
+  const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / ringRate : 0;
+  const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / ppRate : 0;
+  const a2a = job.hostsPerStage > 1 && job.a2aBytes > 0 ? job.a2aBytes / a2aRate : 0;
+  return Math.max(job.computeSeconds, pp) + ring + a2a;
+}

@@ -1,0 +1,97 @@
+import { z } from "zod";
+import { SimConfigSchema, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
+
+const Quantiles = z.strictObject({ avg: z.number(), p50: z.number(), p90: z.number(), p99: z.number() });
+
+/** Defragmentation events: plans that moved workers, and how many each moved. */
+export const MoveEventsSchema = z.strictObject({
+  count: z.int().min(0),
+  moves: z.strictObject({
+    avg: z.number().min(0),
+    /** Share of events that needed one or two moves (paper: about 80%). */
+    shareOneOrTwo: z.number().min(0).max(1),
+    /** Events by moves needed, keyed by the count as a decimal string. */
+    histogram: z.record(z.string(), z.int().min(0)),
+  }),
+});
+export type MoveEvents = z.infer<typeof MoveEventsSchema>;
+
+export const SystemReportSchema = z.strictObject({
+  name: z.string(),
+  load: z.number().nullable(),
+  jobs: z.int().min(0),
+  slowdown: Quantiles,
+  makespanSeconds: z.number().min(0),
+  /** Workers moved in all. */
+  migrations: z.int().min(0),
+  migrationsPerJob: z.strictObject({ avg: z.number().min(0), max: z.int().min(0) }),
+  bytesMoved: z.number().min(0),
+  migrationSeconds: Quantiles.nullable(),
+  fragmentation: z.strictObject({ peakMaxRack: z.number().min(0), meanMaxRack: z.number().min(0), meanRack: z.number().min(0) }),
+  solver: z.strictObject({ plans: z.int().min(0), totalMs: z.number().min(0), p50Ms: z.number().min(0), p99Ms: z.number().min(0) }),
+  events: MoveEventsSchema,
+});
+export type SystemReport = z.infer<typeof SystemReportSchema>;
+
+/** The document `monkeytree simulate --json` prints. */
+export const SimulationReportSchema = z.strictObject({
+  /** What was simulated: the fabric, λ, front-end, seed, restart cost and plan budget. */
+  config: SimConfigSchema,
+  systems: z.array(SystemReportSchema),
+  /** Defragmentation events of every MonkeyTree system together. */
+  events: MoveEventsSchema,
+});
+export type SimulationReport = z.infer<typeof SimulationReportSchema>;
+
+/** Nearest-rank quantile of sorted values; 0 for none. */
+export function quantile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+}
+
+function quantiles(values: readonly number[]): z.infer<typeof Quantiles> {
+  const sorted = [...values].sort((a, b) => a - b);
+  const avg = sorted.length ? sorted.reduce((a, b) => a + b, 0) / sorted.length : 0;
+  return { avg, p50: quantile(sorted, 0.5), p90: quantile(sorted, 0.9), p99: quantile(sorted, 0.99) };
+}
+
+export function moveEvents(plans: readonly PlanEvent[]): MoveEvents {
+  const moved = plans.filter((p) => p.moves > 0).map((p) => p.moves);
+  const histogram: Record<string, number> = {};
+  for (const m of moved) histogram[String(m)] = (histogram[String(m)] ?? 0) + 1;
+  return {
+    count: moved.length,
+    moves: {
+      avg: moved.length ? moved.reduce((a, b) => a + b, 0) / moved.length : 0,
+      shareOneOrTwo: moved.length ? moved.filter((m) => m <= 2).length / moved.length : 0,
+      histogram,
+    },
+  };
+}
+
+export function systemReport(run: SystemRun, load: number | null): SystemReport {
+  const moves = run.jobs.map((j) => j.moves);
+  const solve = run.plans.map((p) => p.solveMs).sort((a, b) => a - b);
+  return {
+    name: run.system,
+    load,
+    jobs: run.jobs.length,
+    slowdown: quantiles(run.jobs.map((j) => j.slowdown)),
+    makespanSeconds: run.makespanSeconds,
+    migrations: moves.reduce((a, b) => a + b, 0),
+    migrationsPerJob: { avg: moves.length ? moves.reduce((a, b) => a + b, 0) / moves.length : 0, max: Math.max(0, ...moves) },
+    bytesMoved: run.bytesMoved,
+    migrationSeconds: run.migrationSeconds.length ? quantiles(run.migrationSeconds) : null,
+    fragmentation: run.fragmentation,
+    solver: { plans: solve.length, totalMs: solve.reduce((a, b) => a + b, 0), p50Ms: quantile(solve, 0.5), p99Ms: quantile(solve, 0.99) },
+    events: moveEvents(run.plans),
+  };
+}
+
+export function simulationReport(config: SimConfigInput, runs: readonly { run: SystemRun; load: number | null }[]): SimulationReport {
+  return {
+    config: SimConfigSchema.parse(config),
+    systems: runs.map(({ run, load }) => systemReport(run, load)),
+    events: moveEvents(runs.flatMap(({ run }) => run.plans)),
+  };
+}

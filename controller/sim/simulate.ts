@@ -1,0 +1,568 @@
+import { z } from "zod";
+import { InvalidInputError } from "../../sdk/errors.ts";
+import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
+import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
+import type { Move, Planner } from "../plan/index.ts";
+import { dpFlows, ppFlows, ringOrder, type DpFlow, type PpFlow } from "../route/index.ts";
+import { Fabric, FabricSchema } from "./fabric.ts";
+import { iterationSeconds, type SimJob } from "./jobs.ts";
+import { maxMinRates } from "./maxmin.ts";
+import { Random } from "./random.ts";
+import { chooseSpines, ecmpSpine, type OtherFlow, type RoutingName } from "./routing.ts";
+import { SCHEDULERS, scheduler as schedulerNamed } from "./scheduler.ts";
+
+/**
+ * The systems compared (paper §7.1): routing alone, or MonkeyTree's migrations in front of a
+ * routing. `monkeytree` is MonkeyTree with Perfect routing; `spray` is packet spraying on a
+ * full-bisection fabric, the ideal.
+ */
+export const SYSTEMS = ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree-ecmp", "monkeytree-crux", "monkeytree-sglb", "spray"] as const;
+export type SystemName = (typeof SYSTEMS)[number];
+
+export function systemSpec(name: SystemName): { routing: RoutingName; migrate: boolean } {
+  if (name === "monkeytree") return { routing: "perfect", migrate: true };
+  if (name.startsWith("monkeytree-")) return { routing: name.slice("monkeytree-".length) as RoutingName, migrate: true };
+  return { routing: name as RoutingName, migrate: false };
+}
+
+export const SimConfigSchema = z.strictObject({
+  fabric: FabricSchema,
+  /** Per-rack fragmentation bound MonkeyTree keeps; defaults to the uplinks per rack. */
+  lambda: z.int().min(0).optional(),
+  scheduler: z.enum(SCHEDULERS).default("best-fit"),
+  /** Seeds the queue pairs' source ports (ECMP), SGLB's choices and the random scheduler. */
+  seed: z.int().default(1),
+  /** Re-initialisation after a migration's transfers, before the moved jobs resume (paper: 10 s). */
+  restartSeconds: z.number().min(0).default(10),
+  /** The controller's planning time limit. */
+  planTimeLimitMs: z.int().min(1).default(60_000),
+  /**
+   * Work caps on every plan, so that a replay takes the same path on any machine (the time
+   * limit alone would make plans depend on the machine's speed).
+   */
+  planBudget: z
+    .strictObject({ exactNodes: z.int().min(0), diveNodes: z.int().min(0), mipNodes: z.int().min(0) })
+    .default({ exactNodes: 200_000, diveNodes: 50_000, mipNodes: 200 }),
+  sglbK: z.int().min(1).default(2),
+});
+export type SimConfig = z.infer<typeof SimConfigSchema>;
+export type SimConfigInput = z.input<typeof SimConfigSchema>;
+
+export interface JobOutcome {
+  readonly id: string;
+  readonly arrival: number;
+  readonly start: number;
+  readonly finish: number;
+  /** Seconds it would run alone on the fabric, never moved. */
+  readonly ideal: number;
+  /** (finish − start) ÷ ideal. */
+  readonly slowdown: number;
+  /** Workers of the job moved over its life. */
+  readonly moves: number;
+}
+
+/** One time MonkeyTree found a rack over its bound and planned. */
+export interface PlanEvent {
+  readonly time: number;
+  readonly status: string;
+  readonly moves: number;
+  readonly solveMs: number;
+}
+
+/** The cluster's fragmentation after an event: rack degrees' maximum and mean, and fragmented groups. */
+export interface FragmentationSample {
+  readonly time: number;
+  readonly maxRack: number;
+  readonly meanRack: number;
+  readonly fragmentedGroups: number;
+}
+
+export interface SimObserver {
+  readonly jobDone?: (outcome: JobOutcome) => void;
+  readonly planned?: (event: PlanEvent) => void;
+  readonly sample?: (sample: FragmentationSample) => void;
+}
+
+export interface SystemRun {
+  readonly system: SystemName;
+  readonly jobs: readonly JobOutcome[];
+  readonly plans: readonly PlanEvent[];
+  /** Seconds from each plan's start to its jobs resuming. */
+  readonly migrationSeconds: readonly number[];
+  readonly bytesMoved: number;
+  readonly makespanSeconds: number;
+  /** Time averages over the run, and the peak of the per-rack maximum. */
+  readonly fragmentation: { readonly peakMaxRack: number; readonly meanMaxRack: number; readonly meanRack: number };
+}
+
+interface Running {
+  readonly job: SimJob;
+  readonly start: number;
+  /** Hosts of each stage, in ring order. */
+  groups: number[][];
+  progress: number;
+  /** Iterations per second at the current rates. */
+  rate: number;
+  /** The iteration barrier it stops at for a pending migration. */
+  stopAt: number | undefined;
+  paused: boolean;
+  moves: number;
+}
+
+interface Transfer {
+  readonly links: number[];
+  remaining: number;
+  rate: number;
+}
+
+interface Migration {
+  readonly started: number;
+  readonly jobs: Set<string>;
+  readonly steps: Move[][];
+  step: number;
+  phase: "barrier" | "transfer" | "restart";
+  transfers: Transfer[];
+  restartEnds: number;
+}
+
+/** Events within this many seconds (relative to the clock) happen together. */
+const SAME_TIME = 1e-9;
+
+/**
+ * Runs one system over a trace, event by event: arrivals, the front-end scheduler's
+ * placements behind a FIFO queue, completions and migrations. Between events every flow's
+ * rate is constant (max-min fair over the fabric), so the clock jumps to the next event and
+ * cost grows with events, not simulated time.
+ *
+ * A job's iteration is its compute, with the pipeline transfers between stages overlapped
+ * with it, then its DP rings' all-reduce (each ring one flow that moves at its slowest hop's
+ * rate). Pipeline flows want only the rate that hides them behind compute (their demand), so
+ * they are the mice the paper describes; rings take what max-min fairness gives them. An
+ * expert-parallel job's all-to-all follows its all-reduce: one flow over every pair of a
+ * stage's hosts on every NIC. All running jobs are taken to communicate at once, the worst
+ * alignment, except that a job's own all-reduce and all-to-all take turns.
+ *
+ * MonkeyTree systems call the planner as the controller does: whenever the cluster is over
+ * its bound and no migration is in flight, after arrivals, departures and finished
+ * migrations. A migration stops its jobs at their next iteration barrier, moves each step's
+ * checkpoints as flows (ECMP-hashed, one per NIC), waits `restartSeconds`, and resumes them.
+ *
+ * Pure and synchronous: the same jobs, config and planner give the same result.
+ */
+export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, system: SystemName, planner: Planner | undefined, observer: SimObserver = {}): SystemRun {
+  const parsedConfig = SimConfigSchema.safeParse(input);
+  if (!parsedConfig.success) throw InvalidInputError.fromZod("simulation config", parsedConfig.error);
+  const config = parsedConfig.data;
+  const spec = systemSpec(system);
+  if (spec.migrate && !planner) throw new RangeError(`${system} migrates, so it needs a planner`);
+  const fabric = new Fabric(config.fabric, spec.routing === "spray");
+  const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = config.fabric;
+  const topology = { racks, hostsPerRack, gpusPerHost, uplinksPerRack };
+  const lambda = config.lambda ?? uplinksPerRack;
+  const hostCount = fabric.hostCount;
+  jobs.forEach((job, i) => {
+    if (job.stages * job.hostsPerStage > hostCount) {
+      throw new InvalidInputError("trace", [{ path: `[${i}]`, message: `job ${job.id} needs ${job.stages * job.hostsPerStage} hosts; the cluster has ${hostCount}` }]);
+    }
+  });
+  const random = new Random(config.seed);
+  const place = schedulerNamed(config.scheduler, random);
+  const nic = fabric.nicBytesPerSecond;
+  const shapeOnly = clusterFromSnapshot({ topology, lambda, jobs: [] });
+
+  const occupied = new Array<boolean>(hostCount).fill(false);
+  const running = new Map<string, Running>();
+  const queue: SimJob[] = [];
+  const outcomes: JobOutcome[] = [];
+  const plans: PlanEvent[] = [];
+  const migrationSeconds: number[] = [];
+  let bytesMoved = 0;
+  let migration: Migration | undefined;
+  let now = 0;
+  let nextArrival = 0;
+  let routesDirty = true;
+  let ratesDirty = true;
+  let cluster: Cluster = shapeOnly;
+  let flows: { dp: DpFlow[]; pp: PpFlow[]; a2a: A2aFlow[] } = { dp: [], pp: [], a2a: [] };
+  let spineOf: { dp: number[]; pp: number[]; other: number[] } = { dp: [], pp: [], other: [] };
+  const fragmentation = { peakMaxRack: 0, maxIntegral: 0, meanIntegral: 0, current: { max: 0, mean: 0 } };
+
+  const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
+
+  const clusterOfRunning = (): Cluster =>
+    clusterFromSnapshot({
+      topology,
+      lambda,
+      // The controller orders jobs by id, so plans do not depend on arrival order.
+      jobs: [...running.values()]
+        .sort((a, b) => (a.job.id < b.job.id ? -1 : a.job.id > b.job.id ? 1 : 0))
+        .map((r) => ({ id: r.job.id, rings: r.job.rings, groups: r.groups })),
+    });
+
+  const sample = () => {
+    const degrees = rackFragmentation(cluster);
+    const max = Math.max(0, ...degrees);
+    const mean = degrees.reduce((a, b) => a + b, 0) / Math.max(1, degrees.length);
+    const fragmentedGroups = cluster.placement.filter((hosts) => new Set(hosts.map((h) => fabric.rackOf(h))).size > 1).length;
+    fragmentation.current = { max, mean };
+    fragmentation.peakMaxRack = Math.max(fragmentation.peakMaxRack, max);
+    observer.sample?.({ time: now, maxRack: max, meanRack: mean, fragmentedGroups });
+  };
+
+  const reroute = () => {
+    cluster = clusterOfRunning();
+    const dp = dpFlows(cluster, cluster.placement);
+    const pp = ppFlows(cluster, cluster.placement);
+    const a2a = allToAllFlows(cluster, (id) => running.get(id)!.job.a2aBytes > 0, gpusPerHost, fabric);
+    spineOf = chooseSpines(spec.routing, cluster, dp, pp, a2a, {
+      spines: fabric.spines,
+      seed: config.seed,
+      sglbK: config.sglbK,
+      intensity: (id) => intensity(running.get(id)?.job, nic),
+    });
+    flows = { dp, pp, a2a };
+    routesDirty = false;
+    ratesDirty = true;
+    sample();
+  };
+  const rerate = () => {
+    const paths: number[][] = [];
+    const demands: number[] = [];
+    const ringEntity = new Map<string, number>();
+    const ppEntities = new Map<string, number[]>();
+    cluster.groups.forEach((group, g) => {
+      const r = running.get(group.job)!;
+      const hosts = cluster.placement[g]!;
+      if (r.paused || hosts.length < 2 || r.job.ringBytes === 0) return;
+      // A job's phases never overlap and hosts are not shared, so a NIC only bounds its
+      // own flow: ring k sends once and receives once on NIC k of every host.
+      for (let ring = 0; ring < group.rings; ring++) {
+        ringEntity.set(`${g}/${ring}`, paths.length);
+        paths.push([]);
+        demands.push(nic);
+      }
+    });
+    flows.dp.forEach((f, i) => {
+      const entity = ringEntity.get(`${f.group}/${f.ring}`);
+      if (entity === undefined) return;
+      const spine = spineOf.dp[i]!;
+      paths[entity]!.push(fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack));
+    });
+    flows.pp.forEach((f, i) => {
+      const job = cluster.groups[f.fromGroup]!.job;
+      const r = running.get(job)!;
+      if (r.paused) return;
+      // Pipeline transfers happen during compute, never beside the job's own all-reduce,
+      // so they contend in the fabric only.
+      const spine = spineOf.pp[i]!;
+      const list = ppEntities.get(job) ?? [];
+      list.push(paths.length);
+      ppEntities.set(job, list);
+      paths.push([fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack)]);
+      demands.push(r.job.computeSeconds > 0 ? Math.min(nic, r.job.ppBytes / r.job.computeSeconds) : nic);
+    });
+    // A stage's all-to-all is one flow: every pair of its hosts on every NIC, in lockstep.
+    const a2aEntity = new Map<number, number>();
+    cluster.groups.forEach((group, g) => {
+      const r = running.get(group.job)!;
+      const hosts = cluster.placement[g]!;
+      if (r.paused || hosts.length < 2 || r.job.a2aBytes === 0) return;
+      // Every NIC sends to, and receives from, each of the other hosts once.
+      a2aEntity.set(g, paths.length);
+      paths.push([]);
+      demands.push(nic / (hosts.length - 1));
+    });
+    flows.a2a.forEach((f, i) => {
+      const entity = a2aEntity.get(f.group);
+      if (entity === undefined) return;
+      const spine = spineOf.other[i]!;
+      paths[entity]!.push(fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack));
+    });
+    const transfers = migration?.transfers ?? [];
+    const firstTransfer = paths.length;
+    for (const t of transfers) {
+      paths.push(t.links);
+      demands.push(Infinity);
+    }
+    const solve = (without: readonly number[] = []) => {
+      if (paths.length === 0) return new Float64Array(0);
+      if (without.length === 0) return maxMinRates({ capacities: fabric.capacities, flows: paths, demands });
+      // A left-out flow crosses nothing and wants nothing.
+      const gone = new Set(without);
+      return maxMinRates({
+        capacities: fabric.capacities,
+        flows: paths.map((links, e) => (gone.has(e) ? [] : links)),
+        demands: demands.map((d, e) => (gone.has(e) ? 0 : d)),
+      });
+    };
+    const rates = solve();
+    transfers.forEach((t, i) => (t.rate = rates[firstTransfer + i]!));
+    const ringsOf = new Map<string, number[]>();
+    cluster.groups.forEach((group, g) => {
+      for (let ring = 0; ring < group.rings; ring++) {
+        const entity = ringEntity.get(`${g}/${ring}`);
+        if (entity !== undefined) ringsOf.set(group.job, [...(ringsOf.get(group.job) ?? []), entity]);
+      }
+    });
+    const a2aOf = new Map<string, number[]>();
+    for (const [g, entity] of a2aEntity) a2aOf.set(cluster.groups[g]!.job, [...(a2aOf.get(cluster.groups[g]!.job) ?? []), entity]);
+    // A job's all-reduce and all-to-all take turns, so each meets everyone's traffic but the
+    // other's: one solve without its all-to-all, one without its rings.
+    const ringRate = new Map<string, number>();
+    for (const [job, entities] of ringsOf) {
+      const own = a2aOf.get(job);
+      const from = own ? solve(own) : rates;
+      ringRate.set(job, Math.min(...entities.map((e) => from[e]!)));
+    }
+    // Each host sends to every other host of its stage on every NIC at the flow's rate.
+    const a2aRate = new Map<string, number>();
+    const sizeOf = new Map([...a2aEntity].map(([g, entity]) => [entity, cluster.placement[g]!.length]));
+    for (const [job, entities] of a2aOf) {
+      const own = ringsOf.get(job);
+      const from = own ? solve(own) : rates;
+      a2aRate.set(job, Math.min(...entities.map((e) => from[e]! * (sizeOf.get(e)! - 1) * gpusPerHost)));
+    }
+    for (const r of running.values()) {
+      if (r.paused) {
+        r.rate = 0;
+        continue;
+      }
+      // Pipeline flows inside a rack are held only by the NIC.
+      const pp = Math.min(nic, ...(ppEntities.get(r.job.id) ?? []).map((e) => rates[e]!));
+      r.rate = 1 / iterationSeconds(r.job, ringRate.get(r.job.id) ?? Infinity, pp, a2aRate.get(r.job.id) ?? Infinity);
+    }
+    ratesDirty = false;
+  };
+
+  /** Hosts running a worker, and the destinations a migration in flight has reserved. */
+  const recomputeOccupancy = () => {
+    occupied.fill(false);
+    for (const r of running.values()) for (const hosts of r.groups) for (const h of hosts) occupied[h] = true;
+    for (const step of migration?.steps ?? []) for (const m of step) occupied[m.to] = true;
+  };
+
+  const finishJob = (r: Running) => {
+    running.delete(r.job.id);
+    const idealSeconds = ideal(r.job);
+    const outcome: JobOutcome = {
+      id: r.job.id,
+      arrival: r.job.arrival,
+      start: r.start,
+      finish: now,
+      ideal: idealSeconds,
+      slowdown: idealSeconds > 0 ? (now - r.start) / idealSeconds : 1,
+      moves: r.moves,
+    };
+    outcomes.push(outcome);
+    observer.jobDone?.(outcome);
+    if (migration?.jobs.delete(r.job.id)) {
+      // Its moves are moot: its hosts are free now, which only helps the other moves.
+      for (const step of migration.steps) step.splice(0, step.length, ...step.filter((m) => m.job !== r.job.id));
+      if (migration.jobs.size === 0) migration = undefined;
+      else beginTransfersIfReady();
+    }
+    recomputeOccupancy();
+    routesDirty = true;
+  };
+
+  const startQueued = (): boolean => {
+    let started = false;
+    for (let head = queue[0]; head !== undefined; head = queue[0]) {
+      const groups = place(occupied, hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
+      if (!groups) break;
+      queue.shift();
+      for (const hosts of groups) for (const h of hosts) occupied[h] = true;
+      // As the controller starts a job: each group in ring order.
+      const ordered = groups.map((hosts) => ringOrder(shapeOnly, hosts));
+      running.set(head.id, { job: head, start: now, groups: ordered, progress: 0, rate: 0, stopAt: undefined, paused: false, moves: 0 });
+      started = true;
+    }
+    if (started) routesDirty = true;
+    return started;
+  };
+
+  const maybePlan = () => {
+    if (!spec.migrate || !planner || migration) return;
+    if (routesDirty) reroute();
+    if (withinBounds(cluster)) return;
+    let plan;
+    try {
+      plan = planner.plan(cluster, { timeLimitMs: config.planTimeLimitMs, budget: config.planBudget });
+    } catch (error) {
+      const event = { time: now, status: error instanceof Error ? error.name : "error", moves: 0, solveMs: 0 };
+      plans.push(event);
+      observer.planned?.(event);
+      return;
+    }
+    const event = { time: now, status: plan.status, moves: plan.moveCount, solveMs: plan.solveMs };
+    plans.push(event);
+    observer.planned?.(event);
+    if (plan.moves.length === 0) return;
+    const steps: Move[][] = [];
+    for (const m of plan.moves) (steps[m.step] ??= []).push(m);
+    migration = { started: now, jobs: new Set(plan.moves.map((m) => m.job)), steps: steps.filter(Boolean), step: -1, phase: "barrier", transfers: [], restartEnds: 0 };
+    recomputeOccupancy();
+    for (const id of migration.jobs) {
+      const r = running.get(id)!;
+      r.stopAt = Math.min(r.job.iterations, Math.ceil(r.progress - SAME_TIME));
+      if (r.stopAt <= r.progress + SAME_TIME && r.stopAt < r.job.iterations) pause(r);
+    }
+    beginTransfersIfReady();
+  };
+
+  const pause = (r: Running) => {
+    r.progress = r.stopAt ?? r.progress;
+    r.paused = true;
+    ratesDirty = true;
+  };
+
+  const beginTransfersIfReady = () => {
+    if (!migration || migration.phase !== "barrier") return;
+    for (const id of migration.jobs) if (!running.get(id)?.paused) return;
+    migration.phase = "transfer";
+    nextStep();
+  };
+
+  const nextStep = () => {
+    const m = migration!;
+    m.step++;
+    ratesDirty = true;
+    if (m.step >= m.steps.length) {
+      m.phase = "restart";
+      m.transfers = [];
+      m.restartEnds = now + config.restartSeconds;
+      return;
+    }
+    m.transfers = m.steps[m.step]!.flatMap((move) => {
+      const bytes = running.get(move.job)!.job.checkpointBytes / gpusPerHost;
+      if (bytes === 0) return [];
+      bytesMoved += bytes * gpusPerHost;
+      return Array.from({ length: gpusPerHost }, (_, nicIndex) => {
+        const spine = ecmpSpine(move.from, move.to, `checkpoint/${move.job}/${move.from}>${move.to}/${nicIndex}`, config.seed, fabric.spines);
+        return { links: fabric.path(move.from, move.to, nicIndex, spine), remaining: bytes, rate: 0 };
+      });
+    });
+    if (m.transfers.length === 0) nextStep();
+  };
+
+  const endMigration = () => {
+    const m = migration!;
+    migration = undefined;
+    for (const step of m.steps) {
+      for (const move of step) {
+        const r = running.get(move.job)!;
+        r.groups = r.groups.map((hosts, g) => {
+          if (g !== move.group) return hosts;
+          const moved = hosts.map((h) => (h === move.from ? move.to : h));
+          return ringOrder(shapeOnly, moved, moved);
+        });
+        r.moves++;
+      }
+    }
+    for (const id of m.jobs) {
+      const r = running.get(id)!;
+      r.paused = false;
+      r.stopAt = undefined;
+    }
+    recomputeOccupancy();
+    migrationSeconds.push(now - m.started);
+    routesDirty = true;
+  };
+
+  const advance = (to: number) => {
+    const dt = to - now;
+    if (dt > 0) {
+      for (const r of running.values()) if (!r.paused) r.progress += r.rate * dt;
+      for (const t of migration?.transfers ?? []) t.remaining -= t.rate * dt;
+      fragmentation.maxIntegral += fragmentation.current.max * dt;
+      fragmentation.meanIntegral += fragmentation.current.mean * dt;
+    }
+    now = to;
+  };
+
+  while (nextArrival < jobs.length || running.size > 0 || queue.length > 0) {
+    if (routesDirty) reroute();
+    if (ratesDirty) rerate();
+    let next = jobs[nextArrival]?.arrival ?? Infinity;
+    for (const r of running.values()) {
+      if (r.paused) continue;
+      const target = r.stopAt ?? r.job.iterations;
+      next = Math.min(next, now + Math.max(0, target - r.progress) / r.rate);
+    }
+    if (migration?.phase === "transfer") for (const t of migration.transfers) next = Math.min(next, now + Math.max(0, t.remaining) / t.rate);
+    if (migration?.phase === "restart") next = Math.min(next, migration.restartEnds);
+    if (next === Infinity) throw new Error(`the simulation stalled at ${now} s with ${queue.length} jobs queued and ${running.size} running`);
+    advance(Math.max(now, next));
+    const due = (t: number) => t <= now + SAME_TIME * Math.max(1, now);
+
+    let placementChanged = false;
+    for (const r of [...running.values()]) {
+      if (r.paused) continue;
+      const target = r.stopAt ?? r.job.iterations;
+      if (!due(now + Math.max(0, target - r.progress) / r.rate)) continue;
+      r.progress = target;
+      if (target >= r.job.iterations) {
+        finishJob(r);
+        placementChanged = true;
+      } else {
+        pause(r);
+        beginTransfersIfReady();
+      }
+    }
+    if (migration?.phase === "transfer") {
+      const m = migration;
+      m.transfers = m.transfers.filter((t) => !due(now + Math.max(0, t.remaining) / t.rate));
+      if (m.transfers.length === 0) nextStep();
+      else ratesDirty = true;
+    }
+    if (migration?.phase === "restart" && due(migration.restartEnds)) {
+      endMigration();
+      placementChanged = true;
+    }
+    while (nextArrival < jobs.length && due(jobs[nextArrival]!.arrival)) queue.push(jobs[nextArrival++]!);
+    if (startQueued()) placementChanged = true;
+    if (placementChanged) maybePlan();
+  }
+
+  return {
+    system,
+    jobs: outcomes,
+    plans,
+    migrationSeconds,
+    bytesMoved,
+    makespanSeconds: now,
+    fragmentation: {
+      peakMaxRack: fragmentation.peakMaxRack,
+      meanMaxRack: now > 0 ? fragmentation.maxIntegral / now : 0,
+      meanRack: now > 0 ? fragmentation.meanIntegral / now : 0,
+    },
+  };
+}
+
+/** One cross-rack sub-flow of a stage's all-to-all: host to host on one NIC. */
+interface A2aFlow extends OtherFlow {
+  readonly group: number;
+}
+
+function allToAllFlows(cluster: Cluster, hasAllToAll: (job: string) => boolean, nics: number, fabric: Fabric): A2aFlow[] {
+  const flows: A2aFlow[] = [];
+  cluster.groups.forEach((group, g) => {
+    if (!hasAllToAll(group.job)) return;
+    const hosts = cluster.placement[g]!;
+    for (const a of hosts) {
+      for (const b of hosts) {
+        const srcRack = fabric.rackOf(a);
+        const dstRack = fabric.rackOf(b);
+        if (srcRack === dstRack) continue;
+        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}` });
+      }
+    }
+  });
+  return flows;
+}
+
+/** Crux's intensity: GPU-seconds a byte of the job's all-reduce holds up. */
+function intensity(job: SimJob | undefined, nic: number): number {
+  if (!job || job.ringBytes === 0) return 0;
+  return (job.stages * job.hostsPerStage * (job.computeSeconds + job.ringBytes / nic)) / job.ringBytes;
+}

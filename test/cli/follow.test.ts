@@ -1,0 +1,82 @@
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import { afterEach, describe, expect, it } from "vitest";
+import { CLI } from "../../cli/paths.ts";
+import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { ControllerEventSchema } from "../../sdk/protocol/events.ts";
+import { runCli } from "../helpers/cli.ts";
+import { startController, type Harness } from "../service/harness.ts";
+
+/** `monkeytree status --follow` as an operator runs it: a process streaming a live controller's events. */
+
+let harness: Harness | undefined;
+const clients: ControllerClient[] = [];
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await harness?.close();
+  harness = undefined;
+});
+
+/** Starts the follower; `next()` resolves with each line it prints, `exited` with its code and stderr. */
+function follow(...args: string[]) {
+  const child = spawn(process.execPath, [...CLI, "status", "--follow", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const lines: string[] = [];
+  const waiting: (() => void)[] = [];
+  createInterface({ input: child.stdout }).on("line", (line) => {
+    lines.push(line);
+    waiting.splice(0).forEach((wake) => wake());
+  });
+  const exited = new Promise<{ code: number | null; stderr: string }>((resolve) => child.once("exit", (code) => resolve({ code, stderr })));
+  /** Resolves once a printed line matches. */
+  const line = async (pattern: RegExp): Promise<string> => {
+    for (;;) {
+      const found = lines.find((l) => pattern.test(l));
+      if (found) return found;
+      await Promise.race([new Promise<void>((resolve) => waiting.push(resolve)), exited.then(() => Promise.reject(new Error(`the follower exited before printing ${pattern}: ${stderr}`)))]);
+    }
+  };
+  return { child, line, lines, exited };
+}
+
+async function startJob(endpoint: string, job: string, hosts: number[]): Promise<ControllerClient> {
+  const client = new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 });
+  clients.push(client);
+  await Promise.all(hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: hosts.length }).register(5_000)));
+  return client;
+}
+
+describe("monkeytree status --follow", () => {
+  it("prints the latest events, then each new one as a line, and exits 0 on SIGINT", async () => {
+    harness = await startController();
+    const client = await startJob(harness.server.endpoint, "a", [0, 1]);
+    const follower = follow("--connect", harness.server.endpoint);
+    expect(await follower.line(/job a started/)).toMatch(/^\d\d:\d\d:\d\d\.\d{3} {2}job a started on hosts 0, 1 \(1 rings\)$/);
+    await client.finish("a");
+    await follower.line(/job a finished/);
+    follower.child.kill("SIGINT");
+    expect(await follower.exited).toEqual({ code: 0, stderr: "" });
+  }, 60_000);
+
+  it("with --json prints each event's JSON line, and says so when the controller goes away", async () => {
+    harness = await startController();
+    await startJob(harness.server.endpoint, "a", [0, 4]);
+    await startJob(harness.server.endpoint, "b", [1, 5]);
+    const follower = follow("--connect", harness.server.endpoint, "--json", "--timeout", "1");
+    await follower.line(/"event":"plan"/);
+    const events = follower.lines.map((line) => ControllerEventSchema.parse(JSON.parse(line)));
+    expect(events.map((e) => e.event).slice(0, 4)).toEqual(["job-started", "job-started", "fragmentation", "plan"]);
+    await harness.close();
+    harness = undefined;
+    const { code, stderr } = await follower.exited;
+    expect(code).toBe(3);
+    expect(stderr).toMatch(/^monkeytree status: the controller is unreachable: no answer to events #\d+ from tcp:\/\/127\.0\.0\.1:\d+ within 1000 ms/);
+  }, 60_000);
+
+  it("exits 3 naming the address when no controller answers at all", async () => {
+    const result = await runCli("status", "--follow", "--connect", "tcp://127.0.0.1:9", "--timeout", "0.3");
+    expect(result).toMatchObject({ code: 3, stdout: "" });
+    expect(result.stderr).toContain("the controller is unreachable: no answer to events #1 from tcp://127.0.0.1:9 within 300 ms");
+  });
+});

@@ -1,0 +1,104 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { runCli } from "../helpers/cli.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "monkeytree-simulate-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The report without wall-clock solve times, which differ run to run. */
+const repeatable = (report: SimulationReport) => report.systems.map(({ solver: _, ...rest }) => rest);
+
+describe("monkeytree simulate", () => {
+  let first: SimulationReport;
+
+  it("prints one JSON document per the schema, writes CSVs system by system, and saves the trace", async () => {
+    const csv = join(dir, "csv");
+    const traces = join(dir, "traces");
+    const result = await runCli("simulate", "--preset", "small", "--json", "--csv", csv, "--save-trace", traces);
+    expect(result.code).toBe(0);
+    first = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(first.systems.map((s) => s.name)).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    for (const s of first.systems) expect(s.jobs).toBe(100);
+    const byName = Object.fromEntries(first.systems.map((s) => [s.name, s]));
+    expect(byName.monkeytree!.events.count).toBeGreaterThan(0);
+    expect(byName.monkeytree!.slowdown.p99).toBeLessThan(byName.ecmp!.slowdown.p99);
+    expect(byName.spray!.slowdown.p99).toBeCloseTo(1, 9);
+    // Progress: one line per finished system (stderr is no terminal here).
+    expect(result.stderr.trim().split("\n")).toHaveLength(4);
+
+    const lines = (name: string) => readFileSync(join(csv, name), "utf8").trim().split("\n");
+    expect(lines("jobs.csv")).toHaveLength(1 + 4 * 100);
+    expect(lines("summary.csv").slice(1).map((l) => l.split(",")[0])).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    expect(lines("plans.csv").length - 1).toBe(first.systems.reduce((n, s) => n + s.solver.plans, 0));
+    expect(lines("fragmentation.csv")[0]).toBe("system,load,time,max_rack,mean_rack,fragmented_groups");
+    expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
+  });
+
+  it("replays a saved trace to the same results", async () => {
+    const result = await runCli("simulate", "--preset", "small", "--trace", join(dir, "traces", "trace-0.9.jsonl"), "--json");
+    expect(result.code).toBe(0);
+    const replay = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(repeatable(replay).map((s) => ({ ...s, load: 0.9 }))).toEqual(repeatable(first));
+  });
+
+  it("draws SVG charts: slowdown against load, fragmentation over time, moves per event", async () => {
+    const plots = join(dir, "plots");
+    const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--plot", plots);
+    expect(result.code).toBe(0);
+    const svg = (name: string) => readFileSync(join(plots, name), "utf8");
+    for (const name of ["slowdown-p99.svg", "slowdown-avg.svg", "fragmentation-0.8.svg", "fragmentation-0.9.svg"]) {
+      const text = svg(name);
+      expect(text.startsWith("<svg ")).toBe(true);
+      expect(text.trimEnd().endsWith("</svg>")).toBe(true);
+      // One line and one legend entry per system.
+      expect(text.match(/<polyline /g)).toHaveLength(4);
+      for (const system of ["ecmp", "perfect", "monkeytree", "spray"]) expect(text).toContain(`>${system}</text>`);
+    }
+    // Each slowdown line has a point per load.
+    expect(svg("slowdown-p99.svg").match(/<circle /g)).toHaveLength(4 * 2);
+    expect(svg("moves.svg")).toMatch(/<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="[\d.]+" fill="#1f77b4"\/>/);
+  });
+
+  it("prints a table by default", async () => {
+    const result = await runCli("simulate", "--preset", "small", "--systems", "ecmp,monkeytree-ecmp");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("8 racks × 8 hosts × 8 GPUs, 2 uplinks per rack (32:1), λ = 2");
+    expect(result.stdout).toMatch(/90%\s+monkeytree-ecmp\s+100\s/);
+  });
+
+  it("simulates a fabric given by flags, and reports it", async () => {
+    const result = await runCli("simulate", "--racks", "4", "--hosts-per-rack", "4", "--gpus-per-host", "2", "--uplinks", "1", "--nic-gbps", "100", "--jobs", "30", "--systems", "ecmp", "--json");
+    expect(result.code).toBe(0);
+    const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(report.config.fabric).toEqual({ racks: 4, hostsPerRack: 4, gpusPerHost: 2, uplinksPerRack: 1, nicGbps: 100 });
+    expect(report.config.lambda).toBeUndefined();
+    expect(report.systems[0]!.jobs).toBe(30);
+  });
+
+  it.each([
+    [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
+    [["--mix", "moe"], /--mix must be one of dp, tp8pp, got "moe"/],
+    [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
+    [["--preset", "nope"], /--preset must be one of paper-1024, /],
+    [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],
+    [["--trace", "x.jsonl", "--mix", "dp"], /with --trace the file gives the jobs/],
+  ])("refuses %j with exit code 2", async (args, message) => {
+    const result = await runCli("simulate", ...args);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(message);
+  });
+
+  it("names the line and field of a bad trace", async () => {
+    const path = join(dir, "bad.jsonl");
+    const good = { id: "a", arrival: 0, hostsPerStage: 2, iterations: 3, computeSeconds: 1, ringBytes: 10 };
+    writeFileSync(path, `${JSON.stringify(good)}\n\n${JSON.stringify({ ...good, id: "b", hostsPerStage: -1 })}\n`);
+    const result = await runCli("simulate", "--trace", path);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(new RegExp(`trace ${path} line 3 at hostsPerStage: `));
+    writeFileSync(path, "{not json\n");
+    expect((await runCli("simulate", "--trace", path)).stderr).toMatch(/line 1: not JSON/);
+  });
+});

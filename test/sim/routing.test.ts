@@ -1,0 +1,58 @@
+import { describe, expect, it } from "vitest";
+import { defaultAddressOf, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
+import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
+import { ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
+import { simulateSystem, type SimConfigInput } from "../../controller/sim/simulate.ts";
+import { referenceHop } from "../route/reference-hash.ts";
+
+describe("ECMP in the simulator", () => {
+  it("sends a flow where the switches' CRC-32 of its 5-tuple says, with its queue pair's port", () => {
+    for (let n = 0; n < 2000; n++) {
+      const key = `job${n}/0/0/${n}>${n + 9}`;
+      const port = sourcePort(key, 5);
+      expect(port).toBeGreaterThanOrEqual(EPHEMERAL_PORTS.first);
+      expect(port).toBeLessThanOrEqual(EPHEMERAL_PORTS.last);
+      const tuple = { srcAddress: defaultAddressOf(n % 128), dstAddress: defaultAddressOf((n + 9) % 128), protocol: 17, srcPort: port, dstPort: ROCE_V2_PORT };
+      expect(ecmpSpine(n % 128, (n + 9) % 128, key, 5, 16)).toBe(referenceHop(tuple, 16, "tor"));
+    }
+  });
+
+  it("spreads flows evenly over the spines, and collides some, as hashing does", () => {
+    const counts = new Array<number>(16).fill(0);
+    for (let n = 0; n < 16_000; n++) counts[ecmpSpine(n % 64, 64 + (n % 64), `f${n}`, 1, 16)]!++;
+    for (const c of counts) expect(Math.abs(c - 1000)).toBeLessThan(150);
+    // Sixteen flows out of one rack over sixteen uplinks: hashing alone almost never isolates them.
+    let isolated = 0;
+    for (let trial = 0; trial < 200; trial++) {
+      const spines = new Set(Array.from({ length: 16 }, (_, f) => ecmpSpine(f, 100 + f, `t${trial}/${f}`, 1, 16)));
+      if (spines.size === 16) isolated++;
+    }
+    expect(isolated).toBeLessThan(5);
+  });
+
+  it("keeps a flow's spine for the same key and seed, and draws others for another seed", () => {
+    const keys = Array.from({ length: 64 }, (_, n) => `k${n}`);
+    const spines = (seed: number) => keys.map((k) => ecmpSpine(1, 70, k, seed, 8));
+    expect(spines(3)).toEqual(spines(3));
+    expect(spines(4)).not.toEqual(spines(3));
+  });
+});
+
+describe("routings in the simulator", () => {
+  // 3 racks of 2 one-GPU hosts, two uplinks each: left to right, a spans racks 0-1 and b racks
+  // 1-2, so rack 1 carries two flows each way, one per uplink if the routing isolates them.
+  const config: SimConfigInput = { fabric: { racks: 3, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 2, nicGbps: 8 }, scheduler: "fifo" };
+  const job = (id: string, hosts: number): SimJob => SimJobSchema.parse({ id, arrival: 0, hostsPerStage: hosts, iterations: 10, computeSeconds: 1, ringBytes: 1e9 });
+  const jobs = [job("x", 1), job("a", 2), job("b", 2)];
+
+  it.each(["perfect", "crux", "sglb"] as const)("%s gives each flow of rack 1 its own uplink", (system) => {
+    const run = simulateSystem(jobs, { ...config, sglbK: 1 }, system, undefined);
+    for (const j of run.jobs) expect(j.slowdown).toBeCloseTo(1, 9);
+  });
+
+  it("ECMP isolates them only when the hash happens to: the outcome follows the 5-tuples", () => {
+    const collided = [1, 2, 3, 4, 5, 6, 7, 8].map((seed) => simulateSystem(jobs, { ...config, seed }, "ecmp", undefined).jobs.some((j) => j.slowdown > 1.25));
+    expect(collided).toContain(true);
+    expect(collided).toContain(false);
+  });
+});
