@@ -301,11 +301,19 @@ describe("controller service: keeping the scheduler's books", () => {
   });
 
   it("plans around the scheduler's pinned jobs: only MonkeyTree's own job moves", async () => {
-    const { scheduler, client } = await withScheduler();
+    const planner = new Gated(new PlanThread());
+    const { scheduler, client } = await withScheduler(planner);
     scheduler.current = { ...scheduler.current, pinned: [{ id: "77", rings: 1, hosts: [0, 4] }] };
     await expect.poll(async () => (await client.status()).scheduler?.pinned, { timeout: 10_000 }).toHaveLength(1);
     // Job a crosses the racks beside pinned job 77: moving either of them would do.
     await startJob(client, "a", [1, 5]);
+    await expect.poll(() => planner.asked.length, { timeout: 10_000 }).toBe(1);
+    const { cluster } = planner.asked[0]!;
+    expect(cluster.groups.map((g, i) => ({ job: g.job, movable: g.movable, hosts: cluster.placement[i] }))).toEqual([
+      { job: "a", movable: true, hosts: [1, 5] },
+      { job: "77", movable: false, hosts: [0, 4] },
+    ]);
+    planner.asked[0]!.release();
     const moves = await plannedMoves(client);
     expect(moves).toHaveLength(1);
     expect(moves[0]).toMatchObject({ job: "a" });
