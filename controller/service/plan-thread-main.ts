@@ -1,11 +1,11 @@
-// The planner's worker thread (see plan-thread.ts): loads HiGHS once, then answers each plan
-// request with the plan or the planner's error. Requests that arrive while HiGHS loads wait
-// in the port's queue.
+// The planner's worker thread (see plan-thread.ts): loads HiGHS once, says it is ready, then
+// answers each plan request with the plan or the planner's error. Requests that arrive while
+// HiGHS loads wait in the port's queue.
 import { readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
 import { createPlanner } from "../plan/planner.ts";
-import { PLANNER_NICE, type PlanAnswer, type PlanRequest } from "./plan-thread.ts";
+import { PLANNER_NICE, PLANNER_READY, type PlanAnswer, type PlanRequest } from "./plan-thread.ts";
 
 const port = parentPort;
 if (!port) throw new Error("plan-thread-main runs only as the planner's worker thread");
@@ -27,3 +27,4 @@ port.on("message", ({ id, cluster, timeLimitMs }: PlanRequest) => {
   }
   port.postMessage(answer);
 });
+port.postMessage(PLANNER_READY);

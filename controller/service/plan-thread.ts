@@ -30,6 +30,9 @@ export interface PlanRequest {
 /** What the thread answers: the plan, or the planner's error message. */
 export type PlanAnswer = { readonly id: number; readonly plan: Plan } | { readonly id: number; readonly error: string };
 
+/** What the thread says once, when it has loaded the planner and takes requests. */
+export const PLANNER_READY = { ready: true } as const;
+
 /** The thread could not answer: it crashed, hung, or the controller stopped. */
 export class PlanThreadError extends Error {
   override readonly name = "PlanThreadError";
@@ -39,14 +42,21 @@ export class PlanThreadError extends Error {
 export interface PlanThreadOptions {
   /** Node arguments of the thread's module (its file, then its argv); the planner's by default. */
   readonly entry?: readonly string[];
-  /** How long past its time limit a plan may run (HiGHS loading included) before the thread is stopped. */
+  /** How long past its time limit a plan may run before the thread is stopped. */
   readonly graceMs?: number;
+  /** How long a new thread may take to load the planner before it counts as hung. */
+  readonly startMs?: number;
   /** The thread's heap bound: past it the thread dies, and the controller lives on. */
   readonly maxHeapMiB?: number;
 }
 
-/** Loading HiGHS takes a fraction of a second; a loaded machine may take a few. */
+/** A planner past its time limit returns within moments; a loaded machine may take a few seconds. */
 export const DEFAULT_PLAN_GRACE_MS = 10_000;
+/**
+ * Starting a thread (compiling the planner from source under tsx, loading HiGHS) takes a second
+ * on an idle machine and minutes under emulation; it is not counted against a plan's limit.
+ */
+export const DEFAULT_PLAN_START_MS = 10 * 60_000;
 /** The worst snapshot within the limits plans in under 1 GB. */
 export const DEFAULT_PLAN_HEAP_MIB = 2_048;
 
@@ -61,13 +71,16 @@ const PLANNER_THREAD = nodeArgs(import.meta.url, "./plan-thread-main");
 
 interface InFlight {
   readonly id: number;
+  readonly timeLimitMs: number;
   readonly resolve: (plan: Plan) => void;
   readonly reject: (error: Error) => void;
-  readonly hung: NodeJS.Timeout;
+  /** Until the thread is ready, its start deadline; then the plan's. */
+  hung: NodeJS.Timeout;
 }
 
 export class PlanThread implements PlanRunner {
   private thread: Worker | null = null;
+  private ready = false;
   private inFlight: InFlight | null = null;
   private nextId = 1;
   private closed = false;
@@ -79,10 +92,9 @@ export class PlanThread implements PlanRunner {
     if (this.inFlight) return Promise.reject(new PlanThreadError(`plan #${this.inFlight.id} is still in flight; the planner takes one plan at a time`));
     const thread = this.thread ?? this.start();
     const id = this.nextId++;
-    const limitMs = timeLimitMs + (this.options.graceMs ?? DEFAULT_PLAN_GRACE_MS);
     return new Promise<Plan>((resolve, reject) => {
-      const hung = setTimeout(() => this.fail(new PlanThreadError(`the planner thread did not answer plan #${id} within ${limitMs} ms (its time limit is ${timeLimitMs} ms); it was stopped`), true), limitMs);
-      this.inFlight = { id, resolve, reject, hung };
+      const hung = this.ready ? this.planDeadline(id, timeLimitMs) : this.startDeadline();
+      this.inFlight = { id, timeLimitMs, resolve, reject, hung };
       const request: PlanRequest = { id, cluster, timeLimitMs };
       thread.postMessage(request);
     });
@@ -96,6 +108,25 @@ export class PlanThread implements PlanRunner {
     await thread?.terminate();
   }
 
+  private planDeadline(id: number, timeLimitMs: number): NodeJS.Timeout {
+    const limitMs = timeLimitMs + (this.options.graceMs ?? DEFAULT_PLAN_GRACE_MS);
+    return setTimeout(() => this.fail(new PlanThreadError(`the planner thread did not answer plan #${id} within ${limitMs} ms (its time limit is ${timeLimitMs} ms); it was stopped`), true), limitMs);
+  }
+
+  private startDeadline(): NodeJS.Timeout {
+    const startMs = this.options.startMs ?? DEFAULT_PLAN_START_MS;
+    return setTimeout(() => this.fail(new PlanThreadError(`the planner thread did not load the planner within ${startMs} ms; it was stopped`), true), startMs);
+  }
+
+  /** The thread loaded the planner: a plan waiting for it gets its own deadline from now. */
+  private started(): void {
+    this.ready = true;
+    const inFlight = this.inFlight;
+    if (!inFlight) return;
+    clearTimeout(inFlight.hung);
+    inFlight.hung = this.planDeadline(inFlight.id, inFlight.timeLimitMs);
+  }
+
   private start(): Worker {
     const [file, ...argv] = this.options.entry ?? PLANNER_THREAD;
     if (!file) throw new PlanThreadError("the planner thread's entry names no file");
@@ -103,7 +134,8 @@ export class PlanThread implements PlanRunner {
     // A thread between plans must not keep the process alive; a plan in flight has its timer.
     thread.unref();
     // A thread already stopped (it hung) may still report; only the current one's events count.
-    thread.on("message", (answer: PlanAnswer) => this.thread === thread && this.answered(answer));
+    this.ready = false;
+    thread.on("message", (answer: PlanAnswer | typeof PLANNER_READY) => this.thread === thread && ("ready" in answer ? this.started() : this.answered(answer)));
     thread.on("error", (error) => this.thread === thread && this.fail(new PlanThreadError(`the planner thread crashed: ${error.message}`), true));
     thread.on("exit", (code) => {
       if (this.thread !== thread) return;

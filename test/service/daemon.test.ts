@@ -136,7 +136,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT, transport });
     expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
 
-    await expect.poll(() => readFileSync(probeFile, "utf8"), { timeout: 5_000 }).toContain("MONKEYTREE_TOKEN");
+    await expect.poll(() => readFileSync(probeFile, "utf8"), { timeout: 60_000 }).toContain("MONKEYTREE_TOKEN");
     const { uid, gid, env } = JSON.parse(readFileSync(probeFile, "utf8")) as { uid: number; gid: number; env: Record<string, string> };
     expect({ uid, gid }).toEqual(TENANT ? { uid: TENANT.uid, gid: TENANT.gid } : { uid: process.getuid!(), gid: process.getgid!() });
     // /bin/sh adds PWD.

@@ -65,9 +65,11 @@ export async function startController(
 
 /**
  * The moves of the controller's first plan. Plans are computed on the planner's thread, so
- * they are journaled a little after the event that called for them: this waits for them.
+ * they are journaled a little after the event that called for them: this waits for them. The
+ * thread's first start can take minutes under emulation (`npm run test:rdma`), so the test's own
+ * timeout, not this wait, is the safety net.
  */
-export async function plannedMoves(client: ControllerClient, timeoutMs = 50_000): Promise<StatusReport["migrations"]> {
+export async function plannedMoves(client: ControllerClient, timeoutMs = 30 * 60_000): Promise<StatusReport["migrations"]> {
   await expect.poll(async () => (await client.status()).migrations.length, { timeout: timeoutMs, interval: 20 }).toBeGreaterThan(0);
   return (await client.status()).migrations;
 }

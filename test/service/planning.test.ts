@@ -68,13 +68,17 @@ describe("the planner thread", () => {
     const dir = tempDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const marker = join(dir, "faulted");
-    // The grace covers the thread's start (tsx and HiGHS) on a loaded machine, before it hangs.
     const planner = thread({ entry: [...nodeArgs(import.meta.url, "./fixtures/plan-thread-faulty"), mode, marker], graceMs: 5_000 });
     const failed = planner.plan(OVER, 100);
     await expect(failed).rejects.toThrow(PlanThreadError);
     await expect(failed).rejects.toThrow(error);
     expect(existsSync(marker)).toBe(true);
     expect((await planner.plan(OVER, 2_000)).moveCount).toBe(1);
+  });
+
+  it("counts a thread's start apart from the plan's limit, and stops a thread that never loads its planner", async () => {
+    const planner = thread({ entry: nodeArgs(import.meta.url, "./fixtures/plan-thread-silent"), startMs: 2_000 });
+    await expect(planner.plan(OVER, 100)).rejects.toThrow(/the planner thread did not load the planner within 2000 ms; it was stopped/);
   });
 
   it("fails a plan in flight when it is closed", async () => {
