@@ -23,7 +23,7 @@ import { TENANT, tenantDir } from "../helpers/tenant.ts";
  * sleep job is pinned, n5 drained).
  */
 
-const STEPS = 1500;
+const STEPS = 2000;
 const NODES = 6;
 const PINNED = ["n0", "n3"];
 const DDP = ["n1", "n4"];
@@ -126,11 +126,11 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     expect(status.withinBounds).toBe(true);
     expect(status.scheduler?.pinned).toEqual([{ id: pinned, rings: 1, hosts: PINNED.map(index) }]);
 
+    // A job asking for the destination while the moved worker trains there waits.
+    const probe = slurmCluster.sbatch("true", `--nodelist=${DESTINATION}`);
     // Slurm's books: the source given back (idle), the destination held for the DDP job, whose allocation kept only its batch host.
     await slurmCluster.until("the source given back", () => squeue(ddp) === "RUNNING n1" && nodeState(SOURCE) === "idle");
     expect(holds()).toEqual([expect.stringMatching(new RegExp(`^monkeytree-${ddp}-\\S+ ${DESTINATION}$`))]);
-    // A job asking for the destination while the moved worker trains there waits.
-    const probe = slurmCluster.sbatch("true", `--nodelist=${DESTINATION}`);
     await slurmCluster.until("the probe job pending on the hold", () => /^PENDING .*(ReqNodeNotAvail|Reserved)/.test(run("squeue", "-h", "-j", probe, "-o", "%T %R").trim()));
     expect(existsSync(out)).toBe(false);
     expect(squeue(pinned)).toBe("RUNNING n[0,3]");
