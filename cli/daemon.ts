@@ -26,7 +26,8 @@ options:
   --host H             this host's name in the topology, or its global index (required)
   --topology FILE      the topology that names the hosts (a topology file or Slurm's
                        topology.conf); default: the site configuration's (README, "Slurm")
-  --connect ADDR       the controller's ZeroMQ address (default tcp://127.0.0.1:5555)
+  --connect ADDR       the controller's ZeroMQ address (default: the site configuration's
+                       "controller", then tcp://127.0.0.1:5555)
   --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),
                        required when the controller has a keyring; default $${CREDENTIALS_ENV}
   --staging-bytes N    staging buffer size in bytes, the largest checkpoint the host
@@ -82,9 +83,10 @@ export const command: Command = {
     const metricsAt = metricsFlag(flags.metrics);
     const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
     if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
-    const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, await loadConfig(), true));
+    const config = await loadConfig();
+    const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, config, true));
     const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-    const controller = flags.connect ?? "tcp://127.0.0.1:5555";
+    const controller = flags.connect ?? config.controller ?? "tcp://127.0.0.1:5555";
     if (flags.listen === undefined && !isLoopback(controller)) {
       throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
     }

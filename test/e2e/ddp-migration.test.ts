@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,8 +5,8 @@ import { CLI, ProcessGroup, RUN_TS, shellCommand, WORKER, type Managed } from ".
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, type Hosts } from "./netns.ts";
+import { referenceDigest, TRAIN } from "./reference.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
-import { localRendezvous } from "../helpers/net.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 
@@ -21,7 +20,6 @@ import { TENANT, tenantDir } from "../helpers/tenant.ts";
  */
 
 const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
-const TRAIN = "examples/ddp/train.py";
 const STEPS = 300;
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
 
@@ -36,16 +34,9 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
 
   beforeAll(async () => {
     hosts = createHosts(4);
-    // The unmigrated run: plain torchrun, two processes, same seed and steps.
     const dir = tempDir();
     dirs.push(dir);
-    const out = join(dir, "reference.json");
-    const run = spawnSync(PYTHON, ["-m", "monkeytree.torchrun", ...(await localRendezvous()), "--nproc_per_node", "2", TRAIN, "--steps", String(STEPS), "--out", out], {
-      env: { ...process.env, PYTHONPATH: "sdk/python", OMP_NUM_THREADS: "1" },
-      encoding: "utf8",
-    });
-    if (run.status !== 0) throw new Error(`reference run failed: ${run.stderr}`);
-    reference = (JSON.parse(readFileSync(out, "utf8")) as { digest: string }).digest;
+    reference = await referenceDigest(STEPS, dir);
   }, 120_000);
 
   afterAll(() => {
