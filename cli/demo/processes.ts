@@ -115,15 +115,23 @@ export class ProcessGroup {
  * MONKEYTREE_CONTROLLER their environment carries.
  */
 export function killReplacements(endpoint: string): void {
-  const marker = `MONKEYTREE_CONTROLLER=${endpoint}\0`;
-  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+  killByEnvironment(`MONKEYTREE_CONTROLLER=${endpoint}`);
+}
+
+/**
+ * SIGKILLs every other process whose environment holds `entry` (NAME=VALUE): what a daemon
+ * started outlives it in a process group, or a session, of its own.
+ */
+export function killByEnvironment(entry: string): void {
+  const marker = `\0${entry}\0`;
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name) && Number(name) !== process.pid)) {
     let environ: string;
     try {
       environ = readFileSync(`/proc/${pid}/environ`, "latin1");
     } catch {
       continue; // gone, or not ours to read
     }
-    if (!`${environ}\0`.includes(marker)) continue;
+    if (!`\0${environ}\0`.includes(marker)) continue;
     try {
       process.kill(Number(pid), "SIGKILL");
     } catch {

@@ -3,6 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "./net.ts";
+import { killByEnvironment } from "../../cli/demo/processes.ts";
 
 /**
  * A real Slurm cluster on this machine from Debian's packages (SLURM.md): munged with a key of
@@ -58,6 +59,8 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
 
   const stop = () => {
     for (const child of processes) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    // Job steps (slurmstepd and what it runs) are daemonised by slurmd and outlive it.
+    killByEnvironment(`SLURM_CONF=${env.SLURM_CONF}`);
     rmSync(dir, { recursive: true, force: true });
   };
   const daemon = (command: string, args: string[], name: string): ChildProcess => {
