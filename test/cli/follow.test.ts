@@ -1,21 +1,16 @@
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { ControllerEventSchema } from "../../sdk/protocol/events.ts";
 import { runCli } from "../helpers/cli.ts";
-import { startController, type Harness } from "../service/harness.ts";
+import { closeControllersAfterEach, startController, track, type Harness } from "../service/harness.ts";
 
 /** `monkeytree status --follow` as an operator runs it: a process streaming a live controller's events. */
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
-});
+closeControllersAfterEach();
 
 /** Starts the follower; `next()` resolves with each line it prints, `exited` with its code and stderr. */
 function follow(...args: string[]) {
@@ -41,8 +36,7 @@ function follow(...args: string[]) {
 }
 
 async function startJob(endpoint: string, job: string, hosts: number[]): Promise<ControllerClient> {
-  const client = new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 });
-  clients.push(client);
+  const client = track(new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 }));
   await Promise.all(hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: hosts.length }).register(5_000)));
   return client;
 }

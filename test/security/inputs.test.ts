@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
-import { ControllerClient, ControllerError, WorkerClient } from "../../sdk/client.ts";
+import { ControllerError, WorkerClient } from "../../sdk/client.ts";
 import { MAX_GPUS_PER_HOST, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/protocol/limits.ts";
-import { INCARNATION, startController, type Harness } from "../service/harness.ts";
+import { closeControllersAfterEach, connect, INCARNATION, startController, type Harness } from "../service/harness.ts";
 
 /**
  * Issue 11, attacks 5 and 9: every field of a request is bounded, so one message can neither
@@ -11,20 +11,12 @@ import { INCARNATION, startController, type Harness } from "../service/harness.t
  */
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
 const sockets: Dealer[] = [];
-afterEach(async () => {
+closeControllersAfterEach();
+// After-hooks run last-registered first: raw sockets close before the controller.
+afterEach(() => {
   for (const s of sockets.splice(0)) s.close();
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
 });
-
-function connect(h: Harness): ControllerClient {
-  const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
-  clients.push(client);
-  return client;
-}
 
 /** A raw DEALER: sends one frame, and reads the next reply or null when none comes in `waitMs`. */
 function raw(h: Harness, waitMs = 2_000) {

@@ -4,9 +4,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { Journal, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/client.ts";
 import { runCli } from "../helpers/cli.ts";
-import { SMALL, startController, tempDir, type Harness } from "../service/harness.ts";
+import { closeControllersAfterEach, connect, SMALL, startController, tempDir, type Harness } from "../service/harness.ts";
 
 /**
  * Issue 11, attacks 6 and 7: a client must not be able to make the journal too large to
@@ -16,11 +16,8 @@ import { SMALL, startController, tempDir, type Harness } from "../service/harnes
 
 const dirs: string[] = [];
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
+closeControllersAfterEach();
+afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 const fresh = () => {
@@ -103,8 +100,7 @@ describe("attack 6: a journal too large to replay", () => {
   it("register/finish cycles cannot grow the journal past its byte bound, and the controller restarts from it", async () => {
     const bound = 4 * 1024;
     harness = await startController({ overrides: { compactAfterBytes: bound } });
-    const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
-    clients.push(client);
+    const client = connect(harness);
     const path = join(harness.dir, JOURNAL_FILE);
     let compactions = 0;
     let records = 1;
@@ -121,8 +117,7 @@ describe("attack 6: a journal too large to replay", () => {
     }
     expect(compactions).toBeGreaterThanOrEqual(4);
     harness = await harness.restart();
-    const again = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000 });
-    clients.push(again);
+    const again = connect(harness);
     expect((await again.status()).jobs).toEqual([]);
   });
 });

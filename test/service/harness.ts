@@ -1,8 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { expect } from "vitest";
-import type { ControllerClient } from "../../sdk/client.ts";
+import { afterEach, expect } from "vitest";
+import { ControllerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
@@ -52,15 +52,45 @@ export async function startController(
     dir,
     logs,
     restart: async () => {
+      started.delete(harness);
       await server.close();
       return startController({ ...options, dir, overrides: { ...options.overrides, bind: server.endpoint } });
     },
     close: async () => {
+      started.delete(harness);
       await server.close();
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  started.add(harness);
   return harness;
+}
+
+const started = new Set<Harness>();
+const clients = new Set<ControllerClient>();
+
+/**
+ * Closes, after each test of the calling file, the clients `connect` and `track` were given
+ * and every controller `startController` started (a restart's too) that the test left open.
+ */
+export function closeControllersAfterEach(): void {
+  afterEach(async () => {
+    const open = [...clients];
+    clients.clear();
+    await Promise.all(open.map((client) => client.close()));
+    for (const harness of [...started]) await harness.close();
+  });
+}
+
+/** A client of `h`'s controller, closed after the test. */
+export function connect(h: Harness, timeoutMs = 5_000): ControllerClient {
+  return track(new ControllerClient({ endpoint: h.server.endpoint, timeoutMs, retryMs: 200 }));
+}
+
+/** Closes `client` after the test. */
+export function track(client: ControllerClient): ControllerClient {
+  clients.add(client);
+  return client;
 }
 
 /**

@@ -1,26 +1,14 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 import { PlanThread, type PlanRunner } from "../../controller/service/plan-thread.ts";
 import { Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
-import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
+import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
-});
-
-function connect(h: Harness, timeoutMs = 5_000): ControllerClient {
-  const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs, retryMs: 200 });
-  clients.push(client);
-  return client;
-}
+closeControllersAfterEach();
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
@@ -426,7 +414,7 @@ describe("controller service: keeping the scheduler's books", () => {
     expect(await verdict).toMatchObject({ kind: "stop" });
     const committed = [`hold ${move.job} ${move.id} host ${move.to}`, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`];
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual(committed);
-    await Promise.all(clients.splice(0).map((c) => c.close()));
+    await client.close();
     harness = await harness!.restart();
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([...committed, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`]);
   });
@@ -436,7 +424,7 @@ describe("controller service: keeping the scheduler's books", () => {
     const { move, step, source, stayer } = await plannedMove(client);
     stayer.barrier(step).catch(() => undefined);
     expect((await source.barrier(step)).kind).toBe("migrate-out");
-    await Promise.all(clients.splice(0).map((c) => c.close()));
+    await client.close();
     // The restarted controller gets the same scheduler (the harness keeps its overrides).
     harness = await harness!.restart();
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);

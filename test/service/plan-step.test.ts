@@ -1,16 +1,11 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Journal } from "../../controller/service/journal.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { INCARNATION, SMALL, startController, tempDir, type Harness } from "./harness.ts";
+import { closeControllersAfterEach, connect, INCARNATION, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
-});
+closeControllersAfterEach();
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
@@ -25,8 +20,7 @@ describe("a plan step with several moves", () => {
     }
     journal.close();
     harness = await startController({ dir, overrides: { replanBackoffMs: 100 } });
-    const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 10_000, retryMs: 200 });
-    clients.push(client);
+    const client = connect(harness, 10_000);
     // The hosts' daemons register again with the restarted controller, which waits for them.
     for (let host = 0; host < SMALL.racks * SMALL.hostsPerRack; host++) {
       await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: `tcp://127.0.0.1:${9000 + host}` });

@@ -3,25 +3,16 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { JOURNAL_FILE, readJournal } from "../../controller/service/journal.ts";
 import { Dealer } from "zeromq";
-import { ControllerClient, ControllerError, WorkerClient } from "../../sdk/client.ts";
-import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
+import { ControllerError, WorkerClient } from "../../sdk/client.ts";
+import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
 const sockets: Dealer[] = [];
-
-afterEach(async () => {
+closeControllersAfterEach();
+// After-hooks run last-registered first: raw sockets close before the controller.
+afterEach(() => {
   for (const s of sockets.splice(0)) s.close();
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
 });
-
-function connect(h: Harness, options: { timeoutMs?: number } = {}): ControllerClient {
-  const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: options.timeoutMs ?? 5_000, retryMs: 200 });
-  clients.push(client);
-  return client;
-}
 
 /** A raw DEALER that sends frames as given and reads one reply. */
 function raw(h: Harness): { ask(...frames: string[]): Promise<Record<string, unknown>> } {

@@ -1,12 +1,12 @@
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { describe, expect, it } from "vitest";
+import { WorkerClient } from "../../sdk/client.ts";
 import { ControllerEventSchema, type ControllerEvent } from "../../sdk/protocol/events.ts";
 import { EVENT_LOG_FILE } from "../../controller/service/event-log.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { ControllerMetrics } from "../../controller/service/metrics.ts";
-import { INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
+import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 /**
  * The controller's metrics and event log, watching a real controller service: two jobs that
@@ -14,12 +14,7 @@ import { INCARNATION, plannedMoves, startController, type Harness } from "./harn
  */
 
 let harness: Harness | undefined;
-const clients: ControllerClient[] = [];
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
-  await harness?.close();
-  harness = undefined;
-});
+closeControllersAfterEach();
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
@@ -35,8 +30,7 @@ async function rolledBackMove() {
   harness = await startController({ overrides: { observer: metrics } });
   const h = harness;
   metrics.attach(() => ({ ...h.server.controller.view(), journalPath: join(h.dir, JOURNAL_FILE) }));
-  const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
-  clients.push(client);
+  const client = connect(h);
   const start = async (job: string, hosts: number[]) => {
     const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, barrierTimeoutMs: 10_000 }));
     await Promise.all(workers.map((w) => w.register(5_000)));
@@ -129,8 +123,7 @@ describe("the controller's event log", () => {
     // Numbers go on across a restart: the new controller reads the last one from the file.
     await client.close();
     harness = await h.restart();
-    const again = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
-    clients.push(again);
+    const again = connect(harness);
     const other = move.job === "a" ? "b" : "a";
     await again.finish(other);
     const after = await again.events(events.length);
@@ -142,8 +135,7 @@ describe("the controller's event log", () => {
     harness = await startController({ overrides: { observer: metrics, heartbeatTimeoutMs: 300 } });
     const h = harness;
     metrics.attach(() => ({ ...h.server.controller.view(), journalPath: join(h.dir, JOURNAL_FILE) }));
-    const client = new ControllerClient({ endpoint: h.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
-    clients.push(client);
+    const client = connect(h);
     await client.request({ type: "daemon.register", host: 3, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
     // No heartbeats follow: the daemon is lost once the timeout has passed.
     let lost: ControllerEvent | undefined;
