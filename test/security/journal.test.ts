@@ -1,12 +1,12 @@
-import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { Journal, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
 import { WorkerClient } from "../../sdk/client.ts";
 import { runCli } from "../helpers/cli.ts";
-import { closeControllersAfterEach, connect, SMALL, startController, tempDir, type Harness } from "../service/harness.ts";
+import { closeControllersAfterEach, connect, SMALL, startController, tempDirsPerTest, type Harness } from "../service/harness.ts";
 
 /**
  * Issue 11, attacks 6 and 7: a client must not be able to make the journal too large to
@@ -14,17 +14,9 @@ import { closeControllersAfterEach, connect, SMALL, startController, tempDir, ty
  * of being believed.
  */
 
-const dirs: string[] = [];
 let harness: Harness | undefined;
 closeControllersAfterEach();
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-const fresh = () => {
-  const dir = tempDir();
-  dirs.push(dir);
-  return dir;
-};
+const fresh = tempDirsPerTest();
 
 const snapshot = { topology: SMALL, lambda: 1, jobs: [] };
 const cluster = parseSnapshot(snapshot);

@@ -1,20 +1,11 @@
-import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EVENT_LOG_FILE, EventLog } from "../../controller/service/event-log.ts";
 import { ControllerEventSchema, MAX_EVENTS_PER_REPLY } from "../../sdk/protocol/events.ts";
-import { tempDir } from "./harness.ts";
+import { tempDirsPerTest } from "./harness.ts";
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-const fresh = () => {
-  const dir = tempDir();
-  dirs.push(dir);
-  return dir;
-};
+const fresh = tempDirsPerTest();
 
 const lost = (host: number) => ({ event: "daemon-lost", host, silentMs: 10_000 }) as const;
 const linesOf = (file: string) => readFileSync(file, "utf8").trim().split("\n").map((line) => ControllerEventSchema.parse(JSON.parse(line)));

@@ -28,6 +28,19 @@ export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), "monkeytree-service-"));
 }
 
+/** A maker of temporary directories that are removed after each test of the calling file. */
+export function tempDirsPerTest(): () => string {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  return () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    return dir;
+  };
+}
+
 export async function startController(
   options: { topology?: Topology; dir?: string; overrides?: Partial<ServerOptions> } = {},
 ): Promise<Harness> {

@@ -1,9 +1,9 @@
-import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Journal, JournalCorruptError, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
-import { SMALL, tempDir } from "./harness.ts";
+import { SMALL, tempDirsPerTest } from "./harness.ts";
 
 // The journal's order rules, each on records whose checksums are right: the config first and
 // only once, sequence numbers counting up from 0 without gaps or repeats; and the states a
@@ -13,13 +13,11 @@ const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topolo
 const started: RecordBody = { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: {}, replacement: null };
 const finished: RecordBody = { kind: "job-finished", job: "a" };
 
-const dirs: string[] = [];
-afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+const fresh = tempDirsPerTest();
 
 /** A journal directory whose file holds exactly `records`, each with a valid checksum. */
 function journalOf(records: [seq: number, body: RecordBody][]): { dir: string; path: string } {
-  const dir = tempDir();
-  dirs.push(dir);
+  const dir = fresh();
   const path = join(dir, JOURNAL_FILE);
   writeFileSync(path, Buffer.concat(records.map(([seq, body]) => journalLine({ seq, at: 1, ...body } as JournalRecord))));
   return { dir, path };

@@ -1,7 +1,7 @@
-import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   Journal,
   JournalConfigError,
@@ -17,16 +17,10 @@ import { transition } from "../../controller/service/migration.ts";
 import { crc32c } from "../../native/index.ts";
 import { recoverMigrations } from "../../controller/service/recovery.ts";
 import { applyRecord, type DurableState, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
-import { SMALL, tempDir } from "./harness.ts";
+import { SMALL, tempDirsPerTest } from "./harness.ts";
 
 const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: SMALL, lambda: 1, podLambda: null };
-const dirs: string[] = [];
-const fresh = () => {
-  const dir = tempDir();
-  dirs.push(dir);
-  return dir;
-};
-afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+const fresh = tempDirsPerTest();
 
 let clockNow = 5_000;
 const clock = () => clockNow;
