@@ -108,41 +108,61 @@ function initialCounts(cluster: Cluster, shape: Domains, only: (host: number) =>
 }
 
 /**
+ * What both searches below share: every group's spreads (cheapest first), the hosts still free
+ * per rack, each rack's and pod's degree so far, and placing or lifting one group's spread.
+ */
+function placementSearch(cluster: Cluster) {
+  const shape = domainsOf(cluster);
+  const initial = initialCounts(cluster, shape);
+  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
+  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
+  const free = [...shape.available];
+  const rackDegree = new Array<number>(shape.racks).fill(0);
+  const podDegree = new Array<number>(shape.pods).fill(0);
+  const ringsOf = (g: number) => cluster.groups[g]!.rings;
+  return {
+    shape,
+    options,
+    rackDegree,
+    /** Whether group g's spread fits the free hosts and the pod bounds, and the rack bounds when `racksBound`. */
+    fits(g: number, spread: Spread, racksBound: boolean): boolean {
+      const r = ringsOf(g);
+      return (
+        spread.uses.every((c, t) => c <= free[t]!) &&
+        (!racksBound || spread.racks.every((t) => rackDegree[t]! + r <= shape.lambda[t]!)) &&
+        spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!)
+      );
+    },
+    /** Places (sign 1) or lifts (sign -1) group g's spread. */
+    apply(g: number, spread: Spread, sign: 1 | -1): void {
+      const r = sign * ringsOf(g);
+      spread.uses.forEach((c, t) => (free[t]! -= sign * c));
+      for (const t of spread.racks) rackDegree[t]! += r;
+      for (const p of spread.pods) podDegree[p]! += r;
+    },
+  };
+}
+
+/**
  * The fewest worker moves to any placement that keeps every rack within capacity and every
  * rack and pod within its bound; Infinity when no placement does. Groups are placed one at a
  * time, each trying its spreads cheapest first; a partial placement is abandoned once it costs
  * as much as the best found or breaks a bound (fragmentation only grows as groups are added).
  */
 export function minimumMoves(cluster: Cluster): number {
-  const shape = domainsOf(cluster);
-  const initial = initialCounts(cluster, shape);
-  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
-  const rings = cluster.groups.map((g) => g.rings);
-  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
-  const free = [...shape.available];
-  const rackDegree = new Array<number>(shape.racks).fill(0);
-  const podDegree = new Array<number>(shape.pods).fill(0);
+  const search = placementSearch(cluster);
   let best = Number.POSITIVE_INFINITY;
   const place = (g: number, moved: number) => {
-    if (g === options.length) {
+    if (g === search.options.length) {
       best = moved;
       return;
     }
-    for (const spread of options[g]!) {
+    for (const spread of search.options[g]!) {
       if (moved + spread.cost >= best) return;
-      const r = rings[g]!;
-      const fits =
-        spread.uses.every((c, t) => c <= free[t]!) &&
-        spread.racks.every((t) => rackDegree[t]! + r <= shape.lambda[t]!) &&
-        spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!);
-      if (!fits) continue;
-      spread.uses.forEach((c, t) => (free[t]! -= c));
-      for (const t of spread.racks) rackDegree[t]! += r;
-      for (const p of spread.pods) podDegree[p]! += r;
+      if (!search.fits(g, spread, true)) continue;
+      search.apply(g, spread, 1);
       place(g + 1, moved + spread.cost);
-      spread.uses.forEach((c, t) => (free[t]! += c));
-      for (const t of spread.racks) rackDegree[t]! -= r;
-      for (const p of spread.pods) podDegree[p]! -= r;
+      search.apply(g, spread, -1);
     }
   };
   place(0, 0);
@@ -155,36 +175,23 @@ export function minimumMoves(cluster: Cluster): number {
  * `excess` is 0 exactly when `minimumMoves` is finite; Infinity for both when even that fails.
  */
 export function bestEffortMinimum(cluster: Cluster): { excess: number; moves: number } {
-  const shape = domainsOf(cluster);
-  const initial = initialCounts(cluster, shape);
-  const held = initialCounts(cluster, shape, (h) => cluster.unavailable.includes(h));
-  const rings = cluster.groups.map((g) => g.rings);
-  const options = initial.map((counts, g) => spreadsOf(shape, counts, held[g]!, cluster.groups[g]!.movable));
-  const free = [...shape.available];
-  const rackDegree = new Array<number>(shape.racks).fill(0);
-  const podDegree = new Array<number>(shape.pods).fill(0);
-  const excess = () => rackDegree.reduce((sum, d, t) => sum + Math.max(0, d - shape.lambda[t]!), 0);
+  const search = placementSearch(cluster);
+  const excess = () => search.rackDegree.reduce((sum, d, t) => sum + Math.max(0, d - search.shape.lambda[t]!), 0);
   let best = { excess: Number.POSITIVE_INFINITY, moves: Number.POSITIVE_INFINITY };
   const place = (g: number, moved: number) => {
     const over = excess();
     if (over > best.excess) return;
-    if (g === options.length) {
+    if (g === search.options.length) {
       if (over < best.excess || moved < best.moves) best = { excess: over, moves: moved };
       return;
     }
-    for (const spread of options[g]!) {
+    for (const spread of search.options[g]!) {
       // Excess never falls as groups are added, and spreads come cheapest first.
       if (over === best.excess && moved + spread.cost >= best.moves) return;
-      const r = rings[g]!;
-      const fits = spread.uses.every((c, t) => c <= free[t]!) && spread.pods.every((p) => podDegree[p]! + r <= shape.podLambda[p]!);
-      if (!fits) continue;
-      spread.uses.forEach((c, t) => (free[t]! -= c));
-      for (const t of spread.racks) rackDegree[t]! += r;
-      for (const p of spread.pods) podDegree[p]! += r;
+      if (!search.fits(g, spread, false)) continue;
+      search.apply(g, spread, 1);
       place(g + 1, moved + spread.cost);
-      spread.uses.forEach((c, t) => (free[t]! += c));
-      for (const t of spread.racks) rackDegree[t]! -= r;
-      for (const p of spread.pods) podDegree[p]! -= r;
+      search.apply(g, spread, -1);
     }
   };
   place(0, 0);
