@@ -1,6 +1,7 @@
 import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
 import type { Cluster } from "../model/cluster.ts";
 import type { Plan } from "../plan/planner.ts";
+import { applyMoves, PlanError } from "../plan/check.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
@@ -204,14 +205,14 @@ export class PlanExecution implements SessionMoves {
       this.context.wake();
       return;
     }
-    // A planner that does not honour pinned jobs and unavailable hosts must not move them.
-    const pinned = new Set(cluster.groups.filter((g) => !g.movable).map((g) => g.job));
-    const unavailable = new Set(cluster.unavailable);
-    const wrong = plan.moves.find((m) => pinned.has(m.job) || unavailable.has(m.to));
-    if (wrong) {
-      const what = pinned.has(wrong.job) ? `a worker of job "${wrong.job}", which the scheduler says is not MonkeyTree's to move` : `a worker onto host ${wrong.to}, which is unavailable`;
-      this.context.log.error(() => `the plan moves ${what}; it is not carried out`);
-      this.context.observer.planFailed(`the plan moves ${what}`);
+    // A planner that breaks the plan contract (a pinned job moved, an unavailable or busy
+    // destination, a source that runs no such worker) must not have its plan carried out.
+    try {
+      applyMoves(cluster, plan.moves);
+    } catch (err) {
+      if (!(err instanceof PlanError)) throw err;
+      this.context.log.error(() => `the plan is invalid (${err.message}); it is not carried out`);
+      this.context.observer.planFailed(`the plan is invalid: ${err.message}`);
       this.replanLater();
       return;
     }

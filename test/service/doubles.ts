@@ -153,3 +153,15 @@ export class Heedless implements PlanRunner {
     return this.inner.close();
   }
 }
+
+/** A planner with a bug: every move of its plan is sent twice in the same step. */
+export class Doubling implements PlanRunner {
+  constructor(private readonly inner: PlanRunner) {}
+  async plan(cluster: Cluster, timeLimitMs: number): Promise<Plan> {
+    const plan = await this.inner.plan(cluster, timeLimitMs);
+    return { ...plan, moves: plan.moves.flatMap((m) => [m, { ...m }]) };
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}

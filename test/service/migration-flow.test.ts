@@ -4,7 +4,7 @@ import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 import { PlanThread, type PlanRunner } from "../../controller/service/plan-thread.ts";
-import { Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
+import { Doubling, Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
@@ -338,7 +338,7 @@ describe("controller service: keeping the scheduler's books", () => {
     const { scheduler, client } = await withScheduler(new Heedless(new PlanThread()));
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
     scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [], allocations: [] };
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("which the scheduler says is not MonkeyTree's to move; it is not carried out");
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move 7[78]\[0\] .*: job "7[78]" is pinned \(movable: false\)\); it is not carried out/);
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
     expect(scheduler.calls).toEqual([]);
@@ -376,7 +376,18 @@ describe("controller service: keeping the scheduler's books", () => {
     // Every one-move repair needs a free host, and every free host is an empty slot.
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan moves a worker onto host [2367], which is unavailable; it is not carried out/);
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→[2367]: the destination is unavailable\); it is not carried out/);
+    expect((await client.status()).migrations).toEqual([]);
+  });
+
+  it("never carries out a plan that breaks the plan contract, and plans again", async () => {
+    harness = await startController({ overrides: { planner: new Doubling(new PlanThread()), replanBackoffMs: 100 } });
+    const client = connect(harness);
+    await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 5]);
+    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→\d: the source moves twice in one step\); it is not carried out/);
+    // After the backoff the controller plans again (and, with this planner, refuses again).
+    await expect.poll(() => harness!.logs.filter((line) => line.includes("it is not carried out")).length, { timeout: 10_000 }).toBeGreaterThan(1);
     expect((await client.status()).migrations).toEqual([]);
   });
 
