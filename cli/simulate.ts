@@ -5,6 +5,7 @@ import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINK
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
+  fabricSummary,
   generateJobs,
   MIXES,
   parseSimJobs,
@@ -116,6 +117,7 @@ export const command: Command = {
     const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
     const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
     const fabric = {
+      ...preset.fabric,
       racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
       hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
       gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
@@ -370,7 +372,7 @@ const fixed = (value: number, digits: number) => value.toFixed(digits);
 function render(systems: readonly SystemReport[], config: SimConfigInput): string {
   const f = config.fabric;
   const oversubscription = (f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack;
-  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1), λ = ${config.lambda ?? f.uplinksPerRack}`;
+  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1)${fabricSummary(f)}, λ = ${config.lambda ?? f.uplinksPerRack}`;
   const rows = systems.map((s) => [
     s.load === null ? "trace" : `${Math.round(s.load * 100)}%`,
     s.name,
