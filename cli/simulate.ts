@@ -40,7 +40,8 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--syste
                            [--lambda N] [--restart SEC] [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
-table (or your own history) runs on a flow-level, max-min fair 2-tier Clos, once per system:
+table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
+paper-3tier and paper-rail presets: a 3-tier Clos, rail-optimised), once per system:
 routing alone (ECMP, Crux, SGLB, Perfect), MonkeyTree's planner and migrations in front of a
 routing, and packet spraying on a full-bisection fabric as the ideal. Prints, per system and
 load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort.
@@ -57,7 +58,8 @@ options:
   --jobs N           jobs per generated trace (default: the preset's)
   --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
                      your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
-                     uplinks per rack (one per spine), link speed (default: the preset's)
+                     uplinks per rack (one per spine), link speed (default: the preset's; a
+                     3-tier or rail preset keeps its racks per pod, core links or rails)
   --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring

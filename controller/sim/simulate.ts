@@ -162,7 +162,9 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   if (spec.migrate && !planner) throw new RangeError(`${system} migrates, so it needs a planner`);
   const fabric = new Fabric(config.fabric, spec.routing === "spray");
   const { racks, hostsPerRack, gpusPerHost, uplinksPerRack, racksPerPod, aggUplinks } = config.fabric;
-  if (spec.podBound && (racksPerPod === undefined || aggUplinks === undefined)) throw new RangeError(`${system} bounds pods, so it needs a 3-tier fabric (racksPerPod and aggUplinks)`);
+  if (spec.podBound && (racksPerPod === undefined || aggUplinks === undefined)) {
+    throw new InvalidInputError("simulation config", [{ path: "fabric.racksPerPod", message: `${system} bounds pods, so it needs a 3-tier fabric: give racksPerPod and aggUplinks (the paper-3tier preset), or leave ${system} out` }]);
+  }
   // The controller sees pods whenever the fabric has them; only MonkeyTree3 plans to their bound.
   const topology = { racks, hostsPerRack, gpusPerHost, uplinksPerRack, ...(racksPerPod === undefined ? {} : { racksPerPod }) };
   const lambda = config.lambda ?? uplinksPerRack;
