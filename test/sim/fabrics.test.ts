@@ -205,4 +205,11 @@ describe("presets on the new fabrics", () => {
       if (system.startsWith("monkeytree")) expect(result.plans.every((p) => p.status !== "infeasible")).toBe(true);
     }
   });
+
+  it("gives the same result for the same seed on both fabrics", () => {
+    const jobs = generateJobs({ seed: 4, hostCount: 16, mix: "tp8pp", load: 1, jobs: 40 }, 50e9);
+    const fabrics = [{ ...small(PRESETS["paper-3tier"].fabric), racksPerPod: 2 }, small(PRESETS["paper-rail"].fabric)];
+    const once = () => fabrics.flatMap((fabric) => (["ecmp", "sglb", "monkeytree"] as const).map((system) => simulateSystem(jobs, { fabric, seed: 2 }, system, planner).jobs));
+    expect(once()).toEqual(once());
+  });
 });
