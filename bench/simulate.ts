@@ -10,6 +10,7 @@ import { benchMain } from "./entry.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
+  fabricSummary,
   generateJobs,
   PRESETS,
   simulateSystem,
@@ -92,7 +93,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1), λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}\n\n`,
+      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}\n\n`,
   );
   const pct = (load: number) => `${Math.round(load * 100)}%`;
   const slowdownTable = (title: string, pick: (r: SystemReport) => number) => {

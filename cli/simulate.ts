@@ -5,6 +5,7 @@ import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINK
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
+  fabricSummary,
   generateJobs,
   MIXES,
   parseSimJobs,
@@ -39,7 +40,8 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--syste
                            [--lambda N] [--restart SEC] [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
-table (or your own history) runs on a flow-level, max-min fair 2-tier Clos, once per system:
+table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
+paper-3tier and paper-rail presets: a 3-tier Clos, rail-optimised), once per system:
 routing alone (ECMP, Crux, SGLB, Perfect), MonkeyTree's planner and migrations in front of a
 routing, and packet spraying on a full-bisection fabric as the ideal. Prints, per system and
 load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort.
@@ -56,7 +58,8 @@ options:
   --jobs N           jobs per generated trace (default: the preset's)
   --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
                      your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
-                     uplinks per rack (one per spine), link speed (default: the preset's)
+                     uplinks per rack (one per spine), link speed (default: the preset's; a
+                     3-tier or rail preset keeps its racks per pod, core links or rails)
   --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
@@ -116,6 +119,7 @@ export const command: Command = {
     const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
     const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
     const fabric = {
+      ...preset.fabric,
       racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
       hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
       gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
@@ -370,7 +374,7 @@ const fixed = (value: number, digits: number) => value.toFixed(digits);
 function render(systems: readonly SystemReport[], config: SimConfigInput): string {
   const f = config.fabric;
   const oversubscription = (f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack;
-  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1), λ = ${config.lambda ?? f.uplinksPerRack}`;
+  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1)${fabricSummary(f)}, λ = ${config.lambda ?? f.uplinksPerRack}`;
   const rows = systems.map((s) => [
     s.load === null ? "trace" : `${Math.round(s.load * 100)}%`,
     s.name,

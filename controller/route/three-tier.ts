@@ -39,7 +39,11 @@ export interface ThreeTierRouting extends DpRouting {
   readonly coreDelta: number;
 }
 
-export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colour: ColourMethod): ThreeTierRouting {
+/**
+ * `coreLinks` is each aggregation switch's count of core-facing links (and of core switches);
+ * the controller's model has as many as a rack has uplinks, a simulated fabric may have fewer.
+ */
+export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colour: ColourMethod, coreLinks = cluster.topology.uplinksPerRack): ThreeTierRouting {
   const { racks, uplinksPerRack: links } = cluster.topology;
   const pods = cluster.podCount;
   const podOf = (rack: number) => podOfRack(cluster, rack);
@@ -57,7 +61,7 @@ export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colou
       entering[podOf(f.dstRack)]!++;
     }
   });
-  const perLink = (n: number) => Math.ceil(n / links);
+  const perLink = (n: number) => Math.ceil(n / coreLinks);
   // A fold, not Math.max(...): spread arguments overflow the stack past some 65,000 racks.
   const budget = [out, inn, leaving.map(perLink), entering.map(perLink)].reduce((max, counts) => counts.reduce((a, b) => Math.max(a, b), max), 1);
   const copies = (n: number) => Math.ceil(n / budget);
@@ -99,7 +103,7 @@ export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colou
     to: crossing.map((t) => podOf(flows[t]!.dstRack) * links + link[dstEdge[t]!]!),
   };
   const coreColouring = colour(coreGraph);
-  const core = foldColours(coreGraph, coreColouring, links);
+  const core = foldColours(coreGraph, coreColouring, coreLinks);
   const coreOf = new Map(crossing.map((t, k) => [t, core[k]!]));
 
   const paths: DpPath[] = flows.map((_, t) => ({

@@ -5,13 +5,14 @@ export { trace, TraceOptionsSchema, type TraceOptions, type TraceSummary } from 
 export { maxMinRates, type MaxMinProblem } from "./maxmin.ts";
 export { MODELS, iterationCost, type ModelSpec, type IterationCost, type Parallelism } from "./models.ts";
 export { generateJobs, parseSimJobs, SimJobSchema, GenerateOptionsSchema, type SimJob, type GenerateOptions } from "./jobs.ts";
-export { bytesPerSecond, Fabric, FabricSchema, type FabricShape } from "./fabric.ts";
-export { ROUTINGS, chooseSpines, ecmpSpine, sourcePort, type RoutingName } from "./routing.ts";
+export { bytesPerSecond, Fabric, FabricSchema, fabricKind, fabricSummary, type FabricShape, type FabricKind } from "./fabric.ts";
+export { ROUTINGS, choosePaths, ecmpSpine, sourcePort, type RoutingName } from "./routing.ts";
 export {
   simulateSystem,
   systemSpec,
   SimConfigSchema,
   SYSTEMS,
+  SYSTEMS_2TIER,
   type SimConfig,
   type SimConfigInput,
   type SystemName,

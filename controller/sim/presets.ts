@@ -1,6 +1,6 @@
 import type { FabricShape } from "./fabric.ts";
 import type { SystemName } from "./simulate.ts";
-import { SYSTEMS } from "./simulate.ts";
+import { SYSTEMS_2TIER } from "./simulate.ts";
 import type { Mix } from "./workload.ts";
 
 /** A named experiment: the fabric, MonkeyTree's bound, and the traces to generate. */
@@ -27,7 +27,7 @@ export const PRESETS = {
     loads: PAPER_LOADS,
     jobs: 1000,
     meanHours: 2,
-    systems: SYSTEMS,
+    systems: SYSTEMS_2TIER,
   },
   "paper-1024-dp": {
     description: "§7.7: 1,024 GPUs, 4 uplinks per rack (16:1), DP/FSDP jobs only, λ = 4",
@@ -36,7 +36,7 @@ export const PRESETS = {
     loads: PAPER_LOADS,
     jobs: 1200,
     meanHours: 2,
-    systems: SYSTEMS,
+    systems: SYSTEMS_2TIER,
   },
   "moves-1024": {
     description: "§7.5: 1,024 GPUs, DP/FSDP jobs, λ = 2: how many moves each defragmentation needs",
@@ -47,6 +47,24 @@ export const PRESETS = {
     jobs: 1000,
     meanHours: 2,
     systems: ["monkeytree"],
+  },
+  "paper-3tier": {
+    description: "§7.8: 1,024 GPUs in a 3-tier Clos, 4 pods of 4 racks, 16 uplinks per rack (4:1) and 16 core links per pod (4:1), loads 50-100%",
+    fabric: { ...GPUS_1024, uplinksPerRack: 16, racksPerPod: 4, aggUplinks: 1 },
+    mix: "tp8pp",
+    loads: PAPER_LOADS,
+    jobs: 1000,
+    meanHours: 2,
+    systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree3", "spray"],
+  },
+  "paper-rail": {
+    description: "§7.8: 1,024 GPUs rail-optimised, 16 pods of 8 hosts, 8 rails each with 2 uplinks (4:1), loads 50-100%",
+    fabric: { ...GPUS_1024, uplinksPerRack: 16, uplinksPerRail: 2 },
+    mix: "tp8pp",
+    loads: PAPER_LOADS,
+    jobs: 1000,
+    meanHours: 2,
+    systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree", "spray"],
   },
   small: {
     description: "a quick look: 512 GPUs (8 racks of 8 hosts), 2 uplinks per rack (32:1), 100 DP/FSDP jobs at 90% load",

@@ -8,27 +8,32 @@ import { Fabric, FabricSchema } from "./fabric.ts";
 import { iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
-import { chooseSpines, ecmpSpine, type OtherFlow, type RoutingName } from "./routing.ts";
+import { choosePaths, ecmpChoices, ringRail, type OtherFlow, type PathChoice, type RoutingName } from "./routing.ts";
 import { SCHEDULERS, scheduler as schedulerNamed } from "./scheduler.ts";
 
 /**
  * The systems compared (paper §7.1): routing alone, or MonkeyTree's migrations in front of a
  * routing. `monkeytree` is MonkeyTree with Perfect routing; `spray` is packet spraying on a
- * full-bisection fabric, the ideal.
+ * full-bisection fabric, the ideal. `monkeytree3` (a 3-tier Clos only) bounds every pod's
+ * fragmentation as well as every rack's; `monkeytree` there bounds racks only.
  */
-export const SYSTEMS = ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree-ecmp", "monkeytree-crux", "monkeytree-sglb", "spray"] as const;
+export const SYSTEMS = ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree-ecmp", "monkeytree-crux", "monkeytree-sglb", "spray", "monkeytree3"] as const;
 export type SystemName = (typeof SYSTEMS)[number];
+/** The systems that run on any fabric: all but MonkeyTree3, which needs pods. */
+export const SYSTEMS_2TIER = SYSTEMS.filter((s) => s !== "monkeytree3");
 
-export function systemSpec(name: SystemName): { routing: RoutingName; migrate: boolean } {
-  if (name === "monkeytree") return { routing: "perfect", migrate: true };
-  if (name.startsWith("monkeytree-")) return { routing: name.slice("monkeytree-".length) as RoutingName, migrate: true };
-  return { routing: name as RoutingName, migrate: false };
+export function systemSpec(name: SystemName): { routing: RoutingName; migrate: boolean; podBound: boolean } {
+  if (name === "monkeytree" || name === "monkeytree3") return { routing: "perfect", migrate: true, podBound: name === "monkeytree3" };
+  if (name.startsWith("monkeytree-")) return { routing: name.slice("monkeytree-".length) as RoutingName, migrate: true, podBound: false };
+  return { routing: name as RoutingName, migrate: false, podBound: false };
 }
 
 export const SimConfigSchema = z.strictObject({
   fabric: FabricSchema,
   /** Per-rack fragmentation bound MonkeyTree keeps; defaults to the uplinks per rack. */
   lambda: z.int().min(0).optional(),
+  /** Per-pod bound MonkeyTree3 keeps; defaults to a pod's core-facing links (uplinksPerRack × aggUplinks). */
+  podLambda: z.int().min(0).optional(),
   scheduler: z.enum(SCHEDULERS).default("best-fit"),
   /** Seeds the queue pairs' source ports (ECMP), SGLB's choices and the random scheduler. */
   seed: z.int().default(1),
@@ -156,9 +161,14 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const spec = systemSpec(system);
   if (spec.migrate && !planner) throw new RangeError(`${system} migrates, so it needs a planner`);
   const fabric = new Fabric(config.fabric, spec.routing === "spray");
-  const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = config.fabric;
-  const topology = { racks, hostsPerRack, gpusPerHost, uplinksPerRack };
+  const { racks, hostsPerRack, gpusPerHost, uplinksPerRack, racksPerPod, aggUplinks } = config.fabric;
+  if (spec.podBound && (racksPerPod === undefined || aggUplinks === undefined)) {
+    throw new InvalidInputError("simulation config", [{ path: "fabric.racksPerPod", message: `${system} bounds pods, so it needs a 3-tier fabric: give racksPerPod and aggUplinks (the paper-3tier preset), or leave ${system} out` }]);
+  }
+  // The controller sees pods whenever the fabric has them; only MonkeyTree3 plans to their bound.
+  const topology = { racks, hostsPerRack, gpusPerHost, uplinksPerRack, ...(racksPerPod === undefined ? {} : { racksPerPod }) };
   const lambda = config.lambda ?? uplinksPerRack;
+  const podLambda = spec.podBound ? { podLambda: config.podLambda ?? uplinksPerRack * aggUplinks! } : {};
   const hostCount = fabric.hostCount;
   jobs.forEach((job, i) => {
     if (job.stages * job.hostsPerStage > hostCount) {
@@ -168,7 +178,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const random = new Random(config.seed);
   const place = schedulerNamed(config.scheduler, random);
   const nic = fabric.nicBytesPerSecond;
-  const shapeOnly = clusterFromSnapshot({ topology, lambda, jobs: [] });
+  const shapeOnly = clusterFromSnapshot({ topology, lambda, ...podLambda, jobs: [] });
 
   const occupied = new Array<boolean>(hostCount).fill(false);
   const running = new Map<string, Running>();
@@ -184,7 +194,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   let ratesDirty = true;
   let cluster: Cluster = shapeOnly;
   let flows: { dp: DpFlow[]; pp: PpFlow[]; a2a: A2aFlow[] } = { dp: [], pp: [], a2a: [] };
-  let spineOf: { dp: number[]; pp: number[]; other: number[] } = { dp: [], pp: [], other: [] };
+  let pathOf: PathChoice = { dp: [], pp: [], other: [] };
   const fragmentation = { peakMaxRack: 0, maxIntegral: 0, meanIntegral: 0, current: { max: 0, mean: 0 } };
 
   const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
@@ -193,6 +203,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     clusterFromSnapshot({
       topology,
       lambda,
+      ...podLambda,
       // The controller orders jobs by id, so plans do not depend on arrival order.
       jobs: [...running.values()]
         .sort((a, b) => (a.job.id < b.job.id ? -1 : a.job.id > b.job.id ? 1 : 0))
@@ -214,8 +225,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     const dp = dpFlows(cluster, cluster.placement);
     const pp = ppFlows(cluster, cluster.placement);
     const a2a = allToAllFlows(cluster, (id) => running.get(id)!.job.a2aBytes > 0, gpusPerHost, fabric);
-    spineOf = chooseSpines(spec.routing, cluster, dp, pp, a2a, {
-      spines: fabric.spines,
+    pathOf = choosePaths(spec.routing, cluster, dp, pp, a2a, {
+      fabric,
       seed: config.seed,
       sglbK: config.sglbK,
       intensity: (id) => intensity(running.get(id)?.job, nic),
@@ -245,8 +256,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     flows.dp.forEach((f, i) => {
       const entity = ringEntity.get(`${f.group}/${f.ring}`);
       if (entity === undefined) return;
-      const spine = spineOf.dp[i]!;
-      paths[entity]!.push(fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack));
+      paths[entity]!.push(...fabric.route(f.srcRack, f.dstRack, ringRail(cluster, f, gpusPerHost), pathOf.dp[i]!));
     });
     flows.pp.forEach((f, i) => {
       const job = cluster.groups[f.fromGroup]!.job;
@@ -254,11 +264,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       if (r.paused) return;
       // Pipeline transfers happen during compute, never beside the job's own all-reduce,
       // so they contend in the fabric only.
-      const spine = spineOf.pp[i]!;
       const list = ppEntities.get(job) ?? [];
       list.push(paths.length);
       ppEntities.set(job, list);
-      paths.push([fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack)]);
+      paths.push(fabric.route(f.srcRack, f.dstRack, f.replica, pathOf.pp[i]!));
       demands.push(r.job.computeSeconds > 0 ? Math.min(nic, r.job.ppBytes / r.job.computeSeconds) : nic);
     });
     // A stage's all-to-all is one flow: every pair of its hosts on every NIC, in lockstep.
@@ -275,8 +284,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     flows.a2a.forEach((f, i) => {
       const entity = a2aEntity.get(f.group);
       if (entity === undefined) return;
-      const spine = spineOf.other[i]!;
-      paths[entity]!.push(fabric.uplink(f.srcRack, spine), fabric.downlink(spine, f.dstRack));
+      paths[entity]!.push(...fabric.route(f.srcRack, f.dstRack, f.nic, pathOf.other[i]!));
     });
     const transfers = migration?.transfers ?? [];
     const firstTransfer = paths.length;
@@ -438,8 +446,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       if (bytes === 0) return [];
       bytesMoved += bytes * gpusPerHost;
       return Array.from({ length: gpusPerHost }, (_, nicIndex) => {
-        const spine = ecmpSpine(move.from, move.to, `checkpoint/${move.job}/${move.from}>${move.to}/${nicIndex}`, config.seed, fabric.spines);
-        return { links: fabric.path(move.from, move.to, nicIndex, spine), remaining: bytes, rate: 0 };
+        const choices = ecmpChoices(fabric, { srcHost: move.from, dstHost: move.to }, `checkpoint/${move.job}/${move.from}>${move.to}/${nicIndex}`, config.seed);
+        return { links: fabric.path(move.from, move.to, nicIndex, choices), remaining: bytes, rate: 0 };
       });
     });
     if (m.transfers.length === 0) nextStep();
@@ -554,7 +562,7 @@ function allToAllFlows(cluster: Cluster, hasAllToAll: (job: string) => boolean, 
         const srcRack = fabric.rackOf(a);
         const dstRack = fabric.rackOf(b);
         if (srcRack === dstRack) continue;
-        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}` });
+        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, nic: k, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}` });
       }
     }
   });

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { createPlanner, type Planner } from "../../controller/plan/index.ts";
 import { generateJobs, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
 import { simulationReport } from "../../controller/sim/report.ts";
-import { simulateSystem, SYSTEMS, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
+import { simulateSystem, SYSTEMS_2TIER, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
 
 let planner: Planner;
 beforeAll(async () => {
@@ -96,7 +96,7 @@ describe("simulateSystem", () => {
     const jobs = generateJobs({ seed: 5, hostCount: 64, mix: "tp8pp", load: 1, jobs: 150 }, 50e9);
     const byId = new Map(jobs.map((j) => [j.id, j]));
     let totalMoved = 0;
-    for (const system of SYSTEMS) {
+    for (const system of SYSTEMS_2TIER) {
       const run = simulateSystem(jobs, config, system, planner);
       expect(run.jobs.map((j) => j.id).sort()).toEqual(jobs.map((j) => j.id).sort());
       for (const j of run.jobs) {
@@ -118,7 +118,7 @@ describe("simulateSystem", () => {
     const jobsOf = (seed: number) => generateJobs({ seed, hostCount: 64, mix: "dp", load: 0.9, jobs: 120 }, 50e9);
     const once = (seed: number) => {
       const jobs = jobsOf(seed);
-      const report = simulationReport(config, SYSTEMS.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
+      const report = simulationReport(config, SYSTEMS_2TIER.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
       // Solve times are wall-clock; everything else must repeat exactly.
       return JSON.parse(JSON.stringify(report, (key, value: unknown) => (key === "solver" ? undefined : value))) as unknown;
     };
