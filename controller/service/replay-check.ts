@@ -18,6 +18,7 @@ export function misfit(before: DurableState, record: JournalRecord, after: Durab
   switch (record.kind) {
     case "config":
     case "job-finished":
+    case "job-scheduled":
       return null;
     case "job-started": {
       const hosts = record.groups.flat();

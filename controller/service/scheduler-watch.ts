@@ -16,8 +16,6 @@ export class SchedulerWatch {
   private lastError: string | null = null;
   /** Holds asked for and not answered yet, as `job:host`. */
   private readonly holding = new Set<string>();
-  /** Started jobs the scheduler was seen running: when one is no longer, it ended. */
-  private readonly seen = new Set<string>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -55,11 +53,13 @@ export class SchedulerWatch {
     this.lastError = null;
     const before = this.latest;
     this.latest = view;
-    // Only jobs seen running: a MonkeyTree job the scheduler never ran is not its to end.
+    // Only jobs seen running (by this controller or, journaled, by an earlier one): a
+    // MonkeyTree job the scheduler never ran is not its to end.
     const live = new Set(view.live);
-    for (const job of this.context.state.jobs.keys()) {
-      if (live.has(job)) this.seen.add(job);
-      else if (this.seen.delete(job)) this.ended(job);
+    for (const job of [...this.context.state.jobs.values()]) {
+      if (live.has(job.id)) {
+        if (!job.scheduled) this.context.record({ kind: "job-scheduled", job: job.id });
+      } else if (job.scheduled) this.ended(job.id);
     }
     this.keepHolds(view);
     if (!before || key(before) !== key(view)) this.changed(before === null);
@@ -76,7 +76,7 @@ export class SchedulerWatch {
     const held = new Set(view.holds.map((h) => `${h.job}:${h.host}`));
     for (const job of this.context.state.jobs.values()) {
       const allocation = allocated.get(job.id);
-      if (!allocation || !this.seen.has(job.id)) continue;
+      if (!allocation || !job.scheduled) continue;
       for (const host of job.groups.flat()) {
         const key = `${job.id}:${host}`;
         if (allocation.has(host) || held.has(key) || this.holding.has(key)) continue;

@@ -396,6 +396,7 @@ export class WorkerSessions {
         return;
       }
       case "config":
+      case "job-scheduled":
       case "plan":
       case "snapshot":
         return;

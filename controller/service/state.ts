@@ -33,6 +33,8 @@ const JobStateSchema = z
     generation: count,
     /** The barrier step the job last stopped at for a reconfiguration. */
     resumeStep: count.nullable(),
+    /** The cluster's scheduler was seen running the job: once it no longer does, the job ended. */
+    scheduled: z.boolean().default(false),
   })
   .readonly();
 export type JobState = z.infer<typeof JobStateSchema>;
@@ -64,6 +66,11 @@ export const RecordSchema = z.discriminatedUnion("kind", [
     replacement: ReplacementNameSchema.nullable().default(null),
   }),
   z.strictObject({ ...Header, kind: z.literal("job-finished"), job: z.string() }),
+  /**
+   * The cluster's scheduler runs this started job. Journaled so that a job that ends while
+   * the controller is down is still seen to end by the next one.
+   */
+  z.strictObject({ ...Header, kind: z.literal("job-scheduled"), job: z.string() }),
   /** A plan's moves; each becomes a `planned` migration with id `plan/index`. */
   z.strictObject({ ...Header, kind: z.literal("plan"), plan: z.string(), moves: z.array(MoveSchema) }),
   /** A migration entered a new state. */
@@ -166,7 +173,15 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
         replacement: record.replacement,
         generation: 0,
         resumeStep: null,
+        scheduled: false,
       });
+      return { ...next, jobs };
+    }
+    case "job-scheduled": {
+      const job = state.jobs.get(record.job);
+      if (!job) throw new StateError(`job "${record.job}" was scheduled but never started`);
+      const jobs = new Map(state.jobs);
+      jobs.set(record.job, { ...job, scheduled: true });
       return { ...next, jobs };
     }
     case "job-finished": {

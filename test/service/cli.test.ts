@@ -55,15 +55,16 @@ describe("monkeytree controller", () => {
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     try {
       const lines: string[] = [];
+      const stderr: string[] = [];
+      createInterface({ input: child.stderr! }).on("line", (line) => stderr.push(line));
+      // Waits for the line, or fails at once if the controller exits first; the test's own
+      // timeout is the safety net for a start that is merely slow on a loaded machine.
       const endpoint = await new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error("controller did not start")), 15_000);
+        void exited.then((code) => reject(new Error(`controller exited (${code}) before listening: ${stderr.join("\n")}`)));
         createInterface({ input: child.stdout! }).on("line", (line) => {
           lines.push(line);
           const match = /^controller listening on (\S+)$/.exec(line);
-          if (match?.[1]) {
-            clearTimeout(timer);
-            resolve(match[1]);
-          }
+          if (match?.[1]) resolve(match[1]);
         });
       });
       const publicKey = (JSON.parse(readFileSync(join(keys, "controller.json"), "utf8")) as { publicKey: string }).publicKey;

@@ -67,7 +67,16 @@ export async function startController(
     restart: async () => {
       started.delete(harness);
       await server.close();
-      return startController({ ...options, dir, overrides: { ...options.overrides, bind: server.endpoint } });
+      // libzmq closes the old listener on its I/O thread after close() returns: until it has,
+      // binding the same port fails, so this waits for the port rather than for a fixed time.
+      for (const deadline = Date.now() + 30_000; ; ) {
+        try {
+          return await startController({ ...options, dir, overrides: { ...options.overrides, bind: server.endpoint } });
+        } catch (error) {
+          if (!/Address already in use/.test(String(error)) || Date.now() > deadline) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      }
     },
     close: async () => {
       started.delete(harness);

@@ -358,6 +358,22 @@ describe("controller service: keeping the scheduler's books", () => {
     expect(await a[0]!.barrier(0)).toMatchObject({ kind: "stop" });
   });
 
+  it("ends a job the scheduler ran that ended while the controller was down", async () => {
+    const { scheduler, client } = await withScheduler();
+    scheduler.current = { ...scheduler.current, live: ["a"] };
+    await startJob(client, "a", [0, 4]);
+    await startJob(client, "b", [1, 2]);
+    const seen = scheduler.looks;
+    await expect.poll(() => scheduler.looks, { timeout: 10_000 }).toBeGreaterThan(seen + 1);
+    await client.close();
+    // Job a ends while no controller runs; b was never the scheduler's.
+    scheduler.current = { ...scheduler.current, live: [] };
+    harness = await harness!.restart();
+    const after = connect(harness);
+    await expect.poll(async () => (await after.status()).jobs.map((j) => j.id), { timeout: 10_000 }).toEqual(["b"]);
+    expect(harness.logs.join("\n")).toContain("the scheduler reports job a ended; hosts 0, 4 are free");
+  });
+
   it("holds again a host of a running job that lies outside its allocation and that no hold covers", async () => {
     const { scheduler, client } = await withScheduler();
     // As after slurmctld lost the hold of a worker moved to host 4.
