@@ -12,12 +12,14 @@ import {
   bytesPerSecond,
   generateJobs,
   PRESETS,
+  SCHEDULERS,
   simulateSystem,
   systemReport,
   systemSpec,
   SYSTEMS,
   moveEvents,
   type PresetName,
+  type SchedulerName,
   type SystemName,
   type SystemReport,
   type PlanEvent,
@@ -36,6 +38,7 @@ options:
   --jobs N        jobs per trace (default: the preset's)
   --systems LIST  (default: the preset's)
   --seed N        trace seed (default 1)
+  --scheduler S   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --help          this text`;
 
 function options(argv: string[]) {
@@ -45,6 +48,7 @@ function options(argv: string[]) {
     jobs: { type: "string" },
     systems: { type: "string" },
     seed: { type: "string" },
+    scheduler: { type: "string", default: "best-fit" },
     help: { type: "boolean", default: false },
   });
   const preset = PRESETS[flags.preset as PresetName];
@@ -53,7 +57,10 @@ function options(argv: string[]) {
   if (loads.some((l) => !(l > 0 && l <= 1))) throw new UsageError("--loads must be numbers in (0, 1]");
   const systems = (flags.systems === undefined ? [...preset.systems] : flags.systems.split(",")) as SystemName[];
   for (const s of systems) if (!SYSTEMS.includes(s)) throw new UsageError(`unknown system ${s}`);
+  const scheduler = flags.scheduler as SchedulerName;
+  if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}`);
   return {
+    scheduler,
     help: flags.help,
     name: flags.preset as PresetName,
     preset,
@@ -74,7 +81,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const { preset } = o;
   const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed };
+  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   for (const load of o.loads) {
@@ -92,7 +99,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1), λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}\n\n`,
+      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1), λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}, ${o.scheduler}\n\n`,
   );
   const pct = (load: number) => `${Math.round(load * 100)}%`;
   const slowdownTable = (title: string, pick: (r: SystemReport) => number) => {
@@ -135,6 +142,35 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
       `defragmentation events (plans that moved workers)\n${table(["system", "load", "events", "moves/event", "1-2 moves", "histogram (moves:events)", "most moves of a job", "solve p50 ms", "p99 ms"], rows)}\n\n`,
     );
   }
+
+  const fragRows = o.systems.flatMap((s) =>
+    o.loads.map((l) => {
+      const { report } = cells.get(key(s, l))!;
+      const base = o.systems.includes("monkeytree") ? cells.get(key("monkeytree", l))!.report : undefined;
+      const f = report.fragmentation;
+      return [
+        s,
+        pct(l),
+        f.meanTotal.toFixed(1),
+        base ? (f.meanTotal / Math.max(1e-9, base.fragmentation.meanTotal)).toFixed(2) : "-",
+        f.peakTotal,
+        f.meanMaxRack.toFixed(2),
+        f.peakMaxRack,
+        f.meanFragmentedGroups.toFixed(1),
+        (report.makespanSeconds / 3600).toFixed(1),
+        base ? (report.makespanSeconds / base.makespanSeconds).toFixed(2) : "-",
+      ];
+    }),
+  );
+  process.stdout.write(
+    `fragmentation over time (total: rings per rack summed over racks; time averages over the makespan)
+${table(
+      ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
+      fragRows,
+    )}
+
+`,
+  );
 
   const total = (s: SystemName) => o.loads.reduce((sum, l) => sum + cells.get(key(s, l))!.seconds, 0);
   const baseline = o.systems.includes("ecmp") ? total("ecmp") : undefined;
