@@ -35,8 +35,8 @@ const presetNames = Object.keys(PRESETS) as PresetName[];
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
-const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST] [--loads LIST] [--jobs N]
-                           [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
+const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
+                           [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
                            [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
                            [--lambda N] [--restart SEC] [--model NAME] [--json] [--csv DIR] [--plot DIR]
                            [--save-trace DIR]
