@@ -36,8 +36,8 @@ const presetNames = Object.keys(PRESETS) as PresetName[];
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
-                           [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
-                           [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
+                           [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
+                           [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
                            [--lambda N] [--restart SEC] [--model NAME] [--json] [--csv DIR] [--plot DIR]
                            [--save-trace DIR]
 
