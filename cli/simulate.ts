@@ -37,9 +37,9 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
                            [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
-                           [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
-                           [--lambda N] [--restart SEC] [--model NAME] [--json] [--csv DIR] [--plot DIR]
-                           [--save-trace DIR]
+                           [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
+                           [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC] [--model NAME]
+                           [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair 2-tier Clos, once per system:
