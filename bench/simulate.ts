@@ -5,7 +5,9 @@
 // to simulate against ECMP's time in the same run.
 //
 //   npm run bench:simulate -- --preset paper-1024 --loads 0.5,0.7,0.9,1
+//   npm run bench:simulate -- --preset paper-2048-16to1 --gpus-per-rack 64,128,256 --uplinks 4,8,16 --jobs 200
 import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 import {
@@ -13,12 +15,14 @@ import {
   fabricSummary,
   generateJobs,
   PRESETS,
+  SCHEDULERS,
   simulateSystem,
   systemReport,
   systemSpec,
   SYSTEMS,
   moveEvents,
   type PresetName,
+  type SchedulerName,
   type SystemName,
   type SystemReport,
   type PlanEvent,
@@ -37,6 +41,13 @@ options:
   --jobs N        jobs per trace (default: the preset's)
   --systems LIST  (default: the preset's)
   --seed N        trace seed (default 1)
+  --scheduler S   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
+  --gpus-per-rack LIST
+                  sweep instead (the §7.6 heatmap): the preset's GPUs regrouped into racks of
+                  each of these many GPUs, each with every --uplinks count up to its GPUs
+                  (full bisection), at the first load; prints p99 and average slowdown per
+                  system, GPUs per rack against uplinks
+  --uplinks LIST  uplinks per rack to sweep (default 16,32,64)
   --help          this text`;
 
 function options(argv: string[]) {
@@ -46,6 +57,9 @@ function options(argv: string[]) {
     jobs: { type: "string" },
     systems: { type: "string" },
     seed: { type: "string" },
+    scheduler: { type: "string", default: "best-fit" },
+    "gpus-per-rack": { type: "string" },
+    uplinks: { type: "string" },
     help: { type: "boolean", default: false },
   });
   const preset = PRESETS[flags.preset as PresetName];
@@ -54,7 +68,27 @@ function options(argv: string[]) {
   if (loads.some((l) => !(l > 0 && l <= 1))) throw new UsageError("--loads must be numbers in (0, 1]");
   const systems = (flags.systems === undefined ? [...preset.systems] : flags.systems.split(",")) as SystemName[];
   for (const s of systems) if (!SYSTEMS.includes(s)) throw new UsageError(`unknown system ${s}`);
+  const scheduler = flags.scheduler as SchedulerName;
+  if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}`);
+  const counts = (name: string, raw: string | undefined) => {
+    const values = raw === undefined ? undefined : raw.split(",").map(Number);
+    if (values?.some((v) => !Number.isInteger(v) || v < 1)) throw new UsageError(`--${name} must be positive integers`);
+    return values;
+  };
+  const gpusPerRack = counts("gpus-per-rack", flags["gpus-per-rack"]);
+  const uplinks = counts("uplinks", flags.uplinks) ?? [16, 32, 64];
+  if (flags.uplinks !== undefined && !gpusPerRack) throw new UsageError("--uplinks sweeps with --gpus-per-rack");
+  const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * preset.fabric.gpusPerHost;
+  for (const g of gpusPerRack ?? []) {
+    const hosts = g / preset.fabric.gpusPerHost;
+    if (!Number.isInteger(hosts) || gpus % g !== 0 || hosts > MAX_HOSTS_PER_RACK || gpus / g > MAX_RACKS) {
+      throw new UsageError(`--gpus-per-rack ${g}: racks must hold whole hosts of ${preset.fabric.gpusPerHost} GPUs (at most ${MAX_HOSTS_PER_RACK}) and divide the ${gpus} GPUs into at most ${MAX_RACKS} racks`);
+    }
+  }
+  if (uplinks.some((u) => u > MAX_UPLINKS_PER_RACK)) throw new UsageError(`--uplinks: at most ${MAX_UPLINKS_PER_RACK} per rack`);
   return {
+    sweep: gpusPerRack ? { gpusPerRack, uplinks } : undefined,
+    scheduler,
     help: flags.help,
     name: flags.preset as PresetName,
     preset,
@@ -71,11 +105,48 @@ interface Cell {
   readonly seconds: number;
 }
 
+/** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
+async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
+  const { preset } = o;
+  const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
+  const gpn = preset.fabric.gpusPerHost;
+  const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
+  const load = o.loads[0]!;
+  const hostCount = gpus / gpn;
+  const jobs = generateJobs({ seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: gpn }, bytesPerSecond(preset.fabric.nicGbps));
+  const cells = new Map<string, SystemReport>();
+  const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
+  const started = performance.now();
+  for (const g of grid.gpusPerRack) {
+    for (const u of columns(g)) {
+      const fabric = { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps };
+      for (const system of o.systems) {
+        const t = performance.now();
+        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler }, system, planner), load));
+        process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
+      }
+    }
+  }
+  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, seed ${o.seed}, ${o.scheduler}; λ = uplinks per rack\n\n`);
+  for (const [title, pick] of [
+    ["p99 slowdown", (r: SystemReport) => r.slowdown.p99],
+    ["average slowdown", (r: SystemReport) => r.slowdown.avg],
+  ] as const) {
+    const rows = o.systems.flatMap((system) =>
+      grid.gpusPerRack.map((g) => [system, String(g), ...grid.uplinks.map((u) => (u <= g ? pick(cells.get(`${system}/${g}/${u}`)!).toFixed(3) : "-"))]),
+    );
+    process.stdout.write(`${title} (columns: uplinks per rack)\n${table(["system", "GPUs/rack", ...grid.uplinks.map(String)], rows)}\n\n`);
+  }
+  process.stdout.write(`${cells.size} runs in ${((performance.now() - started) / 1000).toFixed(1)} s\n`);
+  return 0;
+}
+
 async function run(o: ReturnType<typeof options>): Promise<number> {
+  if (o.sweep) return sweep(o, o.sweep);
   const { preset } = o;
   const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed };
+  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   for (const load of o.loads) {
@@ -93,7 +164,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}\n\n`,
+      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}, ${o.scheduler}\n\n`,
   );
   const pct = (load: number) => `${Math.round(load * 100)}%`;
   const slowdownTable = (title: string, pick: (r: SystemReport) => number) => {
@@ -136,6 +207,35 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
       `defragmentation events (plans that moved workers)\n${table(["system", "load", "events", "moves/event", "1-2 moves", "histogram (moves:events)", "most moves of a job", "solve p50 ms", "p99 ms"], rows)}\n\n`,
     );
   }
+
+  const fragRows = o.systems.flatMap((s) =>
+    o.loads.map((l) => {
+      const { report } = cells.get(key(s, l))!;
+      const base = o.systems.includes("monkeytree") ? cells.get(key("monkeytree", l))!.report : undefined;
+      const f = report.fragmentation;
+      return [
+        s,
+        pct(l),
+        f.meanTotal.toFixed(1),
+        base ? (f.meanTotal / Math.max(1e-9, base.fragmentation.meanTotal)).toFixed(2) : "-",
+        f.peakTotal,
+        f.meanMaxRack.toFixed(2),
+        f.peakMaxRack,
+        f.meanFragmentedGroups.toFixed(1),
+        (report.makespanSeconds / 3600).toFixed(1),
+        base ? (report.makespanSeconds / base.makespanSeconds).toFixed(2) : "-",
+      ];
+    }),
+  );
+  process.stdout.write(
+    `fragmentation over time (total: rings per rack summed over racks; time averages over the makespan)
+${table(
+      ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
+      fragRows,
+    )}
+
+`,
+  );
 
   const total = (s: SystemName) => o.loads.reduce((sum, l) => sum + cells.get(key(s, l))!.seconds, 0);
   const baseline = o.systems.includes("ecmp") ? total("ecmp") : undefined;

@@ -8,7 +8,9 @@ import {
   fabricSummary,
   generateJobs,
   MIXES,
+  MODELS,
   parseSimJobs,
+  sacctToTrace,
   PRESETS,
   SCHEDULERS,
   simulateSystem,
@@ -34,10 +36,11 @@ const presetNames = Object.keys(PRESETS) as PresetName[];
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
-const help = `usage: monkeytree simulate [--preset NAME | --trace FILE] [--systems LIST] [--loads LIST] [--jobs N]
-                           [--racks N] [--hosts-per-rack N] [--gpus-per-host N] [--uplinks N] [--nic-gbps G]
-                           [--mix NAME] [--mean-hours H] [--ep-factor X] [--seed N] [--scheduler NAME]
-                           [--lambda N] [--restart SEC] [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
+const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
+                           [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
+                           [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
+                           [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC] [--model NAME]
+                           [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
@@ -52,6 +55,14 @@ options:
                      of an experiment (see README)
   --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
                      line; see README); runs on the preset's fabric unless given one
+  --from-sacct FILE  replay your cluster's history: the output of \`sacct --json\` (Slurm
+                     22.05 or later), converted to a trace: arrival = submit time, DP degree =
+                     allocated nodes (each must hold --gpus-per-host GPUs of gres/gpu), elapsed
+                     time = iterations of the model named by \`sbatch --comment
+                     monkeytree:model=NAME\` (or --model); jobs that never ran or held no GPU
+                     are skipped. With --save-trace DIR, also writes DIR/trace-sacct.jsonl
+  --model NAME       with --from-sacct, the model of jobs whose comment names none
+                     (${Object.keys(MODELS).join(", ")})
   --systems LIST     comma-separated (default: the preset's), from
                      ${SYSTEMS.join(", ")}
   --loads LIST       offered loads in (0, 1], comma-separated (default: the preset's)
@@ -70,9 +81,11 @@ options:
   --restart SEC      restart cost of a migration after its transfers (default 10)
   --json             print one JSON document (schema: SimulationReportSchema) instead of tables
   --csv DIR          write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system
-  --plot DIR         draw SVG charts: slowdown (avg, p99) against load, the busiest rack's
-                     fragmentation over time per load, moves per defragmentation event
-  --save-trace DIR   write each generated trace as DIR/trace-LOAD.jsonl, replayable with --trace
+  --plot DIR         draw SVG charts: slowdown (avg, p99) against load, the busiest rack's and
+                     the total (summed over racks) fragmentation over time per load, moves per
+                     defragmentation event
+  --save-trace DIR   write each generated (or converted) trace as DIR/trace-LOAD.jsonl
+                     (trace-sacct.jsonl), replayable with --trace
 
 Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
 
@@ -83,6 +96,8 @@ export const command: Command = {
     const flags = parseFlags(argv, {
       preset: { type: "string" },
       trace: { type: "string" },
+      "from-sacct": { type: "string" },
+      model: { type: "string" },
       systems: { type: "string" },
       loads: { type: "string" },
       jobs: { type: "string" },
@@ -112,10 +127,13 @@ export const command: Command = {
     });
     const scheduler = flags.scheduler as SchedulerName;
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "save-trace"] as const;
-    if (flags.trace !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
-      throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --trace the file gives the jobs`);
+    if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
+    const replayed = flags.trace ?? flags["from-sacct"];
+    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
+    if (replayed !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
+      throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`);
     }
+    if (flags.model !== undefined && flags["from-sacct"] === undefined) throw new UsageError("--model names the model of jobs read with --from-sacct");
     const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
     const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
     const fabric = {
@@ -144,6 +162,14 @@ export const command: Command = {
     const traces: { load: number | null; jobs: SimJob[] }[] = [];
     if (flags.trace !== undefined) {
       traces.push({ load: null, jobs: await readTraceFile(flags.trace) });
+    } else if (flags["from-sacct"] !== undefined) {
+      const path = flags["from-sacct"];
+      const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
+      const { jobs, skipped } = sacctToTrace(await readJson(path, `sacct ${path}`), options, `sacct ${path}`);
+      if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
+      if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
+      traces.push({ load: null, jobs });
+      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);
     } else {
       const loads = listFlag("loads", flags.loads, [...preset.loads], (raw) => {
         const load = Number(raw);
@@ -163,12 +189,13 @@ export const command: Command = {
     const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
     const progress = new Progress(io, traces.length * systems.length);
     const runs: { run: SystemRun; load: number | null }[] = [];
-    const fragmentation: { system: SystemName; load: number | null; series: Series }[] = [];
+    const fragmentation: { system: SystemName; load: number | null; busiest: Series; total: Series }[] = [];
     for (const { load, jobs } of traces) {
       for (const system of systems) {
         const rows = new CsvRows(system, load);
-        const points: [number, number][] = [];
-        if (flags.plot !== undefined) fragmentation.push({ system, load, series: { name: system, points } });
+        const busiest: [number, number][] = [];
+        const total: [number, number][] = [];
+        if (flags.plot !== undefined) fragmentation.push({ system, load, busiest: { name: system, points: busiest }, total: { name: system, points: total } });
         progress.begin(system, load, jobs.length);
         const run = simulateSystem(jobs, config, system, planner, {
           jobDone: (job) => {
@@ -178,7 +205,9 @@ export const command: Command = {
           planned: (event) => rows.plan(event),
           sample: (sample) => {
             rows.sample(sample);
-            if (flags.plot !== undefined) points.push([sample.time / 3600, sample.maxRack]);
+            if (flags.plot === undefined) return;
+            busiest.push([sample.time / 3600, sample.maxRack]);
+            total.push([sample.time / 3600, sample.total]);
           },
         });
         runs.push({ run, load });
@@ -204,18 +233,31 @@ function listFlag<T>(name: string, raw: string | undefined, fallback: T[], parse
   return items.map(parse);
 }
 
-async function readTraceFile(path: string): Promise<SimJob[]> {
-  const source = `trace ${path}`;
-  let text: string;
+/** A file's text, refused past MAX_TRACE_BYTES; errors name `source`. */
+async function readBounded(path: string, source: string): Promise<string> {
   try {
     const { size } = await stat(path);
-    if (size > MAX_TRACE_BYTES) throw new InvalidInputError(source, [{ path: "", message: `${size} bytes is more than the ${MAX_TRACE_BYTES} a trace may have` }]);
-    text = await readFile(path, "utf8");
+    if (size > MAX_TRACE_BYTES) throw new InvalidInputError(source, [{ path: "", message: `${size} bytes is more than the ${MAX_TRACE_BYTES} it may have` }]);
+    return await readFile(path, "utf8");
   } catch (error) {
     if (error instanceof InvalidInputError) throw error;
     const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
     throw new InvalidInputError(source, [{ path: "", message: `cannot read it (${reason})` }]);
   }
+}
+
+async function readJson(path: string, source: string): Promise<unknown> {
+  const text = await readBounded(path, source);
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new InvalidInputError(source, [{ path: "", message: `not JSON (${(error as Error).message}); give the output of sacct --json` }]);
+  }
+}
+
+async function readTraceFile(path: string): Promise<SimJob[]> {
+  const source = `trace ${path}`;
+  const text = await readBounded(path, source);
   const values: unknown[] = [];
   const lineNumbers: number[] = [];
   text.split("\n").forEach((line, i) => {
@@ -234,11 +276,11 @@ async function readTraceFile(path: string): Promise<SimJob[]> {
 async function saveTraces(dir: string, traces: readonly { load: number | null; jobs: readonly SimJob[] }[]): Promise<void> {
   await mkdir(dir, { recursive: true });
   for (const { load, jobs } of traces) {
-    await writeFile(join(dir, `trace-${load}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
+    await writeFile(join(dir, `trace-${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
   }
 }
 
-async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; series: Series }[]): Promise<void> {
+async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; busiest: Series; total: Series }[]): Promise<void> {
   await mkdir(dir, { recursive: true });
   const names = [...new Set(report.systems.map((s) => s.name))];
   const bySystem = (pick: (s: SystemReport) => number): Series[] =>
@@ -247,9 +289,12 @@ async function writePlots(dir: string, report: SimulationReport, fragmentation: 
   await writeFile(join(dir, "slowdown-p99.svg"), lineChart({ title: "p99 job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.p99), yFrom: 1 }));
   await writeFile(join(dir, "slowdown-avg.svg"), lineChart({ title: "average job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.avg), yFrom: 1 }));
   for (const l of new Set(fragmentation.map((f) => f.load))) {
-    const series = fragmentation.filter((f) => f.load === l).map((f) => f.series);
-    const title = `busiest rack's fragmentation${l === null ? "" : ` at ${Math.round(l * 100)}% load`}`;
-    await writeFile(join(dir, `fragmentation-${l ?? "trace"}.svg`), lineChart({ title, xLabel: "hours", yLabel: "max rings per rack", series, step: true }));
+    const atLoad = fragmentation.filter((f) => f.load === l);
+    const suffix = l === null ? "" : ` at ${Math.round(l * 100)}% load`;
+    const busiest = { title: `busiest rack's fragmentation${suffix}`, xLabel: "hours", yLabel: "max rings per rack", series: atLoad.map((f) => f.busiest), step: true };
+    await writeFile(join(dir, `fragmentation-${l ?? "trace"}.svg`), lineChart(busiest));
+    const total = { title: `total fragmentation${suffix}`, xLabel: "hours", yLabel: "rings per rack, summed over racks", series: atLoad.map((f) => f.total), step: true };
+    await writeFile(join(dir, `fragmentation-total-${l ?? "trace"}.svg`), lineChart(total));
   }
   const histogram = Object.entries(report.events.moves.histogram).sort(([a], [b]) => Number(a) - Number(b));
   if (histogram.length) {
@@ -260,8 +305,8 @@ async function writePlots(dir: string, report: SimulationReport, fragmentation: 
 const csvHeaders = {
   jobs: "system,load,job,arrival,start,finish,ideal,slowdown,moves",
   plans: "system,load,time,status,moves,solve_ms",
-  fragmentation: "system,load,time,max_rack,mean_rack,fragmented_groups",
-  summary: "system,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms",
+  fragmentation: "system,load,time,max_rack,mean_rack,fragmented_groups,total",
+  summary: "system,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
 } as const;
 
 /** One system's CSV rows, gathered during its run. */
@@ -279,8 +324,8 @@ class CsvRows {
   plan(p: { time: number; status: string; moves: number; solveMs: number }): void {
     this.plans.push(`${this.#prefix},${p.time},${p.status},${p.moves},${p.solveMs}`);
   }
-  sample(s: { time: number; maxRack: number; meanRack: number; fragmentedGroups: number }): void {
-    this.fragmentation.push(`${this.#prefix},${s.time},${s.maxRack},${s.meanRack},${s.fragmentedGroups}`);
+  sample(s: { time: number; maxRack: number; meanRack: number; fragmentedGroups: number; total: number }): void {
+    this.fragmentation.push(`${this.#prefix},${s.time},${s.maxRack},${s.meanRack},${s.fragmentedGroups},${s.total}`);
   }
 }
 
@@ -316,6 +361,7 @@ class CsvFiles {
       s.fragmentation.peakMaxRack,
       s.fragmentation.meanMaxRack,
       s.solver.totalMs,
+      s.fragmentation.meanTotal,
     ];
     await appendFile(join(this.dir, "summary.csv"), `${summary.join(",")}\n`);
   }

@@ -24,3 +24,4 @@ export {
 } from "./simulate.ts";
 export { simulationReport, systemReport, moveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
 export { PRESETS, type Preset, type PresetName } from "./presets.ts";
+export { sacctToTrace, MAX_SACCT_JOBS, type SacctOptions, type SacctConversion } from "./sacct.ts";

@@ -27,7 +27,16 @@ export const SystemReportSchema = z.strictObject({
   migrationsPerJob: z.strictObject({ avg: z.number().min(0), max: z.int().min(0) }),
   bytesMoved: z.number().min(0),
   migrationSeconds: Quantiles.nullable(),
-  fragmentation: z.strictObject({ peakMaxRack: z.number().min(0), meanMaxRack: z.number().min(0), meanRack: z.number().min(0) }),
+  fragmentation: z.strictObject({
+    peakMaxRack: z.number().min(0),
+    meanMaxRack: z.number().min(0),
+    meanRack: z.number().min(0),
+    /** Sum of every rack's degree (the paper's total fragmentation, §7.3): peak and time average. */
+    peakTotal: z.number().min(0),
+    meanTotal: z.number().min(0),
+    /** Time-averaged count of groups spread over more than one rack. */
+    meanFragmentedGroups: z.number().min(0),
+  }),
   solver: z.strictObject({ plans: z.int().min(0), totalMs: z.number().min(0), p50Ms: z.number().min(0), p99Ms: z.number().min(0) }),
   events: MoveEventsSchema,
 });

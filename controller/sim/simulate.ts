@@ -74,11 +74,15 @@ export interface PlanEvent {
   readonly solveMs: number;
 }
 
-/** The cluster's fragmentation after an event: rack degrees' maximum and mean, and fragmented groups. */
+/**
+ * The cluster's fragmentation after an event: rack degrees' maximum, mean and sum (the
+ * paper's total fragmentation, §7.3), and fragmented groups.
+ */
 export interface FragmentationSample {
   readonly time: number;
   readonly maxRack: number;
   readonly meanRack: number;
+  readonly total: number;
   readonly fragmentedGroups: number;
 }
 
@@ -96,8 +100,15 @@ export interface SystemRun {
   readonly migrationSeconds: readonly number[];
   readonly bytesMoved: number;
   readonly makespanSeconds: number;
-  /** Time averages over the run, and the peak of the per-rack maximum. */
-  readonly fragmentation: { readonly peakMaxRack: number; readonly meanMaxRack: number; readonly meanRack: number };
+  /** Time averages over the run, and the peaks of the per-rack maximum and of the total. */
+  readonly fragmentation: {
+    readonly peakMaxRack: number;
+    readonly meanMaxRack: number;
+    readonly meanRack: number;
+    readonly peakTotal: number;
+    readonly meanTotal: number;
+    readonly meanFragmentedGroups: number;
+  };
 }
 
 interface Running {
@@ -195,7 +206,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   let cluster: Cluster = shapeOnly;
   let flows: { dp: DpFlow[]; pp: PpFlow[]; a2a: A2aFlow[] } = { dp: [], pp: [], a2a: [] };
   let pathOf: PathChoice = { dp: [], pp: [], other: [] };
-  const fragmentation = { peakMaxRack: 0, maxIntegral: 0, meanIntegral: 0, current: { max: 0, mean: 0 } };
+  const fragmentation = { peakMaxRack: 0, peakTotal: 0, maxIntegral: 0, totalIntegral: 0, groupsIntegral: 0, current: { max: 0, total: 0, groups: 0 } };
 
   const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
 
@@ -213,11 +224,12 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const sample = () => {
     const degrees = rackFragmentation(cluster);
     const max = Math.max(0, ...degrees);
-    const mean = degrees.reduce((a, b) => a + b, 0) / Math.max(1, degrees.length);
+    const total = degrees.reduce((a, b) => a + b, 0);
     const fragmentedGroups = cluster.placement.filter((hosts) => new Set(hosts.map((h) => fabric.rackOf(h))).size > 1).length;
-    fragmentation.current = { max, mean };
+    fragmentation.current = { max, total, groups: fragmentedGroups };
     fragmentation.peakMaxRack = Math.max(fragmentation.peakMaxRack, max);
-    observer.sample?.({ time: now, maxRack: max, meanRack: mean, fragmentedGroups });
+    fragmentation.peakTotal = Math.max(fragmentation.peakTotal, total);
+    observer.sample?.({ time: now, maxRack: max, meanRack: total / Math.max(1, degrees.length), total, fragmentedGroups });
   };
 
   const reroute = () => {
@@ -483,10 +495,13 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       for (const r of running.values()) if (!r.paused) r.progress += r.rate * dt;
       for (const t of migration?.transfers ?? []) t.remaining -= t.rate * dt;
       fragmentation.maxIntegral += fragmentation.current.max * dt;
-      fragmentation.meanIntegral += fragmentation.current.mean * dt;
+      fragmentation.totalIntegral += fragmentation.current.total * dt;
+      fragmentation.groupsIntegral += fragmentation.current.groups * dt;
     }
     now = to;
   };
+
+  const timeAverage = (integral: number) => (now > 0 ? integral / now : 0);
 
   while (nextArrival < jobs.length || running.size > 0 || queue.length > 0) {
     if (routesDirty) reroute();
@@ -541,8 +556,11 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     makespanSeconds: now,
     fragmentation: {
       peakMaxRack: fragmentation.peakMaxRack,
-      meanMaxRack: now > 0 ? fragmentation.maxIntegral / now : 0,
-      meanRack: now > 0 ? fragmentation.meanIntegral / now : 0,
+      meanMaxRack: timeAverage(fragmentation.maxIntegral),
+      meanRack: timeAverage(fragmentation.totalIntegral) / racks,
+      peakTotal: fragmentation.peakTotal,
+      meanTotal: timeAverage(fragmentation.totalIntegral),
+      meanFragmentedGroups: timeAverage(fragmentation.groupsIntegral),
     },
   };
 }

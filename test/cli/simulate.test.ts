@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
 import { runCli } from "../helpers/cli.ts";
@@ -33,7 +34,7 @@ describe("monkeytree simulate", () => {
     expect(lines("jobs.csv")).toHaveLength(1 + 4 * 100);
     expect(lines("summary.csv").slice(1).map((l) => l.split(",")[0])).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
     expect(lines("plans.csv").length - 1).toBe(first.systems.reduce((n, s) => n + s.solver.plans, 0));
-    expect(lines("fragmentation.csv")[0]).toBe("system,load,time,max_rack,mean_rack,fragmented_groups");
+    expect(lines("fragmentation.csv")[0]).toBe("system,load,time,max_rack,mean_rack,fragmented_groups,total");
     expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
   });
 
@@ -49,7 +50,7 @@ describe("monkeytree simulate", () => {
     const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--plot", plots);
     expect(result.code).toBe(0);
     const svg = (name: string) => readFileSync(join(plots, name), "utf8");
-    for (const name of ["slowdown-p99.svg", "slowdown-avg.svg", "fragmentation-0.8.svg", "fragmentation-0.9.svg"]) {
+    for (const name of ["slowdown-p99.svg", "slowdown-avg.svg", "fragmentation-0.8.svg", "fragmentation-0.9.svg", "fragmentation-total-0.8.svg", "fragmentation-total-0.9.svg"]) {
       const text = svg(name);
       expect(text.startsWith("<svg ")).toBe(true);
       expect(text.trimEnd().endsWith("</svg>")).toBe(true);
@@ -85,6 +86,9 @@ describe("monkeytree simulate", () => {
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
     [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],
     [["--trace", "x.jsonl", "--mix", "dp"], /with --trace the file gives the jobs/],
+    [["--from-sacct", "x.json", "--loads", "0.5"], /with --from-sacct the file gives the jobs/],
+    [["--trace", "x.jsonl", "--from-sacct", "x.json"], /--trace and --from-sacct both give the jobs; pass one/],
+    [["--model", "gpt3-7b"], /--model names the model of jobs read with --from-sacct/],
   ])("refuses %j with exit code 2", async (args, message) => {
     const result = await runCli("simulate", ...args);
     expect(result.code).toBe(2);
@@ -100,5 +104,25 @@ describe("monkeytree simulate", () => {
     expect(result.stderr).toMatch(new RegExp(`trace ${path} line 3 at hostsPerStage: `));
     writeFileSync(path, "{not json\n");
     expect((await runCli("simulate", "--trace", path)).stderr).toMatch(/line 1: not JSON/);
+  });
+
+  it("replays sacct --json output, saving the converted trace, and names the job and field of bad input", async () => {
+    const fixture = fileURLToPath(new URL("../sim/fixtures/sacct-22.05.json", import.meta.url));
+    const traces = join(dir, "sacct-traces");
+    const args = ["simulate", "--from-sacct", fixture, "--racks", "2", "--hosts-per-rack", "4", "--uplinks", "2", "--systems", "ecmp,spray", "--json"];
+    const result = await runCli(...args, "--model", "gpt3-13b", "--save-trace", traces);
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain("skipped 2 jobs that never ran or held no GPU (slurm-104, slurm-105)");
+    const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(report.systems.map((s) => [s.name, s.load, s.jobs])).toEqual([
+      ["ecmp", null, 3],
+      ["spray", null, 3],
+    ]);
+    const saved = readFileSync(join(traces, "trace-sacct.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { id: string });
+    expect(saved.map((job) => job.id)).toEqual(["slurm-101", "slurm-102", "slurm-103"]);
+
+    const bad = await runCli(...args);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain(`sacct ${fixture} jobs[1] (job 102) at comment.job: names no model: submit with --comment monkeytree:model=NAME, or pass --model NAME`);
   });
 });

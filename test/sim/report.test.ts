@@ -27,7 +27,7 @@ describe("simulation reports", () => {
       migrationSeconds: [10, 12],
       bytesMoved: 30,
       makespanSeconds: 2,
-      fragmentation: { peakMaxRack: 3, meanMaxRack: 1, meanRack: 0.5 },
+      fragmentation: { peakMaxRack: 3, meanMaxRack: 1, meanRack: 0.5, peakTotal: 6, meanTotal: 4, meanFragmentedGroups: 2 },
     };
     const report = systemReport(run, 0.9);
     expect(report.slowdown).toEqual({ avg: 1.5, p50: 1.5, p90: 2, p99: 2 });

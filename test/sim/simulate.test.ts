@@ -30,6 +30,11 @@ describe("simulateSystem", () => {
     expect(finish(run, "a").slowdown).toBeCloseTo(1.5, 9);
     expect(finish(run, "x").slowdown).toBeCloseTo(1, 9);
     expect(run.fragmentation.peakMaxRack).toBe(2);
+    // Racks 0, 1, 2 carry 1, 2 and 1 rings for the whole run: 4 in all, 2 groups fragmented.
+    expect(run.fragmentation.peakTotal).toBe(4);
+    expect(run.fragmentation.meanTotal).toBeCloseTo(4, 9);
+    expect(run.fragmentation.meanRack).toBeCloseTo(4 / 3, 9);
+    expect(run.fragmentation.meanFragmentedGroups).toBeCloseTo(2, 9);
   });
 
   it("runs every job at its ideal pace with packet spraying on a full-bisection fabric", () => {
