@@ -4,7 +4,7 @@ import { dpFlows, ringOrder } from "../../controller/route/index.ts";
 import { bytesPerSecond, Fabric, type FabricShape } from "../../controller/sim/fabric.ts";
 import { generateJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
 import { maxMinRates } from "../../controller/sim/maxmin.ts";
-import { chooseSpines } from "../../controller/sim/routing.ts";
+import { choosePaths, ringRail } from "../../controller/sim/routing.ts";
 import { firstFree } from "../../controller/sim/scheduler.ts";
 import { simulateSystem } from "../../controller/sim/simulate.ts";
 
@@ -45,11 +45,11 @@ function reference(jobs: readonly SimJob[], shape: FabricShape, routing: Routing
     const list = [...running.values()].sort((a, b) => (a.job.id < b.job.id ? -1 : 1));
     const cluster = clusterFromSnapshot({ topology, jobs: list.map((r) => ({ id: r.job.id, rings: r.job.rings, hosts: r.hosts })) });
     const dp = dpFlows(cluster, cluster.placement);
-    const spines = chooseSpines(routing, cluster, dp, [], [], { spines: fabric.spines, seed, sglbK: 2, intensity: () => 0 });
+    const choice = choosePaths(routing, cluster, dp, [], [], { fabric, seed, sglbK: 2, intensity: () => 0 });
     for (const r of list) r.paths = Array.from({ length: r.job.rings }, () => []);
     dp.forEach((f, i) => {
       const r = running.get(cluster.groups[f.group]!.job)!;
-      r.paths[f.ring]!.push(fabric.uplink(f.srcRack, spines.dp[i]!), fabric.downlink(spines.dp[i]!, f.dstRack));
+      r.paths[f.ring]!.push(...fabric.route(f.srcRack, f.dstRack, ringRail(cluster, f, shape.gpusPerHost), choice.dp[i]!));
     });
   };
   const communicates = (job: SimJob) => job.hostsPerStage > 1 && job.ringBytes > 0;
