@@ -5,6 +5,7 @@
 // to simulate against ECMP's time in the same run.
 //
 //   npm run bench:simulate -- --preset paper-1024 --loads 0.5,0.7,0.9,1
+//   npm run bench:simulate -- --preset frag-1024 --tokens-per-replica 16384
 //   npm run bench:simulate -- --preset paper-2048-16to1 --gpus-per-rack 64,128,256 --uplinks 4,8,16 --jobs 200
 import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
@@ -12,8 +13,11 @@ import { benchMain } from "./entry.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
+  DEFAULT_TOKENS_PER_REPLICA,
   fabricSummary,
   generateJobs,
+  iterationSeconds,
+  MAX_TOKENS_PER_REPLICA,
   PRESETS,
   SCHEDULERS,
   simulateSystem,
@@ -26,6 +30,7 @@ import {
   type SystemName,
   type SystemReport,
   type PlanEvent,
+  type SimJob,
 } from "../controller/sim/index.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
@@ -42,6 +47,9 @@ options:
   --systems LIST  (default: the preset's)
   --seed N        trace seed (default 1)
   --scheduler S   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
+  --tokens-per-replica N
+                  local batch in tokens per model replica and iteration (default
+                  ${DEFAULT_TOKENS_PER_REPLICA}); prints each model's communication share of its jobs' ideal time
   --gpus-per-rack LIST
                   sweep instead (the §7.6 heatmap): the preset's GPUs regrouped into racks of
                   each of these many GPUs, each with every --uplinks count up to its GPUs
@@ -58,6 +66,7 @@ function options(argv: string[]) {
     systems: { type: "string" },
     seed: { type: "string" },
     scheduler: { type: "string", default: "best-fit" },
+    "tokens-per-replica": { type: "string" },
     "gpus-per-rack": { type: "string" },
     uplinks: { type: "string" },
     help: { type: "boolean", default: false },
@@ -96,6 +105,7 @@ function options(argv: string[]) {
     systems,
     jobs: intFlag("jobs", flags.jobs, preset.jobs, 1),
     seed: intFlag("seed", flags.seed, 1, 0),
+    tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
   };
 }
 
@@ -113,7 +123,8 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
   const load = o.loads[0]!;
   const hostCount = gpus / gpn;
-  const jobs = generateJobs({ seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: gpn }, bytesPerSecond(preset.fabric.nicGbps));
+  const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
+  const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
   const cells = new Map<string, SystemReport>();
   const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
   const started = performance.now();
@@ -127,7 +138,7 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
       }
     }
   }
-  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, seed ${o.seed}, ${o.scheduler}; λ = uplinks per rack\n\n`);
+  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}; λ = uplinks per rack\n\n`);
   for (const [title, pick] of [
     ["p99 slowdown", (r: SystemReport) => r.slowdown.p99],
     ["average slowdown", (r: SystemReport) => r.slowdown.avg],
@@ -149,9 +160,11 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
+  const traces: SimJob[][] = [];
   for (const load of o.loads) {
-    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost };
+    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
+    traces.push(jobs);
     for (const system of o.systems) {
       const started = performance.now();
       const result = simulateSystem(jobs, config, system, planner);
@@ -164,8 +177,9 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, seed ${o.seed}, ${o.scheduler}\n\n`,
+      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}\n\n`,
   );
+  process.stdout.write(`${communicationTable(traces.flat(), preset.fabric)}\n\n`);
   const pct = (load: number) => `${Math.round(load * 100)}%`;
   const slowdownTable = (title: string, pick: (r: SystemReport) => number) => {
     const last = o.loads[o.loads.length - 1]!;
@@ -242,6 +256,29 @@ ${table(
   const speedRows = o.systems.map((s) => [s, total(s).toFixed(1), baseline ? (total(s) / baseline).toFixed(2) : "-"]);
   process.stdout.write(`simulation time over all loads (${o.jobs} jobs each)\n${table(["system", "seconds", "÷ ecmp"], speedRows)}\n`);
   return 0;
+}
+
+/**
+ * Per model, how much of its jobs' ideal time (every iteration at full NIC rate, summed over
+ * the traces' jobs) is communication rather than compute: the most congestion can slow them.
+ */
+function communicationTable(jobs: readonly SimJob[], fabric: { nicGbps: number; gpusPerHost: number }): string {
+  const nic = bytesPerSecond(fabric.nicGbps);
+  const byModel = new Map<string, { jobs: number; iterations: number; compute: number; total: number }>();
+  for (const job of jobs) {
+    const ideal = iterationSeconds(job, nic, nic, nic * fabric.gpusPerHost);
+    const m = byModel.get(job.model ?? "-") ?? { jobs: 0, iterations: 0, compute: 0, total: 0 };
+    m.jobs++;
+    m.iterations += job.iterations;
+    m.compute += job.iterations * job.computeSeconds;
+    m.total += job.iterations * ideal;
+    byModel.set(job.model ?? "-", m);
+  }
+  const all = [...byModel.values()].reduce((a, m) => ({ compute: a.compute + m.compute, total: a.total + m.total }), { compute: 0, total: 0 });
+  const share = (m: { compute: number; total: number }) => `${(100 * (1 - m.compute / m.total)).toFixed(1)}%`;
+  const rows = [...byModel].sort(([a], [b]) => a.localeCompare(b)).map(([model, m]) => [model, m.jobs, (m.compute / m.iterations).toFixed(2), (m.total / m.iterations).toFixed(2), share(m)]);
+  rows.push(["all", jobs.length, "-", "-", share(all)]);
+  return `communication share of ideal job time (iterations at full NIC rate)\n${table(["model", "jobs", "compute s/iteration", "ideal s/iteration", "communication"], rows)}`;
 }
 
 await benchMain("simulate", help, options, run);

@@ -5,8 +5,10 @@ import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINK
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
+  DEFAULT_TOKENS_PER_REPLICA,
   fabricSummary,
   generateJobs,
+  MAX_TOKENS_PER_REPLICA,
   MIXES,
   MODELS,
   parseSimJobs,
@@ -28,6 +30,7 @@ import {
   type SimulationReport,
   type SystemReport,
   type SystemRun,
+  type TraceGeneration,
 } from "../controller/sim/index.ts";
 import { barChart, lineChart, type Series } from "./simulate/plot.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
@@ -39,8 +42,9 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
                            [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
-                           [--seed N] [--scheduler NAME] [--lambda N] [--restart SEC] [--model NAME]
-                           [--json] [--csv DIR] [--plot DIR] [--save-trace DIR]
+                           [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--lambda N]
+                           [--restart SEC] [--model NAME] [--json] [--csv DIR] [--plot DIR]
+                           [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
@@ -75,6 +79,11 @@ options:
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
                      bytes (paper §7.10: 10; default 0, none); experimental, see README
+  --tokens-per-replica N
+                     local batch of generated traces in tokens per model replica and iteration
+                     (a DP/FSDP replica is one GPU, a TP job's spans its TP × PP GPUs): scales
+                     compute, so how communication-bound jobs are (default ${DEFAULT_TOKENS_PER_REPLICA}, 16 × 4,096;
+                     1 to ${MAX_TOKENS_PER_REPLICA}); see README
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
@@ -85,7 +94,8 @@ options:
                      the total (summed over racks) fragmentation over time per load, moves per
                      defragmentation event
   --save-trace DIR   write each generated (or converted) trace as DIR/trace-LOAD.jsonl
-                     (trace-sacct.jsonl), replayable with --trace
+                     (trace-sacct.jsonl), replayable with --trace; generated ones with
+                     DIR/generation.json, the options that drew them
 
 Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
 
@@ -109,6 +119,7 @@ export const command: Command = {
       mix: { type: "string" },
       "mean-hours": { type: "string" },
       "ep-factor": { type: "string" },
+      "tokens-per-replica": { type: "string" },
       seed: { type: "string" },
       scheduler: { type: "string", default: "best-fit" },
       lambda: { type: "string" },
@@ -129,7 +140,7 @@ export const command: Command = {
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
     if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
     const replayed = flags.trace ?? flags["from-sacct"];
-    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
+    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
     if (replayed !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
       throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`);
     }
@@ -151,6 +162,7 @@ export const command: Command = {
     if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
     const epFactor = numberFlag("ep-factor", flags["ep-factor"], 0, 0);
+    const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
     const config: SimConfigInput = {
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
@@ -160,6 +172,7 @@ export const command: Command = {
     };
 
     const traces: { load: number | null; jobs: SimJob[] }[] = [];
+    let generation: TraceGeneration | null = null;
     if (flags.trace !== undefined) {
       traces.push({ load: null, jobs: await readTraceFile(flags.trace) });
     } else if (flags["from-sacct"] !== undefined) {
@@ -178,11 +191,12 @@ export const command: Command = {
       });
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
       const hostCount = fabric.racks * fabric.hostsPerRack;
+      generation = { mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
       for (const load of loads) {
-        const options = { seed, hostCount, mix, load, jobs: jobCount, meanHours, epFactor, gpusPerHost: fabric.gpusPerHost };
+        const options = { ...generation, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost };
         traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });
       }
-      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);
+      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces, { ...generation, seed, fabric, loads });
     }
 
     const planner = systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
@@ -218,7 +232,7 @@ export const command: Command = {
       }
     }
     progress.done();
-    const report = simulationReport(config, runs);
+    const report = simulationReport(config, runs, generation);
     if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
@@ -273,11 +287,13 @@ async function readTraceFile(path: string): Promise<SimJob[]> {
   return parseSimJobs(values, source, lineNumbers);
 }
 
-async function saveTraces(dir: string, traces: readonly { load: number | null; jobs: readonly SimJob[] }[]): Promise<void> {
+/** Writes the traces, and for generated ones DIR/generation.json: what drew them. */
+async function saveTraces(dir: string, traces: readonly { load: number | null; jobs: readonly SimJob[] }[], generation?: object): Promise<void> {
   await mkdir(dir, { recursive: true });
   for (const { load, jobs } of traces) {
     await writeFile(join(dir, `trace-${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
   }
+  if (generation) await writeFile(join(dir, "generation.json"), `${JSON.stringify(generation, null, 2)}\n`);
 }
 
 async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; busiest: Series; total: Series }[]): Promise<void> {

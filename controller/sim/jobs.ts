@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, idSchema } from "../../sdk/protocol/limits.ts";
-import { iterationCost, MODELS } from "./models.ts";
+import { DEFAULT_TOKENS_PER_REPLICA, iterationCost, MAX_TOKENS_PER_REPLICA, MODELS } from "./models.ts";
 import { Random } from "./random.ts";
 import { MIXES, workload } from "./workload.ts";
 
@@ -74,8 +74,14 @@ export const GenerateOptionsSchema = z.strictObject({
   epFactor: z.number().min(0).default(0),
   /** GPUs (and NICs) per host, over which a host's all-to-all spreads. */
   gpusPerHost: z.int().min(1).max(MAX_GPUS_PER_HOST).default(8),
+  /** Local batch in tokens per model replica and iteration: its compute per iteration. */
+  tokensPerReplica: z.int().min(1).max(MAX_TOKENS_PER_REPLICA).default(DEFAULT_TOKENS_PER_REPLICA),
 });
 export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
+
+/** How a report's generated traces were drawn (the seed, fabric and loads are recorded beside it). */
+export const TraceGenerationSchema = GenerateOptionsSchema.pick({ mix: true, jobs: true, meanHours: true, epFactor: true, tokensPerReplica: true });
+export type TraceGeneration = z.infer<typeof TraceGenerationSchema>;
 
 /**
  * A Poisson trace: jobs of the mix (shapes and models as the planner's traces draw them),
@@ -97,7 +103,7 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const name = spec.id.slice(0, spec.id.lastIndexOf("-"));
     const model = MODELS[name];
     if (!model) throw new RangeError(`no model named ${name} in the model table`);
-    const cost = iterationCost(model, spec);
+    const cost = iterationCost(model, spec, options.tokensPerReplica);
     const a2aBytes = options.epFactor * cost.ringBytes * spec.rings;
     const ideal = iterationSeconds({ ...spec, ...cost, a2aBytes }, nicBytesPerSecond, nicBytesPerSecond, nicBytesPerSecond * options.gpusPerHost);
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));

@@ -30,8 +30,14 @@ export const MODELS: Readonly<Record<string, ModelSpec>> = {
 /** H100 dense bf16 peak, at a model FLOPs utilisation typical of large training runs. */
 const GPU_FLOPS = 989e12;
 const MFU = 0.4;
-/** Local batch 16 (Table 1) of 4,096-token sequences, per model replica and iteration. */
-const TOKENS_PER_REPLICA = 16 * 4096;
+/**
+ * Local batch 16 (Table 1) of 4,096-token sequences, per model replica and iteration: one GPU
+ * of a DP/FSDP job, one TP×PP group of a TP job. The paper does not state its own; it sets
+ * how much of an iteration is computation, so how much congestion can slow a job.
+ */
+export const DEFAULT_TOKENS_PER_REPLICA = 16 * 4096;
+/** 4,096 sequences of 4,096 tokens: past any local batch that fits a replica's memory. */
+export const MAX_TOKENS_PER_REPLICA = 4096 * 4096;
 const BF16 = 2;
 const CHECKPOINT_BYTES_PER_PARAMETER = 16;
 
@@ -56,15 +62,15 @@ export interface IterationCost {
   readonly checkpointBytes: number;
 }
 
-export function iterationCost(model: ModelSpec, p: Parallelism): IterationCost {
+export function iterationCost(model: ModelSpec, p: Parallelism, tokensPerReplica = DEFAULT_TOKENS_PER_REPLICA): IterationCost {
   // A host of a DP/FSDP job is gpusPerHost replicas reduced over NVLink first; a TP host is
   // one replica's slice of a stage.
   const replicaGpus = p.rings === 1 ? 1 : p.rings * p.stages;
-  const computeSeconds = (6 * model.active * TOKENS_PER_REPLICA) / (replicaGpus * GPU_FLOPS * MFU);
+  const computeSeconds = (6 * model.active * tokensPerReplica) / (replicaGpus * GPU_FLOPS * MFU);
   const d = p.hostsPerStage;
   const shardBytes = (BF16 * model.parameters) / (p.rings * p.stages);
   const ringBytes = d < 2 ? 0 : ((model.fsdp ? 3 : 2) * (d - 1) * shardBytes) / d;
-  const ppBytes = p.stages < 2 ? 0 : TOKENS_PER_REPLICA * model.hidden * BF16;
+  const ppBytes = p.stages < 2 ? 0 : tokensPerReplica * model.hidden * BF16;
   const held = (CHECKPOINT_BYTES_PER_PARAMETER * model.parameters) / (p.stages * (model.fsdp ? d : 1));
   return { computeSeconds, ringBytes, ppBytes, checkpointBytes: held };
 }

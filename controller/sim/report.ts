@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TraceGenerationSchema, type TraceGeneration } from "./jobs.ts";
 import { SimConfigSchema, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
 
 const Quantiles = z.strictObject({ avg: z.number(), p50: z.number(), p90: z.number(), p99: z.number() });
@@ -46,6 +47,8 @@ export type SystemReport = z.infer<typeof SystemReportSchema>;
 export const SimulationReportSchema = z.strictObject({
   /** What was simulated: the fabric, λ, front-end, seed, restart cost and plan budget. */
   config: SimConfigSchema,
+  /** How the traces were generated; null when they were replayed (`--trace`, `--from-sacct`). */
+  generation: TraceGenerationSchema.nullable(),
   systems: z.array(SystemReportSchema),
   /** Defragmentation events of every MonkeyTree system together. */
   events: MoveEventsSchema,
@@ -97,9 +100,14 @@ export function systemReport(run: SystemRun, load: number | null): SystemReport 
   };
 }
 
-export function simulationReport(config: SimConfigInput, runs: readonly { run: SystemRun; load: number | null }[]): SimulationReport {
+export function simulationReport(
+  config: SimConfigInput,
+  runs: readonly { run: SystemRun; load: number | null }[],
+  generation: TraceGeneration | null = null,
+): SimulationReport {
   return {
     config: SimConfigSchema.parse(config),
+    generation,
     systems: runs.map(({ run, load }) => systemReport(run, load)),
     events: moveEvents(runs.flatMap(({ run }) => run.plans)),
   };

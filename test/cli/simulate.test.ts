@@ -79,7 +79,26 @@ describe("monkeytree simulate", () => {
     expect(report.systems[0]!.jobs).toBe(30);
   });
 
+  it("generates traces with the local batch given, and records it in the report and beside saved traces", async () => {
+    const run = async (...extra: string[]) => {
+      const traces = join(dir, `batch${extra.join("")}`);
+      const result = await runCli("simulate", "--preset", "small", "--jobs", "20", "--systems", "spray", "--json", "--save-trace", traces, ...extra);
+      expect(result.code).toBe(0);
+      const jobs = readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { computeSeconds: number });
+      const generation = JSON.parse(readFileSync(join(traces, "generation.json"), "utf8")) as { tokensPerReplica: number; seed: number };
+      return { report: SimulationReportSchema.parse(JSON.parse(result.stdout)), jobs, generation };
+    };
+    const full = await run();
+    const half = await run("--tokens-per-replica", "32768");
+    expect(full.report.generation).toEqual({ mix: "dp", jobs: 20, meanHours: 2, epFactor: 0, tokensPerReplica: 65536 });
+    expect(half.report.generation?.tokensPerReplica).toBe(32768);
+    expect(half.generation).toMatchObject({ tokensPerReplica: 32768, seed: 1 });
+    expect(half.jobs.map((j) => j.computeSeconds)).toEqual(full.jobs.map((j) => j.computeSeconds / 2));
+  });
+
   it.each([
+    [["--tokens-per-replica", "0"], /--tokens-per-replica must be a whole number from 1 to 16777216, got "0"/],
+    [["--trace", "x.jsonl", "--tokens-per-replica", "4096"], /with --trace the file gives the jobs/],
     [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
     [["--mix", "moe"], /--mix must be one of dp, tp8pp, got "moe"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
