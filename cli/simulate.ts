@@ -288,7 +288,11 @@ async function readTraceFile(path: string): Promise<SimJob[]> {
 }
 
 /** Writes the traces, and for generated ones DIR/generation.json: what drew them. */
-async function saveTraces(dir: string, traces: readonly { load: number | null; jobs: readonly SimJob[] }[], generation?: object): Promise<void> {
+async function saveTraces(
+  dir: string,
+  traces: readonly { load: number | null; jobs: readonly SimJob[] }[],
+  generation?: TraceGeneration & { seed: number; fabric: SimConfigInput["fabric"]; loads: readonly number[] },
+): Promise<void> {
   await mkdir(dir, { recursive: true });
   for (const { load, jobs } of traces) {
     await writeFile(join(dir, `trace-${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
