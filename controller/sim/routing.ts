@@ -12,11 +12,13 @@ export interface RoutingContext {
   readonly intensity: (job: string) => number;
   /** SGLB's choice set: each flow takes one of the K least-loaded spines. */
   readonly sglbK: number;
+  /** The share of a link each of a job's DP and PP flows fills at most: its demand over the link's speed. */
+  readonly share: (job: string) => { readonly dp: number; readonly pp: number };
 }
 
 /**
- * A cross-rack flow no controller routes (an expert-parallel all-to-all's): hosts send it
- * where their switches' default ECMP hash does, unless the system balances load itself.
+ * A cross-rack flow outside the DP rings and pipelines (an expert-parallel all-to-all's): ECMP
+ * hashes it, Perfect routing spreads it round-robin, Crux and SGLB place it by load.
  */
 export interface OtherFlow {
   readonly srcHost: number;
@@ -24,6 +26,8 @@ export interface OtherFlow {
   readonly srcRack: number;
   readonly dstRack: number;
   readonly key: string;
+  /** The share of a link it fills at most: its demand over the link's speed, in (0, 1]. */
+  readonly share: number;
 }
 
 /** A spine for every DP, PP and other flow, in the order given. */
@@ -87,7 +91,7 @@ export function chooseSpines(
         other: hashed(other),
       };
     case "perfect":
-      return { ...perfect(cluster, dp, pp), other: hashed(other) };
+      return { ...perfect(cluster, dp, pp), other: roundRobin(other, context.spines) };
     case "crux":
       return crux(cluster, dp, pp, other, context);
     case "sglb":
@@ -108,31 +112,64 @@ function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[])
   return { dp: routes.dpFlows.map((r) => r.uplink), pp: routes.ppFlows.map((r) => r.uplink) };
 }
 
-/** Flows counted on every rack's uplinks and downlinks, per spine, as a greedy router places them. */
+/**
+ * Perfect routing's way with flows it does not isolate (paper §5.4: other flows are spread
+ * "round-robin across available spines"), as it spreads pipeline flows: each source rack
+ * hands its flows to its uplinks in turn.
+ */
+function roundRobin(flows: readonly OtherFlow[], spines: number): number[] {
+  const next = new Map<number, number>();
+  return flows.map((f) => {
+    const n = next.get(f.srcRack) ?? 0;
+    next.set(f.srcRack, n + 1);
+    return n % spines;
+  });
+}
+
+/**
+ * Load on every rack's uplinks and downlinks, per spine, as a greedy router places flows: each
+ * flow counts the share of the link it can fill, so a DP ring (a full link's worth) weighs as
+ * much as the fifteen sub-flows of a sixteen-host all-to-all that a NIC sends, not one of them,
+ * and a ring that carries no bytes weighs nothing.
+ */
 class SpineLoads {
-  readonly #up: Int32Array;
-  readonly #down: Int32Array;
+  readonly #up: Float64Array;
+  readonly #down: Float64Array;
   constructor(racks: number, readonly spines: number) {
-    this.#up = new Int32Array(racks * spines);
-    this.#down = new Int32Array(racks * spines);
+    this.#up = new Float64Array(racks * spines);
+    this.#down = new Float64Array(racks * spines);
   }
   load(src: number, dst: number, spine: number): number {
     return Math.max(this.#up[src * this.spines + spine]!, this.#down[dst * this.spines + spine]!);
   }
-  add(src: number, dst: number, spine: number): void {
-    this.#up[src * this.spines + spine]!++;
-    this.#down[dst * this.spines + spine]!++;
+  add(src: number, dst: number, spine: number, share: number): void {
+    this.#up[src * this.spines + spine]! += share;
+    this.#down[dst * this.spines + spine]! += share;
   }
-  /** Spines by load, least loaded first, lower index on ties. */
-  ranked(src: number, dst: number): number[] {
-    return Array.from({ length: this.spines }, (_, s) => s).sort((a, b) => this.load(src, dst, a) - this.load(src, dst, b) || a - b);
+  /** The `k` least-loaded spines, least loaded first, lower index on ties. */
+  least(src: number, dst: number, k: number): number[] {
+    const picked: number[] = [];
+    const loads: number[] = [];
+    for (let s = 0; s < this.spines; s++) {
+      const load = this.load(src, dst, s);
+      if (picked.length === k) {
+        if (load >= loads[k - 1]!) continue;
+        picked.pop();
+        loads.pop();
+      }
+      let i = picked.length;
+      while (i > 0 && loads[i - 1]! > load) i--;
+      picked.splice(i, 0, s);
+      loads.splice(i, 0, load);
+    }
+    return picked;
   }
 }
 
 /**
  * Crux: jobs in decreasing intensity, each job's flows in turn on the spine whose busier end
- * carries the fewest flows so far. Greedy, so it can miss an isolating assignment that
- * exists. PP and other flows follow, spread the same way.
+ * carries the least load so far. Greedy, so it can miss an isolating assignment that exists.
+ * PP and other flows follow, spread the same way.
  */
 function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
   const loads = new SpineLoads(cluster.topology.racks, context.spines);
@@ -145,17 +182,17 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], ot
   const dpSpines = new Array<number>(dp.length).fill(0);
   for (const i of order) {
     const f = dp[i]!;
-    const spine = loads.ranked(f.srcRack, f.dstRack)[0]!;
-    loads.add(f.srcRack, f.dstRack, spine);
+    const spine = loads.least(f.srcRack, f.dstRack, 1)[0]!;
+    loads.add(f.srcRack, f.dstRack, spine, dpShare(cluster, f, context));
     dpSpines[i] = spine;
   }
-  const least = (f: { srcRack: number; dstRack: number }) => {
-    const spine = loads.ranked(f.srcRack, f.dstRack)[0]!;
-    loads.add(f.srcRack, f.dstRack, spine);
+  const least = (f: { srcRack: number; dstRack: number }, share: number) => {
+    const spine = loads.least(f.srcRack, f.dstRack, 1)[0]!;
+    loads.add(f.srcRack, f.dstRack, spine, share);
     return spine;
   };
-  const ppSpines = pp.map(least);
-  return { dp: dpSpines, pp: ppSpines, other: other.map(least) };
+  const ppSpines = pp.map((f) => least(f, ppShare(cluster, f, context)));
+  return { dp: dpSpines, pp: ppSpines, other: other.map((f) => least(f, f.share)) };
 }
 
 /**
@@ -165,15 +202,18 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], ot
  */
 function sglb(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
   const loads = new SpineLoads(cluster.topology.racks, context.spines);
-  const place = (src: number, dst: number, key: string) => {
-    const candidates = loads.ranked(src, dst).slice(0, Math.max(1, context.sglbK));
+  const place = (src: number, dst: number, key: string, share: number) => {
+    const candidates = loads.least(src, dst, Math.max(1, context.sglbK));
     const spine = candidates[flowHash(key, context.seed) % candidates.length]!;
-    loads.add(src, dst, spine);
+    loads.add(src, dst, spine, share);
     return spine;
   };
   return {
-    dp: dp.map((f) => place(f.srcRack, f.dstRack, dpKey(cluster, f))),
-    pp: pp.map((f) => place(f.srcRack, f.dstRack, ppKey(cluster, f))),
-    other: other.map((f) => place(f.srcRack, f.dstRack, f.key)),
+    dp: dp.map((f) => place(f.srcRack, f.dstRack, dpKey(cluster, f), dpShare(cluster, f, context))),
+    pp: pp.map((f) => place(f.srcRack, f.dstRack, ppKey(cluster, f), ppShare(cluster, f, context))),
+    other: other.map((f) => place(f.srcRack, f.dstRack, f.key, f.share)),
   };
 }
+
+const dpShare = (cluster: Cluster, f: DpFlow, context: RoutingContext): number => context.share(cluster.groups[f.group]!.job).dp;
+const ppShare = (cluster: Cluster, f: PpFlow, context: RoutingContext): number => context.share(cluster.groups[f.fromGroup]!.job).pp;
