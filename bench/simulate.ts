@@ -78,7 +78,8 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   for (const load of o.loads) {
-    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost };
+    const ep = "epFactor" in preset ? { epFactor: preset.epFactor, warmupJobs: preset.warmupJobs } : {};
+    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...ep, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
     for (const system of o.systems) {
       const started = performance.now();

@@ -60,7 +60,7 @@ options:
   --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
-                     bytes (paper §7.10: 10; default 0, none); experimental, see README
+                     bytes (paper §7.10: 10; default: the preset's, else 0)
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
@@ -128,7 +128,7 @@ export const command: Command = {
     const mix = (flags.mix ?? preset.mix) as Mix;
     if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
-    const epFactor = numberFlag("ep-factor", flags["ep-factor"], 0, 0);
+    const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0);
     const config: SimConfigInput = {
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
@@ -149,7 +149,7 @@ export const command: Command = {
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
       const hostCount = fabric.racks * fabric.hostsPerRack;
       for (const load of loads) {
-        const options = { seed, hostCount, mix, load, jobs: jobCount, meanHours, epFactor, gpusPerHost: fabric.gpusPerHost };
+        const options = { seed, hostCount, mix, load, jobs: jobCount, warmupJobs: preset.warmupJobs ?? 0, meanHours, epFactor, gpusPerHost: fabric.gpusPerHost };
         traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });
       }
       if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);

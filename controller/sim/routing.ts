@@ -10,7 +10,7 @@ export interface RoutingContext {
   readonly seed: number;
   /** Crux's job intensity: GPU time its communication holds up per byte, higher first. */
   readonly intensity: (job: string) => number;
-  /** SGLB's choice set: each flow takes one of the K least-loaded spines. */
+  /** SGLB's choice set: each flow takes one of the K spines that offer it the most. */
   readonly sglbK: number;
   /** The share of a link each of a job's DP and PP flows fills at most: its demand over the link's speed. */
   readonly share: (job: string) => { readonly dp: number; readonly pp: number };
@@ -127,48 +127,65 @@ function roundRobin(flows: readonly OtherFlow[], spines: number): number[] {
 }
 
 /**
- * Load on every rack's uplinks and downlinks, per spine, as a greedy router places flows: each
- * flow counts the share of the link it can fill, so a DP ring (a full link's worth) weighs as
- * much as the fifteen sub-flows of a sixteen-host all-to-all that a NIC sends, not one of them,
- * and a ring that carries no bytes weighs nothing.
+ * Load on every rack's uplinks and downlinks, per spine, as a greedy router places flows: the
+ * flows on each link, and the share of it they want (their demands over its speed: a DP ring
+ * all of it, an all-to-all sub-flow of n hosts 1/(n − 1), a ring that carries nothing none).
+ * A new flow goes where max-min fairness would give it the most: the spare capacity of a link
+ * that is not full, an equal share of one that is, up to what it wants; on ties, where less is
+ * wanted already. Counting flows alone would put a ring beside mice that fit elsewhere;
+ * counting shares alone would pile mice onto a full link, where each takes as much as a ring.
  */
 class SpineLoads {
-  readonly #up: Float64Array;
-  readonly #down: Float64Array;
+  readonly #wanted: Float64Array;
+  readonly #flows: Float64Array;
   constructor(racks: number, readonly spines: number) {
-    this.#up = new Float64Array(racks * spines);
-    this.#down = new Float64Array(racks * spines);
+    // Uplinks first, then downlinks, per rack and spine.
+    this.#wanted = new Float64Array(2 * racks * spines);
+    this.#flows = new Float64Array(2 * racks * spines);
   }
-  load(src: number, dst: number, spine: number): number {
-    return Math.max(this.#up[src * this.spines + spine]!, this.#down[dst * this.spines + spine]!);
+  #links(src: number, dst: number, spine: number): [number, number] {
+    return [src * this.spines + spine, this.#wanted.length / 2 + dst * this.spines + spine];
+  }
+  /** What a flow wanting `share` would get through `spine`, and what its links already carry. */
+  #offer(src: number, dst: number, spine: number, share: number): { rate: number; wanted: number } {
+    let rate = share;
+    let wanted = 0;
+    for (const l of this.#links(src, dst, spine)) {
+      rate = Math.min(rate, Math.max(1 - this.#wanted[l]!, 1 / (this.#flows[l]! + 1)));
+      wanted = Math.max(wanted, this.#wanted[l]!);
+    }
+    return { rate, wanted };
   }
   add(src: number, dst: number, spine: number, share: number): void {
-    this.#up[src * this.spines + spine]! += share;
-    this.#down[dst * this.spines + spine]! += share;
+    for (const l of this.#links(src, dst, spine)) {
+      this.#wanted[l]! += share;
+      if (share > 0) this.#flows[l]!++;
+    }
   }
-  /** The `k` least-loaded spines, least loaded first, lower index on ties. */
-  least(src: number, dst: number, k: number): number[] {
+  /** The `k` best spines for a flow wanting `share`, best first, lower index on ties. */
+  best(src: number, dst: number, k: number, share: number): number[] {
     const picked: number[] = [];
-    const loads: number[] = [];
+    const offers: { rate: number; wanted: number }[] = [];
+    const better = (a: { rate: number; wanted: number }, b: { rate: number; wanted: number }) => a.rate > b.rate || (a.rate === b.rate && a.wanted < b.wanted);
     for (let s = 0; s < this.spines; s++) {
-      const load = this.load(src, dst, s);
+      const offer = this.#offer(src, dst, s, share);
       if (picked.length === k) {
-        if (load >= loads[k - 1]!) continue;
+        if (!better(offer, offers[k - 1]!)) continue;
         picked.pop();
-        loads.pop();
+        offers.pop();
       }
       let i = picked.length;
-      while (i > 0 && loads[i - 1]! > load) i--;
+      while (i > 0 && better(offer, offers[i - 1]!)) i--;
       picked.splice(i, 0, s);
-      loads.splice(i, 0, load);
+      offers.splice(i, 0, offer);
     }
     return picked;
   }
 }
 
 /**
- * Crux: jobs in decreasing intensity, each job's flows in turn on the spine whose busier end
- * carries the least load so far. Greedy, so it can miss an isolating assignment that exists.
+ * Crux: jobs in decreasing intensity, each job's flows in turn on the spine that offers it the
+ * most so far (see SpineLoads). Greedy, so it can miss an isolating assignment that exists.
  * PP and other flows follow, spread the same way.
  */
 function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
@@ -182,12 +199,13 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], ot
   const dpSpines = new Array<number>(dp.length).fill(0);
   for (const i of order) {
     const f = dp[i]!;
-    const spine = loads.least(f.srcRack, f.dstRack, 1)[0]!;
-    loads.add(f.srcRack, f.dstRack, spine, dpShare(cluster, f, context));
+    const share = dpShare(cluster, f, context);
+    const spine = loads.best(f.srcRack, f.dstRack, 1, share)[0]!;
+    loads.add(f.srcRack, f.dstRack, spine, share);
     dpSpines[i] = spine;
   }
   const least = (f: { srcRack: number; dstRack: number }, share: number) => {
-    const spine = loads.least(f.srcRack, f.dstRack, 1)[0]!;
+    const spine = loads.best(f.srcRack, f.dstRack, 1, share)[0]!;
     loads.add(f.srcRack, f.dstRack, spine, share);
     return spine;
   };
@@ -196,14 +214,14 @@ function crux(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], ot
 }
 
 /**
- * SGLB at flow level: switches steer each flow to one of the K spines that are least loaded
- * when it is placed, which one drawn from the flow's hash, since they act on local, slightly
+ * SGLB at flow level: switches steer each flow to one of the K spines that offer it the most
+ * when it is placed (see SpineLoads), which one drawn from the flow's hash, since they act on local, slightly
  * stale signals rather than a global assignment.
  */
 function sglb(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], other: readonly OtherFlow[], context: RoutingContext): SpineChoice {
   const loads = new SpineLoads(cluster.topology.racks, context.spines);
   const place = (src: number, dst: number, key: string, share: number) => {
-    const candidates = loads.least(src, dst, Math.max(1, context.sglbK));
+    const candidates = loads.best(src, dst, Math.max(1, context.sglbK), share);
     const spine = candidates[flowHash(key, context.seed) % candidates.length]!;
     loads.add(src, dst, spine, share);
     return spine;

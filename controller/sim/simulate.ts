@@ -357,8 +357,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       slowdown: idealSeconds > 0 ? (now - r.start) / idealSeconds : 1,
       moves: r.moves,
     };
-    outcomes.push(outcome);
-    observer.jobDone?.(outcome);
+    if (!r.job.warmup) {
+      outcomes.push(outcome);
+      observer.jobDone?.(outcome);
+    }
     if (migration?.jobs.delete(r.job.id)) {
       // Its moves are moot: its hosts are free now, which only helps the other moves.
       for (const step of migration.steps) step.splice(0, step.length, ...step.filter((m) => m.job !== r.job.id));
