@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { defaultAddressOf, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
+import { clusterFromSnapshot } from "../../controller/model/cluster.ts";
+import { defaultAddressOf, dpFlows, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
 import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
+import { chooseSpines, ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
 import { simulateSystem, type SimConfigInput } from "../../controller/sim/simulate.ts";
 import { referenceHop } from "../route/reference-hash.ts";
 
@@ -35,6 +36,21 @@ describe("ECMP in the simulator", () => {
     const spines = (seed: number) => keys.map((k) => ecmpSpine(1, 70, k, seed, 8));
     expect(spines(3)).toEqual(spines(3));
     expect(spines(4)).not.toEqual(spines(3));
+  });
+
+  it("keeps a job's flows on their spines while other jobs come and go: a port per queue pair, not per event", () => {
+    const topology = { racks: 4, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 8 };
+    const context = { spines: 8, seed: 1, sglbK: 2, intensity: () => 0, share: () => ({ dp: 1, pp: 0 }) };
+    const a = { id: "a", rings: 1, groups: [[1, 2, 5]] };
+    const spinesOfA = (jobs: { id: string; rings: number; groups: number[][] }[]) => {
+      const cluster = clusterFromSnapshot({ topology, lambda: 8, jobs });
+      const dp = dpFlows(cluster, cluster.placement);
+      const { dp: spines } = chooseSpines("ecmp", cluster, dp, [], [], context);
+      return dp.flatMap((f, i) => (cluster.groups[f.group]!.job === "a" ? [`${f.srcHost}>${f.dstHost} on ${spines[i]}`] : []));
+    };
+    // Another job ahead of a in the controller's order shifts a's group numbers, not its ports.
+    expect(spinesOfA([{ id: "0", rings: 1, groups: [[0, 3, 6]] }, a])).toEqual(spinesOfA([a]));
+    expect(spinesOfA([a])).toHaveLength(3);
   });
 });
 
