@@ -33,13 +33,17 @@ export function maxMinRates({ capacities, flows, demands }: MaxMinProblem): Floa
   const dense = new Map<number, number>();
   const capacity: number[] = [];
   const usersOf: number[][] = [];
-  const linksOf: Int32Array[] = [];
-  const countsOf: Float64Array[] = [];
+  const linksOf: number[][] = [];
+  const countsOf: number[][] = [];
+  // Per dense link: the last flow that listed it, and where in that flow's list it sits.
+  const lastFlow: number[] = [];
+  const slot: number[] = [];
   flows.forEach((links, f) => {
     const demand = demands?.[f] ?? Infinity;
     if (!(demand >= 0)) throw new RangeError(`flow ${f} has demand ${demand}; demands are rates, at least 0`);
     if (links.length === 0 && demand === Infinity) throw new RangeError(`flow ${f} crosses no link and has no demand, so its max-min rate is unbounded`);
-    const count = new Map<number, number>();
+    const distinct: number[] = [];
+    const counts: number[] = [];
     for (const link of links) {
       let d = dense.get(link);
       if (d === undefined) {
@@ -49,12 +53,21 @@ export function maxMinRates({ capacities, flows, demands }: MaxMinProblem): Floa
         dense.set(link, d);
         capacity.push(c);
         usersOf.push([]);
+        lastFlow.push(-1);
+        slot.push(0);
       }
-      count.set(d, (count.get(d) ?? 0) + 1);
+      if (lastFlow[d] === f) {
+        counts[slot[d]!]!++;
+      } else {
+        lastFlow[d] = f;
+        slot[d] = distinct.length;
+        distinct.push(d);
+        counts.push(1);
+        usersOf[d]!.push(f);
+      }
     }
-    linksOf.push(Int32Array.from(count.keys()));
-    countsOf.push(Float64Array.from(count.values()));
-    for (const d of count.keys()) usersOf[d]!.push(f);
+    linksOf.push(distinct);
+    countsOf.push(counts);
   });
   const weight = new Float64Array(capacity.length);
   linksOf.forEach((links, f) => links.forEach((d, i) => (weight[d]! += countsOf[f]![i]!)));

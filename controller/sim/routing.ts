@@ -146,16 +146,6 @@ class SpineLoads {
   #links(src: number, dst: number, spine: number): [number, number] {
     return [src * this.spines + spine, this.#wanted.length / 2 + dst * this.spines + spine];
   }
-  /** What a flow wanting `share` would get through `spine`, and what its links already carry. */
-  #offer(src: number, dst: number, spine: number, share: number): { rate: number; wanted: number } {
-    let rate = share;
-    let wanted = 0;
-    for (const l of this.#links(src, dst, spine)) {
-      rate = Math.min(rate, Math.max(1 - this.#wanted[l]!, 1 / (this.#flows[l]! + 1)));
-      wanted = Math.max(wanted, this.#wanted[l]!);
-    }
-    return { rate, wanted };
-  }
   add(src: number, dst: number, spine: number, share: number): void {
     for (const l of this.#links(src, dst, spine)) {
       this.#wanted[l]! += share;
@@ -165,19 +155,28 @@ class SpineLoads {
   /** The `k` best spines for a flow wanting `share`, best first, lower index on ties. */
   best(src: number, dst: number, k: number, share: number): number[] {
     const picked: number[] = [];
-    const offers: { rate: number; wanted: number }[] = [];
-    const better = (a: { rate: number; wanted: number }, b: { rate: number; wanted: number }) => a.rate > b.rate || (a.rate === b.rate && a.wanted < b.wanted);
+    // Per picked spine: what the flow would get there, and what its links already carry.
+    const rates: number[] = [];
+    const wanted: number[] = [];
+    const up = src * this.spines;
+    const down = this.#wanted.length / 2 + dst * this.spines;
+    const beats = (rate: number, carried: number, i: number) => rate > rates[i]! || (rate === rates[i]! && carried < wanted[i]!);
     for (let s = 0; s < this.spines; s++) {
-      const offer = this.#offer(src, dst, s, share);
+      const wantedUp = this.#wanted[up + s]!;
+      const wantedDown = this.#wanted[down + s]!;
+      const rate = Math.min(share, Math.max(1 - wantedUp, 1 / (this.#flows[up + s]! + 1)), Math.max(1 - wantedDown, 1 / (this.#flows[down + s]! + 1)));
+      const carried = Math.max(wantedUp, wantedDown);
       if (picked.length === k) {
-        if (!better(offer, offers[k - 1]!)) continue;
+        if (!beats(rate, carried, k - 1)) continue;
         picked.pop();
-        offers.pop();
+        rates.pop();
+        wanted.pop();
       }
       let i = picked.length;
-      while (i > 0 && better(offer, offers[i - 1]!)) i--;
+      while (i > 0 && beats(rate, carried, i - 1)) i--;
       picked.splice(i, 0, s);
-      offers.splice(i, 0, offer);
+      rates.splice(i, 0, rate);
+      wanted.splice(i, 0, carried);
     }
     return picked;
   }
