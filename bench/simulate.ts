@@ -162,7 +162,8 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];
   for (const load of o.loads) {
-    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
+    const ep = "epFactor" in preset ? { epFactor: preset.epFactor, warmupJobs: preset.warmupJobs } : {};
+    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...ep, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
     traces.push(jobs);
     for (const system of o.systems) {

@@ -78,7 +78,7 @@ options:
   --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
-                     bytes (paper §7.10: 10; default 0, none); experimental, see README
+                     bytes (paper §7.10: 10; default: the preset's, else 0); experimental, see README
   --tokens-per-replica N
                      local batch of generated traces in tokens per model replica and iteration
                      (a DP/FSDP replica is one GPU, a TP job's spans its TP × PP GPUs): scales
@@ -161,7 +161,7 @@ export const command: Command = {
     const mix = (flags.mix ?? preset.mix) as Mix;
     if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
-    const epFactor = numberFlag("ep-factor", flags["ep-factor"], 0, 0);
+    const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0);
     const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
     const config: SimConfigInput = {
       fabric,
@@ -191,7 +191,7 @@ export const command: Command = {
       });
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
       const hostCount = fabric.racks * fabric.hostsPerRack;
-      generation = { mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
+      generation = { mix, jobs: jobCount, warmupJobs: preset.warmupJobs ?? 0, meanHours, epFactor, tokensPerReplica };
       for (const load of loads) {
         const options = { ...generation, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost };
         traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });

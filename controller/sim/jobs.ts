@@ -36,6 +36,11 @@ export const SimJobSchema = z.strictObject({
    * evenly over the stage's other hosts and over its NICs.
    */
   a2aBytes: z.number().min(0).default(0),
+  /**
+   * Fills the cluster before the jobs measured: simulated like the rest, left out of the
+   * results, so that those start on a busy, already (de)fragmented cluster.
+   */
+  warmup: z.boolean().default(false),
 });
 export type SimJob = z.infer<typeof SimJobSchema>;
 
@@ -65,6 +70,8 @@ export const GenerateOptionsSchema = z.strictObject({
   /** Offered load: expected fraction of hosts busy, counting jobs at their ideal durations. */
   load: z.number().gt(0).max(1),
   jobs: z.int().min(1),
+  /** Warm-up jobs drawn the same way before those `jobs`, and marked `warmup`. */
+  warmupJobs: z.int().min(0).default(0),
   /** Mean ideal duration of a job, exponentially distributed. */
   meanHours: z.number().gt(0).default(2),
   /**
@@ -80,7 +87,7 @@ export const GenerateOptionsSchema = z.strictObject({
 export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
 
 /** How a report's generated traces were drawn (the seed, fabric and loads are recorded beside it). */
-export const TraceGenerationSchema = GenerateOptionsSchema.pick({ mix: true, jobs: true, meanHours: true, epFactor: true, tokensPerReplica: true });
+export const TraceGenerationSchema = GenerateOptionsSchema.pick({ mix: true, jobs: true, warmupJobs: true, meanHours: true, epFactor: true, tokensPerReplica: true });
 export type TraceGeneration = z.infer<typeof TraceGenerationSchema>;
 
 /**
@@ -97,7 +104,7 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
   const meanSeconds = options.meanHours * 3600;
   const rate = (options.load * options.hostCount) / (mix.meanHosts * meanSeconds);
   let now = 0;
-  return Array.from({ length: options.jobs }, (_, n) => {
+  return Array.from({ length: options.warmupJobs + options.jobs }, (_, n) => {
     now += random.exponential(rate);
     const spec = mix.draw(random, n);
     const name = spec.id.slice(0, spec.id.lastIndexOf("-"));
@@ -107,7 +114,8 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const a2aBytes = options.epFactor * cost.ringBytes * spec.rings;
     const ideal = iterationSeconds({ ...spec, ...cost, a2aBytes }, nicBytesPerSecond, nicBytesPerSecond, nicBytesPerSecond * options.gpusPerHost);
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
-    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes };
+    const warmup = n < options.warmupJobs;
+    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes, warmup };
   });
 }
 

@@ -28,23 +28,50 @@ const FULL = 1e-9;
 
 export function maxMinRates({ capacities, flows, demands }: MaxMinProblem): Float64Array {
   const rates = new Float64Array(flows.length);
-  const weight = new Map<number, number>();
-  const usersOf = new Map<number, number[]>();
+  // Links in use get dense indices; each flow keeps its distinct links with multiplicities, so
+  // a flow listing a link thousands of times (an all-to-all) costs one entry per link.
+  const dense = new Map<number, number>();
+  const capacity: number[] = [];
+  const usersOf: number[][] = [];
+  const linksOf: number[][] = [];
+  const countsOf: number[][] = [];
+  // Per dense link: the last flow that listed it, and where in that flow's list it sits.
+  const lastFlow: number[] = [];
+  const slot: number[] = [];
   flows.forEach((links, f) => {
     const demand = demands?.[f] ?? Infinity;
     if (!(demand >= 0)) throw new RangeError(`flow ${f} has demand ${demand}; demands are rates, at least 0`);
     if (links.length === 0 && demand === Infinity) throw new RangeError(`flow ${f} crosses no link and has no demand, so its max-min rate is unbounded`);
+    const distinct: number[] = [];
+    const counts: number[] = [];
     for (const link of links) {
-      const capacity = capacities[link];
-      if (capacity === undefined || !(capacity >= 0)) throw new RangeError(`flow ${f} crosses link ${link}, which has no capacity`);
-      weight.set(link, (weight.get(link) ?? 0) + 1);
-      const users = usersOf.get(link);
-      if (users) users.push(f);
-      else usersOf.set(link, [f]);
+      let d = dense.get(link);
+      if (d === undefined) {
+        const c = capacities[link];
+        if (c === undefined || !(c >= 0)) throw new RangeError(`flow ${f} crosses link ${link}, which has no capacity`);
+        d = capacity.length;
+        dense.set(link, d);
+        capacity.push(c);
+        usersOf.push([]);
+        lastFlow.push(-1);
+        slot.push(0);
+      }
+      if (lastFlow[d] === f) {
+        counts[slot[d]!]!++;
+      } else {
+        lastFlow[d] = f;
+        slot[d] = distinct.length;
+        distinct.push(d);
+        counts.push(1);
+        usersOf[d]!.push(f);
+      }
     }
+    linksOf.push(distinct);
+    countsOf.push(counts);
   });
-  const remaining = new Map<number, number>();
-  for (const link of weight.keys()) remaining.set(link, capacities[link]!);
+  const weight = new Float64Array(capacity.length);
+  linksOf.forEach((links, f) => links.forEach((d, i) => (weight[d]! += countsOf[f]![i]!)));
+  const remaining = Float64Array.from(capacity);
   const frozen = new Uint8Array(flows.length);
   let unfrozen = flows.length;
   let level = 0;
@@ -56,24 +83,23 @@ export function maxMinRates({ capacities, flows, demands }: MaxMinProblem): Floa
     frozen[f] = 1;
     unfrozen--;
     rates[f] = level;
-    for (const l of flows[f]!) weight.set(l, weight.get(l)! - 1);
+    linksOf[f]!.forEach((d, i) => (weight[d]! -= countsOf[f]![i]!));
   };
   while (unfrozen > 0) {
     while (nextCapped < capped.length && frozen[capped[nextCapped]!]) nextCapped++;
     let step = nextCapped < capped.length ? demands![capped[nextCapped]!]! - level : Infinity;
-    for (const [link, w] of weight) if (w > 0) step = Math.min(step, remaining.get(link)! / w);
+    for (let d = 0; d < weight.length; d++) if (weight[d]! > 0) step = Math.min(step, remaining[d]! / weight[d]!);
     level += step;
     const full: number[] = [];
-    for (const [link, w] of weight) {
-      if (w === 0) continue;
-      const left = remaining.get(link)! - step * w;
-      remaining.set(link, left);
-      if (left <= FULL * capacities[link]!) full.push(link);
+    for (let d = 0; d < weight.length; d++) {
+      if (weight[d] === 0) continue;
+      remaining[d]! -= step * weight[d]!;
+      if (remaining[d]! <= FULL * capacity[d]!) full.push(d);
     }
     for (; nextCapped < capped.length && demands![capped[nextCapped]!]! <= level * (1 + FULL); nextCapped++) {
       if (!frozen[capped[nextCapped]!]) freeze(capped[nextCapped]!);
     }
-    for (const link of full) for (const f of usersOf.get(link)!) if (!frozen[f]) freeze(f);
+    for (const d of full) for (const f of usersOf[d]!) if (!frozen[f]) freeze(f);
   }
   return rates;
 }

@@ -13,6 +13,10 @@ export interface Preset {
   readonly jobs: number;
   readonly meanHours: number;
   readonly systems: readonly SystemName[];
+  /** Expert-parallel all-to-all bytes per host as a multiple of its DP ring bytes. */
+  readonly epFactor?: number;
+  /** Jobs run before the measured ones, to start them on a busy cluster. */
+  readonly warmupJobs?: number;
 }
 
 const PAPER_LOADS = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0] as const;
@@ -83,6 +87,17 @@ export const PRESETS = {
     jobs: 1000,
     meanHours: 2,
     systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree", "spray"],
+  },
+  "paper-ep": {
+    description: "§7.10: 1,024 GPUs, 16 uplinks per rack, every job EP-dominated (10× more all-to-all than ring bytes), 100 jobs per load after 50 that fill the cluster",
+    fabric: { ...GPUS_1024, uplinksPerRack: 16 },
+    mix: "tp8pp",
+    loads: PAPER_LOADS,
+    jobs: 100,
+    meanHours: 2,
+    systems: SYSTEMS_2TIER,
+    epFactor: 10,
+    warmupJobs: 50,
   },
   small: {
     description: "a quick look: 512 GPUs (8 racks of 8 hosts), 2 uplinks per rack (32:1), 100 DP/FSDP jobs at 90% load",

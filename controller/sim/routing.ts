@@ -14,15 +14,17 @@ export interface RoutingContext {
   readonly seed: number;
   /** Crux's job intensity: GPU time its communication holds up per byte, higher first. */
   readonly intensity: (job: string) => number;
-  /** SGLB's choice set: each flow takes one of the K least-loaded spines. */
+  /** SGLB's choice set: each flow takes one of the K spines that offer it the most. */
   readonly sglbK: number;
+  /** The share of a link each of a job's DP and PP flows fills at most: its demand over the link's speed. */
+  readonly share: (job: string) => { readonly dp: number; readonly pp: number };
 }
 
 /**
- * A cross-rack flow as the routings see it: its racks, its rail, and the name its hash draws
- * from. Given as such, it is one no controller routes (an expert-parallel all-to-all's):
- * hosts send it where their switches' default ECMP hash does, unless the system balances load
- * itself.
+ * A cross-rack flow as the routings see it: its racks, its rail, the name its hash draws from
+ * and the share of a link it fills. Given as such, it is one no controller routes (an
+ * expert-parallel all-to-all's): ECMP hashes it, Perfect routing spreads it round-robin,
+ * Crux and SGLB place it by load.
  */
 export interface OtherFlow {
   readonly srcHost: number;
@@ -32,6 +34,8 @@ export interface OtherFlow {
   /** The NIC it leaves on, which is its rail in a rail-optimised fabric. */
   readonly nic: number;
   readonly key: string;
+  /** The share of a link it fills at most: its demand over the link's speed, in (0, 1]. */
+  readonly share: number;
 }
 
 /**
@@ -104,8 +108,8 @@ export function choosePaths(
   context: RoutingContext,
 ): PathChoice {
   const nics = cluster.topology.gpusPerHost;
-  const dpFlows = dp.map((f) => ({ ...f, nic: ringRail(cluster, f, nics), key: dpKey(cluster, f) }));
-  const ppFlows = pp.map((f) => ({ ...f, nic: f.replica % nics, key: ppKey(cluster, f) }));
+  const dpFlows = dp.map((f) => ({ ...f, nic: ringRail(cluster, f, nics), key: dpKey(cluster, f), share: context.share(cluster.groups[f.group]!.job).dp }));
+  const ppFlows = pp.map((f) => ({ ...f, nic: f.replica % nics, key: ppKey(cluster, f), share: context.share(cluster.groups[f.fromGroup]!.job).pp }));
   const hashed = (flows: readonly OtherFlow[]) => flows.map((f) => ecmpChoices(context.fabric, f, f.key, context.seed));
   switch (name) {
     case "spray":
@@ -113,7 +117,7 @@ export function choosePaths(
     case "ecmp":
       return { dp: hashed(dpFlows), pp: hashed(ppFlows), other: hashed(other) };
     case "perfect":
-      return { ...perfect(cluster, dp, pp, dpFlows, context.fabric), other: hashed(other) };
+      return { ...perfect(cluster, dp, pp, dpFlows, context.fabric), other: roundRobin(other, context.fabric) };
     case "crux":
       return crux(cluster, dpFlows, ppFlows, other, context);
     case "sglb":
@@ -158,35 +162,83 @@ function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[],
 }
 
 /**
- * Flows counted on every fabric link, as a greedy router places them hop by hop: at each
- * switch a flow's candidates are ranked by the busiest link that choice adds.
+ * Perfect routing's way with flows it does not isolate (paper §5.4: other flows are spread
+ * "round-robin across available spines"), as it spreads pipeline flows: each source rack (each
+ * of its rails, in a rail-optimised fabric) hands its flows to the members of every hop in turn.
+ */
+function roundRobin(flows: readonly OtherFlow[], fabric: Fabric): number[][] {
+  const next = new Map<string, number>();
+  return flows.map((f) => {
+    // A rail's uplinks are its own; a ToR's are shared by all of its hosts' NICs.
+    const from = fabric.kind === "rail" ? `${f.srcRack}/${f.nic}` : `${f.srcRack}`;
+    const n = next.get(from) ?? 0;
+    next.set(from, n + 1);
+    return fabric.hops(f.srcRack, f.dstRack).map((hop) => n % hop.members);
+  });
+}
+
+/**
+ * Load on every fabric link as a greedy router places flows hop by hop: the flows on each
+ * link, and the share of it they want (their demands over its speed: a DP ring all of it, an
+ * all-to-all sub-flow of n hosts 1/(n − 1), a ring that carries nothing none). At each switch
+ * a flow goes where max-min fairness would give it the most on the links that choice adds:
+ * the spare capacity of a link that is not full, an equal share of one that is, up to what it
+ * wants; on ties, where less is wanted already, then the lower index. Counting flows alone
+ * would put a ring beside mice that fit elsewhere; counting shares alone would pile mice onto
+ * a full link, where each takes as much as a ring.
  */
 class LinkLoads {
-  readonly #load: Int32Array;
+  readonly #wanted: Float64Array;
+  readonly #flows: Float64Array;
   constructor(readonly fabric: Fabric) {
-    this.#load = new Int32Array(fabric.capacities.length);
+    this.#wanted = new Float64Array(fabric.capacities.length);
+    this.#flows = new Float64Array(fabric.capacities.length);
   }
-  /** Each hop's members by load, least loaded first, lower index on ties. */
-  #ranked(f: OtherFlow, choices: number[], hop: number, members: number): number[] {
-    const load = Array.from({ length: members }, (_, c) => {
+  /** The `k` best members of a hop for `f`, best first (found without sorting: this runs per flow). */
+  #best(f: OtherFlow, choices: number[], hop: number, members: number, k: number): number[] {
+    const picked: number[] = [];
+    // Per picked member: what the flow would get there, and what its links already carry.
+    const rates: number[] = [];
+    const wanted: number[] = [];
+    const beats = (rate: number, carried: number, i: number) => rate > rates[i]! || (rate === rates[i]! && carried < wanted[i]!);
+    for (let c = 0; c < members; c++) {
       choices[hop] = c;
-      return this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop).reduce((max, link) => Math.max(max, this.#load[link]!), 0);
-    });
-    return Array.from({ length: members }, (_, c) => c).sort((a, b) => load[a]! - load[b]! || a - b);
+      let rate = f.share;
+      let carried = 0;
+      for (const link of this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop)) {
+        rate = Math.min(rate, Math.max(1 - this.#wanted[link]!, 1 / (this.#flows[link]! + 1)));
+        carried = Math.max(carried, this.#wanted[link]!);
+      }
+      if (picked.length === k) {
+        if (!beats(rate, carried, k - 1)) continue;
+        picked.pop();
+        rates.pop();
+        wanted.pop();
+      }
+      let i = picked.length;
+      while (i > 0 && beats(rate, carried, i - 1)) i--;
+      picked.splice(i, 0, c);
+      rates.splice(i, 0, rate);
+      wanted.splice(i, 0, carried);
+    }
+    return picked;
   }
-  /** Picks every hop in turn with `pick` from the ranked members, and counts the flow on its links. */
-  place(f: OtherFlow, pick: (ranked: number[], hop: number) => number): number[] {
+  /** Picks every hop in turn with `pick` among its `k` best members, and counts the flow on its links. */
+  place(f: OtherFlow, k: number, pick: (best: number[], hop: number) => number): number[] {
     const choices: number[] = [];
-    this.fabric.hops(f.srcRack, f.dstRack).forEach((h, hop) => (choices[hop] = pick(this.#ranked(f, choices, hop, h.members), hop)));
-    for (const link of this.fabric.route(f.srcRack, f.dstRack, f.nic, choices)) this.#load[link]!++;
+    this.fabric.hops(f.srcRack, f.dstRack).forEach((h, hop) => (choices[hop] = pick(this.#best(f, choices, hop, h.members, k), hop)));
+    for (const link of this.fabric.route(f.srcRack, f.dstRack, f.nic, choices)) {
+      this.#wanted[link]! += f.share;
+      if (f.share > 0) this.#flows[link]!++;
+    }
     return choices;
   }
 }
 
 /**
- * Crux: jobs in decreasing intensity, each job's flows in turn on the least-loaded path, hop by
- * hop. Greedy, so it can miss an isolating assignment that exists. PP and other flows follow,
- * spread the same way.
+ * Crux: jobs in decreasing intensity, each job's flows in turn on the path that offers it the
+ * most so far, hop by hop (see LinkLoads). Greedy, so it can miss an isolating assignment that
+ * exists. PP and other flows follow, spread the same way.
  */
 function crux(cluster: Cluster, dp: readonly (OtherFlow & Pick<DpFlow, "group">)[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
   const loads = new LinkLoads(context.fabric);
@@ -196,23 +248,21 @@ function crux(cluster: Cluster, dp: readonly (OtherFlow & Pick<DpFlow, "group">)
     const jb = jobOf(b);
     return context.intensity(jb) - context.intensity(ja) || (ja < jb ? -1 : ja > jb ? 1 : 0) || a - b;
   });
-  const least = (f: OtherFlow) => loads.place(f, (ranked) => ranked[0]!);
+  const least = (f: OtherFlow) => loads.place(f, 1, (best) => best[0]!);
   const dpChoices: number[][] = dp.map(() => []);
   for (const i of order) dpChoices[i] = least(dp[i]!);
   return { dp: dpChoices, pp: pp.map(least), other: other.map(least) };
 }
 
 /**
- * SGLB at flow level: each switch on the way steers the flow to one of the K members that are
- * least loaded when it is placed, which one drawn from the flow's hash, since switches act on
- * local, slightly stale signals rather than a global assignment.
+ * SGLB at flow level: each switch on the way steers the flow to one of the K members that
+ * offer it the most when it is placed (see LinkLoads), which one drawn from the flow's hash,
+ * since switches act on local, slightly stale signals rather than a global assignment.
  */
 function sglb(dp: readonly OtherFlow[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
   const loads = new LinkLoads(context.fabric);
   const place = (f: OtherFlow) =>
-    loads.place(f, (ranked, hop) => {
-      const candidates = ranked.slice(0, Math.max(1, context.sglbK));
-      return candidates[flowHash(hop === 0 ? f.key : `${f.key}#${hop}`, context.seed) % candidates.length]!;
-    });
+    loads.place(f, Math.max(1, context.sglbK), (best, hop) => best[flowHash(hop === 0 ? f.key : `${f.key}#${hop}`, context.seed) % best.length]!);
   return { dp: dp.map(place), pp: pp.map(place), other: other.map(place) };
 }
+

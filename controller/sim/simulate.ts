@@ -242,6 +242,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       seed: config.seed,
       sglbK: config.sglbK,
       intensity: (id) => intensity(running.get(id)?.job, nic),
+      share: (id) => {
+        const job = running.get(id)!.job;
+        return { dp: job.ringBytes > 0 ? 1 : 0, pp: ppDemand(job, nic) / nic };
+      },
     });
     flows = { dp, pp, a2a };
     routesDirty = false;
@@ -280,7 +284,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       list.push(paths.length);
       ppEntities.set(job, list);
       paths.push(fabric.route(f.srcRack, f.dstRack, f.replica, pathOf.pp[i]!));
-      demands.push(r.job.computeSeconds > 0 ? Math.min(nic, r.job.ppBytes / r.job.computeSeconds) : nic);
+      demands.push(ppDemand(r.job, nic));
     });
     // A stage's all-to-all is one flow: every pair of its hosts on every NIC, in lockstep.
     const a2aEntity = new Map<number, number>();
@@ -327,19 +331,19 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     const a2aOf = new Map<string, number[]>();
     for (const [g, entity] of a2aEntity) a2aOf.set(cluster.groups[g]!.job, [...(a2aOf.get(cluster.groups[g]!.job) ?? []), entity]);
     // A job's all-reduce and all-to-all take turns, so each meets everyone's traffic but the
-    // other's: one solve without its all-to-all, one without its rings.
+    // other's: one solve without its all-to-all, one without its rings. Where the other phase
+    // stays inside racks it crosses no shared link, and leaving it out changes nothing.
+    const solveWithout = (own: readonly number[] | undefined) => (own?.some((e) => paths[e]!.length > 0) ? solve(own) : rates);
     const ringRate = new Map<string, number>();
     for (const [job, entities] of ringsOf) {
-      const own = a2aOf.get(job);
-      const from = own ? solve(own) : rates;
+      const from = solveWithout(a2aOf.get(job));
       ringRate.set(job, Math.min(...entities.map((e) => from[e]!)));
     }
     // Each host sends to every other host of its stage on every NIC at the flow's rate.
     const a2aRate = new Map<string, number>();
     const sizeOf = new Map([...a2aEntity].map(([g, entity]) => [entity, cluster.placement[g]!.length]));
     for (const [job, entities] of a2aOf) {
-      const own = ringsOf.get(job);
-      const from = own ? solve(own) : rates;
+      const from = solveWithout(ringsOf.get(job));
       a2aRate.set(job, Math.min(...entities.map((e) => from[e]! * (sizeOf.get(e)! - 1) * gpusPerHost)));
     }
     for (const r of running.values()) {
@@ -373,8 +377,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       slowdown: idealSeconds > 0 ? (now - r.start) / idealSeconds : 1,
       moves: r.moves,
     };
-    outcomes.push(outcome);
-    observer.jobDone?.(outcome);
+    if (!r.job.warmup) {
+      outcomes.push(outcome);
+      observer.jobDone?.(outcome);
+    }
     if (migration?.jobs.delete(r.job.id)) {
       // Its moves are moot: its hosts are free now, which only helps the other moves.
       for (const step of migration.steps) step.splice(0, step.length, ...step.filter((m) => m.job !== r.job.id));
@@ -575,16 +581,23 @@ function allToAllFlows(cluster: Cluster, hasAllToAll: (job: string) => boolean, 
   cluster.groups.forEach((group, g) => {
     if (!hasAllToAll(group.job)) return;
     const hosts = cluster.placement[g]!;
+    // A NIC sends to each of the stage's other hosts in turn: a 1/(n − 1) share of its speed.
+    const share = 1 / Math.max(1, hosts.length - 1);
     for (const a of hosts) {
       for (const b of hosts) {
         const srcRack = fabric.rackOf(a);
         const dstRack = fabric.rackOf(b);
         if (srcRack === dstRack) continue;
-        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, nic: k, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}` });
+        for (let k = 0; k < nics; k++) flows.push({ group: g, srcHost: a, dstHost: b, srcRack, dstRack, nic: k, key: `a2a/${group.job}/${group.index}/${a}>${b}/${k}`, share });
       }
     }
   });
   return flows;
+}
+
+/** The rate a job's pipeline flows want: what hides them behind compute, at most a NIC's speed. */
+function ppDemand(job: SimJob, nic: number): number {
+  return job.computeSeconds > 0 ? Math.min(nic, job.ppBytes / job.computeSeconds) : nic;
 }
 
 /** Crux's intensity: GPU-seconds a byte of the job's all-reduce holds up. */

@@ -38,6 +38,16 @@ describe("monkeytree simulate", () => {
     expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
   });
 
+  it("runs the paper-ep preset's EP-dominated jobs after its warm-up jobs, reporting only the measured ones", async () => {
+    const traces = join(dir, "ep-traces");
+    const result = await runCli("simulate", "--preset", "paper-ep", "--jobs", "3", "--loads", "0.5", "--systems", "ecmp", "--json", "--save-trace", traces);
+    expect(result.code).toBe(0);
+    expect(SimulationReportSchema.parse(JSON.parse(result.stdout)).systems[0]!.jobs).toBe(3);
+    const jobs = readFileSync(join(traces, "trace-0.5.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { warmup: boolean; a2aBytes: number; ringBytes: number; rings: number });
+    expect(jobs.map((j) => j.warmup)).toEqual([...new Array<boolean>(50).fill(true), false, false, false]);
+    for (const j of jobs) expect(j.a2aBytes).toBeCloseTo(10 * j.ringBytes * j.rings, 0);
+  });
+
   it("replays a saved trace to the same results", async () => {
     const result = await runCli("simulate", "--preset", "small", "--trace", join(dir, "traces", "trace-0.9.jsonl"), "--json");
     expect(result.code).toBe(0);
@@ -90,7 +100,7 @@ describe("monkeytree simulate", () => {
     };
     const full = await run();
     const half = await run("--tokens-per-replica", "32768");
-    expect(full.report.generation).toEqual({ mix: "dp", jobs: 20, meanHours: 2, epFactor: 0, tokensPerReplica: 65536 });
+    expect(full.report.generation).toEqual({ mix: "dp", jobs: 20, warmupJobs: 0, meanHours: 2, epFactor: 0, tokensPerReplica: 65536 });
     expect(half.report.generation?.tokensPerReplica).toBe(32768);
     expect(half.generation).toMatchObject({ tokensPerReplica: 32768, seed: 1 });
     expect(half.jobs.map((j) => j.computeSeconds)).toEqual(full.jobs.map((j) => j.computeSeconds / 2));

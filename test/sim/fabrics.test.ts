@@ -33,7 +33,7 @@ function route(name: RoutingName, shape: FabricShape, cluster: Cluster) {
   const fabric = new Fabric(shape, name === "spray");
   const dp = dpFlows(cluster, cluster.placement);
   const pp = ppFlows(cluster, cluster.placement);
-  const chosen = choosePaths(name, cluster, dp, pp, [], { fabric, seed: 1, sglbK: 1, intensity: () => 1 });
+  const chosen = choosePaths(name, cluster, dp, pp, [], { fabric, seed: 1, sglbK: 1, intensity: () => 1, share: () => ({ dp: 1, pp: 1 }) });
   const links = dp.map((f, i) => fabric.route(f.srcRack, f.dstRack, ringRail(cluster, f, shape.gpusPerHost), chosen.dp[i]!));
   const load = new Map<number, number>();
   for (const path of links) for (const l of path) load.set(l, (load.get(l) ?? 0) + 1);

@@ -45,7 +45,7 @@ function reference(jobs: readonly SimJob[], shape: FabricShape, routing: Routing
     const list = [...running.values()].sort((a, b) => (a.job.id < b.job.id ? -1 : 1));
     const cluster = clusterFromSnapshot({ topology, jobs: list.map((r) => ({ id: r.job.id, rings: r.job.rings, hosts: r.hosts })) });
     const dp = dpFlows(cluster, cluster.placement);
-    const choice = choosePaths(routing, cluster, dp, [], [], { fabric, seed, sglbK: 2, intensity: () => 0 });
+    const choice = choosePaths(routing, cluster, dp, [], [], { fabric, seed, sglbK: 2, intensity: () => 0, share: () => ({ dp: 1, pp: 1 }) });
     for (const r of list) r.paths = Array.from({ length: r.job.rings }, () => []);
     dp.forEach((f, i) => {
       const r = running.get(cluster.groups[f.group]!.job)!;

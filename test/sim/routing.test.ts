@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { defaultAddressOf, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
+import { clusterFromSnapshot } from "../../controller/model/cluster.ts";
+import { defaultAddressOf, dpFlows, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
 import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
+import { Fabric } from "../../controller/sim/fabric.ts";
+import { choosePaths, ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
 import { simulateSystem, type SimConfigInput } from "../../controller/sim/simulate.ts";
 import { referenceHop } from "../route/reference-hash.ts";
 
@@ -36,6 +38,22 @@ describe("ECMP in the simulator", () => {
     expect(spines(3)).toEqual(spines(3));
     expect(spines(4)).not.toEqual(spines(3));
   });
+
+  it("keeps a job's flows on their spines while other jobs come and go: a port per queue pair, not per event", () => {
+    const topology = { racks: 4, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 8 };
+    const fabric = new Fabric({ ...topology, nicGbps: 400 }, false);
+    const context = { fabric, seed: 1, sglbK: 2, intensity: () => 0, share: () => ({ dp: 1, pp: 0 }) };
+    const a = { id: "a", rings: 1, groups: [[1, 2, 5]] };
+    const spinesOfA = (jobs: { id: string; rings: number; groups: number[][] }[]) => {
+      const cluster = clusterFromSnapshot({ topology, lambda: 8, jobs });
+      const dp = dpFlows(cluster, cluster.placement);
+      const { dp: paths } = choosePaths("ecmp", cluster, dp, [], [], context);
+      return dp.flatMap((f, i) => (cluster.groups[f.group]!.job === "a" ? [`${f.srcHost}>${f.dstHost} on ${paths[i]!.join("/")}`] : []));
+    };
+    // Another job ahead of a in the controller's order shifts a's group numbers, not its ports.
+    expect(spinesOfA([{ id: "0", rings: 1, groups: [[0, 3, 6]] }, a])).toEqual(spinesOfA([a]));
+    expect(spinesOfA([a])).toHaveLength(3);
+  });
 });
 
 describe("routings in the simulator", () => {
@@ -54,5 +72,37 @@ describe("routings in the simulator", () => {
     const collided = [1, 2, 3, 4, 5, 6, 7, 8].map((seed) => simulateSystem(jobs, { ...config, seed }, "ecmp", undefined).jobs.some((j) => j.slowdown > 1.25));
     expect(collided).toContain(true);
     expect(collided).toContain(false);
+  });
+});
+
+describe("load-aware routings with all-to-all flows", () => {
+  // 3 racks of 3 one-GPU hosts, two uplinks each, FIFO from the left: x on hosts 0-1, d's ring
+  // on hosts 2-3 (racks 0, 1), e's all-to-all on hosts 4-6 (racks 1, 2). Rack 1 sends d's ring
+  // and e's sub-flows 4→6 and 5→6, each of which wants half a link (a NIC sends to two peers).
+  const config: SimConfigInput = { fabric: { racks: 3, hostsPerRack: 3, gpusPerHost: 1, uplinksPerRack: 2, nicGbps: 8 }, scheduler: "fifo", sglbK: 1 };
+  const job = (id: string, hosts: number, extra: Partial<SimJob> = {}): SimJob =>
+    SimJobSchema.parse({ id, arrival: 0, hostsPerStage: hosts, iterations: 10, computeSeconds: 1, ringBytes: 1e9, ...extra });
+  const jobs = [job("x", 2), job("d", 2), job("e", 3, { ringBytes: 0, a2aBytes: 2e9 })];
+
+  it.each(["crux", "sglb"] as const)("%s weighs a flow by the share of a link it can fill, so the ring keeps an uplink of its own", (system) => {
+    // Counting flows (e's rings too, which carry nothing), the second sub-flow ties with the
+    // ring's uplink and joins it, and the ring runs at half speed; weighed, both half-link
+    // sub-flows fill the other uplink.
+    const run = simulateSystem(jobs, config, system, undefined);
+    for (const j of run.jobs) expect(j.slowdown).toBeCloseTo(1, 9);
+  });
+});
+
+describe("Perfect routing's other flows", () => {
+  // Two racks of one host with two NICs and two uplinks: the all-to-all sends one sub-flow per
+  // NIC each way, which round-robin puts on different uplinks whatever their 5-tuples hash to.
+  const fabric = { racks: 2, hostsPerRack: 1, gpusPerHost: 2, uplinksPerRack: 2, nicGbps: 8 };
+  const ep = [SimJobSchema.parse({ id: "e", arrival: 0, hostsPerStage: 2, iterations: 10, computeSeconds: 1, ringBytes: 0, a2aBytes: 2e9 })];
+  const seeds = [1, 2, 3, 4, 5, 6, 7, 8];
+
+  it("spreads an all-to-all round-robin over the uplinks, as its pipeline flows, where ECMP collides on some seeds", () => {
+    const slowdowns = (system: "perfect" | "ecmp") => seeds.map((seed) => simulateSystem(ep, { fabric, seed }, system, undefined).jobs[0]!.slowdown);
+    for (const s of slowdowns("perfect")) expect(s).toBeCloseTo(1, 9);
+    expect(slowdowns("ecmp").some((s) => s > 1.25)).toBe(true);
   });
 });

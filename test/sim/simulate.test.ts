@@ -86,6 +86,14 @@ describe("simulateSystem", () => {
     expect(finish(run, "e").finish).toBeCloseTo(10 * (1 + 1 + 2), 9);
   });
 
+  it("runs warm-up jobs like any other but leaves them out of the results", () => {
+    // The warm-up job holds every host, so the measured one waits for it, then runs alone.
+    const run = simulateSystem([job("w", 6, { warmup: true }), job("m", 2, { arrival: 1 })], tiny, "ecmp", undefined);
+    expect(run.jobs.map((j) => j.id)).toEqual(["m"]);
+    expect(finish(run, "m").start).toBeCloseTo(20, 9);
+    expect(finish(run, "m").slowdown).toBeCloseTo(1, 9);
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
@@ -151,6 +159,12 @@ describe("traces", () => {
     const jobs = generateJobs({ seed: 2, hostCount: 128, mix: "tp8pp", load: 0.9, jobs: 200, epFactor: 10 }, 50e9);
     for (const j of jobs) expect(j.a2aBytes).toBeCloseTo(10 * j.ringBytes * j.rings, 0);
     expect(jobs.some((j) => j.a2aBytes > 0)).toBe(true);
+  });
+
+  it("draws warm-up jobs before the measured ones, from the same mix, marked as such", () => {
+    const jobs = generateJobs({ seed: 2, hostCount: 128, mix: "tp8pp", load: 0.9, jobs: 30, warmupJobs: 20, epFactor: 10 }, 50e9);
+    expect(jobs.map((j) => j.warmup)).toEqual([...new Array<boolean>(20).fill(true), ...new Array<boolean>(30).fill(false)]);
+    for (const j of jobs) expect(j.a2aBytes).toBeCloseTo(10 * j.ringBytes * j.rings, 0);
   });
 
   it("reads trace lines, naming the line and field of a bad one, and sorts by arrival", () => {
