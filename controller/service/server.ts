@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
-import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { encode, safeDecodeCommandReply, safeDecodeRequest, type Reply as ReplyMessage } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
@@ -210,7 +210,7 @@ export class ControllerServer {
    */
   private admit(peer: Uint8Array): boolean {
     // The identity's bytes as the bucket's key, read in place: this runs for every message.
-    const identity = Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
+    const identity = Buffer.isBuffer(peer) ? peer : Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
     const decision = this.limiter.take(identity.toString("latin1"), Date.now());
     if (decision === "refuse-first") this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
     return decision === "allow";
@@ -241,7 +241,7 @@ export class ControllerServer {
   }
 
   private enqueue(out: readonly Outgoing[]): void {
-    for (const { peer, reply } of out) this.queue.push({ peer, frame: encode(reply), what: () => `reply ${reply.type} #${reply.id}` });
+    for (const { peer, reply } of out) this.queue.push({ peer, frame: encode(reply), what: reply });
     this.pump();
   }
 
@@ -264,7 +264,7 @@ export class ControllerServer {
           try {
             await this.socket.send([peer, frame]);
           } catch (error) {
-            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : what()} not sent: ${(error as Error).message}`);
+            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : `reply ${what.type} #${what.id}`} not sent: ${(error as Error).message}`);
           }
         }
       }
@@ -276,6 +276,6 @@ export class ControllerServer {
 interface OutFrame {
   readonly peer: Uint8Array;
   readonly frame: string;
-  /** What the frame is, for the warning when it cannot be sent; a function when naming it costs. */
-  readonly what: string | (() => string);
+  /** What the frame is, for the warning when it cannot be sent: a reply is named only then. */
+  readonly what: string | ReplyMessage;
 }

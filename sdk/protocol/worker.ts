@@ -1,7 +1,7 @@
 import { z } from "zod";
-import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { envelope, HostSchema, JobIdSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
-import { idSchema, intSchema, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
+import { idSchema, intSchema, isId, isInt, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
 
 /** Worker ↔ controller: launchers register their worker and meet the controller at every barrier. */
 
@@ -59,6 +59,29 @@ export const BarrierSchema = z.strictObject({
   generation: whole("generation"),
 });
 export type Barrier = z.infer<typeof BarrierSchema>;
+
+/**
+ * Whether `value` (a parsed frame) is a barrier `BarrierSchema` accepts, checked without zod:
+ * every worker sends one per step, so barriers are most of what a controller reads, and this
+ * takes a fraction of the schema's time. It accepts only what the schema accepts (exactly its
+ * fields, the same bounds; test/sdk/protocol.test.ts holds the two side by side); anything it
+ * refuses still goes through the schema, which names the problem.
+ */
+export function isPlainBarrier(value: unknown): value is Barrier {
+  if (!hasKeys(value, 6)) return false;
+  const { v, type, id, worker, step, generation } = value as Record<string, unknown>;
+  if (v !== PROTOCOL_VERSION || type !== "worker.barrier" || !isInt(id, 0) || !isInt(step, 0) || !isInt(generation, 0) || !hasKeys(worker, 3)) return false;
+  const { job, group, host } = worker as Record<string, unknown>;
+  return isId(job) && isInt(group, 0, MAX_HOSTS - 1) && isInt(host, 0, MAX_HOSTS - 1);
+}
+
+/** Whether `value` is an object with exactly `count` own keys (a strict schema's fields, when each is then checked). */
+function hasKeys(value: unknown, count: number): boolean {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  let keys = 0;
+  for (const key in value) if (Object.hasOwn(value, key)) keys++;
+  return keys === count;
+}
 
 /** A launcher reports that its job ended; its hosts become free. */
 export const FinishSchema = z.strictObject({

@@ -12,6 +12,8 @@ import {
   type Register,
   type Request,
 } from "../../sdk/protocol/index.ts";
+import { MAX_HOSTS, MAX_ID_LENGTH } from "../../sdk/protocol/limits.ts";
+import { BarrierSchema, isPlainBarrier } from "../../sdk/protocol/worker.ts";
 
 const register = {
   v: 1,
@@ -74,6 +76,53 @@ describe("protocol", () => {
     expect(result).toEqual({ success: true, data: reply });
     expectTypeOf<Extract<Directive, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
     expect(safeDecodeReply(JSON.stringify({ ...reply, directive: { kind: "teleport" } })).success).toBe(false);
+  });
+});
+
+describe("barriers checked without zod", () => {
+  const barrier = { v: 1, type: "worker.barrier", id: 7, worker: { job: "job-1", group: 0, host: 5 }, step: 3, generation: 0 };
+  const edges: unknown[] = [
+    undefined, null, true, "1", [], {}, [1], -1, -0, 0.5, 1, 2, MAX_HOSTS - 1, MAX_HOSTS, 2 ** 53 - 1, 2 ** 53, Number.MAX_VALUE,
+    "", "a", "x".repeat(MAX_ID_LENGTH), "x".repeat(MAX_ID_LENGTH + 1), "job 1", "job\n1", "jöb", "a.b_c:d@e+f=g/h-i", "worker.barrier", "worker.register",
+  ];
+  /** The barrier with `path` set to each edge value, deleted, or beside an extra field. */
+  function variants(): unknown[] {
+    const out: unknown[] = [barrier, ...edges];
+    const set = (path: readonly string[], value: unknown, remove = false) => {
+      const copy = structuredClone(barrier) as Record<string, unknown>;
+      const parent = path.slice(0, -1).reduce((o, k) => o[k] as Record<string, unknown>, copy);
+      if (remove) delete parent[path.at(-1)!];
+      else parent[path.at(-1)!] = value;
+      out.push(copy);
+    };
+    const paths = [["v"], ["type"], ["id"], ["worker"], ["step"], ["generation"], ["worker", "job"], ["worker", "group"], ["worker", "host"]];
+    for (const path of paths) {
+      set(path, undefined, true);
+      for (const value of edges) set(path, value);
+    }
+    set(["extra"], 1);
+    set(["worker", "extra"], 1);
+    // A "__proto__" key in JSON is an own field, which a strict schema refuses.
+    out.push(JSON.parse(JSON.stringify(barrier).replace('"step"', '"__proto__":{},"step"')));
+    out.push(JSON.parse(JSON.stringify(barrier).replace('"job"', '"__proto__":{},"job"')));
+    return out;
+  }
+
+  it("accepts exactly what the barrier schema accepts", () => {
+    const all = variants();
+    expect(all.length).toBeGreaterThan(250);
+    const disagree = all.filter((value) => isPlainBarrier(value) !== BarrierSchema.safeParse(value).success);
+    expect(disagree).toEqual([]);
+    expect(all.filter((value) => isPlainBarrier(value)).length).toBeGreaterThan(20);
+  });
+
+  it("decodes a barrier to what the schema gives, and a bad one to the schema's error", () => {
+    expect(decodeRequest(JSON.stringify(barrier))).toEqual(BarrierSchema.parse(barrier));
+    const bad = safeDecodeRequest(JSON.stringify({ ...barrier, worker: { ...barrier.worker, host: MAX_HOSTS } }));
+    expect(bad.success).toBe(false);
+    if (bad.success) return;
+    expect(bad.id).toBe(7);
+    expect(bad.error.message).toMatch(/worker\.host/);
   });
 });
 
