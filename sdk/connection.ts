@@ -85,6 +85,12 @@ interface Waiting {
   readonly reject: (error: Error) => void;
 }
 
+/**
+ * The request with its version and id. Copied field by field: V8 serializes the object a
+ * spread `{ ...body, v, id }` makes several times slower, and every barrier pays it.
+ */
+const stamped = (body: RequestBody, id: number): Request => Object.assign({}, body, { v: PROTOCOL_VERSION, id }) as Request;
+
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 export class ControllerConnection {
@@ -128,7 +134,7 @@ export class ControllerConnection {
   async request(body: RequestBody, timeoutMs = this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS): Promise<Answer> {
     if (this.closed) throw new ClientClosedError("the connection is closed");
     const id = this.nextId++;
-    const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
+    const frame = encode(stamped(body, id));
     const reply = await new Promise<Reply>((resolve, reject) => {
       // One timer per request, for the next resend or the deadline, whichever comes first.
       const retryMs = this.options.retryMs ?? DEFAULT_RETRY_MS;
@@ -155,7 +161,7 @@ export class ControllerConnection {
   /** Sends a request once, without waiting: its answer goes to `onMessage`. */
   send(body: RequestBody): void {
     if (this.closed) return;
-    this.write(encode({ ...body, v: PROTOCOL_VERSION, id: this.nextId++ } as Request));
+    this.write(encode(stamped(body, this.nextId++)));
   }
 
   /** Answers a command the controller sent over this connection. */

@@ -6,7 +6,7 @@ import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
-import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, RegisteredSchema, RegisterSchema } from "./worker.ts";
+import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, isPlainContinue, RegisteredSchema, RegisterSchema } from "./worker.ts";
 
 /** Everything a controller accepts. */
 export const RequestSchema = z.discriminatedUnion("type", [
@@ -45,7 +45,7 @@ export type Decoded<T> = { success: true; data: T } | { success: false; error: P
 export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request", isPlainBarrier);
 
 /** Decodes one frame as a reply. */
-export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply");
+export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply", isPlainContinue);
 
 /** Decodes one frame a daemon receives from the controller as a command. */
 export const safeDecodeCommand = (frame: Uint8Array | string): Decoded<Command> => decode(frame, CommandSchema, commandTypes, "command");

@@ -146,5 +146,17 @@ export const DirectiveReplySchema = z.strictObject({
 });
 export type DirectiveReply = z.infer<typeof DirectiveReplySchema>;
 
+/**
+ * Whether `value` (a parsed frame) is the answer to nearly every barrier, `continue`, as
+ * `DirectiveReplySchema` accepts it, checked without zod: a client reads one per worker per
+ * step. Like `isPlainBarrier` it accepts only what the schema accepts; other directives, and
+ * anything it refuses, go through the schema.
+ */
+export function isPlainContinue(value: unknown): value is DirectiveReply {
+  if (!hasKeys(value, 4)) return false;
+  const { v, type, id, directive } = value as Record<string, unknown>;
+  return v === PROTOCOL_VERSION && type === "worker.directive" && isInt(id, 0) && hasKeys(directive, 1) && (directive as Record<string, unknown>).kind === "continue";
+}
+
 export const FinishedSchema = z.strictObject({ ...envelope("job.finished"), job: JobIdSchema });
 export type Finished = z.infer<typeof FinishedSchema>;
