@@ -83,6 +83,8 @@ export const DEFAULT_RETRY_MS = 1_000;
 interface Waiting {
   readonly resolve: (reply: Reply) => void;
   readonly reject: (error: Error) => void;
+  /** The next resend, or the deadline. */
+  timer: NodeJS.Timeout | undefined;
 }
 
 /**
@@ -139,19 +141,15 @@ export class ControllerConnection {
       // One timer per request, for the next resend or the deadline, whichever comes first.
       const retryMs = this.options.retryMs ?? DEFAULT_RETRY_MS;
       const deadline = performance.now() + timeoutMs;
-      const arm = (): NodeJS.Timeout => setTimeout(wake, Math.min(retryMs, deadline - performance.now()));
+      const waiting: Waiting = { resolve, reject, timer: undefined };
       const wake = () => {
-        if (performance.now() >= deadline) return finish(() => reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs)));
+        const left = deadline - performance.now();
+        if (left <= 0) return this.take(id)?.reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs));
         this.write(frame);
-        timer = arm();
+        waiting.timer = setTimeout(wake, Math.min(retryMs, left));
       };
-      let timer = arm();
-      const finish = (settle: () => void) => {
-        clearTimeout(timer);
-        this.waiting.delete(id);
-        settle();
-      };
-      this.waiting.set(id, { resolve: (r) => finish(() => resolve(r)), reject: (e) => finish(() => reject(e)) });
+      waiting.timer = setTimeout(wake, Math.min(retryMs, timeoutMs));
+      this.waiting.set(id, waiting);
       this.write(frame);
     });
     if (reply.type === "error") throw new ControllerError(reply.code, reply.message);
@@ -174,9 +172,18 @@ export class ControllerConnection {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const waiting of [...this.waiting.values()]) waiting.reject(new ClientClosedError("the connection was closed while waiting"));
+    for (const id of [...this.waiting.keys()]) this.take(id)?.reject(new ClientClosedError("the connection was closed while waiting"));
     this.socket.close();
     await this.loop;
+  }
+
+  /** The request `id` stops waiting: its timer is cleared, and the caller settles it. */
+  private take(id: number): Waiting | undefined {
+    const waiting = this.waiting.get(id);
+    if (!waiting) return undefined;
+    clearTimeout(waiting.timer);
+    this.waiting.delete(id);
+    return waiting;
   }
 
   private write(frame: string): void {
@@ -208,7 +215,7 @@ export class ControllerConnection {
         const decoded = safeDecodeReply(frame);
         // A frame of another type (a command) is no reply, even when its id matches a request's.
         const id = decoded.success ? decoded.data.id : decoded.error.code === "unknown_type" ? null : decoded.id;
-        const waiting = id === null ? undefined : this.waiting.get(id);
+        const waiting = id === null ? undefined : this.take(id);
         if (!waiting) this.options.onMessage?.(frame);
         else if (decoded.success) waiting.resolve(decoded.data);
         else waiting.reject(new ControllerError(decoded.error.code, `the controller's answer could not be read: ${decoded.error.message}`));
