@@ -45,6 +45,9 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
  */
 export class ControllerServer {
   private scheduled = false;
+  /** Whether the receive loop is inside `controller.handle`, and whether that asked for a drain. */
+  private handling = false;
+  private workWhileHandling = false;
   /** Frames waiting for the socket, oldest first, and the one loop that sends them. */
   private queue: OutFrame[] = [];
   private sending: Promise<void> | null = null;
@@ -68,7 +71,13 @@ export class ControllerServer {
     rateLimits: RateLimits | undefined,
   ) {
     this.limiter = new RateLimiter(rateLimits);
-    controller.onWork = () => this.schedule();
+    // Work that comes up while a request is handled is drained by the receive loop right after
+    // it, when no journal record waits: a barrier's answer does not also schedule a drain, which
+    // would cost the event loop a turn for every burst of barriers.
+    controller.onWork = () => {
+      if (this.handling) this.workWhileHandling = true;
+      else this.schedule();
+    };
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     let ticked = performance.now();
     this.timer = setInterval(() => {
@@ -177,10 +186,17 @@ export class ControllerServer {
           this.reject(peer, decoded.id ?? 0, decoded.error);
           continue;
         }
-        this.controller.handle(peer, decoded.data, caller);
+        this.handling = true;
+        this.workWhileHandling = false;
+        try {
+          this.controller.handle(peer, decoded.data, caller);
+        } finally {
+          this.handling = false;
+        }
         // Replies that wait on no journal record (most barriers) go out at once; the others
         // wait for the burst's single fsync.
         if (this.journal.unflushed === 0) this.flush();
+        else if (this.workWhileHandling) this.schedule();
       }
     } catch (error) {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
