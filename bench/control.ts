@@ -14,10 +14,16 @@
 //                 is counted: the controller's own fan-in.
 //   echo          B bare DEALERs against a bare ZeroMQ ROUTER that sends each frame back
 //                 (bench/router-echo.ts), all at once: the floor the controller's "all at
-//                 once" rows are compared with. Rounds of the three alternate, so all see
-//                 the same load.
+//                 once" rows are compared with. Rounds of the three take turns, so all see
+//                 the same load, in --repeats repeats: each repeat's p50 is divided by the
+//                 echo's in that repeat, and the median of those ratios is the result, so
+//                 one burst of load from outside does not decide it. The goal: the bare
+//                 DEALERs row within 1.2× the echo.
+//   during a plan B bare DEALERs all at once, idle and while the controller plans 8,192 GPUs
+//                 (for B = 1,024), rounds taking turns with the echo's; the goal: p99 within
+//                 2× of idle, each window's p99 taken over the echo's in that window.
 //
-//   npm run bench:control -- --register 2048 --barrier 1024
+//   npm run bench:control -- --register 2048 --barrier 1024 --rounds 20 --repeats 5
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -45,7 +51,8 @@ options:
   --connections N  client connections the registering workers share (default 64)
   --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
   --barrier N      registered workers for the barrier round trips (default 1024)
-  --rounds N       barrier rounds per pattern (default 20)
+  --rounds N       barrier rounds per pattern and repeat (default 20)
+  --repeats N      repeats of the "all at once" rounds; their median ratio to the echo is reported (default 5)
   --plan-time-limit S  the controller's planner budget while barriers run beside a plan (default 10)
   -h, --help       show this help`;
 
@@ -126,6 +133,16 @@ function quantile(sorted: readonly number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
+const p50 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.5);
+const p99 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.99);
+const median = p50;
+
+/** A table's samples, p50, p99 and max cells. */
+function latencyCells(samples: readonly number[]): (string | number)[] {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return [sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3)];
+}
+
 async function registration(workers: number, connections: number, offset: number) {
   const controller = await startController(workers);
   const clients = Array.from({ length: connections }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
@@ -145,7 +162,17 @@ async function registration(workers: number, connections: number, offset: number
   }
 }
 
-async function barriers(workers: number, rounds: number, offset: number) {
+/** One repeat's round trips of the three "all at once" patterns, in ms. */
+interface AllAtOnce {
+  /** 1,024 SDK clients (`WorkerClient`), each on its own connection, in this process. */
+  readonly sdk: number[];
+  /** The same requests from bare DEALERs: the controller's own fan-in. */
+  readonly bare: number[];
+  /** Bare DEALERs against the bare ROUTER echo: the floor. */
+  readonly echo: number[];
+}
+
+async function barriers(workers: number, rounds: number, repeatCount: number, offset: number) {
   const controller = await startController(workers);
   const echo = await startEcho(workers);
   const bare = bareDealers(controller.endpoint, workers);
@@ -172,9 +199,6 @@ async function barriers(workers: number, rounds: number, offset: number) {
       for (let j = 0; j < workers; j += JOB_HOSTS) await Promise.all(all.slice(j, j + JOB_HOSTS).map((w) => timed(w, step, perJob)));
     }
 
-    const together: number[] = [];
-    const bareTogether: number[] = [];
-    const echoed: number[] = [];
     const continued = (replies: readonly Buffer[]) => {
       const other = replies.map((r) => JSON.parse(r.toString()) as { directive?: { kind: string } }).find((r) => r.directive?.kind !== "continue");
       if (other) throw new Error(`expected continue, got ${JSON.stringify(other)}`);
@@ -183,22 +207,58 @@ async function barriers(workers: number, rounds: number, offset: number) {
       await echo.sockets.round(step);
       continued((await bare.round(step)).replies);
     }
-    // The servers' CPU time over their bare rounds, per message answered.
-    const cpu = { controller: 0, echo: 0 };
-    for (let r = 0; r < rounds; r++) {
-      await Promise.all(all.map((w) => timed(w, step, together)));
-      step++;
-      let before = controller.cpuMs();
-      const round = await bare.round(step++);
-      cpu.controller += controller.cpuMs() - before;
-      continued(round.replies);
-      bareTogether.push(...round.ms);
-      before = echo.cpuMs();
-      echoed.push(...(await echo.sockets.round(step)).ms);
-      cpu.echo += echo.cpuMs() - before;
+    // The three "all at once" patterns take turns round by round, each round starting with
+    // the next of them, so load from outside falls on all three alike; the servers' CPU time
+    // is summed over their bare rounds, per message answered.
+    const repeat = (): AllAtOnce => ({ sdk: [], bare: [], echo: [] });
+    const repeats: AllAtOnce[] = [];
+    const cpu = { controller: 0, echo: 0, sdkClients: 0, bareClients: 0 };
+    // This process's CPU time (its ZeroMQ I/O thread included) over a round, in ms: the clients' side.
+    const clientMs = (since: NodeJS.CpuUsage) => {
+      const used = process.cpuUsage(since);
+      return (used.user + used.system) / 1000;
+    };
+    const patterns: Record<keyof AllAtOnce, (into: number[]) => Promise<void>> = {
+      sdk: async (into) => {
+        const before = process.cpuUsage();
+        await Promise.all(all.map((w) => timed(w, step, into)));
+        cpu.sdkClients += clientMs(before);
+        step++;
+      },
+      bare: async (into) => {
+        const before = controller.cpuMs();
+        const clientBefore = process.cpuUsage();
+        const round = await bare.round(step++);
+        cpu.bareClients += clientMs(clientBefore);
+        cpu.controller += controller.cpuMs() - before;
+        continued(round.replies);
+        into.push(...round.ms);
+      },
+      echo: async (into) => {
+        const before = echo.cpuMs();
+        into.push(...(await echo.sockets.round(step++)).ms);
+        cpu.echo += echo.cpuMs() - before;
+      },
+    };
+    const order = Object.keys(patterns) as (keyof AllAtOnce)[];
+    for (let n = 0; n < repeatCount; n++) {
+      const samples = repeat();
+      for (let r = 0; r < rounds; r++) {
+        for (let k = 0; k < order.length; k++) {
+          const pattern = order[(r + k) % order.length]!;
+          await patterns[pattern](samples[pattern]);
+        }
+      }
+      repeats.push(samples);
     }
-    const perMessageUs = (ms: number) => (ms * 1000) / (rounds * workers);
-    return { sequential, perJob, together, bareTogether, echoed, rss: controller.rssMiB(), cpuUs: { controller: perMessageUs(cpu.controller), echo: perMessageUs(cpu.echo) } };
+    const perMessageUs = (ms: number) => (ms * 1000) / (repeatCount * rounds * workers);
+    return {
+      sequential,
+      perJob,
+      repeats,
+      rss: controller.rssMiB(),
+      cpuUs: { controller: perMessageUs(cpu.controller), echo: perMessageUs(cpu.echo), sdkClients: perMessageUs(cpu.sdkClients), bareClients: perMessageUs(cpu.bareClients) },
+    };
   } finally {
     bare.close();
     await Promise.all(clients.map((c) => c.close()));
@@ -284,6 +344,9 @@ async function duringPlan(workers: number, rounds: number, planSeconds: number) 
   const controller = await startProcess(dir, [...CLI, "controller", "--snapshot", snapshotPath, "--bind", "tcp://127.0.0.1:*", "--journal", journalDir, "--plan-time-limit", String(planSeconds)]);
   const clients = Array.from({ length: 64 }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
   const bare = bareDealers(controller.endpoint, workers, 0);
+  // The echo's rounds take turns with the controller's, idle and while planning: the load from
+  // elsewhere in each window, which the two windows need not share.
+  const echo = await startEcho(workers);
   const started = () => controller.log().includes("planning for");
   const finished = () => /fragmentation over λ \d+: plan |planning failed/.test(controller.log());
   try {
@@ -291,22 +354,29 @@ async function duringPlan(workers: number, rounds: number, planSeconds: number) 
     let step = 0;
     for (let i = 0; i < 3; i++) await bare.round(step++);
     const idle: number[] = [];
-    for (let r = 0; r < rounds; r++) idle.push(...(await bare.round(step++)).ms);
+    const idleEcho: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      idle.push(...(await bare.round(step++)).ms);
+      idleEcho.push(...(await echo.sockets.round(step++)).ms);
+    }
     if (started()) throw new Error("the controller started planning before the idle rounds ended; the measurement would mix both");
     while (!started()) await new Promise((resolve) => setTimeout(resolve, 50));
     const planning: number[] = [];
+    const planningEcho: number[] = [];
     const planStart = performance.now();
     let overlapped = 0;
     while (!finished()) {
       const round = await bare.round(step++);
       if (finished()) break;
       planning.push(...round.ms);
+      planningEcho.push(...(await echo.sockets.round(step++)).ms);
       overlapped++;
     }
     const result = /fragmentation over λ \d+: (plan [^\n]*)|(planning failed[^\n]*)/.exec(controller.log());
-    return { gpus: hosts * 4, idle, planning, overlapped, planSeconds: (performance.now() - planStart) / 1000, result: result?.[1] ?? result?.[2] ?? "?" };
+    return { gpus: hosts * 4, idle, idleEcho, planning, planningEcho, overlapped, planSeconds: (performance.now() - planStart) / 1000, result: result?.[1] ?? result?.[2] ?? "?" };
   } finally {
     bare.close();
+    await echo.stop();
     await Promise.all(clients.map((c) => c.close()));
     await controller.stop();
   }
@@ -319,6 +389,7 @@ function options(argv: string[]) {
     offset: { type: "string" },
     barrier: { type: "string" },
     rounds: { type: "string" },
+    repeats: { type: "string" },
     "plan-time-limit": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   });
@@ -331,12 +402,13 @@ function options(argv: string[]) {
     barrierCount,
     connections: numberFlag("connections", flags.connections, 64, 1),
     rounds: numberFlag("rounds", flags.rounds, 20, 1),
+    repeats: numberFlag("repeats", flags.repeats, 5, 1),
     offset: numberFlag("offset", flags.offset, 4, 0),
     planSeconds: numberFlag("plan-time-limit", flags["plan-time-limit"], 10, 1),
   };
 }
 
-await benchMain("control", help, options, async ({ registerCount, barrierCount, connections, rounds, offset, planSeconds }) => {
+await benchMain("control", help, options, async ({ registerCount, barrierCount, connections, rounds, repeats, offset, planSeconds }) => {
   // ZeroMQ allows 1,023 sockets per context unless told before the first one opens; this
   // process plays every worker.
   context.maxSockets = Math.max(context.maxSockets, 3 * barrierCount + connections + 64);
@@ -347,40 +419,69 @@ await benchMain("control", help, options, async ({ registerCount, barrierCount, 
       `(${Math.round(registerCount / reg.seconds)} /s); ${reg.records} journal records; controller RSS ${reg.rssBefore.toFixed(0)} → ${reg.rssAfter.toFixed(0)} MiB\n\n`,
   );
 
-  const bar = await barriers(barrierCount, rounds, offset);
-  const echo = bar.echoed;
-  const p50 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.5);
-  const row = (name: string, samples: number[], baseline?: number[], cpuUs?: number) => {
-    const sorted = [...samples].sort((a, b) => a - b);
-    const ratio = baseline ? `${(quantile(sorted, 0.5) / p50(baseline)).toFixed(2)}×` : "";
-    return [name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3), ratio, cpuUs === undefined ? "" : cpuUs.toFixed(1)];
+  const bar = await barriers(barrierCount, rounds, repeats, offset);
+  const pooled = (pattern: keyof AllAtOnce) => bar.repeats.flatMap((r) => r[pattern]);
+  // Each repeat's p50 against the echo's p50 in the same repeat; the median of those decides.
+  const ratios = (pattern: keyof AllAtOnce) => bar.repeats.map((r) => p50(r[pattern]) / p50(r.echo));
+  const row = (name: string, samples: readonly number[], ratio?: readonly number[], cpuUs?: number, clientUs?: number, goal = "") => {
+    return [
+      name,
+      ...latencyCells(samples),
+      ratio ? `${median(ratio).toFixed(2)}×` : "",
+      ratio ? ratio.map((x) => x.toFixed(2)).join(" ") : "",
+      cpuUs === undefined ? "" : cpuUs.toFixed(1),
+      clientUs === undefined ? "" : clientUs.toFixed(1),
+      goal,
+    ];
   };
+  const target = 1.2;
+  const bareRatio = median(ratios("bare"));
   process.stdout.write(
-    `barrier round trips, ${barrierCount} registered workers, one connection each (ms; controller RSS ${bar.rss.toFixed(0)} MiB):\n` +
+    `barrier round trips, ${barrierCount} registered workers, one connection each (ms; controller RSS ${bar.rss.toFixed(0)} MiB); ` +
+      `the "all at once" rows: ${repeats} repeats of ${rounds} rounds, taking turns round by round:\n` +
       table(
-        ["pattern", "samples", "p50", "p99", "max", "p50 vs echo", "server CPU µs/msg"],
+        ["pattern", "samples", "p50", "p99", "max", "p50 vs echo", "each repeat", "server CPU µs/msg", "client CPU µs/msg", "goal"],
         [
           row("sequential", bar.sequential),
           row(`per job (${JOB_HOSTS} together)`, bar.perJob),
-          row(`all ${barrierCount} at once`, bar.together, echo),
-          row(`all ${barrierCount} at once, bare DEALERs`, bar.bareTogether, echo, bar.cpuUs.controller),
-          row(`bare ROUTER echo, all ${barrierCount} at once`, echo, echo, bar.cpuUs.echo),
+          row(`all ${barrierCount} at once, SDK clients`, pooled("sdk"), ratios("sdk"), undefined, bar.cpuUs.sdkClients),
+          row(`all ${barrierCount} at once, bare DEALERs`, pooled("bare"), ratios("bare"), bar.cpuUs.controller, bar.cpuUs.bareClients, `≤ ${target.toFixed(2)}× ${bareRatio <= target ? "met" : "NOT met"}`),
+          row(`bare ROUTER echo, all ${barrierCount} at once`, pooled("echo"), ratios("echo"), bar.cpuUs.echo),
         ],
       ) +
-      "\n",
+      `\n"p50 vs echo": the median over the repeats of each repeat's p50 over the echo's p50 in that repeat. The goal is the ` +
+      `controller's own fan-in (bare DEALERs); the SDK row adds the client library's work, done for all ${barrierCount} workers in this one process ` +
+      `("client CPU": this process's CPU time per barrier, against the bare DEALERs' in the same rounds).\n`,
   );
 
   const plan = await duringPlan(barrierCount, rounds, planSeconds);
-  const p99 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.99);
-  const planRow = (name: string, samples: number[]) => {
-    const sorted = [...samples].sort((a, b) => a - b);
-    return [name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3), `${(quantile(sorted, 0.99) / p99(plan.idle)).toFixed(2)}×`];
+  // Each window's p99 over the echo's p99 in the same window, planning's over idle's: the
+  // slowdown the plan causes, without the change in outside load between the two windows.
+  const overEcho = { idle: p99(plan.idle) / p99(plan.idleEcho), planning: p99(plan.planning) / p99(plan.planningEcho) };
+  const slowdown = overEcho.planning / overEcho.idle;
+  const raw = p99(plan.planning) / p99(plan.idle);
+  const verdict = (ratio: number) => (ratio <= 2 ? "met" : "NOT met");
+  const planRow = (name: keyof typeof overEcho, samples: number[], echoSamples: number[], goal = "") => {
+    return [
+      name,
+      ...latencyCells(samples),
+      p99(echoSamples).toFixed(3),
+      `${(p99(samples) / p99(plan.idle)).toFixed(2)}×`,
+      `${(overEcho[name] / overEcho.idle).toFixed(2)}×`,
+      goal,
+    ];
   };
   process.stdout.write(
     `\nbarrier round trips, all ${barrierCount} at once from bare DEALERs, while the controller plans ${plan.gpus} GPUs ` +
-      `(--plan-time-limit ${planSeconds}; ${plan.result}; ${plan.overlapped} rounds in its ${plan.planSeconds.toFixed(1)} s) (ms):\n` +
-      table(["controller", "samples", "p50", "p99", "max", "p99 vs idle"], [planRow("idle", plan.idle), planRow("planning", plan.planning)]) +
-      "\n",
+      `(--plan-time-limit ${planSeconds}; ${plan.result}; ${plan.overlapped} rounds in its ${plan.planSeconds.toFixed(1)} s), ` +
+      `rounds taking turns with the echo's (ms):\n` +
+      table(
+        ["controller", "samples", "p50", "p99", "max", "echo p99", "p99 vs idle", "over the echo, vs idle", "goal"],
+        [planRow("idle", plan.idle, plan.idleEcho), planRow("planning", plan.planning, plan.planningEcho, `≤ 2.00×: raw ${verdict(raw)}, over the echo ${verdict(slowdown)}`)],
+      ) +
+      `\n"over the echo, vs idle": each window's p99 over the echo's p99 in the same window, planning's over idle's. The idle and planning ` +
+      `windows are seconds apart, and load from elsewhere may change between them; the echo, taking turns with the controller, sees the same load ` +
+      `(the planner's thread runs at a lower priority than both).\n`,
   );
   return 0;
 });

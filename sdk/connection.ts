@@ -83,7 +83,15 @@ export const DEFAULT_RETRY_MS = 1_000;
 interface Waiting {
   readonly resolve: (reply: Reply) => void;
   readonly reject: (error: Error) => void;
+  /** The next resend, or the deadline. */
+  timer: NodeJS.Timeout | undefined;
 }
+
+/**
+ * The request with its version and id. Copied field by field: V8 serializes the object a
+ * spread `{ ...body, v, id }` makes several times slower, and every barrier pays it.
+ */
+const stamped = (body: RequestBody, id: number): Request => Object.assign({}, body, { v: PROTOCOL_VERSION, id }) as Request;
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
@@ -128,24 +136,20 @@ export class ControllerConnection {
   async request(body: RequestBody, timeoutMs = this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS): Promise<Answer> {
     if (this.closed) throw new ClientClosedError("the connection is closed");
     const id = this.nextId++;
-    const frame = encode({ ...body, v: PROTOCOL_VERSION, id } as Request);
+    const frame = encode(stamped(body, id));
     const reply = await new Promise<Reply>((resolve, reject) => {
       // One timer per request, for the next resend or the deadline, whichever comes first.
       const retryMs = this.options.retryMs ?? DEFAULT_RETRY_MS;
       const deadline = performance.now() + timeoutMs;
-      const arm = (): NodeJS.Timeout => setTimeout(wake, Math.min(retryMs, deadline - performance.now()));
+      const waiting: Waiting = { resolve, reject, timer: undefined };
       const wake = () => {
-        if (performance.now() >= deadline) return finish(() => reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs)));
+        const left = deadline - performance.now();
+        if (left <= 0) return this.take(id)?.reject(new ControllerTimeoutError(`${body.type} #${id}`, this.options.endpoint, timeoutMs));
         this.write(frame);
-        timer = arm();
+        waiting.timer = setTimeout(wake, Math.min(retryMs, left));
       };
-      let timer = arm();
-      const finish = (settle: () => void) => {
-        clearTimeout(timer);
-        this.waiting.delete(id);
-        settle();
-      };
-      this.waiting.set(id, { resolve: (r) => finish(() => resolve(r)), reject: (e) => finish(() => reject(e)) });
+      waiting.timer = setTimeout(wake, Math.min(retryMs, timeoutMs));
+      this.waiting.set(id, waiting);
       this.write(frame);
     });
     if (reply.type === "error") throw new ControllerError(reply.code, reply.message);
@@ -155,7 +159,7 @@ export class ControllerConnection {
   /** Sends a request once, without waiting: its answer goes to `onMessage`. */
   send(body: RequestBody): void {
     if (this.closed) return;
-    this.write(encode({ ...body, v: PROTOCOL_VERSION, id: this.nextId++ } as Request));
+    this.write(encode(stamped(body, this.nextId++)));
   }
 
   /** Answers a command the controller sent over this connection. */
@@ -168,9 +172,18 @@ export class ControllerConnection {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const waiting of [...this.waiting.values()]) waiting.reject(new ClientClosedError("the connection was closed while waiting"));
+    for (const id of [...this.waiting.keys()]) this.take(id)?.reject(new ClientClosedError("the connection was closed while waiting"));
     this.socket.close();
     await this.loop;
+  }
+
+  /** The request `id` stops waiting: its timer is cleared, and the caller settles it. */
+  private take(id: number): Waiting | undefined {
+    const waiting = this.waiting.get(id);
+    if (!waiting) return undefined;
+    clearTimeout(waiting.timer);
+    this.waiting.delete(id);
+    return waiting;
   }
 
   private write(frame: string): void {
@@ -202,7 +215,7 @@ export class ControllerConnection {
         const decoded = safeDecodeReply(frame);
         // A frame of another type (a command) is no reply, even when its id matches a request's.
         const id = decoded.success ? decoded.data.id : decoded.error.code === "unknown_type" ? null : decoded.id;
-        const waiting = id === null ? undefined : this.waiting.get(id);
+        const waiting = id === null ? undefined : this.take(id);
         if (!waiting) this.options.onMessage?.(frame);
         else if (decoded.success) waiting.resolve(decoded.data);
         else waiting.reject(new ControllerError(decoded.error.code, `the controller's answer could not be read: ${decoded.error.message}`));

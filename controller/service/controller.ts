@@ -93,6 +93,9 @@ export class Controller {
   private readonly events: EventLog;
   /** Called whenever there is something to drain: the server schedules a drain. */
   onWork: () => void = () => {};
+  // Made once: `handle` and `drain` run them for every message.
+  private readonly drive = () => this.plan.drive();
+  private readonly replanIfWanted = () => this.plan.replanIfWanted();
 
   constructor(options: ControllerOptions) {
     this.log = options.logger ?? createLogger("controller");
@@ -178,7 +181,7 @@ export class Controller {
         this.context.send(target, errorReply(request.id, "internal", `the controller failed on this ${request.type}: ${(error as Error).message}`));
       }
     }
-    this.context.safely("driving the plan", () => this.plan.drive());
+    this.context.safely("driving the plan", this.drive);
     return accepted;
   }
 
@@ -200,7 +203,7 @@ export class Controller {
    * send and starts the effects those records allow.
    */
   drain(): Outgoing[] {
-    this.context.safely("planning", () => this.plan.replanIfWanted());
+    this.context.safely("planning", this.replanIfWanted);
     return this.context.drain();
   }
 

@@ -15,7 +15,9 @@ import type { LiveView } from "./status.ts";
  * records are applied (a move's phases come from the times its states were entered, the
  * same times `monkeytree status` shows); gauges of what the controller holds now (placement,
  * connections, the journal's size) are read at each scrape. They start from zero with each
- * controller process, as Prometheus counters do.
+ * controller process, as Prometheus counters do: `rate()` and `increase()` count across the
+ * reset, and the compacted journal no longer holds the history a rebuilt count would need
+ * (README, "Metrics and the event log").
  */
 
 /** What the scrape reads from the running controller: what `status` reports, and where its journal is. */

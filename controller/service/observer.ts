@@ -35,21 +35,22 @@ export interface ControllerObserver {
 
 /** Tells every observer in turn; one that throws is logged, and the others and the decision go on. */
 export function observeAll(observers: readonly ControllerObserver[], log: Logger): ControllerObserver {
-  const tell = (what: string, call: (o: ControllerObserver) => void) => {
+  // Barriers and their replies are told for every message, so a call makes no closure.
+  const tell = <K extends keyof ControllerObserver>(what: string, event: K, ...args: Parameters<ControllerObserver[K]>) => {
     for (const o of observers) {
       try {
-        call(o);
+        (o[event] as (...a: Parameters<ControllerObserver[K]>) => void)(...args);
       } catch (error) {
         log.error(() => `observing ${what} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
       }
     }
   };
   return {
-    applied: (before, record) => tell(`record ${record.kind}`, (o) => o.applied(before, record)),
-    planned: (outcome) => tell("a plan", (o) => o.planned(outcome)),
-    planFailed: (reason) => tell("a failed plan", (o) => o.planFailed(reason)),
-    daemonLost: (host, silentMs) => tell("a lost daemon", (o) => o.daemonLost(host, silentMs)),
-    barrier: (target) => tell("a barrier", (o) => o.barrier(target)),
-    replied: (target) => tell("a reply", (o) => o.replied(target)),
+    applied: (before, record) => tell(`record ${record.kind}`, "applied", before, record),
+    planned: (outcome) => tell("a plan", "planned", outcome),
+    planFailed: (reason) => tell("a failed plan", "planFailed", reason),
+    daemonLost: (host, silentMs) => tell("a lost daemon", "daemonLost", host, silentMs),
+    barrier: (target) => tell("a barrier", "barrier", target),
+    replied: (target) => tell("a reply", "replied", target),
   };
 }

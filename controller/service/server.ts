@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
-import { encode, safeDecodeCommandReply, safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { encode, safeDecodeCommandReply, safeDecodeRequest, type Reply as ReplyMessage } from "../../sdk/protocol/codec.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
 import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
@@ -45,6 +45,9 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
  */
 export class ControllerServer {
   private scheduled = false;
+  /** Whether the receive loop is inside `controller.handle`, and whether that asked for a drain. */
+  private handling = false;
+  private workWhileHandling = false;
   /** Frames waiting for the socket, oldest first, and the one loop that sends them. */
   private queue: OutFrame[] = [];
   private sending: Promise<void> | null = null;
@@ -68,7 +71,13 @@ export class ControllerServer {
     rateLimits: RateLimits | undefined,
   ) {
     this.limiter = new RateLimiter(rateLimits);
-    controller.onWork = () => this.schedule();
+    // Work that comes up while a request is handled is drained by the receive loop right after
+    // it, when no journal record waits: a barrier's answer does not also schedule a drain, which
+    // would cost the event loop a turn for every burst of barriers.
+    controller.onWork = () => {
+      if (this.handling) this.workWhileHandling = true;
+      else this.schedule();
+    };
     daemons?.attach((peer, frame) => this.enqueueFrames([{ peer, frame, what: "a command to a daemon" }]));
     let ticked = performance.now();
     this.timer = setInterval(() => {
@@ -177,10 +186,17 @@ export class ControllerServer {
           this.reject(peer, decoded.id ?? 0, decoded.error);
           continue;
         }
-        this.controller.handle(peer, decoded.data, caller);
+        this.handling = true;
+        this.workWhileHandling = false;
+        try {
+          this.controller.handle(peer, decoded.data, caller);
+        } finally {
+          this.handling = false;
+        }
         // Replies that wait on no journal record (most barriers) go out at once; the others
         // wait for the burst's single fsync.
         if (this.journal.unflushed === 0) this.flush();
+        else if (this.workWhileHandling) this.schedule();
       }
     } catch (error) {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
@@ -210,7 +226,7 @@ export class ControllerServer {
    */
   private admit(peer: Uint8Array): boolean {
     // The identity's bytes as the bucket's key, read in place: this runs for every message.
-    const identity = Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
+    const identity = Buffer.isBuffer(peer) ? peer : Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
     const decision = this.limiter.take(identity.toString("latin1"), Date.now());
     if (decision === "refuse-first") this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
     return decision === "allow";
@@ -241,7 +257,7 @@ export class ControllerServer {
   }
 
   private enqueue(out: readonly Outgoing[]): void {
-    for (const { peer, reply } of out) this.queue.push({ peer, frame: encode(reply), what: () => `reply ${reply.type} #${reply.id}` });
+    for (const { peer, reply } of out) this.queue.push({ peer, frame: encode(reply), what: reply });
     this.pump();
   }
 
@@ -264,7 +280,7 @@ export class ControllerServer {
           try {
             await this.socket.send([peer, frame]);
           } catch (error) {
-            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : what()} not sent: ${(error as Error).message}`);
+            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : `reply ${what.type} #${what.id}`} not sent: ${(error as Error).message}`);
           }
         }
       }
@@ -276,6 +292,6 @@ export class ControllerServer {
 interface OutFrame {
   readonly peer: Uint8Array;
   readonly frame: string;
-  /** What the frame is, for the warning when it cannot be sent; a function when naming it costs. */
-  readonly what: string | (() => string);
+  /** What the frame is, for the warning when it cannot be sent: a reply is named only then. */
+  readonly what: string | ReplyMessage;
 }

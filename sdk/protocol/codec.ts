@@ -6,7 +6,7 @@ import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
-import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, RegisteredSchema, RegisterSchema } from "./worker.ts";
+import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, isPlainContinue, RegisteredSchema, RegisterSchema } from "./worker.ts";
 
 /** Everything a controller accepts. */
 export const RequestSchema = z.discriminatedUnion("type", [
@@ -42,10 +42,10 @@ const commandReplyTypes: ReadonlySet<string> = new Set(CommandReplySchema.option
 export type Decoded<T> = { success: true; data: T } | { success: false; error: ProtocolError; id: number | null };
 
 /** Decodes one frame as a request; failures carry the request id when it could be read. */
-export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request");
+export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request", isPlainBarrier);
 
 /** Decodes one frame as a reply. */
-export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply");
+export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply", isPlainContinue);
 
 /** Decodes one frame a daemon receives from the controller as a command. */
 export const safeDecodeCommand = (frame: Uint8Array | string): Decoded<Command> => decode(frame, CommandSchema, commandTypes, "command");
@@ -63,24 +63,28 @@ export function decodeRequest(frame: Uint8Array | string): Request {
 
 export const encode = (message: Request | Reply | Command | CommandReply): string => JSON.stringify(message);
 
-function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string): Decoded<T> {
-  const fail = (error: ProtocolError, id: number | null = null): Decoded<T> => ({ success: false, error, id });
+/**
+ * `plain`: a check without zod for the message that is most of the traffic, accepting only
+ * what `schema` accepts; what it refuses goes through the schema.
+ */
+function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string, plain?: (value: unknown) => value is T): Decoded<T> {
   let value: unknown;
   try {
     value = JSON.parse(typeof frame === "string" ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString("utf8"));
   } catch (error) {
-    return fail(new ProtocolError("malformed", `the ${what} is not JSON (${(error as Error).message}); send one JSON object per frame`));
+    return fail<T>(new ProtocolError("malformed", `the ${what} is not JSON (${(error as Error).message}); send one JSON object per frame`));
   }
   // Nearly every frame is well formed, and its message's schema (which fixes the version and
   // type) accepts it in one pass. Only a frame it refuses goes through the checks below, in
   // order, for the error that names the problem best.
+  if (plain?.(value)) return { success: true, data: value };
   const whole = schema.safeParse(value);
   if (whole.success) return { success: true, data: whole.data };
   const head = EnvelopeSchema.safeParse(value);
-  if (!head.success) return fail(new ProtocolError("malformed", formatZodError(`${what} envelope`, head.error)));
+  if (!head.success) return fail<T>(new ProtocolError("malformed", formatZodError(`${what} envelope`, head.error)));
   const { v, type, id } = head.data;
   if (v !== PROTOCOL_VERSION) {
-    return fail(
+    return fail<T>(
       new ProtocolError(
         "unsupported_version",
         `protocol version ${v} is not supported: this side speaks version ${PROTOCOL_VERSION}; upgrade the older side`,
@@ -89,7 +93,9 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
     );
   }
   if (!types.has(type)) {
-    return fail(new ProtocolError("unknown_type", `unknown ${what} type ${quote(type)}; expected one of ${[...types].join(", ")}`), id);
+    return fail<T>(new ProtocolError("unknown_type", `unknown ${what} type ${quote(type)}; expected one of ${[...types].join(", ")}`), id);
   }
-  return fail(new ProtocolError("malformed", formatZodError(type, whole.error)), id);
+  return fail<T>(new ProtocolError("malformed", formatZodError(type, whole.error)), id);
 }
+
+const fail = <T>(error: ProtocolError, id: number | null = null): Decoded<T> => ({ success: false, error, id });

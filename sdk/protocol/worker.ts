@@ -1,7 +1,7 @@
 import { z } from "zod";
-import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
+import { envelope, HostSchema, JobIdSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
-import { idSchema, intSchema, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
+import { idSchema, intSchema, isId, isInt, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
 
 /** Worker ↔ controller: launchers register their worker and meet the controller at every barrier. */
 
@@ -59,6 +59,29 @@ export const BarrierSchema = z.strictObject({
   generation: whole("generation"),
 });
 export type Barrier = z.infer<typeof BarrierSchema>;
+
+/**
+ * Whether `value` (a parsed frame) is a barrier `BarrierSchema` accepts, checked without zod:
+ * every worker sends one per step, so barriers are most of what a controller reads, and this
+ * takes a fraction of the schema's time. It accepts only what the schema accepts (exactly its
+ * fields, the same bounds; test/sdk/protocol.test.ts holds the two side by side); anything it
+ * refuses still goes through the schema, which names the problem.
+ */
+export function isPlainBarrier(value: unknown): value is Barrier {
+  if (!hasKeys(value, 6)) return false;
+  const { v, type, id, worker, step, generation } = value as Record<string, unknown>;
+  if (v !== PROTOCOL_VERSION || type !== "worker.barrier" || !isInt(id, 0) || !isInt(step, 0) || !isInt(generation, 0) || !hasKeys(worker, 3)) return false;
+  const { job, group, host } = worker as Record<string, unknown>;
+  return isId(job) && isInt(group, 0, MAX_HOSTS - 1) && isInt(host, 0, MAX_HOSTS - 1);
+}
+
+/** Whether `value` is an object with exactly `count` own keys (a strict schema's fields, when each is then checked). */
+function hasKeys(value: unknown, count: number): boolean {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  let keys = 0;
+  for (const key in value) if (Object.hasOwn(value, key)) keys++;
+  return keys === count;
+}
 
 /** A launcher reports that its job ended; its hosts become free. */
 export const FinishSchema = z.strictObject({
@@ -122,6 +145,18 @@ export const DirectiveReplySchema = z.strictObject({
   directive: DirectiveSchema,
 });
 export type DirectiveReply = z.infer<typeof DirectiveReplySchema>;
+
+/**
+ * Whether `value` (a parsed frame) is the answer to nearly every barrier, `continue`, as
+ * `DirectiveReplySchema` accepts it, checked without zod: a client reads one per worker per
+ * step. Like `isPlainBarrier` it accepts only what the schema accepts; other directives, and
+ * anything it refuses, go through the schema.
+ */
+export function isPlainContinue(value: unknown): value is DirectiveReply {
+  if (!hasKeys(value, 4)) return false;
+  const { v, type, id, directive } = value as Record<string, unknown>;
+  return v === PROTOCOL_VERSION && type === "worker.directive" && isInt(id, 0) && hasKeys(directive, 1) && (directive as Record<string, unknown>).kind === "continue";
+}
 
 export const FinishedSchema = z.strictObject({ ...envelope("job.finished"), job: JobIdSchema });
 export type Finished = z.infer<typeof FinishedSchema>;

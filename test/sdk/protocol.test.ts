@@ -12,6 +12,8 @@ import {
   type Register,
   type Request,
 } from "../../sdk/protocol/index.ts";
+import { MAX_HOSTS, MAX_ID_LENGTH } from "../../sdk/protocol/limits.ts";
+import { BarrierSchema, DirectiveReplySchema, isPlainBarrier, isPlainContinue } from "../../sdk/protocol/worker.ts";
 
 const register = {
   v: 1,
@@ -74,6 +76,63 @@ describe("protocol", () => {
     expect(result).toEqual({ success: true, data: reply });
     expectTypeOf<Extract<Directive, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
     expect(safeDecodeReply(JSON.stringify({ ...reply, directive: { kind: "teleport" } })).success).toBe(false);
+  });
+});
+
+describe("barriers and their usual answer checked without zod", () => {
+  const barrier = { v: 1, type: "worker.barrier", id: 7, worker: { job: "job-1", group: 0, host: 5 }, step: 3, generation: 0 };
+  const answer = { v: 1, type: "worker.directive", id: 7, directive: { kind: "continue" } };
+  const edges: unknown[] = [
+    undefined, null, true, "1", [], {}, [1], -1, -0, 0.5, 1, 2, MAX_HOSTS - 1, MAX_HOSTS, 2 ** 53 - 1, 2 ** 53, Number.MAX_VALUE,
+    "", "a", "x".repeat(MAX_ID_LENGTH), "x".repeat(MAX_ID_LENGTH + 1), "job 1", "job\n1", "jöb", "a.b_c:d@e+f=g/h-i",
+    "worker.barrier", "worker.directive", "continue", "stop", { kind: "continue" }, { kind: "stop", reason: "r" },
+  ];
+  /** `message`, and copies with each field set to each edge value, deleted, or beside an extra field. */
+  function variants(message: Record<string, unknown>): unknown[] {
+    const out: unknown[] = [message, ...edges];
+    const set = (path: readonly string[], value: unknown, remove = false) => {
+      const copy = structuredClone(message);
+      const parent = path.slice(0, -1).reduce((o, k) => o[k] as Record<string, unknown>, copy);
+      if (remove) delete parent[path.at(-1)!];
+      else parent[path.at(-1)!] = value;
+      out.push(copy);
+    };
+    const paths = (o: Record<string, unknown>, at: string[] = []): string[][] =>
+      Object.entries(o).flatMap(([k, v]) => [[...at, k], ...(typeof v === "object" && v !== null ? paths(v as Record<string, unknown>, [...at, k]) : [])]);
+    for (const path of paths(message)) {
+      set(path, undefined, true);
+      for (const value of edges) set(path, value);
+      if (path.length > 1) set([...path.slice(0, -1), "extra"], 1);
+    }
+    set(["extra"], 1);
+    // A "__proto__" key in JSON is an own field, which a strict schema refuses.
+    for (const key of Object.keys(message)) out.push(JSON.parse(JSON.stringify(message).replace(`"${key}"`, `"__proto__":{},"${key}"`)));
+    return out;
+  }
+  const cases = [
+    { name: "barrier", message: barrier, check: isPlainBarrier, schema: BarrierSchema, accepted: 20 },
+    { name: "continue", message: answer, check: isPlainContinue, schema: DirectiveReplySchema, accepted: 5 },
+  ];
+
+  it.each(cases)("$name: accepts only what the schema accepts, and every well-formed one", ({ message, check, schema, accepted }) => {
+    const all = variants(message);
+    expect(all.length).toBeGreaterThan(150);
+    const wrong = all.filter((value) => check(value) && !schema.safeParse(value).success);
+    expect(wrong).toEqual([]);
+    // Among the variants the schema accepts, only other directives (checked by the schema) are left to it.
+    const missed = all.filter((value) => !check(value) && schema.safeParse(value).success && (value as { directive?: { kind?: string } }).directive?.kind !== "stop");
+    expect(missed).toEqual([]);
+    expect(all.filter((value) => check(value)).length).toBeGreaterThan(accepted);
+  });
+
+  it("decodes a barrier and its answer to what the schemas give, and a bad one to the schema's error", () => {
+    expect(decodeRequest(JSON.stringify(barrier))).toEqual(BarrierSchema.parse(barrier));
+    expect(safeDecodeReply(JSON.stringify(answer))).toEqual({ success: true, data: DirectiveReplySchema.parse(answer) });
+    const bad = safeDecodeRequest(JSON.stringify({ ...barrier, worker: { ...barrier.worker, host: MAX_HOSTS } }));
+    expect(bad.success).toBe(false);
+    if (bad.success) return;
+    expect(bad.id).toBe(7);
+    expect(bad.error.message).toMatch(/worker\.host/);
   });
 });
 
