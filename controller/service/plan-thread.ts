@@ -65,7 +65,7 @@ export const DEFAULT_PLAN_HEAP_MIB = 2_048;
  * controller's event loop, so barriers stay fast while a plan runs; a plan that gets less of a
  * core still returns its best plan at its time limit.
  */
-export const PLANNER_NICE = 10;
+export const PLANNER_NICE = 19;
 
 const PLANNER_THREAD = nodeArgs(import.meta.url, "./plan-thread-main");
 
