@@ -19,6 +19,7 @@ import {
   iterationSeconds,
   MAX_TOKENS_PER_REPLICA,
   PRESETS,
+  QUEUES,
   SCHEDULERS,
   simulateSystem,
   systemReport,
@@ -26,6 +27,7 @@ import {
   SYSTEMS,
   moveEvents,
   type PresetName,
+  type QueueName,
   type SchedulerName,
   type SystemName,
   type SystemReport,
@@ -47,6 +49,8 @@ options:
   --systems LIST  (default: the preset's)
   --seed N        trace seed (default 1)
   --scheduler S   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
+  --queue Q       queue discipline: ${QUEUES.join(" | ")} (default fifo: the head blocks the
+                  queue; backfill starts any queued job that fits, reserving nothing)
   --tokens-per-replica N
                   local batch in tokens per model replica and iteration (default
                   ${DEFAULT_TOKENS_PER_REPLICA}); prints each model's communication share of its jobs' ideal time
@@ -66,6 +70,7 @@ function options(argv: string[]) {
     systems: { type: "string" },
     seed: { type: "string" },
     scheduler: { type: "string", default: "best-fit" },
+    queue: { type: "string", default: "fifo" },
     "tokens-per-replica": { type: "string" },
     "gpus-per-rack": { type: "string" },
     uplinks: { type: "string" },
@@ -79,6 +84,8 @@ function options(argv: string[]) {
   for (const s of systems) if (!SYSTEMS.includes(s)) throw new UsageError(`unknown system ${s}`);
   const scheduler = flags.scheduler as SchedulerName;
   if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}`);
+  const queue = flags.queue as QueueName;
+  if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}`);
   const counts = (name: string, raw: string | undefined) => {
     const values = raw === undefined ? undefined : raw.split(",").map(Number);
     if (values?.some((v) => !Number.isInteger(v) || v < 1)) throw new UsageError(`--${name} must be positive integers`);
@@ -98,6 +105,7 @@ function options(argv: string[]) {
   return {
     sweep: gpusPerRack ? { gpusPerRack, uplinks } : undefined,
     scheduler,
+    queue,
     help: flags.help,
     name: flags.preset as PresetName,
     preset,
@@ -133,12 +141,12 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
       const fabric = { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps };
       for (const system of o.systems) {
         const t = performance.now();
-        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler }, system, planner), load));
+        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue }, system, planner), load));
         process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
       }
     }
   }
-  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}; λ = uplinks per rack\n\n`);
+  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue; λ = uplinks per rack\n\n`);
   for (const [title, pick] of [
     ["p99 slowdown", (r: SystemReport) => r.slowdown.p99],
     ["average slowdown", (r: SystemReport) => r.slowdown.avg],
@@ -157,7 +165,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const { preset } = o;
   const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler };
+  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];
@@ -178,7 +186,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}\n\n`,
+      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue\n\n`,
   );
   process.stdout.write(`${communicationTable(traces.flat(), preset.fabric)}\n\n`);
   const pct = (load: number) => `${Math.round(load * 100)}%`;

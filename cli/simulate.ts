@@ -14,6 +14,7 @@ import {
   parseSimJobs,
   sacctToTrace,
   PRESETS,
+  QUEUES,
   SCHEDULERS,
   simulateSystem,
   simulationReport,
@@ -23,6 +24,7 @@ import {
   type Preset,
   type Mix,
   type PresetName,
+  type QueueName,
   type SchedulerName,
   type SimConfigInput,
   type SimJob,
@@ -42,9 +44,9 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
                            [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
-                           [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--lambda N]
-                           [--restart SEC] [--model NAME] [--json] [--csv DIR] [--plot DIR]
-                           [--save-trace DIR]
+                           [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
+                           [--lambda N] [--restart SEC] [--model NAME] [--json] [--csv DIR]
+                           [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
@@ -86,6 +88,9 @@ options:
                      1 to ${MAX_TOKENS_PER_REPLICA}); see README
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
+  --queue NAME       queue discipline: ${QUEUES.join(" | ")} (default fifo: the queue's head waits
+                     for room and everyone behind it waits too; backfill starts any queued job
+                     the front-end can place now, reserving nothing for the jobs it passes)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
   --restart SEC      restart cost of a migration after its transfers (default 10)
   --json             print one JSON document (schema: SimulationReportSchema) instead of tables
@@ -122,6 +127,7 @@ export const command: Command = {
       "tokens-per-replica": { type: "string" },
       seed: { type: "string" },
       scheduler: { type: "string", default: "best-fit" },
+      queue: { type: "string", default: "fifo" },
       lambda: { type: "string" },
       restart: { type: "string" },
       json: { type: "boolean", default: false },
@@ -138,6 +144,8 @@ export const command: Command = {
     });
     const scheduler = flags.scheduler as SchedulerName;
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
+    const queue = flags.queue as QueueName;
+    if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
     if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
     const replayed = flags.trace ?? flags["from-sacct"];
     const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
@@ -167,6 +175,7 @@ export const command: Command = {
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
       scheduler,
+      queue,
       seed,
       restartSeconds: numberFlag("restart", flags.restart, 10, 0),
     };

@@ -28,6 +28,9 @@ export function systemSpec(name: SystemName): { routing: RoutingName; migrate: b
   return { routing: name as RoutingName, migrate: false, podBound: false };
 }
 
+export const QUEUES = ["fifo", "backfill"] as const;
+export type QueueName = (typeof QUEUES)[number];
+
 export const SimConfigSchema = z.strictObject({
   fabric: FabricSchema,
   /** Per-rack fragmentation bound MonkeyTree keeps; defaults to the uplinks per rack. */
@@ -35,6 +38,12 @@ export const SimConfigSchema = z.strictObject({
   /** Per-pod bound MonkeyTree3 keeps; defaults to a pod's core-facing links (uplinksPerRack × aggUplinks). */
   podLambda: z.int().min(0).optional(),
   scheduler: z.enum(SCHEDULERS).default("best-fit"),
+  /**
+   * How the queue is served: `fifo` starts jobs in arrival order and the head blocks everyone
+   * behind it; `backfill` walks the queue in order and starts every job the front-end can place
+   * now, as Slurm's backfill does, but without reserving hosts for the jobs it passes over.
+   */
+  queue: z.enum(QUEUES).default("fifo"),
   /** Seeds the queue pairs' source ports (ECMP), SGLB's choices and the random scheduler. */
   seed: z.int().default(1),
   /** Re-initialisation after a migration's transfers, before the moved jobs resume (paper: 10 s). */
@@ -146,9 +155,9 @@ const SAME_TIME = 1e-9;
 
 /**
  * Runs one system over a trace, event by event: arrivals, the front-end scheduler's
- * placements behind a FIFO queue, completions and migrations. Between events every flow's
- * rate is constant (max-min fair over the fabric), so the clock jumps to the next event and
- * cost grows with events, not simulated time.
+ * placements behind a FIFO or backfilling queue, completions and migrations. Between events
+ * every flow's rate is constant (max-min fair over the fabric), so the clock jumps to the next
+ * event and cost grows with events, not simulated time.
  *
  * A job's iteration is its compute, with the pipeline transfers between stages overlapped
  * with it, then its DP rings' all-reduce (each ring one flow that moves at its slowest hop's
@@ -393,14 +402,19 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
 
   const startQueued = (): boolean => {
     let started = false;
-    for (let head = queue[0]; head !== undefined; head = queue[0]) {
-      const groups = place(occupied, hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
-      if (!groups) break;
-      queue.shift();
+    for (let i = 0; i < queue.length; ) {
+      const job = queue[i]!;
+      const groups = place(occupied, hostsPerRack, new Array<number>(job.stages).fill(job.hostsPerStage));
+      if (!groups) {
+        if (config.queue === "fifo") break;
+        i++;
+        continue;
+      }
+      queue.splice(i, 1);
       for (const hosts of groups) for (const h of hosts) occupied[h] = true;
       // As the controller starts a job: each group in ring order.
       const ordered = groups.map((hosts) => ringOrder(shapeOnly, hosts));
-      running.set(head.id, { job: head, start: now, groups: ordered, progress: 0, rate: 0, stopAt: undefined, paused: false, moves: 0 });
+      running.set(job.id, { job, start: now, groups: ordered, progress: 0, rate: 0, stopAt: undefined, paused: false, moves: 0 });
       started = true;
     }
     if (started) routesDirty = true;

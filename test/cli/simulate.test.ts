@@ -81,11 +81,12 @@ describe("monkeytree simulate", () => {
   });
 
   it("simulates a fabric given by flags, and reports it", async () => {
-    const result = await runCli("simulate", "--racks", "4", "--hosts-per-rack", "4", "--gpus-per-host", "2", "--uplinks", "1", "--nic-gbps", "100", "--jobs", "30", "--systems", "ecmp", "--json");
+    const result = await runCli("simulate", "--racks", "4", "--hosts-per-rack", "4", "--gpus-per-host", "2", "--uplinks", "1", "--nic-gbps", "100", "--jobs", "30", "--systems", "ecmp", "--queue", "backfill", "--json");
     expect(result.code).toBe(0);
     const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
     expect(report.config.fabric).toEqual({ racks: 4, hostsPerRack: 4, gpusPerHost: 2, uplinksPerRack: 1, nicGbps: 100 });
     expect(report.config.lambda).toBeUndefined();
+    expect(report.config.queue).toBe("backfill");
     expect(report.systems[0]!.jobs).toBe(30);
   });
 
@@ -111,6 +112,7 @@ describe("monkeytree simulate", () => {
     [["--trace", "x.jsonl", "--tokens-per-replica", "4096"], /with --trace the file gives the jobs/],
     [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
     [["--mix", "moe"], /--mix must be one of dp, tp8pp, got "moe"/],
+    [["--queue", "lifo"], /--queue must be one of fifo, backfill, got "lifo"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
     [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],

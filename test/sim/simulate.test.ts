@@ -100,6 +100,21 @@ describe("simulateSystem", () => {
     expect(finish(run, "next").start).toBeCloseTo(finish(run, "big").finish, 9);
   });
 
+  it("backfills: a later job that fits starts while the queue's head waits, which fifo does not allow", () => {
+    const jobs = [job("first", 4), job("big", 6, { arrival: 1 }), job("small", 1, { arrival: 2 })];
+    const fifo = simulateSystem(jobs, tiny, "ecmp", undefined);
+    const backfill = simulateSystem(jobs, { ...tiny, queue: "backfill" }, "ecmp", undefined);
+    expect(finish(fifo, "small").start).toBeCloseTo(finish(fifo, "big").finish, 9);
+    expect(finish(backfill, "small").start).toBeCloseTo(2, 9);
+    // Nothing is reserved for the head: it starts once both jobs ahead of it in the cluster end.
+    expect(finish(backfill, "big").start).toBeCloseTo(Math.max(finish(backfill, "first").finish, finish(backfill, "small").finish), 9);
+    expect(simulationReport(tiny, [{ run: fifo, load: null }]).config.queue).toBe("fifo");
+  });
+
+  it("refuses an unknown queue discipline, naming the field", () => {
+    expect(() => simulateSystem([job("a", 1)], { ...tiny, queue: "lifo" as "fifo" }, "ecmp", undefined)).toThrow(/simulation config at queue: Invalid option: expected one of "fifo"\|"backfill"/);
+  });
+
   it("refuses a job larger than the cluster, naming it", () => {
     expect(() => simulateSystem([job("huge", 7)], tiny, "ecmp", undefined)).toThrow(/job huge needs 7 hosts; the cluster has 6/);
   });
