@@ -105,4 +105,13 @@ describe("Perfect routing's other flows", () => {
     for (const s of slowdowns("perfect")) expect(s).toBeCloseTo(1, 9);
     expect(slowdowns("ecmp").some((s) => s > 1.25)).toBe(true);
   });
+
+  it("takes turns per rail on a rail-optimised fabric, whose rails have uplinks of their own", () => {
+    // Two pods of two hosts with two NICs, two uplinks per rail: on each rail a pod sends four
+    // cross-pod sub-flows of a third of a link, two per uplink when each rail takes its own
+    // turns; turns taken per pod across rails would put all four on one uplink.
+    const rail = { racks: 2, hostsPerRack: 2, gpusPerHost: 2, uplinksPerRack: 4, uplinksPerRail: 2, nicGbps: 8 };
+    const job = SimJobSchema.parse({ id: "e", arrival: 0, hostsPerStage: 4, iterations: 10, computeSeconds: 1, ringBytes: 0, a2aBytes: 2e9 });
+    for (const seed of seeds) expect(simulateSystem([job], { fabric: rail, seed }, "perfect", undefined).jobs[0]!.slowdown).toBeCloseTo(1, 9);
+  });
 });
