@@ -8,7 +8,7 @@ import { Fabric, FabricSchema } from "./fabric.ts";
 import { iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
-import { choosePaths, ecmpChoices, ringRail, type OtherFlow, type PathChoice, type RoutingName } from "./routing.ts";
+import { choosePaths, ecmpChoices, ringRail, type OtherFlow, type RoutingName } from "./routing.ts";
 import { SCHEDULERS, scheduler as schedulerNamed } from "./scheduler.ts";
 
 /**
@@ -214,7 +214,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   let ratesDirty = true;
   let cluster: Cluster = shapeOnly;
   let flows: { dp: DpFlow[]; pp: PpFlow[]; a2a: A2aFlow[] } = { dp: [], pp: [], a2a: [] };
-  let pathOf: PathChoice = { dp: [], pp: [], other: [] };
+  // Each flow's fabric links, resolved once per routing: rates are computed far more often.
+  let linksOf: { dp: number[][]; pp: number[][]; a2a: number[][] } = { dp: [], pp: [], a2a: [] };
   const fragmentation = { peakMaxRack: 0, peakTotal: 0, maxIntegral: 0, totalIntegral: 0, groupsIntegral: 0, current: { max: 0, total: 0, groups: 0 } };
 
   const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
@@ -246,7 +247,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     const dp = dpFlows(cluster, cluster.placement);
     const pp = ppFlows(cluster, cluster.placement);
     const a2a = allToAllFlows(cluster, (id) => running.get(id)!.job.a2aBytes > 0, gpusPerHost, fabric);
-    pathOf = choosePaths(spec.routing, cluster, dp, pp, a2a, {
+    const choice = choosePaths(spec.routing, cluster, dp, pp, a2a, {
       fabric,
       seed: config.seed,
       sglbK: config.sglbK,
@@ -257,6 +258,11 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       },
     });
     flows = { dp, pp, a2a };
+    linksOf = {
+      dp: dp.map((f, i) => fabric.route(f.srcRack, f.dstRack, ringRail(cluster, f, gpusPerHost), choice.dp[i]!)),
+      pp: pp.map((f, i) => fabric.route(f.srcRack, f.dstRack, f.replica, choice.pp[i]!)),
+      a2a: a2a.map((f, i) => fabric.route(f.srcRack, f.dstRack, f.nic, choice.other[i]!)),
+    };
     routesDirty = false;
     ratesDirty = true;
     sample();
@@ -281,7 +287,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     flows.dp.forEach((f, i) => {
       const entity = ringEntity.get(`${f.group}/${f.ring}`);
       if (entity === undefined) return;
-      paths[entity]!.push(...fabric.route(f.srcRack, f.dstRack, ringRail(cluster, f, gpusPerHost), pathOf.dp[i]!));
+      paths[entity]!.push(...linksOf.dp[i]!);
     });
     flows.pp.forEach((f, i) => {
       const job = cluster.groups[f.fromGroup]!.job;
@@ -292,7 +298,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       const list = ppEntities.get(job) ?? [];
       list.push(paths.length);
       ppEntities.set(job, list);
-      paths.push(fabric.route(f.srcRack, f.dstRack, f.replica, pathOf.pp[i]!));
+      paths.push(linksOf.pp[i]!);
       demands.push(ppDemand(r.job, nic));
     });
     // A stage's all-to-all is one flow: every pair of its hosts on every NIC, in lockstep.
@@ -309,7 +315,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     flows.a2a.forEach((f, i) => {
       const entity = a2aEntity.get(f.group);
       if (entity === undefined) return;
-      paths[entity]!.push(...fabric.route(f.srcRack, f.dstRack, f.nic, pathOf.other[i]!));
+      paths[entity]!.push(...linksOf.a2a[i]!);
     });
     const transfers = migration?.transfers ?? [];
     const firstTransfer = paths.length;
