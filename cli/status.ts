@@ -101,13 +101,16 @@ async function follow(client: ControllerClient, io: Io, json: boolean): Promise<
   }
 }
 
+/** Waits `ms` or until `signal` aborts; either way the abort listener goes, so polling adds none. */
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener("abort", () => {
+    const done = () => {
       clearTimeout(timer);
+      signal.removeEventListener("abort", done);
       resolve();
-    }, { once: true });
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
   });
 
 /** One event as a line for people: the controller's time, then what happened. */
