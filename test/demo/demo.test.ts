@@ -1,9 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 describe("monkeytree demo", () => {
   it("runs controller, daemons and jobs as processes, swaps workers of running jobs, and every job ends bit-identical", async () => {
-    const { code, stdout, stderr } = await runCli("demo", "--state-mb", "4", "--steps", "16", "--step-ms", "60", "--timeout", "60");
+    // The demo's --timeout bounds each of its waits (processes starting, the first plan).
+    const { code, stdout, stderr } = await runCli("demo", "--state-mb", "4", "--steps", "16", "--step-ms", "60", "--timeout", String(SAFETY_NET_MS / 1000));
     expect(stderr).toBe("");
     expect(code).toBe(0);
     // gpt's arrival takes racks 0 and 1 to 16 rings on 8 uplinks; no host is free, so the plan swaps.
@@ -17,7 +19,7 @@ describe("monkeytree demo", () => {
     for (const job of ["llama", "mixtral", "gpt"]) expect(stdout).toMatch(new RegExp(`^ {2}${job} .* bit-identical`, "m"));
     expect(stdout.match(/replacement on host \d: loaded the checkpoint/g)).toHaveLength(2);
     expect(stdout).toMatch(/^ok: every move committed/m);
-  }, 120_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("rejects bad flags with exit code 2", async () => {
     expect(await runCli("demo", "--steps", "1")).toMatchObject({ code: 2, stderr: expect.stringContaining(`--steps must be a whole number ≥ 2, got "1"`) });

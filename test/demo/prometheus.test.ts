@@ -1,11 +1,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runDemo, type DemoResult } from "../../cli/demo/run.ts";
+import { freePort } from "../helpers/net.ts";
 import { canRun, prometheus } from "../helpers/prerequisites.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /**
  * Debian's real Prometheus scrapes the demo's controller and daemons (found through the
@@ -25,14 +26,6 @@ let server: ChildProcess | undefined;
 let base = "";
 let keep = false;
 
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
-
 async function query(promql: string): Promise<Sample[]> {
   const response = await fetch(`${base}/api/v1/query?query=${encodeURIComponent(promql)}`);
   const body = (await response.json()) as { status: string; error?: string; data: { result: { metric: Record<string, string>; value: [number, string] }[] } };
@@ -41,7 +34,7 @@ async function query(promql: string): Promise<Sample[]> {
 }
 
 /** Polls until `check` holds; the timeout is only a safety net. */
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 120_000): Promise<void> {
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = SAFETY_NET_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check().catch(() => false))) {
     if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
@@ -56,9 +49,11 @@ describe.runIf(runs)("Prometheus scraping the demo", () => {
     dir = mkdtempSync(join(tmpdir(), "monkeytree-prometheus-"));
     const targets = join(dir, "targets.json");
     writeFileSync(targets, "[]");
-    // JSON is YAML: the scrape config, with an interval short enough for a demo of seconds.
+    // JSON is YAML: the scrape config, with an interval short enough for a demo of seconds, and
+    // a timeout that a target's answer on a loaded machine meets: a failed scrape marks its
+    // series stale, and the queries below would miss them.
     const config = join(dir, "prometheus.yml");
-    writeFileSync(config, JSON.stringify({ scrape_configs: [{ job_name: "monkeytree", scrape_interval: "500ms", scrape_timeout: "500ms", file_sd_configs: [{ files: [targets], refresh_interval: "1s" }] }] }));
+    writeFileSync(config, JSON.stringify({ scrape_configs: [{ job_name: "monkeytree", scrape_interval: "2s", scrape_timeout: "2s", file_sd_configs: [{ files: [targets], refresh_interval: "1s" }] }] }));
     mkdirSync(join(dir, "data"));
     const port = await freePort();
     base = `http://127.0.0.1:${port}`;
@@ -88,15 +83,19 @@ describe.runIf(runs)("Prometheus scraping the demo", () => {
       stateBytes: 4 * 2 ** 20,
       steps: 16,
       stepMs: 60,
-      timeoutMs: 60_000,
+      timeoutMs: SAFETY_NET_MS,
       print: (line) => lines.push(line),
       metrics: {
         targets: join(dir, "targets.json"),
         // The demo has ended: wait for a scrape of every target taken after this moment.
         inspect: async () => {
           const ended = Date.now() / 1000;
-          await until("a scrape of the controller and all 8 daemons after the demo's end", async () => (await query(`count(timestamp(monkeytree_build_info) > ${ended})`))[0]?.value === 9);
-          scraped.up = (await query("sum(up)"))[0]?.value ?? 0;
+          const upNow = async () => (await query("sum(up)"))[0]?.value ?? 0;
+          await until(
+            "a scrape of the controller and all 8 daemons after the demo's end, all of them up",
+            async () => (await query(`count(timestamp(monkeytree_build_info) > ${ended})`))[0]?.value === 9 && (await upNow()) === 9,
+          );
+          scraped.up = await upNow();
           scraped.outcomes = byLabel(await query("sum by (outcome) (monkeytree_migrations_total)"), "outcome");
           scraped.phaseCount = byLabel(await query("sum by (phase) (monkeytree_migration_phase_duration_seconds_count)"), "phase");
           scraped.phaseSum = byLabel(await query("sum by (phase) (monkeytree_migration_phase_duration_seconds_sum)"), "phase");

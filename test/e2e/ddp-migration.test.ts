@@ -9,6 +9,7 @@ import { referenceDigest, TRAIN } from "./reference.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /**
  * A real torchrun DDP job (gloo, CPU, Debian's torch) migrated between emulated hosts: four
@@ -37,7 +38,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const dir = tempDir();
     dirs.push(dir);
     reference = await referenceDigest(STEPS, dir);
-  }, 120_000);
+  }, 3 * SAFETY_NET_MS);
 
   afterAll(() => {
     hosts?.remove();
@@ -60,7 +61,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
     // The bridge joins only this test's namespaces, so the controller may listen there without keys.
     const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
-    const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
+    const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
     const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     const inHost = (host: number, args: string[]) => [...hosts.exec(host).slice(1), "env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), process.execPath, ...args];
     // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
@@ -83,7 +84,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     );
     // A safety net only: four daemons compiling in four namespaces on a loaded machine are slow.
     await expect
-      .poll(async () => (await client.status()).hosts.registered, { timeout: 120_000, interval: 200 })
+      .poll(async () => (await client.status()).hosts.registered, { ...patiently, interval: 200 })
       .toBe(4)
       .catch(async (error: unknown) => {
         await client.close();
@@ -109,25 +110,25 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
   it("moves a DDP worker to the other rack mid-training; training resumes and ends bit-identical to an unmigrated run", async () => {
     const c = await cluster();
     try {
-      await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
+      await expect.poll(() => log(c.ddp[0]!), patiently).toMatch(/every local process at barrier 50\b/);
       writeFileSync(c.gate, "");
-      await expect.poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { timeout: 60_000, interval: 200 }).toMatch(/^done,done$/);
+      await expect.poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { ...patiently, interval: 200 }).toMatch(/^done,done$/);
       const moves = (await c.client.status()).migrations;
       const moved = moves.find((m) => m.job === "ddp")!;
       expect(Math.floor(moved.from / 2)).not.toBe(Math.floor(moved.to / 2));
       expect((await c.client.status()).withinBounds).toBe(true);
-      await expect.poll(() => existsSync(c.out), { timeout: 120_000, interval: 500 }).toBe(true);
+      await expect.poll(() => existsSync(c.out), { ...patiently, interval: 500 }).toBe(true);
       const result = JSON.parse(readFileSync(c.out, "utf8")) as { step: number; worldSize: number; generation: number; digest: string };
       expect(result).toMatchObject({ step: STEPS, worldSize: 2, generation: 1 });
       expect(result.digest).toBe(reference);
       // The source's launcher stopped cleanly once its replacement took over; the stayer and the
       // replacement (started by the destination's daemon) ran to the end and exited 0.
       expect(await Promise.all(c.ddp.map((launcher) => launcher.exited))).toEqual([0, 0]);
-      await expect.poll(() => log(c.daemons[moved.to]!), { timeout: 30_000 }).toMatch(/replacement launcher exited \(code 0\)/);
+      await expect.poll(() => log(c.daemons[moved.to]!), patiently).toMatch(/replacement launcher exited \(code 0\)/);
     } finally {
       await c.teardown();
     }
-  }, 240_000);
+  }, 4 * SAFETY_NET_MS);
 
   it("rolls back when the destination's daemon dies during the move; the job continues on its old hosts, bit-identical", async () => {
     const dir = tempDir();
@@ -135,18 +136,18 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const hold = join(dir, "hold");
     const c = await cluster({ hold, heartbeatTimeoutS: 2 });
     try {
-      await expect.poll(() => log(c.ddp[0]!), { timeout: 60_000, interval: 100 }).toMatch(/every local process at barrier 50\b/);
+      await expect.poll(() => log(c.ddp[0]!), patiently).toMatch(/every local process at barrier 50\b/);
       writeFileSync(c.gate, "");
       // The other job's checkpoint is held back, so the DDP move cannot commit; once the
       // destination's daemon has been asked to stage, kill it.
       const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.state !== "planned" && m.state !== "pausing");
-      await expect.poll(staging, { timeout: 60_000, interval: 20 }).toBeDefined();
+      await expect.poll(staging, { ...patiently, interval: 20 }).toBeDefined();
       const move = (await staging())!;
       expect(["staging", "transferring", "verifying", "staged"]).toContain(move.state);
       c.group.kill(c.daemons[move.to]!, "SIGKILL");
-      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === move.id)?.state, { timeout: 30_000, interval: 200 }).toBe("rolled-back");
+      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === move.id)?.state, { ...patiently, interval: 200 }).toBe("rolled-back");
       writeFileSync(`${hold}.go`, "");
-      await expect.poll(() => existsSync(c.out), { timeout: 120_000, interval: 500 }).toBe(true);
+      await expect.poll(() => existsSync(c.out), { ...patiently, interval: 500 }).toBe(true);
       const result = JSON.parse(readFileSync(c.out, "utf8")) as { step: number; generation: number; digest: string };
       expect(result).toMatchObject({ step: STEPS, generation: 0 });
       expect(result.digest).toBe(reference);
@@ -154,5 +155,5 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     } finally {
       await c.teardown();
     }
-  }, 240_000);
+  }, 4 * SAFETY_NET_MS);
 });

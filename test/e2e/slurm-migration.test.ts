@@ -11,6 +11,7 @@ import { canRun, networkNamespaces, slurm, torch } from "../helpers/prerequisite
 import { PYTHON } from "../helpers/python.ts";
 import { startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /**
  * The Slurm integration end to end: a real Slurm (slurmctld, one slurmd per node) over six
@@ -51,7 +52,7 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     reference = await referenceDigest(STEPS, dir);
     hosts = createHosts(NODES);
     cluster = await startSlurm({ nodes: NODES, racks: 2 });
-  }, 300_000);
+  }, 4 * SAFETY_NET_MS);
 
   afterAll(async () => {
     await client?.close();
@@ -78,7 +79,7 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
       ...CLI, "controller", "--scheduler", "slurm", "--topology", topologyConf, "--uplinks-per-rack", "1", "--slurm-conf", slurmCluster.conf,
       "--scheduler-poll", "0.5", "--bind", `tcp://${h.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"),
     ]);
-    group.controller = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 30_000))[1]!;
+    group.controller = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
     const endpoint = group.controller;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     // The site configuration every `monkeytree` reads: where the controller is, and the names of the hosts.
@@ -141,12 +142,12 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     const result = JSON.parse(readFileSync(out, "utf8")) as { step: number; worldSize: number; generation: number; digest: string };
     expect(result).toMatchObject({ step: STEPS, worldSize: 2, generation: 1 });
     expect(result.digest).toBe(reference);
-    await expect.poll(() => readFileSync(daemons.get(DESTINATION)!.log, "utf8"), { timeout: 60_000 }).toMatch(/replacement launcher exited \(code 0\)/);
+    await expect.poll(() => readFileSync(daemons.get(DESTINATION)!.log, "utf8"), patiently).toMatch(/replacement launcher exited \(code 0\)/);
 
     // The job ended, so the controller releases its hold, and the probe job gets the destination.
-    await slurmCluster.until("the DDP job gone", () => run("squeue", "-h", "-j", ddp, "-o", "%T").trim() === "", 60_000);
-    await slurmCluster.until("the hold released", () => holds().length === 0, 60_000);
-    await slurmCluster.until("the probe job run", () => run("squeue", "-h", "-j", probe).trim() === "", 60_000);
+    await slurmCluster.until("the DDP job gone", () => run("squeue", "-h", "-j", ddp, "-o", "%T").trim() === "");
+    await slurmCluster.until("the hold released", () => holds().length === 0);
+    await slurmCluster.until("the probe job run", () => run("squeue", "-h", "-j", probe).trim() === "");
     expect(squeue(pinned)).toBe("RUNNING n[0,3]");
     expect(nodeState(DRAINED)).toMatch(/^drain/);
     expect((await client!.status()).scheduler?.holds).toEqual([]);

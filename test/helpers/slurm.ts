@@ -3,6 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "./net.ts";
+import { SAFETY_NET_MS } from "./wait.ts";
 import { killByEnvironment } from "../../cli/demo/processes.ts";
 
 /**
@@ -122,7 +123,7 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
       if (result.status !== 0) throw new Error(`${command} ${args.join(" ")}: ${(result.stderr || result.stdout || result.error?.message || "").trim()}`);
       return result.stdout;
     };
-    const until = async <T>(what: string, check: () => Falsy<T> | Promise<Falsy<T>>, timeoutMs = 60_000): Promise<T> => {
+    const until = async <T>(what: string, check: () => Falsy<T> | Promise<Falsy<T>>, timeoutMs = SAFETY_NET_MS): Promise<T> => {
       const deadline = Date.now() + timeoutMs;
       for (;;) {
         let value: Falsy<T>;
@@ -145,7 +146,7 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
     await until("munged's socket", () => spawnSync("sh", ["-c", `test -S ${socket}`]).status === 0);
     await startController(true);
     for (const node of nodes) daemon("slurmd", ["-D", "-N", node, "-f", env.SLURM_CONF!], `slurmd-${node}`);
-    await until(`nodes ${nodes.join(", ")} idle`, idle, 120_000);
+    await until(`nodes ${nodes.join(", ")} idle`, idle);
 
     return {
       dir,

@@ -5,6 +5,7 @@ import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
 import { runCli } from "../helpers/cli.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { tempDir } from "../service/harness.ts";
 
 const dirs: string[] = [];
@@ -40,5 +41,5 @@ describe("--metrics", () => {
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
     await expect(fetch(url)).rejects.toThrow();
-  }, 60_000);
+  }, SAFETY_NET_MS);
 });

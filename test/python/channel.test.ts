@@ -20,6 +20,7 @@ import {
 import { freePort, localRendezvous } from "../helpers/net.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 // The Python side of the local channel (sdk/python/monkeytree/hook.py) against a scripted fake of
 // `monkeytree launch`, driving examples/ddp/train.py and fixtures/probe.py with Debian's torch.
@@ -123,7 +124,8 @@ interface Result {
   digest: string;
 }
 
-describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (needs torch for ${PYTHON})`, () => {
+// Each test starts Python processes that import torch: tens of seconds each on a loaded machine.
+describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (needs torch for ${PYTHON})`, { timeout: 3 * SAFETY_NET_MS }, () => {
   let dir: string;
   const launchers: FakeLauncher[] = [];
   let socketCount = 0;

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 const hasTorch = canRun("test/python/crc.test.ts", torch());
 
@@ -34,7 +35,8 @@ function run(env: Record<string, string | undefined>): Run {
   return { ...(JSON.parse(result.stdout) as { native: boolean; agree: boolean }), stderr: result.stderr };
 }
 
-describe.skipIf(!hasTorch)("the hook's CRC32C", () => {
+// Each test starts Python with torch, one or two times: tens of seconds each on a loaded machine.
+describe.skipIf(!hasTorch)("the hook's CRC32C", { timeout: 3 * SAFETY_NET_MS }, () => {
   it("uses the addon's library named by MONKEYTREE_CRC32C_LIB and agrees with the torch and table versions", () => {
     expect(run({})).toEqual({ native: true, agree: true, stderr: "" });
   });

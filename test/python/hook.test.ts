@@ -6,6 +6,7 @@ import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItem
 import { localRendezvous } from "../helpers/net.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 const worker = new URL("./fixtures/worker.py", import.meta.url).pathname;
 const hasTorch = canRun("test/python/hook.test.ts", torch());
@@ -36,14 +37,15 @@ afterEach(() => {
 
 const float32 = (values: number[]): Uint8Array => new Uint8Array(Float32Array.from(values).buffer);
 
-describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (needs torch for ${PYTHON})`, () => {
+// Each test and hook starts Python with torch: tens of seconds on a loaded machine.
+describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (needs torch for ${PYTHON})`, { timeout: SAFETY_NET_MS }, () => {
   // One Python save (model, Adam state, step, RNG state) shared by the tests that only read it.
   let saved: StagingBuffer;
   let output: Record<string, unknown>;
   beforeAll(() => {
     saved = StagingBuffer.create({ size: 1 << 20, lock: false });
     output = python("save", saved.name).output;
-  });
+  }, SAFETY_NET_MS);
   afterAll(() => saved.free());
 
   function copyOfSaved(): StagingBuffer {
@@ -146,7 +148,7 @@ describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (n
   });
 });
 
-describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`, () => {
+describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`, { timeout: 3 * SAFETY_NET_MS }, () => {
   it("starts a worker once monkeytree.compat.patch_torchrun_std() is applied", async () => {
     const launch = [
       "import sys",

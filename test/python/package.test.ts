@@ -9,6 +9,7 @@ import { CHANNEL_ENV, CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
 import { freePort } from "../helpers/net.ts";
 import { canRun, torch, venv } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 
 // sdk/python as a user gets it: `pip install` into a fresh virtual environment, then a training
@@ -63,7 +64,7 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
       const result = spawnSync(program!, args, { cwd: dir, env, encoding: "utf8" });
       if (result.status !== 0) throw new Error(`${program} ${args.join(" ")} failed (${result.status}): ${result.stderr}; .ci/run installs python3-venv`);
     }
-  }, 120_000);
+  }, 3 * SAFETY_NET_MS);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it("is imported from the environment, and `python -m monkeytree` prints its version and help, or one line and exit 2", () => {
@@ -110,7 +111,7 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
       expect(JSON.parse(readFileSync(out, "utf8"))).toMatchObject({ step: 5, worldSize: 1, generation: 0 });
       // The hook looks the library up at attach and says so there when it has to fall back.
       expect(stderr).not.toMatch(/MONKEYTREE_CRC32C_LIB|torch CRC32C/);
-    }, 120_000);
+    }, 3 * SAFETY_NET_MS);
   });
 });
 

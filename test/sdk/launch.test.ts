@@ -10,6 +10,7 @@ import { CLI, sharedFile, shellCommand } from "../../cli/demo/processes.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 import { runCli } from "../helpers/cli.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /** One line of the fake torchrun's log. */
 interface Entry {
@@ -128,16 +129,16 @@ describe("monkeytree launch", () => {
     // Whichever job completes its registration second takes both racks over their bound.
     start("a", [0, 4]);
     start("b", [1, 5]);
-    await expect.poll(async () => (await client.status()).migrations.length, { timeout: 20_000 }).toBeGreaterThan(0);
+    await expect.poll(async () => (await client.status()).migrations.length, patiently).toBeGreaterThan(0);
     writeFileSync(planned, "");
     const entries = () => readFileSync(log, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Entry);
     // Every launcher that started exits 0: trained to the end, or moved away.
     expect(await Promise.all(exits)).toEqual([0, 0, 0, 0]);
-    await expect.poll(() => entries().filter((e) => e.resumeCheck !== undefined).length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
+    await expect.poll(() => entries().filter((e) => e.resumeCheck !== undefined).length, patiently).toBeGreaterThanOrEqual(2);
 
     // Replacements run on after their sources exited; the test ends when every torchrun has.
     const pids = (key: keyof Entry) => new Set(entries().filter((e) => e[key] !== undefined).map((e) => e.pid)).size;
-    await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), { timeout: 20_000 }).toBe(true);
+    await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), patiently).toBe(true);
     const moves = (await client.status()).migrations;
     expect(moves.every((m) => m.state === "done")).toBe(true);
     for (const m of moves) expect(m.stopStep).toBeLessThanOrEqual(5);
@@ -156,5 +157,5 @@ describe("monkeytree launch", () => {
     for (const a of attached) if (a.resume) expect(moves.map((m) => m.stopStep)).toContain(a.resume.step);
     // The job's other worker re-formed its group for the new generation.
     expect(entries().some((e) => e.reply?.directive?.kind === "reconfigure" && e.reply.directive.generation === 1)).toBe(true);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 });

@@ -7,6 +7,7 @@ import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { tempDir } from "./harness.ts";
 
 /**
@@ -18,6 +19,8 @@ import { tempDir } from "./harness.ts";
 const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
 type MigrationSummary = StatusReport["migrations"][number];
 const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
+/** The demo workers' iterations, and the one before which the first of them wait for the swap. */
+const [STEPS, PAUSE_AT] = [30, 10];
 
 interface Cluster {
   readonly dir: string;
@@ -54,7 +57,7 @@ async function startCluster({
   writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
   const startController = async (bind: string) => {
     const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
-    return { controller, endpoint: (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]! };
+    return { controller, endpoint: (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]! };
   };
   const { controller, endpoint } = await startController("tcp://127.0.0.1:*");
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000, retryMs: 200 });
@@ -67,7 +70,7 @@ async function startCluster({
       ...replacementFlags, ...(TENANT ? ["--run-as", TENANT.user] : []),
     ]),
   );
-  await expect.poll(async () => (await client.status()).hosts.registered, { timeout: 20_000, interval: 100 }).toBe(4);
+  await expect.poll(async () => (await client.status()).hosts.registered, patiently).toBe(4);
   const cluster: Cluster = {
     dir,
     group,
@@ -96,7 +99,7 @@ async function startFaultJobs(cluster: Cluster, fault: (host: number, job: strin
     }
   };
   start("a", [0, 2]);
-  await expect.poll(started(cluster, "a"), { timeout: 20_000, interval: 100 }).toBe(true);
+  await expect.poll(started(cluster, "a"), patiently).toBe(true);
   start("b", [1, 3]);
   return workers;
 }
@@ -107,7 +110,7 @@ describe("faults with real processes", () => {
     // Only b's moving worker dies; 128 MiB on one stream are still on the wire when it does.
     const workers = await startFaultJobs(cluster, (_, job) => (job === "b" ? ["--fault", "die-mid-transfer", "--bytes", String(128 * 2 ** 20)] : []));
     const controllerLog = () => log(cluster.controller);
-    await expect.poll(() => controllerLog().match(/→ rolled-back/g)?.length ?? 0, { timeout: 30_000, interval: 100 }).toBe(2);
+    await expect.poll(() => controllerLog().match(/→ rolled-back/g)?.length ?? 0, patiently).toBe(2);
 
     const [source, sourceWorker] = [...workers].find(([, w]) => w.name.startsWith("b") && /migrate-out/.test(log(w)))!;
     expect(await sourceWorker.exited).toBe("SIGKILL");
@@ -117,9 +120,9 @@ describe("faults with real processes", () => {
     expect(log(cluster.daemons[Number(destination)]!)).toMatch(new RegExp(`migration ${migration}: transfer failed \\(peer_closed`));
     // The job's other worker was held at the stop step and is released where it stopped.
     const stayer = [...workers].find(([host, w]) => host !== source && w.name[0] === sourceWorker.name[0])![1];
-    await expect.poll(() => log(stayer), { timeout: 10_000 }).toMatch(new RegExp(`continue at ${step}`));
+    await expect.poll(() => log(stayer), patiently).toMatch(new RegExp(`continue at ${step}`));
     expect(controllerLog()).not.toMatch(/lost: no heartbeat/);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("rolls back when the destination's daemon is killed before the checkpoint arrives: the source continues", async () => {
     // Short, since the killed daemon must be declared lost; the others beat ten times as often,
@@ -127,7 +130,7 @@ describe("faults with real processes", () => {
     const cluster = await startCluster({ heartbeatTimeoutS: 1 });
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
-    await expect.poll(() => readdirSync(cluster.dir).some((f) => f.endsWith(".ticket")), { timeout: 30_000, interval: 50 }).toBe(true);
+    await expect.poll(() => readdirSync(cluster.dir).some((f) => f.endsWith(".ticket")), { ...patiently, interval: 50 }).toBe(true);
     const held = [0, 1, 2, 3].find((host) => existsSync(`${hold(host)}.ticket`))!;
     const destination = Number(readFileSync(`${hold(held)}.ticket`, "utf8"));
     cluster.group.kill(cluster.daemons[destination]!, "SIGKILL");
@@ -135,13 +138,13 @@ describe("faults with real processes", () => {
     for (const host of [0, 1, 2, 3]) writeFileSync(`${hold(host)}.go`, "");
 
     const source = workers.get(held)!;
-    await expect.poll(() => log(source), { timeout: 20_000 }).toMatch(/send failed: .*\n(continue|reconfigure) at \d+/);
+    await expect.poll(() => log(source), patiently).toMatch(/send failed: .*\n(continue|reconfigure) at \d+/);
     expect(log(source)).not.toMatch(/stop at/);
     expect(log(cluster.controller)).toMatch(new RegExp(`rolled-back on fail: the daemon on host ${destination} was lost`));
     expect(log(cluster.controller).match(/lost: no heartbeat/g)).toHaveLength(1);
     // Nothing of the rolled-back move stays behind: the source is still registered and answered.
     expect((await cluster.client.status()).jobs.map((j) => j.id).sort()).toEqual(["a", "b"]);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("rolls back a swap cut by a controller SIGKILL before it committed: the destinations release their staging and the sources continue", async () => {
     // Long enough for the daemons to register with the restarted controller; no daemon is lost here.
@@ -149,45 +152,49 @@ describe("faults with real processes", () => {
     const hold = (host: number) => join(cluster.dir, `hold-${host}`);
     const workers = await startFaultJobs(cluster, (host) => ["--fault", `hold:${hold(host)}`]);
     // Both sources got migrate-out and hold their checkpoints: the swap cannot commit.
-    await expect.poll(() => readdirSync(cluster.dir).filter((f) => f.endsWith(".ticket")).length, { timeout: 30_000, interval: 50 }).toBe(2);
+    await expect.poll(() => readdirSync(cluster.dir).filter((f) => f.endsWith(".ticket")).length, { ...patiently, interval: 50 }).toBe(2);
     const moves = (await cluster.client.status()).migrations;
     expect(moves.map((m) => m.state)).toEqual(["transferring", "transferring"]);
 
     await cluster.restartController();
     const restarted = "the controller restarted before the move committed";
-    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), { timeout: 20_000, interval: 100 }).toEqual(
+    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), patiently).toEqual(
       moves.map((m) => [m.id, "rolled-back", restarted]),
     );
     // Each destination's daemon releases its staging once it has registered with the new
     // controller (a replacement it started at prepare, refused and gone, does not free it).
-    for (const m of moves) await expect.poll(() => log(cluster.daemons[m.to]!), { timeout: 20_000, interval: 100 }).toContain(`released the staging of migration ${m.id}`);
+    for (const m of moves) await expect.poll(() => log(cluster.daemons[m.to]!), patiently).toContain(`released the staging of migration ${m.id}`);
     for (const host of [0, 1, 2, 3]) writeFileSync(`${hold(host)}.go`, "");
     // Their tickets admit nothing any more: each source keeps its checkpoint and continues at its stop step.
     for (const m of moves) {
-      await expect.poll(() => log(workers.get(m.from)!), { timeout: 20_000, interval: 100 }).toMatch(new RegExp(`send failed: .*\ncontinue at ${m.stopStep}\n`));
+      await expect.poll(() => log(workers.get(m.from)!), patiently).toMatch(new RegExp(`send failed: .*\ncontinue at ${m.stopStep}\n`));
     }
     expect(log(cluster.controller)).not.toMatch(/releasing staging on host|lost: no heartbeat/);
-  }, 120_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("finishes a swap cut by a controller SIGKILL after it committed: the replacements resume and every job ends bit-identical", async () => {
     const events = tenantDir();
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
     for (const job of ["a", "b"]) sharedFile(join(events, `${job}.jsonl`), TENANT);
-    const pace = ["--steps", "30", "--step-ms", "80", "--events", events];
+    const pace = ["--steps", String(STEPS), "--step-ms", "80", "--events", events];
     const cluster = await startCluster({ replacements: { "demo-worker": [...WORKER, ...pace] } });
     const stateBytes = 8 * 2 ** 20;
-    const start = (job: string, hosts: number[], gate: string[] = []) => {
+    // A worker that reported its job's last barrier reports none after it, so a move started
+    // after that never sees its job stop. However long the first plan takes, the first workers
+    // wait before iteration PAUSE_AT until both moves have their stop step, at most PAUSE_AT.
+    const swapStarted = join(cluster.dir, "swap-started");
+    for (const [job, hosts] of [["a", [0, 2]], ["b", [1, 3]]] as const) {
       for (const host of hosts) {
-        cluster.group.start(`${job}-${host}`, [...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes), "--replacement", "demo-worker", ...pace, ...gate]);
+        cluster.group.start(`${job}-${host}`, [
+          ...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes),
+          "--replacement", "demo-worker", ...pace, "--pause-at", String(PAUSE_AT), "--resume-when-exists", swapStarted,
+        ]);
       }
-    };
-    // Job b's workers load first and register the moment job a has started, so a cannot train
-    // to its end before b's arrival plans the swap; from the swap's start both jobs wait for it.
-    const gate = join(cluster.dir, "start-b");
-    start("b", [1, 3], ["--start-when-exists", gate]);
-    start("a", [0, 2]);
-    await expect.poll(started(cluster, "a"), { timeout: 20_000, interval: 100 }).toBe(true);
-    writeFileSync(gate, "");
+    }
+    const stopStepsSet = (moves: MigrationSummary[]) => moves.length > 0 && moves.every((m) => m.stopStep !== null);
+    await expect.poll(async () => (await cluster.client.status()).migrations, patiently).toSatisfy(stopStepsSet);
+    for (const m of (await cluster.client.status()).migrations) expect(m.stopStep).toBeLessThanOrEqual(PAUSE_AT);
+    writeFileSync(swapStarted, "");
 
     // The cut comes once every move of the swap is journaled as committed: from then on the
     // swap can only be finished, wherever it is when the controller dies.
@@ -199,12 +206,12 @@ describe("faults with real processes", () => {
           cut = (await cluster.client.status()).migrations;
           return cut;
         },
-        { timeout: 30_000, interval: 10 },
+        { ...patiently, interval: 10 },
       )
       .toSatisfy(committed);
     await cluster.restartController();
 
-    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), { timeout: 60_000, interval: 200 }).toEqual(
+    await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), patiently).toEqual(
       cut.map((m) => [m.id, "done", null]),
     );
     const jobEvents = (job: string) => {
@@ -212,17 +219,17 @@ describe("faults with real processes", () => {
       return existsSync(path) ? readEvents(readFileSync(path, "utf8"), path) : [];
     };
     const finished = (job: string) => jobEvents(job).flatMap((e) => (e.event === "finished" ? [e] : []));
-    await expect.poll(() => finished("a").length + finished("b").length, { timeout: 60_000, interval: 200 }).toBe(4);
+    await expect.poll(() => finished("a").length + finished("b").length, patiently).toBe(4);
     const placement = (await cluster.client.status()).jobs;
     for (const job of ["a", "b"]) {
       // Each moved worker's replacement loaded its checkpoint and finished the job on its new host.
       for (const m of cut.filter((x) => x.job === job)) expect(jobEvents(job)).toContainEqual(expect.objectContaining({ event: "resumed", migration: m.id, host: m.to }));
       expect(finished(job).map((e) => e.host).sort(), `job ${job}`).toEqual(placement.find((j) => j.id === job)?.hosts);
       const reference = initialState(seedOf(job), stateBytes);
-      for (let step = 0; step < 30; step++) trainStep(reference);
+      for (let step = 0; step < STEPS; step++) trainStep(reference);
       expect(finished(job).map((e) => e.digest), `job ${job} after a cut in ${cut.map((m) => m.state).join(", ")}`).toEqual([digest(reference), digest(reference)]);
     }
     // The new controller took its jobs and the cut migration from the journal, not from scratch.
     expect(log(cluster.controller)).toMatch(/replayed \d+ records, 2 jobs/);
-  }, 120_000);
+  }, 3 * SAFETY_NET_MS);
 });

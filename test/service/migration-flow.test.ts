@@ -3,6 +3,7 @@ import { Dealer } from "zeromq";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { PlanThread, type PlanRunner } from "../../controller/service/plan-thread.ts";
 import { Doubling, Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
@@ -39,7 +40,8 @@ async function reportTransfer(client: ControllerClient, move: { id: string; to: 
   await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, ...verdict });
 }
 
-describe("controller service: a job start that breaks the bound", () => {
+// Each test waits for its controller's first plan, and so for a planner thread to start.
+describe("controller service: a job start that breaks the bound", { timeout: SAFETY_NET_MS }, () => {
   it("pauses the job at one barrier, migrates a worker, and re-forms the job with the new ring order", async () => {
     harness = await startController({ overrides: { stopLeadSteps: 1 } });
     const client = connect(harness);
@@ -212,7 +214,7 @@ describe("controller service: a job start that breaks the bound", () => {
   });
 });
 
-describe("controller service: keeping the scheduler's books", () => {
+describe("controller service: keeping the scheduler's books", { timeout: SAFETY_NET_MS }, () => {
   /** A controller under a scheduler, once its first view arrived (before it, nothing is planned). */
   const withScheduler = async (planner?: PlanRunner) => {
     const scheduler = new RecordingScheduler();
@@ -327,7 +329,8 @@ describe("controller service: keeping the scheduler's books", () => {
     scheduler.current = { ...scheduler.current, unavailable: [2, 3, 6].map((host) => ({ host, why: "drain" })) };
     await expect.poll(async () => (await client.status()).scheduler?.unavailable, { timeout: 10_000 }).toHaveLength(3);
     planner.asked[0]!.release();
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain("plan discarded: the placement changed while it was computed");
+    // The released plan comes once the planner thread has started and computed it.
+    await expect.poll(() => harness!.logs.join("\n"), patiently).toContain("plan discarded: the placement changed while it was computed");
     await expect.poll(() => planner.asked.length, { timeout: 10_000 }).toBe(2);
     expect(planner.asked[1]!.cluster.unavailable).toEqual([2, 3, 6]);
     planner.asked[1]!.release();
@@ -338,7 +341,7 @@ describe("controller service: keeping the scheduler's books", () => {
     const { scheduler, client } = await withScheduler(new Heedless(new PlanThread()));
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
     scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [], allocations: [] };
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move 7[78]\[0\] .*: job "7[78]" is pinned \(movable: false\)\); it is not carried out/);
+    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move 7[78]\[0\] .*: job "7[78]" is pinned \(movable: false\)\); it is not carried out/);
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
     expect(scheduler.calls).toEqual([]);
@@ -392,7 +395,7 @@ describe("controller service: keeping the scheduler's books", () => {
     // Every one-move repair needs a free host, and every free host is an empty slot.
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→[2367]: the destination is unavailable\); it is not carried out/);
+    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→[2367]: the destination is unavailable\); it is not carried out/);
     expect((await client.status()).migrations).toEqual([]);
   });
 
@@ -401,7 +404,7 @@ describe("controller service: keeping the scheduler's books", () => {
     const client = connect(harness);
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→\d: the source moves twice in one step\); it is not carried out/);
+    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→\d: the source moves twice in one step\); it is not carried out/);
     // After the backoff the controller plans again (and, with this planner, refuses again).
     await expect.poll(() => harness!.logs.filter((line) => line.includes("it is not carried out")).length, { timeout: 10_000 }).toBeGreaterThan(1);
     expect((await client.status()).migrations).toEqual([]);

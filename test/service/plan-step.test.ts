@@ -2,14 +2,16 @@ import { describe, expect, it } from "vitest";
 import { Journal } from "../../controller/service/journal.ts";
 import { WorkerClient } from "../../sdk/client.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
-import { closeControllersAfterEach, connect, INCARNATION, SMALL, startController, tempDir, type Harness } from "./harness.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
+import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
 closeControllersAfterEach();
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
-describe("a plan step with several moves", () => {
+// The test waits for its controller's first plan, and so for a planner thread to start.
+describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
   it("commits no move until every source of the step has staged, then commits them together", async () => {
     // Three jobs each spanning both racks (fragmentation 3 > λ 1), as a controller that
     // restarted would find them: it plans once its backoff passes.
@@ -34,8 +36,8 @@ describe("a plan step with several moves", () => {
         workers.set(host, w);
       }
     }
-    await expect.poll(async () => (await client.status()).migrations.length, { timeout: 5_000 }).toBeGreaterThan(1);
-    const moves = (await client.status()).migrations;
+    const moves = await plannedMoves(client);
+    expect(moves.length).toBeGreaterThan(1);
     expect(new Set(moves.map((m) => m.planStep))).toEqual(new Set([0]));
     expect(moves.every((m) => m.state === "pausing")).toBe(true);
 

@@ -7,6 +7,7 @@ import { PlanThread, PlanThreadError, type PlanRunner } from "../../controller/s
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { nodeArgs } from "../../sdk/paths.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { Gated, Watched } from "./doubles.ts";
 import { plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 
@@ -45,7 +46,8 @@ async function startJob(client: ControllerClient, job: string, hosts: number[]):
 
 const jobsOf = (cluster: Cluster) => [...new Set(cluster.groups.map((g) => g.job))].sort();
 
-describe("the planner thread", () => {
+// Every test waits for a planner thread to start, which a loaded machine makes slow.
+describe("the planner thread", { timeout: SAFETY_NET_MS }, () => {
   it("plans in its thread what the planner plans in process", async () => {
     const planned = await thread().plan(OVER, 2_000);
     const local = (await createPlanner()).plan(OVER, { timeLimitMs: 2_000 });
@@ -92,7 +94,7 @@ describe("the planner thread", () => {
   });
 });
 
-describe("the controller while a plan is in flight", () => {
+describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS }, () => {
   it("answers another job's barriers and status requests while the planner thread works", async () => {
     const dir = tempDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -132,8 +134,9 @@ describe("the controller while a plan is in flight", () => {
 
     // Job c starts while the first plan is computed: that plan is for a placement gone by.
     await startJob(client, "c", [2, 6]);
+    // The released plan comes once the planner thread has started and computed it.
     planner.asked[0]!.release();
-    await expect.poll(() => planner.asked.length, { timeout: 10_000, interval: 10 }).toBe(2);
+    await expect.poll(() => planner.asked.length, { ...patiently, interval: 10 }).toBe(2);
     expect(jobsOf(planner.asked[1]!.cluster)).toEqual(["a", "b", "c"]);
 
     // Job c ends after the second plan was asked for and before it returns.

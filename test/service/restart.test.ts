@@ -11,6 +11,7 @@ import { createLogger } from "../../sdk/log.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { TENANT } from "../helpers/tenant.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { plannedMoves, tempDir } from "./harness.ts";
 
 /**
@@ -51,7 +52,7 @@ async function launch(dir: string, bind: string, heartbeatTimeoutMs: number): Pr
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const endpoint = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`controller did not start: ${stderr}`)), 20_000);
+    const timer = setTimeout(() => reject(new Error(`controller did not start: ${stderr}`)), SAFETY_NET_MS);
     createInterface({ input: child.stdout! }).on("line", (line) => {
       const spawned = /^spawn (\{.*\}) -> (.*)$/.exec(line);
       if (line.startsWith("listening ")) {
@@ -107,7 +108,7 @@ function startDaemons(dir: string, controller: string): Host[] {
 /** The replacement launcher the daemon on `host` started, once it runs. */
 async function launchedOn(dir: string, host: number): Promise<{ pid: number; token: string }> {
   const path = join(dir, `launched-${host}.json`);
-  await expect.poll(() => existsSync(path), { timeout: 20_000, interval: 20 }).toBe(true);
+  await expect.poll(() => existsSync(path), { ...patiently, interval: 20 }).toBe(true);
   return JSON.parse(readFileSync(path, "utf8")) as { pid: number; token: string };
 }
 
@@ -137,14 +138,15 @@ async function startMove(heartbeatTimeoutMs: number) {
   const first = await launch(dir, "tcp://127.0.0.1:*", heartbeatTimeoutMs);
   const hosts = startDaemons(dir, first.endpoint);
   await Promise.all(hosts.map((h) => h.daemon.ready()));
-  // Workers ride out the restart: their client resends until the new process answers.
-  const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: 30_000, retryMs: 100 });
+  // Workers ride out the restart: their client resends until the new process answers, which
+  // starts under tsx as slowly as the machine is loaded.
+  const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: SAFETY_NET_MS, retryMs: 100 });
   cleanups.push(() => client.close());
   const make = (job: string, hosts: number[]) =>
-    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 30_000, replacement: "probe" }));
+    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: SAFETY_NET_MS, replacement: "probe" }));
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
-  await Promise.all([...a, ...b].map((w) => w.register(10_000)));
+  await Promise.all([...a, ...b].map((w) => w.register(SAFETY_NET_MS)));
   const move = (await plannedMoves(client))[0] ?? expect.fail("no move was planned once jobs a and b registered");
   const step = move.stopStep ?? expect.fail(`move ${move.id} has no stop step`);
   const moving = move.job === "a" ? a : b;
@@ -183,11 +185,11 @@ describe("controller restart with the hosts' daemons", () => {
     // The release waited for the daemon to register again: the grant is withdrawn and the
     // replacement launcher the daemon started for it is stopped.
     const daemonLog = () => hosts[run.move.to]!.lines.join("\n");
-    await expect.poll(daemonLog, { timeout: 20_000, interval: 50 }).toContain(`released the staging of migration ${run.move.id}`);
-    await expect.poll(() => alive(replacement.pid), { timeout: 20_000, interval: 50 }).toBe(false);
+    await expect.poll(daemonLog, { ...patiently, interval: 50 }).toContain(`released the staging of migration ${run.move.id}`);
+    await expect.poll(() => alive(replacement.pid), { ...patiently, interval: 50 }).toBe(false);
     await expect(send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({ name: "TransferError" });
     expect(second.log()).not.toMatch(/releasing staging on host/);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("finishes a committed move: the replacement is asked for once its host's daemon registers again, and the job re-forms", async () => {
     const run = await startMove(10_000);
@@ -198,20 +200,20 @@ describe("controller restart with the hosts' daemons", () => {
 
     await first.kill();
     const second = await launch(dir, first.endpoint, 10_000);
-    await expect.poll(() => second.spawns.length, { timeout: 20_000, interval: 20 }).toBe(1);
+    await expect.poll(() => second.spawns.length, { ...patiently, interval: 20 }).toBe(1);
     expect(second.spawns[0]).toMatchObject({ request: { migration: run.move.id, job: run.move.job, group: 0, host: run.move.to, token: out.token }, outcome: "done" });
 
     const replacement = new WorkerClient(client, { job: run.move.job, group: 0, host: run.move.to }, dp2, { token: launched.token });
-    const assignment = await replacement.register(10_000);
+    const assignment = await replacement.register(SAFETY_NET_MS);
     expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
     // The stayer's barrier, resent to the new controller, carries generation 0: it is reconfigured.
     expect(await held).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
-    await expect.poll(async () => (await client.status()).migrations[0]?.state, { timeout: 10_000 }).toBe("done");
+    await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
     const status = await client.status();
     expect(status.migrations[0]?.reason).toBeNull();
     expect(status.withinBounds).toBe(true);
     expect(second.log()).not.toMatch(/failure after commit/);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 
   it("raises an alert for a committed move whose destination's daemon does not come back within the heartbeat timeout", async () => {
     const run = await startMove(10_000);
@@ -225,10 +227,10 @@ describe("controller restart with the hosts' daemons", () => {
     // The move stands (its source was told to stop), so an operator must act: the status and
     // the log say so once the heartbeat timeout from the restart has passed.
     const reason = `spawning the replacement on host ${to}: the daemon on host ${to} did not register within 3000 ms of the controller's restart`;
-    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 20_000, interval: 100 }).toMatchObject({ id: run.move.id, state: "committing", reason });
+    await expect.poll(async () => (await client.status()).migrations[0], patiently).toMatchObject({ id: run.move.id, state: "committing", reason });
     // No command went to the host while it had no daemon.
     expect(second.spawns).toEqual([]);
     expect(second.log()).toContain(`migration ${run.move.id}: failure after commit: ${reason}`);
-  }, 90_000);
+  }, 3 * SAFETY_NET_MS);
 });
 

@@ -6,6 +6,7 @@ import { ControllerEventSchema, type ControllerEvent } from "../../sdk/protocol/
 import { EVENT_LOG_FILE } from "../../controller/service/event-log.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { ControllerMetrics } from "../../controller/service/metrics.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 /**
@@ -53,7 +54,8 @@ async function rolledBackMove() {
   return { metrics, client, move, h };
 }
 
-describe("controller metrics", () => {
+// The scenario waits for its controller's first plan, and so for a planner thread to start.
+describe("controller metrics", { timeout: SAFETY_NET_MS }, () => {
   it("count the plan, the move's phases and outcome, barriers, and read placement and the journal at each scrape", async () => {
     const { metrics, client, move } = await rolledBackMove();
     const text = await metrics.registry.metrics();
@@ -97,7 +99,7 @@ describe("controller metrics", () => {
   });
 });
 
-describe("the controller's event log", () => {
+describe("the controller's event log", { timeout: SAFETY_NET_MS }, () => {
   it("writes every decision as one schema-valid JSON line beside the journal, and serves them to events requests", async () => {
     const { client, move, h } = await rolledBackMove();
     const lines = readFileSync(join(h.dir, EVENT_LOG_FILE), "utf8").trim().split("\n");
@@ -138,12 +140,9 @@ describe("the controller's event log", () => {
     const client = connect(h);
     await client.request({ type: "daemon.register", host: 3, incarnation: INCARNATION, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
     // No heartbeats follow: the daemon is lost once the timeout has passed.
-    let lost: ControllerEvent | undefined;
-    const deadline = Date.now() + 30_000;
-    while (!(lost = (await client.events(0)).events.find((e) => e.event === "daemon-lost"))) {
-      if (Date.now() > deadline) throw new Error("no daemon-lost event");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    const lostEvent = async () => (await client.events(0)).events.find((e) => e.event === "daemon-lost");
+    await expect.poll(lostEvent, { ...patiently, interval: 50 }).toBeDefined();
+    const lost = await lostEvent();
     expect(lost).toMatchObject({ event: "daemon-lost", host: 3, silentMs: expect.any(Number) });
     expect((lost as Extract<ControllerEvent, { event: "daemon-lost" }>).silentMs).toBeGreaterThanOrEqual(300);
     const text = await metrics.registry.metrics();

@@ -14,11 +14,13 @@ import { runCli } from "../helpers/cli.ts";
 import { INCARNATION, plannedMoves, startController } from "../service/harness.ts";
 import { canRun, slurm } from "../helpers/prerequisites.ts";
 import { startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 
 // Against a real slurmctld and four slurmd (two racks of two nodes), as Debian packages them.
 const runs = canRun("the Slurm adapter's tests", slurm());
 
-describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
+// Each test waits on Slurm's daemons, some on a controller's process and its first plan too.
+describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 3 * SAFETY_NET_MS }, () => {
   let cluster: SlurmCluster;
   let topology: NamedTopology;
   let adapter: SlurmAdapter;
@@ -29,7 +31,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     cluster = await startSlurm({ nodes: 4, racks: 2 });
     topology = parseTopologyFile(topologyFromConf(readFileSync(join(cluster.dir, "topology.conf"), "utf8"), { uplinksPerRack: 1, gpusPerHost: 1 }));
     adapter = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) });
-  }, 180_000);
+  }, 3 * SAFETY_NET_MS);
   afterAll(() => cluster?.stop());
   // The cluster is this suite's alone: a test that failed half-way leaves no job to the next.
   afterEach(async () => {
@@ -217,7 +219,8 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", () => {
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
     try {
       await cluster.until("the controller's first look at Slurm", async () => (await client.status()).scheduler !== undefined);
-      const options = { checkpointBytes: 1 << 20, barrierTimeoutMs: 30_000 };
+      // The stayer's barrier is held across several of Slurm's state changes.
+      const options = { checkpointBytes: 1 << 20, barrierTimeoutMs: 3 * SAFETY_NET_MS };
       await new WorkerClient(client, { job: c, group: 0, host: 3 }, { tp: 1, pp: 1, dp: 1 }, options).register(5_000);
       const tp2 = { tp: 2, pp: 1, dp: 2 };
       const workers = [0, 2].map((host) => new WorkerClient(client, { job: a, group: 0, host }, tp2, options));
