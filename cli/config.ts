@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { InvalidInputError } from "../sdk/errors.ts";
-import { readInputFile } from "./io.ts";
+import { isZmqAddress, readInputFile, zmqAddressForm } from "./io.ts";
 
 /**
  * The site's MonkeyTree configuration, so that commands started by the cluster's scheduler
@@ -16,7 +16,11 @@ export const DEFAULT_CONFIG = "/etc/monkeytree/config.yaml";
 
 export const ConfigSchema = z.strictObject({
   /** The controller's ZeroMQ address. */
-  controller: z.string().min(1).max(300).optional(),
+  controller: z
+    .string()
+    .max(300)
+    .refine((address) => isZmqAddress(address, "connect"), { message: `controller must be a ZeroMQ address (${zmqAddressForm("connect")})` })
+    .optional(),
   /** A topology file or Slurm's topology.conf (see `--topology`). */
   topology: z.string().min(1).optional(),
   /** For a topology.conf: uplinks of every rack, and GPUs of every host. */

@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { InvalidInputError } from "../sdk/errors.ts";
+import { BindError, InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
 import { JournalError } from "../controller/service/journal.ts";
@@ -7,14 +7,18 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS } from "../controller/service/sessions.ts";
+import { WORKER_HEARTBEAT_MS } from "../sdk/launch/heartbeat.ts";
 import { join } from "node:path";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { SlurmAdapter } from "../controller/slurm/adapter.ts";
-import { Slurm } from "../controller/slurm/commands.ts";
+import { Slurm, SlurmNotInstalledError } from "../controller/slurm/commands.ts";
+import type { NamedTopology } from "../controller/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
-import { ExitCode, UsageError, intFlag, isLoopback, numberFlag, parseFlags, readSnapshotFile, type Command } from "./io.ts";
+import { ExitCode, UsageError, addressFlag, intFlag, isLoopback, parseFlags, readSnapshotFile, secondsFlag, type Command, type Io } from "./io.ts";
+import { outputDir } from "./output.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
@@ -26,10 +30,16 @@ function describeDefault(): string {
 }
 
 const DEFAULT_BIND = "tcp://127.0.0.1:5555";
+/**
+ * Launchers beat on a fixed interval: a timeout under two of them would declare lost a worker
+ * whose one beat came late, and end a healthy job.
+ */
+const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (2 * WORKER_HEARTBEAT_MS) / 1000;
 
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
-                             [--heartbeat-timeout S] [--stop-lead N] [--metrics ADDR]
+                             [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
+                             [--lost-job-grace S] [--stop-lead N] [--metrics ADDR]
                              [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
@@ -52,6 +62,12 @@ ${TOPOLOGY_HELP}
                          register daemons and jobs, and so run commands on every host
   --plan-time-limit S    planner budget per event in seconds (default 2)
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
+  --worker-heartbeat-timeout S
+                         declare a worker lost after S seconds without a word from its
+                         launcher, which heartbeats every ${WORKER_HEARTBEAT_MS / 1000} s (default ${DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000}, at least ${MIN_WORKER_HEARTBEAT_TIMEOUT_S});
+                         \`monkeytree status\` lists lost workers
+  --lost-job-grace S     end a job S seconds after every one of its workers is lost, freeing
+                         its hosts for other jobs (default ${DEFAULT_LOST_JOB_GRACE_MS / 1000})
   --stop-lead N          steps a job trains after its move starts, before its workers stop
                          together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
                          the move does; raise this when a replacement takes longer to start
@@ -68,14 +84,26 @@ ${metricsHelp(25)}
   -h, --help             show this help
 
 Every decision (a job seen, fragmentation found, a plan, each move's transitions, a rollback
-and why, a daemon lost) is one JSON line in events.jsonl beside the journal (rotated to
-events.jsonl.1 past 16 MiB); \`monkeytree status --follow\` streams them.
+and why, a worker or a daemon lost) is one JSON line in events.jsonl beside the journal
+(rotated to events.jsonl.1 past 16 MiB); \`monkeytree status --follow\` streams them.
 
 Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sends it staging
 and launch commands over this socket. A move to a host without a registered daemon rolls
 back, and the job keeps running where it is.
 
 exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`;
+
+/** Slurm's side of the controller, once its commands are known to be installed here. */
+function slurmAdapter(conf: string | undefined, topology: NamedTopology, managed: () => ReadonlySet<string>, io: Io): SlurmAdapter {
+  const slurm = new Slurm(conf === undefined ? {} : { conf });
+  try {
+    slurm.requireCommands();
+  } catch (error) {
+    if (error instanceof SlurmNotInstalledError) throw new InvalidInputError("--scheduler slurm", [{ path: "", message: error.detail }]);
+    throw error;
+  }
+  return new SlurmAdapter({ slurm, topology, managed, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+}
 
 export const command: Command = {
   summary: "run the cluster controller (ZeroMQ ROUTER, journaled)",
@@ -89,6 +117,8 @@ export const command: Command = {
       insecure: { type: "boolean" },
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
+      "worker-heartbeat-timeout": { type: "string" },
+      "lost-job-grace": { type: "string" },
       "stop-lead": { type: "string" },
       ...TOPOLOGY_FLAGS,
       scheduler: { type: "string" },
@@ -98,8 +128,10 @@ export const command: Command = {
     });
     const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
-    const planSeconds = numberFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
-    const heartbeatSeconds = numberFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
+    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
+    const heartbeatTimeoutMs = secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
+    const workerHeartbeatTimeoutMs = secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S);
+    const lostJobGraceMs = secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0);
     if (flags.snapshot !== undefined && flags.topology !== undefined) throw new UsageError("--snapshot and --topology both give the topology: give one");
     const named = flags.snapshot === undefined ? await loadTopology(flags, await loadConfig()) : null;
     const cluster: Cluster =
@@ -109,7 +141,7 @@ export const command: Command = {
     if (cluster.groups.length) {
       throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
     }
-    const bind = flags.bind ?? DEFAULT_BIND;
+    const bind = addressFlag("--bind", flags.bind ?? DEFAULT_BIND, "bind");
     if (flags.keys !== undefined && flags.insecure) throw new UsageError("--keys and --insecure contradict each other: give one");
     if (flags.keys === undefined && !flags.insecure && !isLoopback(bind)) {
       throw new UsageError(
@@ -128,20 +160,13 @@ export const command: Command = {
       throw new UsageError("--slurm-conf and --scheduler-poll go with --scheduler slurm");
     }
     if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
-    const schedulerPollMs = numberFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1) * 1000;
+    const schedulerPollMs = secondsFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1);
     // The controller's started jobs are Slurm's jobs of the same id, and movable.
     let started: () => ReadonlySet<string> = () => new Set();
-    const scheduler =
-      flags.scheduler === "slurm" && named
-        ? new SlurmAdapter({
-            slurm: new Slurm(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }),
-            topology: named,
-            managed: () => started(),
-            log: createLogger("slurm", (line) => io.err.write(`${line}\n`)),
-          })
-        : undefined;
+    const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], named, () => started(), io) : undefined;
     const daemons = new DaemonHosts();
     const journalDir = flags.journal ?? ".monkeytree/journal";
+    outputDir("journal", journalDir);
     const metrics = metricsAt === null ? undefined : new ControllerMetrics();
     let server: ControllerServer;
     try {
@@ -153,8 +178,10 @@ export const command: Command = {
         transport: daemons,
         launcher: daemons,
         daemons,
-        planTimeLimitMs: planSeconds * 1000,
-        heartbeatTimeoutMs: heartbeatSeconds * 1000,
+        planTimeLimitMs,
+        heartbeatTimeoutMs,
+        workerHeartbeatTimeoutMs,
+        lostJobGraceMs,
         stopLeadSteps,
         logger,
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),
@@ -166,6 +193,8 @@ export const command: Command = {
       if (error instanceof JournalError) {
         throw new InvalidInputError("journal", [{ path: "", message: error.message }]);
       }
+      // The server says which address and what to do: a port in use, an address of another host.
+      if (error instanceof BindError) throw new InvalidInputError("--bind", [{ path: "", message: error.message }]);
       throw error;
     }
     started = () => new Set(server.controller.durable.jobs.keys());

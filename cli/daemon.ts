@@ -1,15 +1,19 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
-import { DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
+import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { createLogger } from "../sdk/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import { loadConfig } from "./config.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, isLoopback, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ControllerRefusedError } from "../sdk/connection.ts";
+import { InvalidInputError } from "../sdk/errors.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, isLoopback, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
+/** With the controller on this machine, transfers need no other address. */
+const DEFAULT_LISTEN = "127.0.0.1:0";
 
 const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
@@ -81,16 +85,16 @@ export const command: Command = {
       metrics: { type: "string" },
     });
     const metricsAt = metricsFlag(flags.metrics);
-    const heartbeatMs = numberFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01) * 1000;
+    const heartbeatMs = secondsFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01);
     if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
     const config = await loadConfig();
     const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, config, true));
-    const stagingBytes = intFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-    const controller = flags.connect ?? config.controller ?? "tcp://127.0.0.1:5555";
+    const stagingBytes = shmBytesFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
+    const controller = flags.connect === undefined ? (config.controller ?? "tcp://127.0.0.1:5555") : addressFlag("--connect", flags.connect, "connect");
     if (flags.listen === undefined && !isLoopback(controller)) {
       throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
     }
-    const listen = parseListen(flags.listen ?? "127.0.0.1:0");
+    const listen = parseListen(flags.listen ?? DEFAULT_LISTEN);
     const credential = credentialFlag(flags.credentials);
     if (credential && !(credential.credential.principal.role === "daemon" && credential.credential.principal.host === host)) {
       throw new UsageError(`${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`);
@@ -110,18 +114,28 @@ export const command: Command = {
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const metrics = metricsAt === null ? undefined : new DaemonMetrics();
-    const daemon = HostDaemon.start({
-      host,
-      controller,
-      stagingBytes,
-      listen,
-      heartbeatMs,
-      log: logger,
-      ...(credential ? { credential: credential.credential } : {}),
-      replacements,
-      ...(runAs === undefined ? {} : { runAs }),
-      ...(metrics ? { metrics } : {}),
-    });
+    let daemon: HostDaemon;
+    try {
+      daemon = HostDaemon.start({
+        host,
+        controller,
+        stagingBytes,
+        listen,
+        heartbeatMs,
+        log: logger,
+        ...(credential ? { credential: credential.credential } : {}),
+        replacements,
+        ...(runAs === undefined ? {} : { runAs }),
+        ...(metrics ? { metrics } : {}),
+      });
+    } catch (error) {
+      if (!(error instanceof DaemonStartError)) throw error;
+      const [source, message] =
+        error.option === "listen"
+          ? [`--listen ${flags.listen ?? DEFAULT_LISTEN}`, `${error.message}; give --listen an address of this host, with a free port or 0`]
+          : [`--staging-bytes ${stagingBytes}`, error.message];
+      throw new InvalidInputError(source, [{ path: "", message }]);
+    }
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
     io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
     let scrape;
@@ -139,7 +153,8 @@ export const command: Command = {
     await scrape?.close();
     await daemon.close();
     if (stop instanceof Error) {
-      io.err.write(`monkeytree daemon: ${stop.message}\n`);
+      const why = stop instanceof ControllerRefusedError ? refusalAdvice(stop, credential?.path, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`) : stop.message;
+      io.err.write(`monkeytree daemon: ${why}\n`);
       return ExitCode.usage;
     }
     logger.info(() => `stopping on ${String(stop[0] ?? "signal")}`);

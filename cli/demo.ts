@@ -3,7 +3,8 @@ import { removeStaleStagingBuffers } from "../native/index.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "./demo/run.ts";
-import { ExitCode, intFlag, numberFlag, parseFlags, type Command } from "./io.ts";
+import { ExitCode, intFlag, numberFlag, parseFlags, secondsFlag, SHM, shmCapacity, UsageError, type Command } from "./io.ts";
+import { outputFile } from "./output.ts";
 
 const t = DEMO_TOPOLOGY;
 const help = `usage: monkeytree demo [--state-mb N] [--steps N] [--step-ms N] [--keep] [--timeout S]
@@ -36,6 +37,23 @@ buffers from /dev/shm, says so and exits 130.
 exit codes: 0 every move done and every job bit-identical, 1 otherwise, 2 bad usage,
 3 internal error, 130 interrupted.`;
 
+/**
+ * `--state-mb`, at most what fits /dev/shm: each host's daemon stages two checkpoints of
+ * 4 MiB above the state, and its worker holds a third.
+ */
+function stateFlag(raw: string | undefined): number {
+  const stateMb = numberFlag("state-mb", raw, 64, 1);
+  const capacity = shmCapacity();
+  const hosts = t.racks * t.hostsPerRack;
+  const needed = hosts * (3 * stateMb + 4) * 2 ** 20;
+  if (capacity !== null && needed > capacity) {
+    const most = Math.floor((capacity / 2 ** 20 / hosts - 4) / 3);
+    const fix = most >= 1 ? `give at most ${most}, or make ${SHM} larger` : `make ${SHM} larger`;
+    throw new UsageError(`--state-mb ${raw ?? `${stateMb} (the default)`} needs ${needed} bytes of ${SHM} (${hosts} hosts × 3 checkpoints), more than its ${capacity}: ${fix}`);
+  }
+  return stateMb;
+}
+
 export const command: Command = {
   summary: "run controller, daemons and jobs on this machine, with real migrations",
   help,
@@ -48,10 +66,11 @@ export const command: Command = {
       timeout: { type: "string" },
       "metrics-targets": { type: "string" },
     });
-    const stateMb = numberFlag("state-mb", flags["state-mb"], 64, 1);
+    const stateMb = stateFlag(flags["state-mb"]);
     const steps = intFlag("steps", flags.steps, 40, 2);
     const stepMs = intFlag("step-ms", flags["step-ms"], 100, 0);
-    const timeoutMs = numberFlag("timeout", flags.timeout, 60, 1) * 1000;
+    const timeoutMs = secondsFlag("timeout", flags.timeout, 60, 1);
+    if (flags["metrics-targets"] !== undefined) outputFile("metrics-targets", flags["metrics-targets"]);
     const dir = mkdtempSync(join(tmpdir(), "monkeytree-demo-"));
     const print = (line: string) => io.out.write(`${line}\n`);
     const jobs = [...DEMO_RUNNING, DEMO_ARRIVING];

@@ -1,6 +1,7 @@
-import { readFile, stat } from "node:fs/promises";
+import { statfsSync } from "node:fs";
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { InvalidInputError } from "../sdk/errors.ts";
+import { InvalidInputError, quote, readFailure, readFileAtMost } from "../sdk/errors.ts";
+import type { ControllerRefusedError } from "../sdk/connection.ts";
 import { readCredential, type Credential } from "../sdk/protocol/auth.ts";
 import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
 import { MAX_SNAPSHOT_BYTES } from "../sdk/protocol/limits.ts";
@@ -56,14 +57,81 @@ export function intFlag(name: string, raw: string | undefined, fallback: number 
   return value;
 }
 
-/** A number flag such as `--time-limit 2.5`, checked against a minimum; whole numbers use `intFlag`. */
-export function numberFlag(name: string, raw: string | undefined, fallback: number, min: number): number {
+/** A number flag such as `--ep-factor 2.5`, checked against `min` and, when given, `max`; whole numbers use `intFlag`. */
+export function numberFlag(name: string, raw: string | undefined, fallback: number, min: number, max?: number): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);
-  if (!Number.isFinite(value) || value < min) {
-    throw new UsageError(`--${name} must be a number ≥ ${min}, got "${raw}"`);
+  if (raw.trim() === "" || !Number.isFinite(value) || value < min || (max !== undefined && value > max)) {
+    const range = max === undefined ? `≥ ${min}` : `from ${min} to ${max}`;
+    throw new UsageError(`--${name} must be a number ${range}, got "${raw}"`);
   }
   return value;
+}
+
+/** The longest wait a Node timer holds, in seconds (24.8 days): a longer one fires at once. */
+export const MAX_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+
+/** A duration flag in seconds such as `--timeout 2.5`, returned in milliseconds; at most `MAX_SECONDS`. */
+export function secondsFlag(name: string, raw: string | undefined, fallback: number, min: number): number {
+  return numberFlag(name, raw, fallback, min, MAX_SECONDS) * 1000;
+}
+
+/** Where staging buffers live: POSIX shared memory. */
+export const SHM = "/dev/shm";
+
+/** What /dev/shm holds in all, in bytes; null where it cannot be measured, and the allocation itself will say what is wrong. */
+export function shmCapacity(): number | null {
+  try {
+    const fs = statfsSync(SHM);
+    return fs.blocks * fs.bsize;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A size of shared memory in bytes such as `--staging-bytes N`: a whole number from `min` to
+ * what /dev/shm holds in all, since no buffer larger than that can ever be allocated.
+ */
+export function shmBytesFlag(name: string, raw: string | undefined, fallback: number, min: number): number {
+  const bytes = intFlag(name, raw, fallback, min);
+  const capacity = shmCapacity();
+  if (capacity !== null && bytes > capacity) {
+    const given = raw === undefined ? `${bytes} (the default)` : raw;
+    throw new UsageError(`--${name} ${given} is more than ${SHM} holds (${capacity} bytes in all): give at most ${capacity}, or make ${SHM} larger`);
+  }
+  return bytes;
+}
+
+/** ZeroMQ addresses MonkeyTree's sockets use: TCP, a Unix socket, or in-process. */
+const ZMQ_ADDRESS = /^(?:tcp:\/\/(?<host>[^\s/]+):(?<port>\d{1,5}|\*)|ipc:\/\/\S+|inproc:\/\/\S+)$/;
+/** The TCP hosts libzmq's connect takes (its own check, before it resolves anything): no wildcard. */
+const CONNECT_HOST = /^[A-Za-z0-9[:][A-Za-z0-9.\-:%;[\]_*]*$/;
+
+/**
+ * Whether ZeroMQ takes `address` to `use`: tcp://HOST:PORT (a port of 1 to 65535, or to bind,
+ * 0 or * for any free one), ipc://PATH or inproc://NAME.
+ */
+export function isZmqAddress(address: string, use: "bind" | "connect"): boolean {
+  const match = ZMQ_ADDRESS.exec(address);
+  if (!match) return false;
+  const { host, port } = match.groups ?? {};
+  if (host === undefined || port === undefined) return true;
+  if (use === "bind") return port === "*" || Number(port) <= 65535;
+  return CONNECT_HOST.test(host) && Number(port) >= 1 && Number(port) <= 65535;
+}
+
+/** The form `isZmqAddress` takes, for messages. */
+export const zmqAddressForm = (use: "bind" | "connect"): string =>
+  `tcp://HOST:PORT${use === "bind" ? " (port 0 or * for any free one)" : ""}, ipc://PATH or inproc://NAME`;
+
+/**
+ * A ZeroMQ address from `source` (a flag such as `--connect`, or where else it came from),
+ * checked before any socket is made: ZeroMQ's own answer to a malformed one is "Invalid argument".
+ */
+export function addressFlag(source: string, address: string, use: "bind" | "connect"): string {
+  if (!isZmqAddress(address, use)) throw new UsageError(`${source} must be a ZeroMQ address (${zmqAddressForm(use)}), got ${quote(address)}`);
+  return address;
 }
 
 /** Reads and validates a snapshot file; every failure is an `InvalidInputError` naming the file. */
@@ -72,21 +140,19 @@ export async function readSnapshotFile(path: string): Promise<Cluster> {
 }
 
 /**
- * Reads an input document of at most the largest snapshot's size; a missing, unreadable or
- * oversized file is an `InvalidInputError` naming it as `WHAT PATH`.
+ * Reads an input document of at most `max` bytes (default: the largest snapshot's size); a
+ * missing, unreadable or oversized file is an `InvalidInputError` naming it as `WHAT PATH`.
+ * A pipe or a device is read too (`--snapshot <(…)`), up to the same bound.
  */
-export async function readInputFile(path: string, what: string): Promise<string> {
+export async function readInputFile(path: string, what: string, max = MAX_SNAPSHOT_BYTES): Promise<string> {
+  let read;
   try {
-    const { size } = await stat(path);
-    if (size > MAX_SNAPSHOT_BYTES) {
-      throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `${size} bytes is larger than the ${MAX_SNAPSHOT_BYTES} a ${what} of the largest supported cluster needs` }]);
-    }
-    return await readFile(path, "utf8");
+    read = readFileAtMost(path, max);
   } catch (error) {
-    if (error instanceof InvalidInputError) throw error;
-    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
-    throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `cannot read it (${reason})` }]);
+    throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `cannot read it (${readFailure(error)})` }]);
   }
+  if ("unread" in read) throw new InvalidInputError(`${what} ${path}`, [{ path: "", message: `it holds more than the ${max} bytes a ${what} may have` }]);
+  return read.text;
 }
 
 /** Writes one JSON document and waits until it is flushed, so pipes never truncate it. */
@@ -114,6 +180,22 @@ export function credentialFlag(raw: string | undefined): { path: string; credent
   const path = raw ?? process.env[CREDENTIALS_ENV];
   if (path === undefined || path === "") return undefined;
   return { path, credential: readCredential(path) };
+}
+
+/**
+ * What to do about a controller that refused a client's handshake, as one line: `path` is the
+ * credential the client gave (undefined: none), `wanted` the one it needs, as "the
+ * daemon-3.json that `monkeytree keys --daemon 3` wrote".
+ */
+export function refusalAdvice(error: ControllerRefusedError, path: string | undefined, wanted: string): string {
+  switch (error.reason) {
+    case "credential-required":
+      return `${error.message}: give --credentials ${wanted}, or set $${CREDENTIALS_ENV} to it`;
+    case "credential-unexpected":
+      return `${error.message} (${path}): leave out --credentials and $${CREDENTIALS_ENV}, or start the controller with --keys DIR`;
+    case "key-unknown":
+      return `${error.message} (${path}): give --credentials ${wanted} into the controller's --keys DIR, or restart the controller if that keyring gained the key since it started`;
+  }
 }
 
 /** Whether a ZeroMQ address reaches this machine only: loopback TCP, ipc:// or inproc://. */

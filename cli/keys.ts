@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { curveKeyPair } from "zeromq";
 import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
@@ -7,6 +7,7 @@ import { expandHostlist, HostlistError } from "../controller/model/hostlist.ts";
 import type { NamedTopology } from "../controller/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
 import { ExitCode, UsageError, parseFlags, type Command } from "./io.ts";
+import { outputDir } from "./output.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
 const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--operator NAME]... [--topology FILE]
@@ -89,7 +90,7 @@ export const command: Command = {
       ...(flags.job ?? []).map((job) => ({ name: `job-${named("job", job)}`, principal: { role: "job", job } as const })),
       ...(flags.operator ?? []).map((name) => ({ name: `operator-${named("operator", name)}`, principal: { role: "operator" } as const })),
     ];
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    outputDir("dir", dir, 0o700);
     const keyringPath = join(dir, KEYRING_FILE);
     let keyring: Keyring;
     if (existsSync(keyringPath)) {

@@ -1,5 +1,6 @@
 import { hostname } from "node:os";
 import { ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { ControllerRefusedError } from "../sdk/connection.ts";
 import { createLogger } from "../sdk/log.ts";
 import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
@@ -7,7 +8,7 @@ import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.
 import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
 import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, credentialFlag, intFlag, parseFlags, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, shmBytesFlag, type Command } from "./io.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
@@ -63,7 +64,8 @@ Started by a daemon for a migration, the job, host, group and parallelism come f
 MONKEYTREE_* environment instead, and the processes load the staged checkpoint.
 
 exit codes: torchrun's exit code (0 when training ended or this worker moved away),
-1 the controller refused the worker or did not answer, 2 bad usage, 3 internal error.`;
+1 the controller refused the worker or did not answer, 2 bad usage or a credential the
+controller refused, 3 internal error.`;
 
 export const command: Command = {
   summary: "wrap a torchrun command: controller-assigned ranks, barriers and migrations",
@@ -107,11 +109,11 @@ export const command: Command = {
     if (credential && !(credential.credential.principal.role === "job" && credential.credential.principal.job === worker.job)) {
       throw new UsageError(`${credential.path} is not job ${JSON.stringify(worker.job)}'s credential; give --credentials the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`);
     }
-    const checkpointBytes = intFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
+    const checkpointBytes = shmBytesFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
     const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
     const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
     const launcher = new Launcher({
-      controller: replacement?.MONKEYTREE_CONTROLLER ?? flags.connect ?? (process.env.MONKEYTREE_CONTROLLER || undefined) ?? config.controller ?? "tcp://127.0.0.1:5555",
+      controller: replacement?.MONKEYTREE_CONTROLLER ?? controllerFlag(flags.connect, config),
       ...(credential ? { credential: credential.credential } : {}),
       worker,
       parallelism,
@@ -135,6 +137,10 @@ export const command: Command = {
         io.err.write(`monkeytree launch: ${error.message}\n`);
         return ExitCode.usage;
       }
+      if (error instanceof ControllerRefusedError) {
+        io.err.write(`monkeytree launch: ${refusalAdvice(error, credential?.path, `the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`)}\n`);
+        return ExitCode.usage;
+      }
       // A refused registration (a rolled-back move's replacement, a conflicting placement) or no controller.
       if (error instanceof ControllerError || error instanceof ControllerTimeoutError) {
         io.err.write(`monkeytree launch: ${error.message}\n`);
@@ -147,6 +153,14 @@ export const command: Command = {
     }
   },
 };
+
+/** The controller's address: --connect, else $MONKEYTREE_CONTROLLER, else the site configuration's, each checked as given. */
+function controllerFlag(connect: string | undefined, config: Config): string {
+  if (connect !== undefined) return addressFlag("--connect", connect, "connect");
+  const env = process.env.MONKEYTREE_CONTROLLER;
+  if (env) return addressFlag("$MONKEYTREE_CONTROLLER", env, "connect");
+  return config.controller ?? "tcp://127.0.0.1:5555";
+}
 
 type LaunchFlags = { job?: string | undefined; host?: string | undefined; group?: string | undefined; dp?: string | undefined; pp?: string | undefined; tp?: string | undefined; topology?: string | undefined };
 

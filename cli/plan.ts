@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
 import type { BestEffort, PlanDocument } from "../controller/plan/schema.ts";
-import { ExitCode, numberFlag, parseFlags, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { ExitCode, parseFlags, readSnapshotFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { outputFile } from "./output.ts";
 import { PACKAGE_ROOT } from "../sdk/paths.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
@@ -46,7 +47,8 @@ export const command: Command = {
     if (!formulations.includes(formulation)) {
       throw new UsageError(`--formulation must be one of ${formulations.join(", ")}, got "${flags.formulation}"`);
     }
-    const timeLimitMs = numberFlag("time-limit", flags["time-limit"], DEFAULT_TIME_LIMIT_MS / 1000, 0.001) * 1000;
+    const timeLimitMs = secondsFlag("time-limit", flags["time-limit"], DEFAULT_TIME_LIMIT_MS / 1000, 0.001);
+    if (flags.output !== undefined) outputFile("output", flags.output);
     const path = flags.snapshot ?? EMBEDDED_SNAPSHOT;
     if (flags.snapshot === undefined && !flags.json) io.err.write(`no --snapshot given: planning the embedded example ${path}\n`);
     const cluster = await readSnapshotFile(path);

@@ -1,4 +1,4 @@
-import { appendFile, mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { appendFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
@@ -35,9 +35,16 @@ import {
   type TraceGeneration,
 } from "../controller/sim/index.ts";
 import { barChart, lineChart, type Series } from "./simulate/plot.ts";
-import { ExitCode, intFlag, numberFlag, parseFlags, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { outputDir } from "./output.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
+/**
+ * Bounds far past any fabric (100 Tb/s NICs) and any expert-parallel model (the paper's 10),
+ * below where rates and byte counts stop being finite numbers and the simulation stalls.
+ */
+const MAX_NIC_GBPS = 100_000;
+const MAX_EP_FACTOR = 1_000;
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
@@ -161,7 +168,7 @@ export const command: Command = {
       hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
       gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
       uplinksPerRack: intFlag("uplinks", flags.uplinks, preset.fabric.uplinksPerRack, 1, MAX_UPLINKS_PER_RACK),
-      nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001),
+      nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001, MAX_NIC_GBPS),
     };
     if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
       throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
@@ -169,8 +176,12 @@ export const command: Command = {
     const mix = (flags.mix ?? preset.mix) as Mix;
     if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
-    const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0);
+    const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR);
     const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
+    for (const flag of ["csv", "plot", "save-trace"] as const) {
+      const dir = flags[flag];
+      if (dir !== undefined) outputDir(flag, dir);
+    }
     const config: SimConfigInput = {
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
@@ -187,7 +198,7 @@ export const command: Command = {
     } else if (flags["from-sacct"] !== undefined) {
       const path = flags["from-sacct"];
       const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
-      const { jobs, skipped } = sacctToTrace(await readJson(path, `sacct ${path}`), options, `sacct ${path}`);
+      const { jobs, skipped } = sacctToTrace(await readSacct(path), options, `sacct ${path}`);
       if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
       if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
       traces.push({ load: null, jobs });
@@ -256,31 +267,18 @@ function listFlag<T>(name: string, raw: string | undefined, fallback: T[], parse
   return items.map(parse);
 }
 
-/** A file's text, refused past MAX_TRACE_BYTES; errors name `source`. */
-async function readBounded(path: string, source: string): Promise<string> {
-  try {
-    const { size } = await stat(path);
-    if (size > MAX_TRACE_BYTES) throw new InvalidInputError(source, [{ path: "", message: `${size} bytes is more than the ${MAX_TRACE_BYTES} it may have` }]);
-    return await readFile(path, "utf8");
-  } catch (error) {
-    if (error instanceof InvalidInputError) throw error;
-    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : String((error as Error).message);
-    throw new InvalidInputError(source, [{ path: "", message: `cannot read it (${reason})` }]);
-  }
-}
-
-async function readJson(path: string, source: string): Promise<unknown> {
-  const text = await readBounded(path, source);
+async function readSacct(path: string): Promise<unknown> {
+  const text = await readInputFile(path, "sacct", MAX_TRACE_BYTES);
   try {
     return JSON.parse(text);
   } catch (error) {
-    throw new InvalidInputError(source, [{ path: "", message: `not JSON (${(error as Error).message}); give the output of sacct --json` }]);
+    throw new InvalidInputError(`sacct ${path}`, [{ path: "", message: `not JSON (${(error as Error).message}); give the output of sacct --json` }]);
   }
 }
 
 async function readTraceFile(path: string): Promise<SimJob[]> {
   const source = `trace ${path}`;
-  const text = await readBounded(path, source);
+  const text = await readInputFile(path, "trace", MAX_TRACE_BYTES);
   const values: unknown[] = [];
   const lineNumbers: number[] = [];
   text.split("\n").forEach((line, i) => {
@@ -302,7 +300,6 @@ async function saveTraces(
   traces: readonly { load: number | null; jobs: readonly SimJob[] }[],
   generation?: TraceGeneration & { seed: number; fabric: SimConfigInput["fabric"]; loads: readonly number[] },
 ): Promise<void> {
-  await mkdir(dir, { recursive: true });
   for (const { load, jobs } of traces) {
     await writeFile(join(dir, `trace-${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
   }
@@ -310,7 +307,6 @@ async function saveTraces(
 }
 
 async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; busiest: Series; total: Series }[]): Promise<void> {
-  await mkdir(dir, { recursive: true });
   const names = [...new Set(report.systems.map((s) => s.name))];
   const bySystem = (pick: (s: SystemReport) => number): Series[] =>
     names.map((name) => ({ name, points: report.systems.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));
@@ -363,7 +359,6 @@ class CsvFiles {
   private constructor(readonly dir: string) {}
 
   static async open(dir: string): Promise<CsvFiles> {
-    await mkdir(dir, { recursive: true });
     for (const [name, header] of Object.entries(csvHeaders)) await writeFile(join(dir, `${name}.csv`), `${header}\n`);
     return new CsvFiles(dir);
   }

@@ -3,10 +3,11 @@ import { parseSnapshot } from "../controller/model/cluster.ts";
 import { hostName, type NamedTopology } from "../controller/model/named-topology.ts";
 import type { SnapshotInput } from "../controller/model/snapshot.ts";
 import { SlurmAdapter, type AdapterState } from "../controller/slurm/adapter.ts";
-import { Slurm, SlurmCommandError } from "../controller/slurm/commands.ts";
+import { Slurm, SlurmCommandError, SlurmNotInstalledError } from "../controller/slurm/commands.ts";
 import { createLogger } from "../sdk/log.ts";
 import { loadConfig } from "./config.ts";
-import { ExitCode, numberFlag, parseFlags, table, UsageError, writeJson, type Command } from "./io.ts";
+import { ExitCode, parseFlags, secondsFlag, table, UsageError, writeJson, type Command } from "./io.ts";
+import { outputFile } from "./output.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 
 const help = `usage: monkeytree slurm --topology FILE [--uplinks-per-rack N] [--gpus-per-host N]
@@ -29,7 +30,8 @@ ${TOPOLOGY_HELP}
                          for \`monkeytree plan --snapshot FILE\`
   -h, --help             show this help
 
-exit codes: 0 read, 2 bad usage or input, 3 Slurm did not answer.`;
+exit codes: 0 read, 2 bad usage or input, or Slurm's commands not installed here,
+3 Slurm did not answer.`;
 
 export const command: Command = {
   summary: "show the cluster as Slurm holds it: pinned jobs, unavailable hosts, holds",
@@ -44,12 +46,18 @@ export const command: Command = {
     });
     const topology = await loadTopology(flags, await loadConfig());
     if (!topology) throw new UsageError("--topology is required: the cluster's topology file or Slurm's topology.conf");
-    const slurm = new Slurm({ timeoutMs: numberFlag("timeout", flags.timeout, 10, 0.1) * 1000, ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }) });
+    const slurm = new Slurm({ timeoutMs: secondsFlag("timeout", flags.timeout, 10, 0.1), ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }) });
+    if (flags.output !== undefined) outputFile("output", flags.output);
     const adapter = new SlurmAdapter({ slurm, topology, managed: () => new Set(), log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
     let state: AdapterState;
     try {
+      slurm.requireCommands();
       state = await adapter.poll(false);
     } catch (error) {
+      if (error instanceof SlurmNotInstalledError) {
+        io.err.write(`monkeytree slurm: ${error.detail}\n`);
+        return ExitCode.usage;
+      }
       if (error instanceof SlurmCommandError) {
         io.err.write(`monkeytree slurm: ${error.message}\n`);
         return ExitCode.internal;

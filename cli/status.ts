@@ -2,16 +2,18 @@ import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeout
 import { assertNever } from "../controller/service/migration.ts";
 import type { ControllerEvent } from "../sdk/protocol/events.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
-import { CREDENTIALS_ENV, ExitCode, credentialFlag, numberFlag, parseFlags, table, writeJson, type Command, type Io } from "./io.ts";
+import type { ControllerRefusedError } from "../sdk/connection.ts";
+import { CREDENTIALS_ENV, ExitCode, addressFlag, credentialFlag, parseFlags, refusalAdvice, secondsFlag, table, writeJson, type Command, type Io } from "./io.ts";
 
 const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json] [--follow]
 
-Asks a running controller what it holds: jobs and their workers, host daemons, per-rack
-fragmentation against the bound, and every migration with its state; under a cluster
-scheduler (Slurm), also the jobs it counts but never moves, the hosts no worker may move to,
-and the holds that keep its destinations. With --follow, streams the controller's decisions
-instead (its event log: a job seen, fragmentation found, a plan, each move's transitions, a
-rollback and why, a daemon lost), starting with the latest few, until SIGINT or SIGTERM.
+Asks a running controller what it holds: jobs and their workers (a job's \`lost\` column
+lists the hosts whose launcher fell silent), host daemons, per-rack fragmentation against
+the bound, and every migration with its state; under a cluster scheduler (Slurm), also the
+jobs it counts but never moves, the hosts no worker may move to, and the holds that keep its
+destinations. With --follow, streams the controller's decisions instead (its event log: a
+job seen, fragmentation found, a plan, each move's transitions, a rollback and why, a worker
+or a daemon lost), starting with the latest few, until SIGINT or SIGTERM.
 
 options:
   --connect ADDR    controller address (default tcp://127.0.0.1:5555)
@@ -23,7 +25,7 @@ options:
   -h, --help        show this help
 
 exit codes: 0 within bounds (with --follow: stopped by a signal), 1 some rack is over its
-bound, 2 bad usage, 3 no answer.`;
+bound, 2 bad usage, 3 no answer, or a refusal.`;
 
 /** How often a follower asks for new events when there were none. */
 const FOLLOW_POLL_MS = 250;
@@ -39,28 +41,49 @@ export const command: Command = {
       json: { type: "boolean" },
       follow: { type: "boolean" },
     });
-    const timeoutMs = numberFlag("timeout", flags.timeout, 5, 0.1) * 1000;
-    const endpoint = flags.connect ?? "tcp://127.0.0.1:5555";
+    const timeoutMs = secondsFlag("timeout", flags.timeout, 5, 0.1);
+    const endpoint = addressFlag("--connect", flags.connect ?? "tcp://127.0.0.1:5555", "connect");
     const credential = credentialFlag(flags.credentials);
-    const client = new ControllerClient({ endpoint, ...(credential ? { credential: credential.credential } : {}), timeoutMs });
-    if (flags.follow) return follow(client, io, flags.json === true);
-    let report: StatusReport;
+    // A refused handshake closes the client, which ends the wait at once.
+    let refused: ControllerRefusedError | undefined;
+    const client = new ControllerClient({
+      endpoint,
+      ...(credential ? { credential: credential.credential } : {}),
+      timeoutMs,
+      onRefused: (error) => {
+        refused = error;
+        void client.close();
+      },
+    });
     try {
-      report = await client.status();
+      return await (flags.follow ? follow(client, io, flags.json === true) : report(client, io, flags.json === true));
     } catch (error) {
-      if (error instanceof ControllerTimeoutError || error instanceof ControllerError) {
-        io.err.write(`monkeytree status: ${error.message}\n`);
-        return ExitCode.internal;
-      }
-      throw error;
-    } finally {
-      await client.close();
+      if (!(refused && error instanceof ClientClosedError)) throw error;
+      io.err.write(`monkeytree status: ${refusalAdvice(refused, credential?.path, "the operator-NAME.json that `monkeytree keys --operator NAME` wrote")}\n`);
+      // As for a request the controller refused.
+      return ExitCode.internal;
     }
-    if (flags.json) await writeJson(io, report);
-    else io.out.write(`${render(report)}\n`);
-    return report.withinBounds ? ExitCode.ok : ExitCode.findings;
   },
 };
+
+/** Prints the controller's status once. */
+async function report(client: ControllerClient, io: Io, json: boolean): Promise<ExitCode> {
+  let status: StatusReport;
+  try {
+    status = await client.status();
+  } catch (error) {
+    if (error instanceof ControllerTimeoutError || error instanceof ControllerError) {
+      io.err.write(`monkeytree status: ${error.message}\n`);
+      return ExitCode.internal;
+    }
+    throw error;
+  } finally {
+    await client.close();
+  }
+  if (json) await writeJson(io, status);
+  else io.out.write(`${renderStatus(status)}\n`);
+  return status.withinBounds ? ExitCode.ok : ExitCode.findings;
+}
 
 /**
  * Prints events as they come until SIGINT or SIGTERM, which close the client and end the
@@ -102,7 +125,7 @@ async function follow(client: ControllerClient, io: Io, json: boolean): Promise<
 }
 
 /** Waits `ms` or until `signal` aborts; either way the abort listener goes, so polling adds none. */
-const sleep = (ms: number, signal: AbortSignal) =>
+export const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     const done = () => {
       clearTimeout(timer);
@@ -139,17 +162,21 @@ function whatHappened(e: ControllerEvent): string {
       return `ALERT move ${e.migration} (${e.job}) failed after commit and stands: ${e.reason}`;
     case "daemon-lost":
       return `daemon on host ${e.host} lost: no heartbeat for ${e.silentMs} ms`;
+    case "worker-lost":
+      return `worker of job ${e.job} on host ${e.host} lost: no word from its launcher for ${e.silentMs} ms`;
     default:
       return assertNever(e);
   }
 }
 
-function render(report: StatusReport): string {
+/** The status document for people. A job's `lost` column lists the hosts whose worker's launcher fell silent. */
+export function renderStatus(report: StatusReport): string {
   const t = report.topology;
   const over = report.fragmentation.flatMap((d, rack) => (d > report.lambda ? [rack] : []));
+  const lostWorkers = report.jobs.reduce((sum, j) => sum + (j.lost?.length ?? 0), 0);
   const lines = [
     `${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, λ ${report.lambda}; ` +
-      `${report.jobs.length} jobs, ${report.workers} workers, ${report.hosts.registered} host daemons` +
+      `${report.jobs.length} jobs, ${report.workers} workers${lostWorkers ? ` (${lostWorkers} lost)` : ""}, ${report.hosts.registered} host daemons` +
       (report.hosts.lost.length ? ` (lost: ${report.hosts.lost.join(", ")})` : ""),
     report.withinBounds ? "every rack is within its bound" : `racks over the bound: ${over.join(", ")}`,
     report.routes.isolated
@@ -158,7 +185,13 @@ function render(report: StatusReport): string {
     `journal: ${report.journalRecords} records`,
   ];
   if (report.jobs.length) {
-    lines.push("", table(["job", "workers", "expected", "started", "generation", "hosts"], report.jobs.map((j) => [j.id, j.hosts.length, j.expected, j.started ? "yes" : "no", j.generation, j.hosts.join(" ")])));
+    lines.push(
+      "",
+      table(
+        ["job", "workers", "expected", "started", "generation", "hosts", "lost"],
+        report.jobs.map((j) => [j.id, j.hosts.length, j.expected, j.started ? "yes" : "no", j.generation, j.hosts.join(" "), j.lost?.join(" ") ?? "-"]),
+      ),
+    );
   }
   const scheduler = report.scheduler;
   if (scheduler) {

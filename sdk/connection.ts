@@ -1,4 +1,4 @@
-import { Dealer } from "zeromq";
+import { Dealer, type Event as SocketEvent } from "zeromq";
 import type { Logger } from "./log.ts";
 import { sharedSecret, signFrame, type Credential } from "./protocol/auth.ts";
 import type { CommandReply } from "./protocol/commands.ts";
@@ -33,6 +33,36 @@ export interface ConnectionOptions {
   readonly onMessage?: (frame: Buffer) => void;
   /** Where a message that could not be sent is reported; silent by default. */
   readonly log?: Logger;
+  /**
+   * Called once if the controller refuses this connection's handshake (see `Refusal`). ZeroMQ
+   * reports that only as a socket event and answers nothing, so without this a request just
+   * waits for its deadline.
+   */
+  readonly onRefused?: (error: ControllerRefusedError) => void;
+}
+
+/**
+ * Why a controller refused the CURVE handshake: it has a keyring and the client no credential,
+ * the reverse, or its keyring does not list the credential's key. Retrying changes none of them.
+ */
+export type Refusal = "credential-required" | "credential-unexpected" | "key-unknown";
+
+const REFUSALS: Record<Refusal, string> = {
+  "credential-required": "has a keyring and refused this client, which gave no credential",
+  "credential-unexpected": "has no keyring and refused this client, which gave a credential",
+  "key-unknown": "refused this client's credential: its keyring does not list the credential's key",
+};
+
+/** The controller refused the connection's handshake; `reason` says why. */
+export class ControllerRefusedError extends Error {
+  override readonly name = "ControllerRefusedError";
+  readonly code = "refused";
+  constructor(
+    readonly reason: Refusal,
+    readonly endpoint: string,
+  ) {
+    super(`the controller at ${endpoint} ${REFUSALS[reason]}`);
+  }
 }
 
 /** The controller refused a request; `code` says why (see `ErrorCode`). */
@@ -120,6 +150,8 @@ export class ControllerConnection {
       this.socket.curvePublicKey = credential.publicKey;
       this.socket.curveSecretKey = credential.secretKey;
     }
+    // Watched before connecting, so the first handshake's event is not missed.
+    if (options.onRefused) void this.watchHandshakes(options.onRefused);
     this.socket.connect(options.endpoint);
     this.loop = this.receive();
   }
@@ -208,6 +240,18 @@ export class ControllerConnection {
     this.sending = null;
   }
 
+  /** Reports the first refused handshake; the socket's events end when it closes. */
+  private async watchHandshakes(onRefused: (error: ControllerRefusedError) => void): Promise<void> {
+    try {
+      for await (const event of this.socket.events) {
+        const reason = refusalOf(event, this.options.credential !== undefined);
+        if (reason) return onRefused(new ControllerRefusedError(reason, this.options.endpoint));
+      }
+    } catch (error) {
+      if (!this.closed) this.log.error(() => `socket events stopped: ${(error as Error).message}`);
+    }
+  }
+
   private async receive(): Promise<void> {
     try {
       for await (const [frame] of this.socket) {
@@ -225,4 +269,14 @@ export class ControllerConnection {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
     }
   }
+}
+
+/**
+ * The refusal a socket event reports: a security mechanism other than the controller's (CURVE
+ * against plain, or plain against CURVE), or a key its keyring does not list.
+ */
+function refusalOf(event: SocketEvent, credential: boolean): Refusal | null {
+  if (event.type === "handshake:error:auth") return "key-unknown";
+  if (event.type === "handshake:error:protocol" && event.error.code === "ERR_ZMTP_MECHANISM_MISMATCH") return credential ? "credential-unexpected" : "credential-required";
+  return null;
 }

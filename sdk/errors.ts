@@ -1,4 +1,5 @@
-import { readFileSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import type { z } from "zod";
 
 /** One problem in an input document, located by its path. */
@@ -66,16 +67,123 @@ export function formatPath(path: readonly PropertyKey[]): string {
 }
 
 /**
+ * The controller's address cannot be bound (a port in use, an address of another host):
+ * `reason` is what ZeroMQ said.
+ */
+export class BindError extends Error {
+  override readonly name = "BindError";
+  readonly code = "bind_failed";
+  constructor(
+    readonly address: string,
+    readonly reason: string,
+  ) {
+    super(`cannot bind ${address}: ${reason}; pick another --bind address`);
+  }
+}
+
+/** Read at a time by `readFileAtMost`, so memory grows with the file only up to its bound. */
+const CHUNK_BYTES = 1 << 20;
+
+/**
+ * The text of `path` if it holds at most `max` bytes; `too-large` past them, read in chunks
+ * since a device such as /dev/zero has no size and no end. With `regularOnly`, anything but a
+ * regular file (a device, a FIFO) is `not-regular`, found without reading or waiting on it:
+ * the file is opened non-blocking, so a FIFO nobody writes answers at once. A file that cannot
+ * be opened or read throws Node's error.
+ */
+export function readFileAtMost(path: string, max: number, regularOnly = false): { text: string } | { unread: "too-large" | "not-regular" } {
+  const fd = openSync(path, regularOnly ? constants.O_RDONLY | constants.O_NONBLOCK : constants.O_RDONLY);
+  try {
+    if (regularOnly && !fstatSync(fd).isFile()) return { unread: "not-regular" };
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const chunk = Buffer.alloc(CHUNK_BYTES);
+      const bytesRead = readSync(fd, chunk);
+      if (bytesRead === 0) return { text: Buffer.concat(chunks, total).toString("utf8") };
+      total += bytesRead;
+      if (total > max) return { unread: "too-large" };
+      chunks.push(chunk.subarray(0, bytesRead));
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** `ENOENT: no such file or directory, open 'x'` as `no such file or directory`. */
+export function errnoReason(error: unknown): string {
+  const { code, message } = error as NodeJS.ErrnoException;
+  return code === undefined ? String(message) : (message.split(", ")[0] ?? code).replace(`${code}: `, "");
+}
+
+/** Why a file could not be read, for a message that names it already: `no such file`, `permission denied`. */
+export function readFailure(error: unknown): string {
+  return (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : errnoReason(error);
+}
+
+/**
+ * A directory `makeDirectory` could not make: `path` is the one that failed, `dir` or one of
+ * its parents; `cause` is mkdir's error, absent when a file stands at `path`.
+ */
+export class MakeDirectoryError extends Error {
+  override readonly name = "MakeDirectoryError";
+  readonly code = "make_directory";
+  constructor(
+    readonly path: string,
+    override readonly cause?: NodeJS.ErrnoException,
+  ) {
+    super(cause ? `cannot create ${path} (${errnoReason(cause)})` : `${path} is a file, not a directory`);
+  }
+}
+
+/**
+ * Makes `dir` and its missing parents (with `mode`), one level at a time: Node's own
+ * `mkdir(…, { recursive: true })` spins forever where mkdir says ENOENT of a parent that
+ * exists (anything under /proc), so a user's path must never go to it.
+ *
+ * @throws MakeDirectoryError naming the first path that is a file or cannot be created
+ */
+export function makeDirectory(dir: string, mode = 0o777): void {
+  const missing: string[] = [];
+  let path = resolve(dir);
+  while (!existsSync(path)) {
+    missing.unshift(path);
+    path = dirname(path);
+  }
+  if (!statSync(path).isDirectory()) throw new MakeDirectoryError(path);
+  for (const each of missing) {
+    try {
+      mkdirSync(each, { mode });
+    } catch (error) {
+      // Another process made it meanwhile: as good as made here.
+      if ((error as NodeJS.ErrnoException).code === "EEXIST" && statSync(each).isDirectory()) continue;
+      throw new MakeDirectoryError(each, error as NodeJS.ErrnoException);
+    }
+  }
+}
+
+/** The largest JSON file `readJsonFile` reads: far above a keyring listing every host of a large cluster. */
+export const MAX_JSON_FILE_BYTES = 64 * 2 ** 20;
+
+/**
  * A JSON file checked against `schema`; every failure is an `InvalidInputError` naming
- * `source`, and one that cannot be read says `hint` (how to make the file).
+ * `source`, and one that cannot be read says `hint` (how to make the file). Only a regular
+ * file of at most `MAX_JSON_FILE_BYTES` is read: a device or a FIFO would never be done.
  */
 export function readJsonFile<T>(path: string, source: string, schema: z.ZodType<T>, hint: string): T {
+  const fail = (message: string) => new InvalidInputError(source, [{ path: "", message: `${message}; ${hint}` }]);
+  let read;
+  try {
+    read = readFileAtMost(path, MAX_JSON_FILE_BYTES, true);
+  } catch (error) {
+    throw fail(`cannot read it (${readFailure(error)})`);
+  }
+  if ("unread" in read) throw fail(read.unread === "not-regular" ? "it is not a regular file" : `it holds more than the ${MAX_JSON_FILE_BYTES} bytes it may have`);
   let value: unknown;
   try {
-    value = JSON.parse(readFileSync(path, "utf8"));
+    value = JSON.parse(read.text);
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message;
-    throw new InvalidInputError(source, [{ path: "", message: `cannot read it (${reason}); ${hint}` }]);
+    throw fail(`cannot read it (${(error as Error).message})`);
   }
   const result = schema.safeParse(value);
   if (!result.success) throw InvalidInputError.fromZod(source, result.error);

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { ClientClosedError, ControllerConnection, ControllerError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
+import { ClientClosedError, ControllerConnection, ControllerError, type ControllerRefusedError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
@@ -41,6 +41,18 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
   readonly metrics?: DaemonMetrics;
 }
 
+/** What `HostDaemon.start` could not take: the staging buffer's shared memory, or the listener's address. */
+export class DaemonStartError extends Error {
+  override readonly name = "DaemonStartError";
+  constructor(
+    /** The option that named it. */
+    readonly option: "stagingBytes" | "listen",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 export const DEFAULT_HEARTBEAT_MS = 2_000;
 /** Ranges start on page boundaries, so a checkpoint never shares a page with another. */
 const ALIGN = 4096;
@@ -74,6 +86,16 @@ function stopGroup(child: ChildProcess | null): void {
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
+/** `open()`, with a `TransferError` (no room in /dev/shm, an address not of this host) as the `option`'s `DaemonStartError`. */
+function take<T>(option: DaemonStartError["option"], open: () => T): T {
+  try {
+    return open();
+  } catch (error) {
+    if (error instanceof TransferError) throw new DaemonStartError(option, error.message);
+    throw error;
+  }
+}
+
 export class HostDaemon {
   private readonly connection: ControllerConnection;
   private readonly staged = new Map<string, Staged>();
@@ -82,6 +104,8 @@ export class HostDaemon {
   private readonly log: Logger;
   private registered: Promise<void>;
   private registering = false;
+  /** Rejects if the controller refuses this connection's handshake: no registration can succeed then. */
+  private readonly refusal: Promise<never>;
   /** This process's id to the controller: its own re-registrations are not a second daemon. */
   private readonly incarnation = randomBytes(16).toString("hex");
 
@@ -91,12 +115,15 @@ export class HostDaemon {
     readonly listener: Listener,
   ) {
     this.log = options.log ?? silent;
+    let refuse: (error: ControllerRefusedError) => void = () => {};
+    this.refusal = new Promise<never>((_, reject) => (refuse = reject));
     // Requests are resent until answered: the controller may start after its daemons.
     this.connection = new ControllerConnection({
       endpoint: options.controller,
       timeoutMs: Infinity,
       log: this.log,
       onMessage: (frame) => this.receive(frame),
+      onRefused: (error) => refuse(error),
       ...(options.credential === undefined ? {} : { credential: options.credential }),
       ...(options.retryMs === undefined ? {} : { retryMs: options.retryMs }),
     });
@@ -105,22 +132,27 @@ export class HostDaemon {
     this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   }
 
-  /** Clears staging files of dead processes, allocates the buffer, listens, and starts registering. */
+  /**
+   * Clears staging files of dead processes, allocates the buffer, listens, and starts
+   * registering. A buffer or an address it cannot have is a `DaemonStartError`; whatever
+   * fails, nothing it took is left holding the process open.
+   */
   static start(options: DaemonOptions): HostDaemon {
     for (const path of removeStaleStagingBuffers()) options.log?.info(() => `removed stale staging buffer ${path}`);
-    const buffer = StagingBuffer.create({ size: options.stagingBytes });
-    let listener: Listener;
+    const buffer = take("stagingBytes", () => StagingBuffer.create({ size: options.stagingBytes }));
+    let listener: Listener | undefined;
     try {
       if (options.runAs) shareStaging(buffer.path, options.runAs);
-      listener = Listener.open(options.listen);
+      listener = take("listen", () => Listener.open(options.listen));
+      if (options.runAs === undefined && process.getuid?.() === 0 && options.replacements?.size) {
+        options.log?.warn(() => "running as root without --run-as: every replacement will be refused, since none runs as root; give --run-as USER");
+      }
+      return new HostDaemon(options, buffer, listener);
     } catch (error) {
+      listener?.close();
       buffer.free();
       throw error;
     }
-    if (options.runAs === undefined && process.getuid?.() === 0 && options.replacements?.size) {
-      options.log?.warn(() => "running as root without --run-as: every replacement will be refused, since none runs as root; give --run-as USER");
-    }
-    return new HostDaemon(options, buffer, listener);
   }
 
   /** The transfer engine's address, as grants announce it. */
@@ -134,7 +166,8 @@ export class HostDaemon {
 
   /**
    * Resolves once the controller acknowledged this host's registration; rejects when it
-   * refused it (a host index outside its topology, say).
+   * refused it (a host index outside its topology, say), or refused the connection itself
+   * (`ControllerRefusedError`: a credential missing, unexpected, or not in its keyring).
    */
   ready(): Promise<void> {
     return this.registered;
@@ -177,11 +210,9 @@ export class HostDaemon {
           throw error instanceof ControllerError ? new Error(`the controller refused host ${this.options.host}: ${error.message}`) : error;
         },
       );
-    const registered = attempt();
-    // Callers of `ready()` see the refusal; this keeps an unobserved one from crashing the process.
-    registered.catch((error: unknown) => {
-      if (!(error instanceof ClientClosedError)) this.log.error(() => (error as Error).message);
-    });
+    const registered = Promise.race([attempt(), this.refusal]);
+    // `ready()` is where a refusal is reported, once; this keeps an unobserved one from crashing the process.
+    registered.catch(() => {});
     return registered;
   }
 
@@ -204,7 +235,13 @@ export class HostDaemon {
   private refused(request: string, error: Pick<ControllerError, "code" | "message">): void {
     this.log.warn(() => `the controller refused ${request}: ${error.message}`);
     // A restarted controller no longer knows this host: register it again.
-    if (error.code === "unknown_worker" && !this.registering) this.registered = this.register();
+    if (error.code === "unknown_worker" && !this.registering) {
+      this.registered = this.register();
+      // No caller waits on this one in `ready()`: its refusal is logged instead.
+      this.registered.catch((refusal: unknown) => {
+        if (!(refusal instanceof ClientClosedError)) this.log.error(() => (refusal as Error).message);
+      });
+    }
   }
 
   /** Frames from the controller that answer no waiting request: its commands, and heartbeats' answers. */

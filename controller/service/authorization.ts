@@ -57,6 +57,7 @@ export function authorize(caller: Caller, message: Request | CommandReply): Refu
   switch (message.type) {
     case "worker.register":
     case "worker.barrier":
+    case "worker.heartbeat":
       return forJob(caller, message.worker.job, message.type);
     case "job.finish":
       return forJob(caller, message.job, message.type);

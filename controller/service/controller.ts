@@ -10,7 +10,7 @@ import { DaemonLiveness } from "./liveness.ts";
 import { PlanThread, type PlanRunner } from "./plan-thread.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
 import { observeAll, type ControllerObserver } from "./observer.ts";
-import { WorkerSessions } from "./sessions.ts";
+import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS, WorkerSessions } from "./sessions.ts";
 import type { DurableState } from "./state.ts";
 import { SchedulerWatch } from "./scheduler-watch.ts";
 import { statusReport, type LiveView } from "./status.ts";
@@ -55,6 +55,13 @@ export interface ControllerOptions {
   readonly planTimeLimitMs?: number;
   /** A daemon silent for this long is declared lost. */
   readonly heartbeatTimeoutMs?: number;
+  /** A worker whose launcher heartbeats and is silent for this long is lost (default 10 s). */
+  readonly workerHeartbeatTimeoutMs?: number;
+  /**
+   * A job whose every worker is lost is ended this much later (default 60 s): its launchers
+   * are gone, so nothing else would ever report its end and free its hosts.
+   */
+  readonly lostJobGraceMs?: number;
   /**
    * After a plan rolls back, or after a restart, plan again this much later: soon enough to
    * end congestion, late enough that a cause that persists (a dead host) does not pause
@@ -112,7 +119,10 @@ export class Controller {
       observer: observeAll(options.observer ? [this.events, options.observer] : [this.events], this.log),
     });
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
-    this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan);
+    this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan, {
+      heartbeatTimeoutMs: options.workerHeartbeatTimeoutMs ?? DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS,
+      lostJobGraceMs: options.lostJobGraceMs ?? DEFAULT_LOST_JOB_GRACE_MS,
+    });
     this.watch = options.scheduler
       ? new SchedulerWatch(
           this.context,
@@ -193,6 +203,7 @@ export class Controller {
     this.context.safely("checking deadlines", () => {
       const now = this.context.clock();
       this.daemons.checkHeartbeats(now, deafMs, (host) => this.plan.hostLost(host));
+      this.sessions.checkWorkers(now, deafMs);
       this.watch?.tick(now);
       this.plan.checkDeadlines(now);
     });
@@ -215,6 +226,8 @@ export class Controller {
       case "worker.barrier":
         this.context.observer.barrier(target);
         return this.sessions.barrier(target, request);
+      case "worker.heartbeat":
+        return this.sessions.heartbeat(target, request);
       case "job.finish":
         return this.sessions.finish(target, request.job);
       case "daemon.register":

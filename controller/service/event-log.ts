@@ -115,6 +115,10 @@ export class EventLog implements ControllerObserver {
     this.append({ event: "daemon-lost", host, silentMs });
   }
 
+  workerLost(job: string, host: number, silentMs: number): void {
+    this.append({ event: "worker-lost", job, host, silentMs });
+  }
+
   barrier(): void {}
 
   replied(): void {}

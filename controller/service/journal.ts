@@ -1,6 +1,6 @@
-import { closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { InvalidInputError } from "../../sdk/errors.ts";
+import { InvalidInputError, makeDirectory, MakeDirectoryError } from "../../sdk/errors.ts";
 import { crc32 } from "../route/ecmp.ts";
 import { misfit } from "./replay-check.ts";
 import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
@@ -224,9 +224,10 @@ function openJournalFile(dir: string, path: string): number {
     );
   }
   try {
-    mkdirSync(dir, { recursive: true });
+    makeDirectory(dir);
   } catch (error) {
-    throw pathError(dir, error, "give --journal a directory the controller may create and write");
+    if (!(error instanceof MakeDirectoryError)) throw error;
+    throw pathError(dir, error.cause ?? { code: "ENOTDIR" }, "give --journal a directory the controller may create and write");
   }
   try {
     return openSync(path, "a+", FILE_MODE);
@@ -242,6 +243,8 @@ function pathError(path: string, error: unknown, fix: string): JournalPathError 
     code === "EEXIST" || code === "ENOTDIR" ? "is (or is inside) a file, not a directory" :
     code === "EACCES" || code === "EPERM" ? "is not readable and writable by this user" :
     code === "EROFS" ? "is on a read-only file system" :
+    // mkdir under /proc, say, where no directory can be made.
+    code === "ENOENT" ? "cannot be created (no such file or directory)" :
     `cannot be used (${(error as Error).message})`;
   return new JournalPathError(`${path} ${what}; ${fix}`);
 }

@@ -159,6 +159,9 @@ export class ControllerMetrics implements ControllerObserver {
     this.daemonsLost.inc();
   }
 
+  // Status and the event log report lost workers; no metric counts them.
+  workerLost(): void {}
+
   barrier(target: ReplyTarget): void {
     // Barriers never answered (their worker gone) are the oldest; they make room first.
     if (this.barriers.size >= MAX_PENDING_BARRIERS) this.barriers.delete(this.barriers.keys().next().value ?? "");

@@ -28,6 +28,8 @@ export interface ControllerObserver {
   planned(outcome: PlanOutcome): void;
   planFailed(reason: string): void;
   daemonLost(host: number, silentMs: number): void;
+  /** A worker whose launcher heartbeated has been silent for `silentMs`. */
+  workerLost(job: string, host: number, silentMs: number): void;
   /** A barrier came in from `target`; its answer goes out through `replied`. */
   barrier(target: ReplyTarget): void;
   replied(target: ReplyTarget): void;
@@ -50,6 +52,7 @@ export function observeAll(observers: readonly ControllerObserver[], log: Logger
     planned: (outcome) => tell("a plan", "planned", outcome),
     planFailed: (reason) => tell("a failed plan", "planFailed", reason),
     daemonLost: (host, silentMs) => tell("a lost daemon", "daemonLost", host, silentMs),
+    workerLost: (job, host, silentMs) => tell("a lost worker", "workerLost", job, host, silentMs),
     barrier: (target) => tell("a barrier", "barrier", target),
     replied: (target) => tell("a reply", "replied", target),
   };

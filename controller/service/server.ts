@@ -10,6 +10,7 @@ import { EventLog } from "./event-log.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
 import { Authenticator, type Keyring } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
+import { BindError } from "../../sdk/errors.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
 import type { RecordBody } from "./state.ts";
 import { RateLimiter, type RateLimits } from "./rate-limit.ts";
@@ -93,6 +94,12 @@ export class ControllerServer {
     this.schedule();
   }
 
+  /**
+   * Replays the journal and binds the socket.
+   *
+   * @throws JournalError when the journal cannot be used (see `Journal.open`)
+   * @throws BindError when `bind` cannot be bound: a port in use, an address of another host
+   */
   static async start(options: ServerOptions): Promise<ControllerServer> {
     const log = options.logger ?? createLogger("controller");
     const { journal, state, replay } = Journal.open(options.journalDir, options.config, options.clock);
@@ -131,7 +138,7 @@ export class ControllerServer {
       socket.close();
       zap?.close();
       journal.close();
-      throw new Error(`cannot bind ${options.bind}: ${(error as Error).message}; pick another --bind address`);
+      throw new BindError(options.bind, (error as Error).message);
     }
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${keyring ? ` (CURVE, ${keyring.clients.length} client keys)` : ""}`);

@@ -2,7 +2,7 @@ import { clusterFromSnapshot, rackOf } from "../model/cluster.ts";
 import { ringOrder } from "../route/ring-order.ts";
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { Barrier, Directive, Parallelism, Register } from "../../sdk/protocol/worker.ts";
+import type { Barrier, Directive, Parallelism, Register, WorkerHeartbeat } from "../../sdk/protocol/worker.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import { assertNever, isCommitted, type Migration, type MigrationEvent } from "./migration.ts";
@@ -13,7 +13,24 @@ import type { DurableState, JobState, JournalRecord } from "./state.ts";
  * a move's destination (held while the move has not committed), barriers answered or held
  * while the job stops for a move, and jobs finishing. Holds who is connected and which host
  * each job owns; none of it is durable, workers bring it back by calling in again.
+ *
+ * A launcher heartbeats (`worker.heartbeat`) on a timer of its own. A worker whose launcher
+ * heartbeated and then fell silent for the worker heartbeat timeout is lost; once every
+ * worker of a started job is lost, its launchers are gone, and after the lost-job grace the job
+ * is ended as if they had reported its end. Only a worker heard heartbeating can be lost: a
+ * launcher that does not heartbeat (an older one) may be silent for a whole long step, so its
+ * silence proves nothing. After a restart that knowledge comes back with the first heartbeats.
  */
+
+/** A worker that heartbeats and is silent for this long is lost. */
+export const DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS = 10_000;
+/** A job whose every worker is lost ends this much later, unless one of them is heard again. */
+export const DEFAULT_LOST_JOB_GRACE_MS = 60_000;
+
+export interface WorkerLivenessOptions {
+  readonly heartbeatTimeoutMs: number;
+  readonly lostJobGraceMs: number;
+}
 
 /** What worker sessions ask of plan execution. */
 export interface SessionMoves {
@@ -42,6 +59,12 @@ interface WorkerSession {
   heldRegister: ReplyTarget | null;
   /** A directive for this worker's next barrier (its `migrate-out`). */
   pending: Directive | null;
+  /** When the controller last heard from the worker's launcher, by any request. */
+  heardAt: number;
+  /** Whether its launcher heartbeats, so that its silence means it is gone. */
+  heartbeats: boolean;
+  /** Silent past the heartbeat timeout. */
+  lost: boolean;
 }
 
 interface PendingJob {
@@ -72,6 +95,7 @@ export class WorkerSessions {
     private readonly addressOf: (host: number) => string | null,
     /** Plan execution; a function, since it is built after the sessions it acts on. */
     private readonly moves: () => SessionMoves,
+    private readonly liveness: WorkerLivenessOptions,
   ) {
     for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
   }
@@ -221,6 +245,18 @@ export class WorkerSessions {
     this.moves().checkResumed(jobId);
   }
 
+  /**
+   * Keeps a started job's worker alive. Heartbeats of anything else (a worker of a job still
+   * registering, a replacement before its move commits, a source its move replaced, a job that
+   * ended) are acknowledged and change nothing: the worker's other requests say what it must do.
+   */
+  heartbeat(target: ReplyTarget, req: WorkerHeartbeat): void {
+    const { job: jobId, group, host } = req.worker;
+    const job = this.state.jobs.get(jobId);
+    if (job?.groups[group]?.includes(host) === true) this.session(jobId, host).heartbeats = true;
+    this.context.ack(target);
+  }
+
   finish(target: ReplyTarget, jobId: string): void {
     if (!this.end(jobId, `job ${jobId} finished`) && !this.state.finished.includes(jobId)) {
       throw new ProtocolError("unknown_job", `job "${jobId}" is not known to this controller`);
@@ -256,6 +292,42 @@ export class WorkerSessions {
       this.moves().replanSoon();
     }
     return pending !== undefined || job !== undefined;
+  }
+
+  /**
+   * Declares lost every heartbeating worker silent past the timeout, and ends every started
+   * job whose workers have all been lost for the grace. The last `deafMs` the controller did
+   * not listen: that time counts toward no timeout.
+   */
+  checkWorkers(now: number, deafMs: number): void {
+    const { heartbeatTimeoutMs, lostJobGraceMs } = this.liveness;
+    for (const session of this.workers.values()) {
+      session.heardAt += deafMs;
+      const lost = session.heartbeats && now - session.heardAt >= heartbeatTimeoutMs;
+      if (lost === session.lost) continue;
+      session.lost = lost;
+      if (!lost) continue;
+      const silentMs = Math.round(now - session.heardAt);
+      this.context.log.warn(() => `worker of job ${session.job} on host ${session.host} lost: no word from its launcher for ${silentMs} ms`);
+      this.context.observer.workerLost(session.job, session.host, silentMs);
+    }
+    for (const job of this.state.jobs.values()) {
+      const silentMs = this.jobSilence(job, now);
+      if (silentMs !== null && silentMs >= heartbeatTimeoutMs + lostJobGraceMs) {
+        this.end(job.id, `every worker of job ${job.id} lost, the last heard ${Math.round(silentMs)} ms ago: its launchers are gone`);
+      }
+    }
+  }
+
+  /** How long since the job's last worker was heard, once every one of them is lost; null before. */
+  private jobSilence(job: JobState, now: number): number | null {
+    let heardAt = -Infinity;
+    for (const host of jobHosts(job)) {
+      const session = this.workers.get(host);
+      if (session?.job !== job.id || !session.lost) return null;
+      heardAt = Math.max(heardAt, session.heardAt);
+    }
+    return now - heardAt;
   }
 
   // ── what plan execution does with the workers ──────────────────────────────────────────
@@ -405,20 +477,28 @@ export class WorkerSessions {
     }
   }
 
-  /** Jobs still registering and the connected workers, for the status report. */
-  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number } {
+  /** Jobs still registering, the connected workers and the hosts of lost ones by job, for the status report. */
+  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number; lost: Map<string, number[]> } {
+    const lost = new Map<string, number[]>();
+    for (const s of this.workers.values()) if (s.lost) lost.set(s.job, [...(lost.get(s.job) ?? []), s.host]);
     return {
       registering: [...this.pendingJobs].map(([id, p]) => ({ id, hosts: [...p.workers.keys()], expected: p.parallelism.pp * p.parallelism.dp })),
       workers: this.workers.size,
+      lost,
     };
   }
 
+  /** The worker's session, made if it has none; every request from a worker comes through here, so it was heard now. */
   private session(job: string, host: number): WorkerSession {
     let session = this.workers.get(host);
+    const now = this.context.clock();
     if (!session || session.job !== job) {
-      session = { job, host, lastStep: null, sentGeneration: -1, held: null, heldRegister: null, pending: null };
+      session = { job, host, lastStep: null, sentGeneration: -1, held: null, heldRegister: null, pending: null, heardAt: now, heartbeats: false, lost: false };
       this.workers.set(host, session);
     }
+    if (session.lost) this.context.log.info(() => `worker of job ${job} on host ${host} is back`);
+    session.heardAt = now;
+    session.lost = false;
     return session;
   }
 }

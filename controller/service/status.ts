@@ -13,6 +13,8 @@ export interface LiveView {
   /** Jobs still waiting for some of their workers to register. */
   readonly registering: readonly { readonly id: string; readonly hosts: readonly number[]; readonly expected: number }[];
   readonly workers: number;
+  /** The hosts whose worker is lost, by job: its launcher heartbeated, then fell silent. */
+  readonly lost: ReadonlyMap<string, readonly number[]>;
   readonly daemons: readonly { readonly host: number; readonly lost: boolean }[];
   readonly journalRecords: number;
   /** The cluster scheduler's latest view, when one owns the hosts. */
@@ -26,13 +28,17 @@ export function statusReport(id: number, view: LiveView): StatusReport {
   const cluster = clusterOf(state, pinned);
   // Groups are kept in ring order, so routing keeps the orders the workers rank by.
   const routes = routeCluster(cluster, { previousOrders: cluster.placement });
-  const started = [...state.jobs.values()].map((job) => ({
-    id: job.id,
-    hosts: jobHosts(job),
-    expected: job.parallelism.pp * job.parallelism.dp,
-    started: true,
-    generation: job.generation,
-  }));
+  const started = [...state.jobs.values()].map((job) => {
+    const lost = view.lost.get(job.id) ?? [];
+    return {
+      id: job.id,
+      hosts: jobHosts(job),
+      expected: job.parallelism.pp * job.parallelism.dp,
+      started: true,
+      generation: job.generation,
+      ...(lost.length ? { lost: [...lost].sort((a, b) => a - b) } : {}),
+    };
+  });
   const registering = view.registering.map((job) => ({ id: job.id, hosts: [...job.hosts].sort((a, b) => a - b), expected: job.expected, started: false, generation: 0 }));
   const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = state.topology;
   return {

@@ -1,4 +1,6 @@
 import { execFile } from "node:child_process";
+import { accessSync, constants, statSync } from "node:fs";
+import { delimiter, join } from "node:path";
 import { parseReservations, parseSinfo, parseSqueue, type SlurmJob, type SlurmNode, type SlurmReservation } from "./reports.ts";
 
 /**
@@ -9,7 +11,7 @@ import { parseReservations, parseSinfo, parseSqueue, type SlurmJob, type SlurmNo
 
 /** A Slurm command that failed, timed out or could not start. */
 export class SlurmCommandError extends Error {
-  override readonly name = "SlurmCommandError";
+  override readonly name: string = "SlurmCommandError";
   readonly code = "slurm_command_failed";
   constructor(
     readonly command: string,
@@ -18,6 +20,20 @@ export class SlurmCommandError extends Error {
     super(`${command}: ${detail}`);
   }
 }
+
+/** A Slurm command that is not installed here: no such file on PATH. */
+export class SlurmNotInstalledError extends SlurmCommandError {
+  override readonly name = "SlurmNotInstalledError";
+  constructor(command: string) {
+    super(
+      command,
+      `${command} is not installed here (not on PATH): install Slurm's client commands (Debian and Ubuntu: apt install slurm-client, or slurm-wlm with the daemons) or add their directory to PATH`,
+    );
+  }
+}
+
+/** The client commands this module runs. */
+const COMMANDS = ["sinfo", "squeue", "scontrol"] as const;
 
 export interface SlurmOptions {
   /** slurm.conf for the client commands (`SLURM_CONF`); default: the commands' own. */
@@ -39,6 +55,15 @@ export const holdName = (job: string, migration: string): string => `${HOLD_PREF
 /** The Slurm job a hold serves, or null for a reservation MonkeyTree did not create. */
 export const holdJob = (name: string): string | null => /^monkeytree-(\d+)-/.exec(name)?.[1] ?? null;
 
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
 /** Larger than the reports of the largest cluster MonkeyTree supports, with all its jobs. */
 const MAX_OUTPUT_BYTES = 64 * 2 ** 20;
 
@@ -49,6 +74,13 @@ export class Slurm {
   constructor(options: SlurmOptions = {}) {
     this.env = options.conf === undefined ? process.env : { ...process.env, SLURM_CONF: options.conf };
     this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** Throws `SlurmNotInstalledError` for the first of Slurm's commands not on PATH, before any is needed. */
+  requireCommands(): void {
+    const path = (this.env.PATH ?? "").split(delimiter).filter((dir) => dir !== "");
+    const missing = COMMANDS.find((command) => !path.some((dir) => isExecutable(join(dir, command))));
+    if (missing) throw new SlurmNotInstalledError(missing);
   }
 
   async nodes(): Promise<SlurmNode[]> {
@@ -101,6 +133,7 @@ export class Slurm {
     return new Promise((resolve, reject) => {
       execFile(command, args, { env: this.env, timeout: this.timeoutMs, maxBuffer: MAX_OUTPUT_BYTES, encoding: "utf8" }, (error, stdout, stderr) => {
         if (!error) return resolve(stdout);
+        if (error.code === "ENOENT") return reject(new SlurmNotInstalledError(command));
         const said = (stderr || stdout).trim().split("\n").slice(-3).join(" / ");
         const why = error.killed ? `no answer in ${this.timeoutMs} ms` : said || error.message;
         reject(new SlurmCommandError(line, why));

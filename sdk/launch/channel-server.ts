@@ -32,6 +32,9 @@ export class ChannelServer {
         if (socket.writable) socket.write(`${JSON.stringify(reply)}\n`);
       };
       const lines = createInterface({ input: socket, crlfDelay: Infinity });
+      // readline re-emits its input's errors (a process gone before its answer: EPIPE), which
+      // the socket's own handler has logged; unheard, they would end the launcher.
+      lines.on("error", () => {});
       // readline buffers a line until its newline, so the line's length is watched here.
       let unterminated = 0;
       socket.on("data", (chunk: Buffer) => {

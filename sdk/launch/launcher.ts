@@ -5,12 +5,14 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { crc32cLibraryPath, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../client.ts";
+import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
 import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
+import { startHeartbeat } from "./heartbeat.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
 
@@ -90,24 +92,39 @@ export class Launcher {
     return Math.floor(this.options.checkpointBytes / this.options.torchrun.nprocPerNode / PAGE) * PAGE;
   }
 
-  /** Runs until torchrun exits; resolves with the exit code to use. */
+  /**
+   * Runs until torchrun exits; resolves with the exit code to use. Rejects with
+   * `ControllerRefusedError` as soon as the controller refuses the connection's handshake (a
+   * credential missing, unexpected, or not in its keyring), which no waiting would change.
+   */
   async run(): Promise<number> {
     const { options } = this;
     if (this.share === 0) throw new LaunchError(`--checkpoint-bytes ${options.checkpointBytes} leaves less than a page for each of ${options.torchrun.nprocPerNode} processes`);
-    this.client = new ControllerClient({ endpoint: options.controller, ...(options.credential === undefined ? {} : { credential: options.credential }) });
+    // ZeroMQ answers a refused handshake with no reply at all: without this, the registration
+    // would wait for its deadline.
+    let refuse: (error: ControllerRefusedError) => void = () => {};
+    const refused = new Promise<never>((_, reject) => (refuse = reject));
+    // The registration below reports it; this keeps one before the registration starts handled.
+    refused.catch(() => undefined);
+    this.client = new ControllerClient({
+      endpoint: options.controller,
+      ...(options.credential === undefined ? {} : { credential: options.credential }),
+      onRefused: (error) => refuse(error),
+    });
     const channel = await ChannelServer.open(
       join(tmpdir(), `monkeytree-launch-${process.pid}.sock`),
       (request) => this.handle(request),
       (phase) => options.log.info(() => `local rank ${phase.localRank}: ${phase.name} took ${(phase.seconds * 1000).toFixed(0)} ms`),
       options.log,
     );
+    const stopHeartbeat = startHeartbeat(this.client, options.worker, options.log);
     try {
       this.worker = new WorkerClient(this.client, options.worker, options.parallelism, {
         checkpointBytes: options.checkpointBytes,
         ...(options.replacementName === undefined ? {} : { replacement: options.replacementName }),
         ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
       });
-      this.registration = this.worker.register();
+      this.registration = Promise.race([this.worker.register(), refused]);
       // Observed here so a refusal during torchrun's start is not an unhandled rejection.
       this.registration.catch(() => undefined);
       // torchrun starts while the registration waits (for the job's other workers, or for a
@@ -134,6 +151,7 @@ export class Launcher {
       }
       return code;
     } finally {
+      stopHeartbeat();
       this.outbox?.free();
       await channel.close();
       await this.client.close();

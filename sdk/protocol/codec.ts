@@ -6,12 +6,13 @@ import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
-import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, isPlainContinue, RegisteredSchema, RegisterSchema } from "./worker.ts";
+import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, isPlainContinue, RegisteredSchema, RegisterSchema, WorkerHeartbeatSchema } from "./worker.ts";
 
 /** Everything a controller accepts. */
 export const RequestSchema = z.discriminatedUnion("type", [
   RegisterSchema,
   BarrierSchema,
+  WorkerHeartbeatSchema,
   FinishSchema,
   HostRegisterSchema,
   HeartbeatSchema,

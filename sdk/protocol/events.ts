@@ -4,7 +4,7 @@ import { idSchema, intSchema, MAX_LIST_LENGTH, textSchema } from "./limits.ts";
 
 /**
  * The controller's decisions, one event each: a job seen, fragmentation found, a plan, every
- * state a move enters, a rollback and why, a failure after commit, a daemon lost. The
+ * state a move enters, a rollback and why, a failure after commit, a worker or a daemon lost. The
  * controller writes each as one JSON line beside its journal (`events.jsonl`) and serves the
  * latest to `monkeytree status --follow` through the `events` request. Unlike the journal
  * they are a record for people: nothing replays them.
@@ -44,6 +44,8 @@ export const ControllerEventSchema = z.discriminatedUnion("event", [
   /** A move failed after it committed: it stands, and an operator must look at it. */
   z.strictObject({ ...base, event: z.literal("alert"), migration: MigrationIdSchema, job: JobIdSchema, reason: textSchema("reason") }),
   z.strictObject({ ...base, event: z.literal("daemon-lost"), host: HostSchema, silentMs: z.number().min(0) }),
+  /** A worker's launcher heartbeated, then fell silent for the controller's worker heartbeat timeout. */
+  z.strictObject({ ...base, event: z.literal("worker-lost"), job: JobIdSchema, host: HostSchema, silentMs: z.number().min(0) }),
 ]);
 export type ControllerEvent = z.infer<typeof ControllerEventSchema>;
 /** An event before the log numbers and stamps it. */

@@ -27,8 +27,15 @@ export const StatusReportSchema = z.strictObject({
   ...envelope("status.report"),
   topology: z.strictObject({ racks: count, hostsPerRack: count, gpusPerHost: count, uplinksPerRack: count }),
   lambda: count,
-  /** Started jobs, and jobs still waiting for some of their workers to register. */
-  jobs: list(z.strictObject({ id: JobIdSchema, hosts: list(HostSchema), expected: count, started: z.boolean(), generation: count })),
+  /**
+   * Started jobs, and jobs still waiting for some of their workers to register. `lost`, present
+   * when some are: the hosts whose worker's launcher heartbeated and then fell silent for the
+   * controller's worker heartbeat timeout. A job lost on every host ends after the controller's
+   * lost-job grace, unless one of its launchers is heard again.
+   */
+  jobs: list(
+    z.strictObject({ id: JobIdSchema, hosts: list(HostSchema), expected: count, started: z.boolean(), generation: count, lost: list(HostSchema).optional() }),
+  ),
   workers: count,
   hosts: z.strictObject({ registered: count, lost: list(HostSchema) }),
   fragmentation: list(count),

@@ -83,6 +83,18 @@ function hasKeys(value: unknown, count: number): boolean {
   return keys === count;
 }
 
+/**
+ * A launcher says it lives, answered `ack`. It beats on a timer of its own, whatever its
+ * training does meanwhile (a long step, a model load, a checkpoint on its way), so that a
+ * worker that beat and then fell silent past the controller's worker heartbeat timeout is
+ * known to be lost, and a job whose every worker is lost can end.
+ */
+export const WorkerHeartbeatSchema = z.strictObject({
+  ...envelope("worker.heartbeat"),
+  worker: WorkerIdentitySchema,
+});
+export type WorkerHeartbeat = z.infer<typeof WorkerHeartbeatSchema>;
+
 /** A launcher reports that its job ended; its hosts become free. */
 export const FinishSchema = z.strictObject({
   ...envelope("job.finish"),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { intFlag, UsageError } from "../../cli/io.ts";
+import { intFlag, isZmqAddress, UsageError } from "../../cli/io.ts";
 import { runCli } from "../helpers/cli.ts";
 
 const usage = (f: () => unknown): string => {
@@ -39,5 +39,22 @@ describe("intFlag", () => {
       [["launch", "--job", "a", "--host", "0", "--dp", "1", "--master-port", "70000", "--", "torchrun", "t.py"], `--master-port must be a whole number from 1024 to 65535, got "70000"`],
     ];
     for (const [argv, message] of cases) expect(await runCli(...argv)).toMatchObject({ code: 2, stderr: expect.stringContaining(message) });
+  });
+});
+
+describe("isZmqAddress", () => {
+  it("takes TCP, Unix socket and in-process addresses, and any free port only to bind", () => {
+    for (const address of ["tcp://127.0.0.1:5555", "tcp://controller:1", "tcp://[::1]:5555", "ipc:///run/monkeytree.sock", "inproc://controller"]) {
+      expect([isZmqAddress(address, "connect"), isZmqAddress(address, "bind")], address).toEqual([true, true]);
+    }
+    for (const address of ["tcp://*:0", "tcp://*:5555", "tcp://127.0.0.1:*", "tcp://eth0:0"]) {
+      expect([isZmqAddress(address, "connect"), isZmqAddress(address, "bind")], address).toEqual([false, true]);
+    }
+  });
+
+  it("refuses what ZeroMQ calls an invalid argument, or cannot reach", () => {
+    for (const address of ["garbage", "", "tcp://controller", "tcp://controller:", "tcp://:5555", "tcp://h:65536", "tcp://h:5555/x", "http://h:80", "ipc://", "tcp://h h:1"]) {
+      expect([isZmqAddress(address, "connect"), isZmqAddress(address, "bind")], address).toEqual([false, false]);
+    }
   });
 });

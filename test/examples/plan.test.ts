@@ -1,8 +1,8 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 
 // The example imports "monkeytree/planner" by name, so it runs the compiled package (dist/,
 // built by `npm test` before the tests) with plain Node, as a user's script would.
@@ -19,7 +19,9 @@ describe("examples/plan.js", () => {
   });
 
   it("reports a bad snapshot in one line naming the field, exit 2", () => {
-    const file = join(mkdtempSync(join(tmpdir(), "monkeytree-example-")), "bad.json");
+    const dir = mkdtempSync(join(tmpdir(), "monkeytree-example-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, "bad.json");
     writeFileSync(file, JSON.stringify({ topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: "eight" }, jobs: [] }));
     const { status, stdout, stderr } = runExample(file);
     expect(status).toBe(2);

@@ -82,7 +82,7 @@ describe("snapshot schema", () => {
   });
 });
 
-describe("snapshot limits (issue 11, attack 10)", () => {
+describe("snapshot limits: huge or adversarial sizes are refused before any work", () => {
   it.each([
     [{ ...topology, racks: 1e7 }, `at topology.racks: racks must be at most ${MAX_RACKS}, the largest MonkeyTree supports`],
     [{ ...topology, hostsPerRack: 1e7 }, `at topology.hostsPerRack: hostsPerRack must be at most ${MAX_HOSTS_PER_RACK}, the largest MonkeyTree supports`],

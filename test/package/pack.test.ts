@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const TSC = join(ROOT, "node_modules/typescript/bin/tsc");
 
-/** The README's library snippet, as printed there. */
+/** The README's library snippet, a whole program, as printed there. */
 function readmeSnippet(): string {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf("### As a library"));
@@ -60,20 +60,16 @@ describe("the npm package", () => {
     expect(packed.filter((f) => f.startsWith("native/build/") || f.startsWith("test/") || (f.endsWith(".ts") && !f.endsWith(".d.ts")))).toEqual([]);
   });
 
-  it("runs the README's snippet with plain node", () => {
-    const snapshot = join(consumer, "node_modules/monkeytree/cli/snapshots/dp-1024gpu-lambda2.json");
-    const program = [
-      'import fs from "node:fs";',
-      "const file = process.argv[2];",
-      readmeSnippet(),
-      "const routes = routeCluster({ ...cluster, placement: plan.placement });",
-      "process.stdout.write(JSON.stringify({ status: plan.status, moves: plan.moveCount, isolated: routes.isolated, client: typeof WorkerClient }));",
-    ].join("\n");
-    writeFileSync(join(consumer, "snippet.js"), program);
-    const { status, stdout, stderr } = run(process.execPath, ["snippet.js", snapshot], consumer);
-    expect(stderr).toBe("");
-    expect(status).toBe(0);
-    expect(JSON.parse(stdout)).toEqual({ status: "optimal", moves: 2, isolated: true, client: "function" });
+  it("runs the README's snippet with plain node, and loads the launchers' entry point", () => {
+    writeFileSync(join(consumer, "plan.mjs"), readmeSnippet());
+    const planned = run(process.execPath, ["plan.mjs", "node_modules/monkeytree/cli/snapshots/dp-1024gpu-lambda2.json"], consumer);
+    expect(planned.stderr).toBe("");
+    expect(planned.status).toBe(0);
+    expect(planned.stdout).toMatch(/^optimal: 2 moves$/m);
+    expect(planned.stdout).toMatch(/^after the plan: \d+ DP flows, at most 1 per link$/m);
+    const entry = run(process.execPath, ["--input-type=module", "-e", 'import { WorkerClient } from "monkeytree"; process.stdout.write(typeof WorkerClient);'], consumer);
+    expect(entry.stderr).toBe("");
+    expect(entry.stdout).toBe("function");
   });
 
   it("starts the controller's planner thread from the installed dist/ with plain node", () => {

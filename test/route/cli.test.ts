@@ -1,13 +1,14 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { toSnapshot } from "../../controller/model/index.ts";
 import { RoutesSchema } from "../../controller/route/index.ts";
 import { runCli } from "../helpers/cli.ts";
 import { syntheticCluster } from "../../controller/sim/synthetic.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-routes-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const file = (name: string, value: unknown) => {
   const path = join(dir, name);
   writeFileSync(path, typeof value === "string" ? value : JSON.stringify(value));

@@ -1,15 +1,17 @@
 import { connect } from "node:net";
 import { once } from "node:events";
-import { rmSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { readEvents } from "../../cli/demo/events.ts";
 import { ChannelServer } from "../../sdk/launch/channel-server.ts";
-import { formatZodError, InvalidInputError } from "../../sdk/errors.ts";
+import { formatZodError, InvalidInputError, readFileAtMost } from "../../sdk/errors.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/migrate.ts";
 import { safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { runIsolated } from "../helpers/isolated.ts";
 import { tempDir } from "../service/harness.ts";
 
 const silent = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
@@ -71,5 +73,41 @@ describe("zod issues as text, one shape", () => {
         "v": 1,
       }
     `);
+  });
+});
+
+describe("input files, read with a bound", () => {
+  it("reads a file up to its bound and refuses one past it, even one without an end", () => {
+    const dir = tempDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, "doc.json");
+    writeFileSync(file, "x".repeat(10));
+    expect(readFileAtMost(file, 10)).toEqual({ text: "x".repeat(10) });
+    expect(readFileAtMost(file, 9)).toEqual({ unread: "too-large" });
+    expect(readFileAtMost("/dev/zero", 3 * 2 ** 20)).toEqual({ unread: "too-large" });
+    expect(() => readFileAtMost(join(dir, "absent"), 10)).toThrow(expect.objectContaining({ code: "ENOENT" }));
+  });
+
+  it("refuses a credential or keyring that is not a regular file without reading or waiting on it", () => {
+    const dir = tempDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    // A FIFO as a credential, and as the keyring of a --keys directory.
+    const fifo = join(dir, "controller.json");
+    expect(spawnSync("mkfifo", [fifo]).status).toBe(0);
+    // Nobody writes it, so a plain open would block forever: in a child, that fails the test.
+    const result = runIsolated(
+      { readCredential: "sdk/protocol/auth.ts", loadKeyring: "controller/service/keys.ts" },
+      [
+        `for (const read of [() => readCredential("/dev/zero"), () => readCredential(${JSON.stringify(fifo)}), () => loadKeyring(${JSON.stringify(dir)})]) {`,
+        `  try { read(); } catch (e) { console.log(e.name + ": " + e.message); }`,
+        `}`,
+      ].join("\n"),
+    );
+    expect(result.signal, result.stderr).toBeNull();
+    expect(result.stdout.trim().split("\n")).toEqual([
+      "InvalidInputError: credential /dev/zero: it is not a regular file; `monkeytree keys` writes credential files",
+      `InvalidInputError: credential ${fifo}: it is not a regular file; \`monkeytree keys\` writes credential files`,
+      `InvalidInputError: keyring ${fifo}: it is not a regular file; create it with \`monkeytree keys --dir ${dir}\``,
+    ]);
   });
 });

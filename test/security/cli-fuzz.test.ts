@@ -8,10 +8,9 @@ import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINK
 import { runCli, type CliResult } from "../helpers/cli.ts";
 
 /**
- * Issue 11, attack 10: `monkeytree plan` and `routes` over snapshots generated from the
- * schema, huge and adversarial values included. Whatever the snapshot, the answer is exit 0,
- * 1 or 2 with a one-line reason, never a stack trace, an internal error or an abort, within a
- * bounded time.
+ * `monkeytree plan` and `routes` over snapshots generated from the schema, huge and
+ * adversarial values included. Whatever the snapshot, the answer is exit 0, 1 or 2 with a
+ * one-line reason, never a stack trace, an internal error or an abort, within a bounded time.
  */
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-cli-fuzz-"));
@@ -159,4 +158,26 @@ describe("CLI fuzz over the snapshot schema", () => {
       expectClean({ code: result.status ?? -1, stderr: result.stderr });
     }
   }, 150_000);
+});
+
+describe("CLI fuzz over controller addresses", () => {
+  /** Mostly near misses of a real address: a scheme, a host, a port, each sometimes wrong. */
+  const address = fc.oneof(
+    fc.string({ maxLength: 40 }),
+    fc
+      .tuple(fc.constantFrom("tcp://", "ipc://", "inproc://", "udp://", "tcp:/", ""), fc.constantFrom("127.0.0.1", "[::1]", "*", "", "h h", "a:b", "-", "%", "_h", "h*", "é", "h;127.0.0.1"), fc.constantFrom(":1", ":0", ":*", ":65536", ":", "", "/x"))
+      .map((parts) => parts.join("")),
+  );
+
+  it("status answers any --connect with exit 2 (malformed) or 3 (no answer), in one line", async () => {
+    await fc.assert(
+      fc.asyncProperty(address, async (value) => {
+        const result = await runCli("status", "--connect", value, "--timeout", "0.1");
+        expect([2, 3], result.stderr).toContain(result.code);
+        expect(result.stderr).not.toMatch(/^\s+at /m);
+        expect(result.stderr).not.toContain("internal error");
+      }),
+      { numRuns: 150 },
+    );
+  }, 120_000);
 });

@@ -6,8 +6,8 @@ import { MAX_GPUS_PER_HOST, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk
 import { closeControllersAfterEach, connect, INCARNATION, startController, type Harness } from "../service/harness.ts";
 
 /**
- * Issue 11, attacks 5 and 9: every field of a request is bounded, so one message can neither
- * freeze the controller nor make it buffer, echo or log without bound.
+ * Every field of a request is bounded, so one message can neither freeze the controller nor
+ * make it buffer, echo or log without bound.
  */
 
 let harness: Harness | undefined;

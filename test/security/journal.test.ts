@@ -9,9 +9,8 @@ import { runCli } from "../helpers/cli.ts";
 import { closeControllersAfterEach, connect, SMALL, startController, tempDirsPerTest, type Harness } from "../service/harness.ts";
 
 /**
- * Issue 11, attacks 6 and 7: a client must not be able to make the journal too large to
- * replay, and a damaged or forged journal must stop the controller, naming the line, instead
- * of being believed.
+ * A client must not be able to make the journal too large to replay, and a damaged or forged
+ * journal must stop the controller, naming the line, instead of being believed.
  */
 
 let harness: Harness | undefined;
@@ -40,7 +39,7 @@ async function startCli(dir: string) {
   return runCli("controller", "--snapshot", file, "--journal", join(dir, "journal"), "--bind", "tcp://127.0.0.1:*");
 }
 
-describe("attack 7: a journal that lies", () => {
+describe("a journal that lies", () => {
   it("a damaged last record that was complete (a durable job-finished) stops the controller with exit 2, naming the line and the way out", async () => {
     const { dir, path } = journalOf([started("a", [0, 4]), { kind: "job-finished", job: "a" }]);
     const bytes = readFileSync(path);
@@ -76,7 +75,7 @@ describe("attack 7: a journal that lies", () => {
   });
 });
 
-describe("attack 6: a journal too large to replay", () => {
+describe("a journal too large to replay", () => {
   /** Bytes of the records after the journal's config and snapshot: what replay applies one by one. */
   function bytesSinceSnapshot(path: string): number {
     const fd = openSync(path, "r");

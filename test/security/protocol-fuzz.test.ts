@@ -20,7 +20,7 @@ import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from
 import { runCli } from "../helpers/cli.ts";
 
 /**
- * Issue 11's protocol fuzzer: a running `monkeytree controller` (with a keyring, as a shared
+ * The protocol fuzzer: a running `monkeytree controller` (with a keyring, as a shared
  * cluster runs it) and a daemon's transfer listener, each in a process of its own, are fed
  * generated malformed messages over several connections, with legitimate requests between
  * batches. Both must stay up, answer every legitimate request within SAFETY_MS, and keep their
@@ -152,6 +152,7 @@ describe("a controller fed malformed messages", () => {
   const bodies: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
     "worker.register": fc.record({ worker, parallelism, checkpointBytes: count, rings: field(fc.integer({ min: 1, max: 4 })) }, { requiredKeys: ["worker", "parallelism", "checkpointBytes"] }),
     "worker.barrier": fc.record({ worker, step: count, generation: count }),
+    "worker.heartbeat": fc.record({ worker }),
     "job.finish": fc.record({ job: field(job) }),
     status: fc.record({}),
     events: fc.record({ after: count }, { requiredKeys: [] }),

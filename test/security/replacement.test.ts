@@ -6,7 +6,7 @@ import { runCli } from "../helpers/cli.ts";
 import { startController } from "../service/harness.ts";
 
 /**
- * Issue 11, attack 1: a made-up job must not be able to make a daemon run a command. No
+ * A made-up job must not be able to make a daemon run a command of its choosing. No
  * command line crosses the network: a job only names one of the commands a daemon's operator
  * configured (test/service/daemon.test.ts moves jobs naming configured, unconfigured and
  * root-only ones), and what a replacement runs as is the daemon's host's decision.

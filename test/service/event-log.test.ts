@@ -66,8 +66,17 @@ describe("the event log", () => {
     expect(log.batch(1, 0).events).toHaveLength(2);
   });
 
+  it("records a lost worker with its job and host", () => {
+    const dir = fresh();
+    const log = new EventLog({ dir, clock: () => 5 });
+    log.workerLost("a", 3, 10_040);
+    expect(linesOf(join(dir, EVENT_LOG_FILE))).toEqual([{ seq: 1, at: 5, event: "worker-lost", job: "a", host: 3, silentMs: 10_040 }]);
+  });
+
   it("refuses an event its schema does not allow", () => {
     const log = new EventLog({ dir: null });
     expect(() => log.append({ event: "daemon-lost", host: -1, silentMs: 0 })).toThrow();
+    expect(() => log.append({ event: "worker-lost", job: "", host: 0, silentMs: 0 })).toThrow();
+    expect(() => log.append({ event: "worker-lost", job: "a", host: 0, silentMs: -1 })).toThrow();
   });
 });

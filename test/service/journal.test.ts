@@ -1,4 +1,4 @@
-import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -17,6 +17,8 @@ import { transition } from "../../controller/service/migration.ts";
 import { crc32c } from "../../native/index.ts";
 import { recoverMigrations } from "../../controller/service/recovery.ts";
 import { applyRecord, type DurableState, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
+import { runIsolated } from "../helpers/isolated.ts";
+import { canRun, type Prerequisite } from "../helpers/prerequisites.ts";
 import { SMALL, tempDirsPerTest } from "./harness.ts";
 
 const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: SMALL, lambda: 1, podLambda: null };
@@ -326,11 +328,29 @@ describe("journal paths", () => {
     expect(() => Journal.open(join(file, "journal"), config, clock)).toThrow(`${join(file, "journal")} is (or is inside) a file, not a directory`);
   });
 
-  it.skipIf(process.getuid?.() === 0)("refuses a journal it may not read, naming the path", () => {
+  // mkdir under /proc says ENOENT of /proc itself, on which Node's recursive mkdir spins
+  // forever: in a child process, so a spin fails the test instead of hanging it.
+  it("refuses a directory that cannot be created, such as one under /proc, at once", () => {
+    const result = runIsolated(
+      { Journal: "controller/service/journal.ts" },
+      `try { Journal.open("/proc/x/y", ${JSON.stringify(config)}); } catch (e) { console.log(e.name + ": " + e.message); }`,
+    );
+    expect(result.signal, "Journal.open spun on /proc/x/y until killed").toBeNull();
+    expect(result.stdout.trim()).toBe("JournalPathError: /proc/x/y cannot be created (no such file or directory); give --journal a directory the controller may create and write");
+  });
+
+  // Root reads and writes a file whatever its mode, so only another user meets the refusal.
+  const notRoot: Prerequisite = {
+    what: "a user other than root",
+    missing: process.getuid?.() === 0 ? "root may read a file of any mode" : null,
+    install: "run test/service/journal.test.ts as a user other than root",
+    promisedBy: null,
+  };
+  it.skipIf(!canRun("the unreadable journal's refusal", notRoot))("refuses a journal it may not read, naming the path", () => {
     const dir = fresh();
     write(dir, []);
     const path = join(dir, JOURNAL_FILE);
-    writeFileSync(path, readFileSync(path), { mode: 0o200 });
+    chmodSync(path, 0o200);
     expect(() => Journal.open(dir, config, clock)).toThrow(`${path} is not readable and writable by this user`);
   });
 

@@ -2,8 +2,10 @@ import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { JOURNAL_FILE, readJournal } from "../../controller/service/journal.ts";
+import { BindError } from "../../sdk/errors.ts";
 import { Dealer } from "zeromq";
 import { ControllerError, WorkerClient } from "../../sdk/client.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 let harness: Harness | undefined;
@@ -63,6 +65,15 @@ describe("controller service", () => {
     expect(harness.logs.filter((l) => l.includes("rejected a message")).length).toBe(5);
   });
 
+  it("refuses an address it cannot bind with a BindError naming the address and ZeroMQ's reason", async () => {
+    harness = await startController();
+    const taken = harness.server.endpoint;
+    const dir = join(harness.dir, "second");
+    const second = startController({ dir, overrides: { bind: taken } });
+    await expect(second).rejects.toBeInstanceOf(BindError);
+    await expect(second).rejects.toMatchObject({ address: taken, reason: "Address already in use", message: `cannot bind ${taken}: Address already in use; pick another --bind address` });
+  });
+
   it("refuses conflicting registrations, naming the rule", async () => {
     harness = await startController();
     const client = connect(harness);
@@ -116,7 +127,7 @@ describe("controller service", () => {
     expect(status.hosts.lost).toEqual([move.to]);
     expect(await source.barrier(move.stopStep!)).toEqual({ kind: "continue" });
     expect(harness.hosts.released).toEqual([{ host: move.to, token: `token-${move.id}` }]);
-  });
+  }, SAFETY_NET_MS);
 });
 
 describe("journal compaction in a running controller", () => {
@@ -138,5 +149,5 @@ describe("journal compaction in a running controller", () => {
     const after = await connect(harness).status();
     expect(after.jobs).toEqual(before.jobs);
     expect(after.migrations.map((m) => m.id)).toEqual(before.migrations.map((m) => m.id));
-  });
+  }, SAFETY_NET_MS);
 });
