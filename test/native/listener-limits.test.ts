@@ -2,7 +2,7 @@ import type { Socket } from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Listener, StagingBuffer, send } from "../../native/index.ts";
-import { hello, peer, promptly, replyCode, SAFETY_MS } from "./raw-peer.ts";
+import { hello, peer, promptly, replyCode } from "./raw-peer.ts";
 import { rejection } from "./rejection.ts";
 import { transportsFor } from "./transports.ts";
 
@@ -67,9 +67,11 @@ describe("a listener's bounds on peers without a grant", () => {
       stranger.socket.write(start);
       trickle(stranger.socket);
       await stranger.closed;
-      const held = performance.now() - connecting;
-      expect(held).toBeGreaterThanOrEqual(450);
-      expect(held).toBeLessThan(SAFETY_MS);
+      expect(performance.now() - connecting).toBeGreaterThanOrEqual(450);
+      // Closed unanswered, so by the deadline: without it the trickle would have completed the
+      // hello (or the queue pair after it) in 2.4 s, and the listener would have refused that
+      // with a reply. How soon the close is seen tells nothing more, and the emulated RDMA guest
+      // of test:rdma, busy with soft-RoCE, reports it seconds late.
       expect(stranger.received().length).toBe(0);
     } finally {
       listener.close();

@@ -8,7 +8,9 @@
 # the kernel package is downloaded once into $MONKEYTREE_VM_CACHE (default .cache/rdma-vm).
 # The guest runs under single-threaded TCG (software emulation): nested KVM hangs in early boot on
 # the machines this runs on, and multi-threaded TCG now and then runs code V8 has just compiled on
-# another thread before it sees it (node then dies of SIGSEGV).
+# another thread before it sees it (node then dies of SIGSEGV). Its two CPUs so take turns on one
+# host thread, and `npm run test:rdma` runs test files one at a time: side by side they only
+# slowed each other, and the controller's planner thread, at a low priority, waited minutes.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -75,12 +77,13 @@ rm -f "$cache/status"
 
 say "booting $version (emulated, $memory) to run: $*"
 # The guest's serial console is its only output; the firmware and network boot ROM say nothing.
+# It is passed on line by line, so a log shows how far a slow run has come.
 qemu-system-x86_64 -accel tcg,thread=single -cpu max -smp 2 -m "$memory" -display none -vga none -serial stdio -no-reboot \
   -kernel "$cache/kernel/boot/vmlinuz-$version" -initrd "$cache/initrd.gz" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 monkeytree.guest=$here/guest.sh monkeytree.repo=$repo monkeytree.cache=$cache monkeytree.modules=$cache/kernel" \
   -fsdev "local,id=root,path=/,security_model=passthrough,multidevs=remap" \
   -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
-  -netdev user,id=net -device virtio-net-pci,netdev=net,romfile= </dev/null | tr -d '\r'
+  -netdev user,id=net -device virtio-net-pci,netdev=net,romfile= </dev/null | sed -u 's/\r//g'
 
 [ -e "$cache/status" ] || { say "the guest stopped before the command finished (see its console above)"; exit 1; }
 exit "$(cat "$cache/status")"

@@ -3,6 +3,7 @@ import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
+import { DEFAULT_PLAN_START_MS } from "../../controller/service/plan-thread.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
 import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
@@ -12,12 +13,15 @@ import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { canRun, root } from "../helpers/prerequisites.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { plannedMoves, startController, type Harness } from "./harness.ts";
 
 const CHECKPOINT = 1 << 20;
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
 let harness: Harness | undefined;
+/** The heartbeat timeout of the controller the test started; its daemons beat twenty times within it. */
+let heartbeatTimeout = 0;
 const cleanups: (() => Promise<void> | void)[] = [];
 
 afterEach(async () => {
@@ -32,9 +36,10 @@ afterEach(async () => {
  * a late answer rolls the move back, and the source then gets `continue`, not `migrate-out`.
  */
 async function controllerWithDaemons(heartbeatTimeoutMs = 60_000): Promise<{ harness: Harness; client: ControllerClient }> {
+  heartbeatTimeout = heartbeatTimeoutMs;
   const daemons = new DaemonHosts(60_000);
   harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs } });
-  const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
+  const client = new ControllerClient({ endpoint: harness.server.endpoint, retryMs: 200 });
   cleanups.push(() => client.close());
   return { harness, client };
 }
@@ -52,7 +57,10 @@ function startDaemon(h: Harness, host: number, replacements: Record<string, stri
     controller: h.server.endpoint,
     stagingBytes: 4 * CHECKPOINT,
     listen: { host: "127.0.0.1", port: 0 },
-    heartbeatMs: 100,
+    // A few late beats never make a live daemon look lost. No oftener: in the emulated guest of
+    // test:rdma, eight daemons beating every 100 ms against a 60 s timeout cost a quarter more
+    // CPU while the controller's planner thread, at a low priority, was starting.
+    heartbeatMs: heartbeatTimeout / 20,
     retryMs: 200,
     replacements: new Map(Object.entries(replacements)),
     ...(runAs === null ? {} : { runAs }),
@@ -64,12 +72,15 @@ function startDaemon(h: Harness, host: number, replacements: Record<string, stri
 /**
  * Jobs a (hosts 0, 4) and b (hosts 1, 5) both cross the racks' single uplinks: one of them
  * must move. Their workers name `replacement` as the command that starts their replacements.
+ * Registrations and barriers wait as long as a launcher's would (the controller holds them
+ * through a move, which the emulated guest of test:rdma stretches to tens of seconds): the
+ * test's own timeout is the bound.
  */
 async function forceMigration(client: ControllerClient, replacement?: string) {
   const start = async (job: string, hosts: number[]) => {
-    const options = { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000, ...(replacement === undefined ? {} : { replacement }) };
+    const options = { checkpointBytes: CHECKPOINT, ...(replacement === undefined ? {} : { replacement }) };
     const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, options));
-    await Promise.all(workers.map((w) => w.register(5_000)));
+    await Promise.all(workers.map((w) => w.register()));
     return workers;
   };
   const a = await start("a", [0, 4]);
@@ -95,6 +106,13 @@ async function migrateOut(client: ControllerClient, source: WorkerClient, step: 
   if (directive.kind === "migrate-out") return directive;
   return expect.fail(`the source got ${JSON.stringify(directive)} at barrier ${step}, not migrate-out; moves: ${JSON.stringify((await client.status()).migrations)}`);
 }
+
+/**
+ * The bound on the test that test:rdma runs in its emulated guest, where the planner thread's
+ * first start (compiling the planner, loading HiGHS, at a low priority) takes minutes: as long
+ * as the controller gives it, and the rest of the test.
+ */
+const FIRST_PLAN_MS = DEFAULT_PLAN_START_MS + SAFETY_NET_MS;
 
 const checkpoint = (): StagingBuffer => {
   const buffer = StagingBuffer.create({ size: CHECKPOINT });
@@ -136,7 +154,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer, offset: 0 })).toMatchObject({ bytes: CHECKPOINT, transport });
     expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
 
-    await expect.poll(() => readFileSync(probeFile, "utf8"), { timeout: 60_000 }).toContain("MONKEYTREE_TOKEN");
+    await expect.poll(() => readFileSync(probeFile, "utf8"), patiently).toContain("MONKEYTREE_TOKEN");
     const { uid, gid, env } = JSON.parse(readFileSync(probeFile, "utf8")) as { uid: number; gid: number; env: Record<string, string> };
     expect({ uid, gid }).toEqual(TENANT ? { uid: TENANT.uid, gid: TENANT.gid } : { uid: process.getuid!(), gid: process.getgid!() });
     // /bin/sh adds PWD.
@@ -160,10 +178,10 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
 
     // The replacement registers with the token from its environment; the job re-forms.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: env.MONKEYTREE_TOKEN! });
-    expect(await replacement.register(5_000)).toMatchObject({ generation: 1, resumeStep: step });
+    expect(await replacement.register()).toMatchObject({ generation: 1, resumeStep: step });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
     expect((await client.status()).migrations[0]?.state).toBe("done");
-  });
+  }, FIRST_PLAN_MS);
 
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
     // The daemon is declared lost after this long without a heartbeat (it sends one every 100 ms).
@@ -180,7 +198,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
     expect(await stayerBarrier).toEqual({ kind: "continue" });
     expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
-  });
+  }, SAFETY_NET_MS);
 
   it("rolls back a job naming a replacement the destination's daemon lacks, naming the flag that configures it", async () => {
     const { harness, client } = await controllerWithDaemons();
@@ -191,7 +209,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
       state: "rolled-back",
       reason: `host ${move.to} could not stage: the daemon on host ${move.to} refused: the daemon on host ${move.to} has no replacement "ghost" (job ${move.job} names it); start the daemon with --replacement ghost=COMMAND`,
     });
-  });
+  }, SAFETY_NET_MS);
 
   it.skipIf(!canRun("a root daemon without --run-as", root()))("rolls back rather than start a replacement as root when the daemon runs as root without --run-as", async () => {
     const { harness, client } = await controllerWithDaemons();
@@ -203,7 +221,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     expect((await client.status()).migrations[0]?.reason).toContain(`the daemon on host ${move.to} runs as root and starts no replacement as root; start it with --run-as USER`);
     expect(existsSync(started)).toBe(false);
-  });
+  }, SAFETY_NET_MS);
 
   it("rolls back when the destination has no daemon, naming the host", async () => {
     const { client } = await controllerWithDaemons();
@@ -213,5 +231,5 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
       state: "rolled-back",
       reason: expect.stringContaining(`no daemon is registered for host ${move.to}`),
     });
-  });
+  }, SAFETY_NET_MS);
 });
