@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "native/build/", ".scratch/", "dist/"] },
+  { ignores: ["node_modules/", "native/build/", ".scratch/", "dist/", ".venv/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

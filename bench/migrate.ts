@@ -140,7 +140,7 @@ async function run(options: Options): Promise<number> {
     client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     const launch = [
       "--checkpoint-bytes", String(checkpointBytes), "--master-port", "29800",
-      "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", "examples/ddp/train.py", "--steps", String(options.steps), "--hidden", String(hidden),
+      "--", PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", "examples/ddp/train.py", "--steps", String(options.steps), "--hidden", String(hidden),
     ];
     const other = [...WORKER, "--steps", "1000000", "--step-ms", "100"];
     // A daemon passes a replacement none of its own environment: the hook's path and the log level go in its command.

@@ -3,8 +3,8 @@
  * cross-host rendezvous (the hook forms the job's process group from the controller's
  * assignment), so each host's torchrun is a single-node job with a rendezvous of its own on
  * a free local port, and flags that would set up a multi-node rendezvous are refused rather
- * than silently overridden. (`--standalone` is not used: torch 1.13 puts every standalone
- * torchrun on localhost:29400, so two on one machine share, and lose, one store.)
+ * than silently overridden. (`--standalone` is not used: it picks its own store port, which the
+ * launcher would not know.)
  */
 import { MAX_GPUS_PER_HOST } from "../protocol/limits.ts";
 
@@ -27,7 +27,7 @@ export interface TorchrunCommand {
 const flagName = (arg: string): string | null => (arg.startsWith("--") ? arg.slice(2).split("=")[0]!.replaceAll("_", "-") : null);
 
 /** Modules that run torchrun: `python -m torch.distributed.run ARGS` is torchrun too. */
-const LAUNCH_MODULES = new Set(["torch.distributed.run", "monkeytree.torchrun"]);
+const LAUNCH_MODULES = new Set(["torch.distributed.run"]);
 
 export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
   if (argv[0] === undefined) throw new TorchrunArgsError("no command after `--`; give the torchrun command line, e.g. -- torchrun --nproc-per-node 8 train.py");
@@ -54,7 +54,6 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
       nprocPerNode = count;
     }
   }
-  // Underscored spellings: torch 1.13 knows no other, and later versions accept them too.
   const local = (port: number) => [...program, "--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", `--master_port=${port}`, ...rest];
   return { argv: [...argv], nprocPerNode, local };
 }

@@ -70,7 +70,7 @@ describe.skipIf(!runs)("a live DDP job migrated between network namespaces", () 
     const out = join(dir, "ddp.json");
     const launch = [
       "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700",
-      "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
+      "--", PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out,
     ];
     const other = [...(hold === undefined ? [...WORKER, "--tp", "1", "--state-bytes", String(2 ** 20), "--step-ms", "50"] : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`]), "--steps", "100000"];
     // A daemon passes a replacement none of its own environment: the hook's path and gloo's interface go in its command.

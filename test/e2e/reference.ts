@@ -12,7 +12,7 @@ export const TRAIN = "examples/ddp/train.py";
  */
 export async function referenceDigest(steps: number, dir: string): Promise<string> {
   const out = join(dir, "reference.json");
-  const run = spawnSync(PYTHON, ["-m", "monkeytree.torchrun", ...(await localRendezvous()), "--nproc_per_node", "2", TRAIN, "--steps", String(steps), "--out", out], {
+  const run = spawnSync(PYTHON, ["-m", "torch.distributed.run", ...(await localRendezvous()), "--nproc_per_node", "2", TRAIN, "--steps", String(steps), "--out", out], {
     env: { ...process.env, PYTHONPATH: "sdk/python", OMP_NUM_THREADS: "1" },
     encoding: "utf8",
   });

@@ -87,7 +87,7 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     writeFileSync(config, JSON.stringify({ controller: endpoint, topology: topologyConf, uplinksPerRack: 1 }));
 
     const out = join(dir, "ddp.json");
-    const launch = ["--replacement", "ddp", "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700", "--", PYTHON, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out];
+    const launch = ["--replacement", "ddp", "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700", "--", PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out];
     const replacement = shellCommand(["env", ...envWords, process.execPath, ...CLI, "launch", ...launch]);
     const daemons = new Map<string, Managed>();
     for (const node of slurmCluster.nodes) {

@@ -5,7 +5,7 @@ import { withSbin } from "./slurm.ts";
 
 /** Something a suite needs beyond the README's prerequisites (Node 20, npm, python3, g++, make). */
 export interface Prerequisite {
-  /** What is needed, as "torch for /usr/bin/python3". */
+  /** What is needed, as "torch 2.6 or newer for .venv/bin/python". */
   readonly what: string;
   /** Why it is missing here, or null when it is here. */
   readonly missing: string | null;
@@ -18,13 +18,20 @@ export interface Prerequisite {
 // .ci/run installs every package and runs as root.
 const ci = process.env.CI ? "CI (.ci/run installs it)" : null;
 
+/** The oldest torch the hook supports (sdk/python/pyproject.toml says the same). */
+const MIN_TORCH = [2, 6];
+
+/** torch ≥ 2.6 for the tests' interpreter (test/helpers/python.ts), probed once per test file. */
 export function torch(): Prerequisite {
-  const probe = spawnSync(PYTHON, ["-c", "import torch"], { encoding: "utf8" });
+  const probe = spawnSync(PYTHON, ["-c", "import torch; print(torch.__version__)"], { encoding: "utf8" });
   const error = probe.stderr?.trim().split("\n").at(-1) || probe.error?.message;
+  const version = probe.status === 0 ? probe.stdout.trim() : null;
+  const [major = 0, minor = 0] = (version ?? "").split(".").map(Number);
+  const old = version !== null && (major < MIN_TORCH[0]! || (major === MIN_TORCH[0] && minor < MIN_TORCH[1]!));
   return {
-    what: `torch for ${PYTHON}`,
-    missing: probe.status === 0 ? null : `${PYTHON} cannot import torch (${error})`,
-    install: "apt-get install python3-torch",
+    what: `torch ${MIN_TORCH.join(".")} or newer for ${PYTHON}`,
+    missing: version === null ? `${PYTHON} cannot import torch (${error})` : old ? `${PYTHON} has torch ${version}` : null,
+    install: "npm run setup:python (torch 2.13.0 for CPU in .venv), or set MONKEYTREE_PYTHON to an interpreter with torch",
     promisedBy: ci,
   };
 }

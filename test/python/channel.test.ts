@@ -177,8 +177,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
   let plain2: Result;
   it("without MONKEYTREE_CHANNEL the example runs untouched as a plain torchrun job", async () => {
     const out = join(dir, "plain2.json");
-    const launch = "import sys; from monkeytree import compat; compat.patch_torchrun_std(); from torch.distributed.run import main; main(sys.argv[1:])";
-    const exit = await python(["-c", launch, ...(await localRendezvous()), "--nproc_per_node=2", "--monitor_interval=0.2", train, "--steps", "6", "--out", out], {});
+    const exit = await python(["-m", "torch.distributed.run", ...(await localRendezvous()), "--nproc_per_node=2", "--monitor_interval=0.2", train, "--steps", "6", "--out", out], {});
     expect(exit.code, exit.stderr).toBe(0);
     plain2 = result(out);
     expect(plain2).toEqual({ step: 6, worldSize: 2, generation: 0, digest: expect.stringMatching(/^[0-9a-f]{64}$/) });

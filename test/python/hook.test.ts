@@ -147,23 +147,3 @@ describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (n
     expect(output).toMatchObject({ code: "checksum_mismatch", message: expect.stringMatching(/^header CRC32C is/) });
   });
 });
-
-describe.skipIf(!hasTorch)(`torchrun on this Python (needs torch for ${PYTHON})`, { timeout: 3 * SAFETY_NET_MS }, () => {
-  it("starts a worker once monkeytree.compat.patch_torchrun_std() is applied", async () => {
-    const launch = [
-      "import sys",
-      "from monkeytree import compat",
-      "compat.patch_torchrun_std()",
-      "from torch.distributed.run import main",
-      "main(sys.argv[1:])",
-    ].join("; ");
-    const run = spawnSync(
-      PYTHON,
-      ["-c", launch, ...(await localRendezvous()), "--nproc_per_node=1", "--monitor_interval=0.2", worker, "rank", "-"],
-      { encoding: "utf8", env: { ...process.env, ...HOOK_ENV, PYTHONDONTWRITEBYTECODE: "1" } },
-    );
-    expect(run.stderr).not.toMatch(/Traceback/);
-    expect(run.status).toBe(0);
-    expect(JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "")).toEqual({ rank: "0", worldSize: "1" });
-  });
-});

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { cpSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { basename, join, relative } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
@@ -40,7 +40,7 @@ interface Exit {
   stderr: string;
 }
 
-describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual environment over ${PYTHON}'s torch`, () => {
+describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual environment that sees ${PYTHON}'s torch`, () => {
   let dir: string;
   let python: string;
   // Nothing that would find the hook, or the addon's library, without the install and the launcher.
@@ -56,14 +56,19 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
     // Built from a copy, so the build's scratch (build/, *.egg-info) stays out of the checkout.
     const source = join(dir, "src");
     cpSync(join(root, "sdk/python"), source, { recursive: true, filter: (path) => basename(path) !== "__pycache__" });
-    const steps = [
-      [PYTHON, "-m", "venv", "--system-site-packages", join(dir, "venv")],
-      [python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", source],
-    ];
-    for (const [program, ...args] of steps) {
-      const result = spawnSync(program!, args, { cwd: dir, env, encoding: "utf8" });
+    const step = (program: string, ...args: string[]): string => {
+      const result = spawnSync(program, args, { cwd: dir, env, encoding: "utf8" });
       if (result.status !== 0) throw new Error(`${program} ${args.join(" ")} failed (${result.status}): ${result.stderr}; .ci/run installs python3-venv`);
-    }
+      return result.stdout.trim();
+    };
+    step(PYTHON, "-m", "venv", join(dir, "venv"));
+    // An environment that has torch already, as a training environment does: the new one sees
+    // the tests' torch (and setuptools, which the offline build needs) through a path file
+    // rather than installing another copy of its 700 MB.
+    const sitePackages = step(PYTHON, "-c", "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))");
+    const own = step(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])");
+    writeFileSync(join(own, "training-environment.pth"), `${sitePackages}\n`);
+    step(python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", source);
   }, 3 * SAFETY_NET_MS);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -98,7 +103,7 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
         [
           ...CLI, "launch", "--job", "pip", "--host", "0", "--dp", "1", "--connect", harness.server.endpoint,
           "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", String(await freePort()),
-          "--", python, "-m", "monkeytree.torchrun", "--nproc_per_node", "1", train, "--steps", "5", "--out", out,
+          "--", python, "-m", "torch.distributed.run", "--nproc_per_node", "1", train, "--steps", "5", "--out", out,
         ],
         { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] },
       );

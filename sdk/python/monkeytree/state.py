@@ -1,28 +1,24 @@
 """Saving a worker's training state into a staging buffer and loading it back, with DCP.
 
 A state dict may nest dicts (``{"model": model.state_dict(), "optim": optimizer.state_dict(),
-"step": 41, "rng": rng_state()}``); nested keys become dotted fqns (``optim.state.0.exp_avg``) in
-both torch versions, so a checkpoint has the same item names whichever torch wrote it. Tensors
-become tensor items; a ``bytes`` value becomes a bytes item holding exactly those bytes (so other
+"step": 41, "rng": rng_state()}``); nested keys become dotted fqns (``optim.state.0.exp_avg``).
+Tensors become tensor items; a ``bytes`` value becomes a bytes item holding exactly those bytes (so other
 languages can read it), any other value a bytes item holding ``torch.save`` of it.
 """
-import importlib
-import inspect
 import io
 import random
 import warnings
 
 import torch
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
 from .layout import CheckpointError
 from .storage import StagingReader, StagingWriter, dcp, dtype_name
 
-_default_planner = importlib.import_module(f"{dcp.__name__}.default_planner")
 _BYTE_IO = dcp.planner.WriteItemType.BYTE_IO
-# The state dict reaches DCP flat already. torch ≥ 2.0 would flatten it again, descending into
-# lists of dicts (``param_groups``) and so naming items differently from torch 1.13.
-_NO_FLATTEN = ({"flatten_state_dict": False}
-               if "flatten_state_dict" in inspect.signature(_default_planner.DefaultSavePlanner).parameters else {})
+# The state dict reaches DCP flat already (``_flatten``); DCP would flatten it again, descending
+# into lists of dicts (``param_groups``) and naming items differently from the TypeScript reader.
+_NO_FLATTEN = {"flatten_state_dict": False}
 
 
 def _flatten(state_dict):
@@ -48,7 +44,7 @@ def _to_bytes(value):
     return buffer.getvalue()
 
 
-class _SavePlanner(_default_planner.DefaultSavePlanner):
+class _SavePlanner(DefaultSavePlanner):
     """DCP's planner, except that ``bytes`` values are stored verbatim rather than pickled."""
 
     def __init__(self):
@@ -60,46 +56,40 @@ class _SavePlanner(_default_planner.DefaultSavePlanner):
         return super().transform_object(write_item, object)
 
 
-class _LoadPlanner(_default_planner.DefaultLoadPlanner):
-    """DCP's planner, except that an entry whose template value is ``bytes`` gets the stored bytes."""
+class _LoadPlanner(DefaultLoadPlanner):
+    """DCP's planner, except that an entry whose template value is ``bytes`` gets the stored bytes,
+    and that every non-tensor value lands in the dict DCP hands back (the default planner
+    assigns it into a copy it made of the state dict)."""
 
     def __init__(self):
         super().__init__(**_NO_FLATTEN)
 
     def load_bytes(self, read_item, value):
-        if isinstance(self.state_dict.get(read_item.dest_index.fqn), (bytes, bytearray)):
-            # The default planner unpickles; hand it the pickle of the raw bytes.
-            value = io.BytesIO(_to_bytes(value.getvalue()))
-        super().load_bytes(read_item, value)
+        fqn = read_item.dest_index.fqn
+        if isinstance(self.original_state_dict.get(fqn), (bytes, bytearray)):
+            self.original_state_dict[fqn] = value.getvalue()
+        else:
+            self.original_state_dict[fqn] = torch.load(value, weights_only=False)
 
 
-def _entry(function_name, legacy_name):
-    """Calls DCP's save or load without a process group: ``save``/``load`` where they take
-    ``no_dist``, else the older ``save_state_dict``/``load_state_dict``."""
-    function = getattr(dcp, function_name, None)
-    if function is not None and "no_dist" in inspect.signature(function).parameters:
-        return lambda state, storage, key, planner: function(state, **{key: storage}, planner=planner, no_dist=True)
-    legacy = getattr(dcp, legacy_name)
-    return lambda state, storage, key, planner: legacy(state, storage, no_dist=True, planner=planner)
+_DcpFailure = dcp.api.CheckpointException
 
 
-_DcpFailure = getattr(dcp, "CheckpointException", None) or dcp.api.CheckpointException
-
-
-def _run(call, *args):
-    # Where save/load lack no_dist, the deprecated save_state_dict/load_state_dict are the only
-    # entry points that skip the process group, which a per-worker checkpoint needs; torch warns.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(save|load)_state_dict.*deprecated")
-        try:
-            return call(*args)
-        except _DcpFailure as failure:
-            # DCP wraps each rank's exception with its traceback; ours carry the code callers need.
-            for wrapped in failure.failures.values():
-                cause = wrapped[0] if isinstance(wrapped, tuple) else wrapped
-                if isinstance(cause, CheckpointError):
-                    raise cause from None
-            raise
+def _run(call, **arguments):
+    # A migration checkpoints one host's processes while the rest of the job keeps its state in
+    # memory: every save and load is this process's alone (no_dist), never a collective.
+    try:
+        with warnings.catch_warnings():
+            # DCP warns that it "assumes the intent" is a single process: it is.
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process")
+            return call(no_dist=True, **arguments)
+    except _DcpFailure as failure:
+        # DCP wraps each rank's exception with its traceback; ours carry the code callers need.
+        for wrapped in failure.failures.values():
+            cause = wrapped[0] if isinstance(wrapped, tuple) else wrapped
+            if isinstance(cause, CheckpointError):
+                raise cause from None
+        raise
 
 
 def save(state_dict, buffer, *, alignment=64, offset=0, length=None):
@@ -113,7 +103,7 @@ def save(state_dict, buffer, *, alignment=64, offset=0, length=None):
     """
     flat, _ = _flatten(state_dict)
     with StagingWriter(buffer, alignment=alignment, offset=offset, length=length) as writer:
-        _run(_entry("save", "save_state_dict"), flat, writer, "storage_writer", _SavePlanner())
+        _run(dcp.save, state_dict=flat, storage_writer=writer, planner=_SavePlanner())
         return writer.length
 
 
@@ -155,7 +145,7 @@ def load(state_dict, buffer, *, offset=0, length=None):
     flat, paths = _flatten(state_dict)
     with StagingReader(buffer, offset=offset, length=length) as reader:
         _check_template(flat, reader.checkpoint.items)
-        _run(_entry("load", "load_state_dict"), flat, reader, "storage_reader", _LoadPlanner())
+        _run(dcp.load, state_dict=flat, storage_reader=reader, planner=_LoadPlanner())
     for fqn, path in paths.items():
         node = state_dict
         for key in path[:-1]:

@@ -3,9 +3,8 @@
 The writer lays DCP's write items out as sdk/checkpoint/FORMAT.md says, in the order the plan
 lists them, and writes the metadata document and header in ``finish``; the reader rebuilds DCP
 ``Metadata`` from that document and copies each chunk straight out of the mapped buffer into the
-tensor the planner resolves, checking the chunk's CRC32C first. Both speak the interface of torch
-≥ 2.0 (``torch.distributed.checkpoint``) and of torch 1.13 (``torch.distributed._shard.checkpoint``,
-whose ``init`` methods the ≥ 2.0 ``set_up_storage_*`` methods replaced).
+tensor the planner resolves, checking the chunk's CRC32C first. Both speak the interface of
+``torch.distributed.checkpoint`` (torch ≥ 2.4).
 
 A buffer is given by name (a file in /dev/shm, as ``StagingBuffer.create`` in native/index.ts makes
 it) or as any writable buffer object, optionally with ``offset`` and ``length``: the checkpoint
@@ -17,22 +16,15 @@ import mmap
 import os
 
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorProperties as _TensorProperties
 from torch.futures import Future
 
-from . import compat
 from .crc import copy_with_crc32c, crc32c, crc32c_tensor
 from .layout import DEFAULT_ALIGNMENT, DTYPE_BYTES, Checkpoint, CheckpointError, Writer, check_alignment
 
-if compat.torch_version() >= (2, 0):
-    import torch.distributed.checkpoint as dcp
-else:
-    dcp = compat.import_shard_checkpoint()
-
 _metadata = dcp.metadata
 _planner = dcp.planner
-_TensorProperties = getattr(_metadata, "TensorProperties", None)
-if _TensorProperties is None:
-    from torch.distributed._shard.sharded_tensor.metadata import TensorProperties as _TensorProperties
 
 SHM_DIRECTORY = "/dev/shm"
 
@@ -133,8 +125,6 @@ class StagingWriter(_Mapped, dcp.StorageWriter):
         self._layout = Writer(self.buffer, self.alignment)
         self.length = None
 
-    init = set_up_storage_writer
-
     def prepare_local_plan(self, plan):
         return plan
 
@@ -234,8 +224,6 @@ class StagingReader(_Mapped, dcp.StorageReader):
 
     def set_up_storage_reader(self, metadata, is_coordinator):
         self._storage = metadata.storage_data
-
-    init = set_up_storage_reader
 
     def prepare_local_plan(self, plan):
         return plan
