@@ -14,6 +14,7 @@ const commands: Record<string, () => Promise<Command>> = {
   launch: async () => (await import("./launch.ts")).command,
   keys: async () => (await import("./keys.ts")).command,
   slurm: async () => (await import("./slurm.ts")).command,
+  checkpoint: async () => (await import("./checkpoint.ts")).command,
 };
 
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */

@@ -1,7 +1,11 @@
 """Times monkeytree.save/load of a training state through a staging buffer in /dev/shm.
 
-usage: MONKEYTREE_CRC32C_LIB=native/build/Release/monkeytree_crc32c.node /usr/bin/python3 sdk/python/bench.py [MEGABYTES]   (default 100: parameters plus Adam's
-two moments, each a third of it)
+usage, at the checkout's root:
+
+    MONKEYTREE_CRC32C_LIB=native/build/Release/monkeytree_crc32c.node PYTHONPATH=sdk/python \
+        .venv/bin/python sdk/python/bench.py [MEGABYTES]
+
+MEGABYTES (default 100) is the state: parameters plus Adam's two moments, each a third of it.
 """
 import os
 import sys

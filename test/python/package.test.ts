@@ -53,9 +53,11 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
   beforeAll(() => {
     dir = tempDir();
     python = join(dir, "venv/bin/python");
-    // Built from a copy, so the build's scratch (build/, *.egg-info) stays out of the checkout.
+    // Built from a copy, so the build's scratch (build/, *.egg-info) stays out of the checkout;
+    // the lint and test tools' caches (mypy's holds torch's types) stay behind.
     const source = join(dir, "src");
-    cpSync(join(root, "sdk/python"), source, { recursive: true, filter: (path) => basename(path) !== "__pycache__" });
+    const caches = ["__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"];
+    cpSync(join(root, "sdk/python"), source, { recursive: true, filter: (path) => !caches.includes(basename(path)) });
     const step = (program: string, ...args: string[]): string => {
       const result = spawnSync(program, args, { cwd: dir, env, encoding: "utf8" });
       if (result.status !== 0) throw new Error(`${program} ${args.join(" ")} failed (${result.status}): ${result.stderr}; .ci/run installs python3-venv`);
@@ -68,6 +70,10 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
     const sitePackages = step(PYTHON, "-c", "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))");
     const own = step(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])");
     writeFileSync(join(own, "training-environment.pth"), `${sitePackages}\n`);
+    // Python 3.11's venv bundles setuptools 65, which comes first on sys.path and cannot build a
+    // wheel without the wheel package (`invalid command 'bdist_wheel'`); the environment's own
+    // setuptools (≥ 70.1 builds wheels by itself) is the one to build with.
+    step(python, "-m", "pip", "uninstall", "--quiet", "--yes", "setuptools");
     step(python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", source);
   }, 3 * SAFETY_NET_MS);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -75,6 +81,8 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
   it("is imported from the environment, and `python -m monkeytree` prints its version and help, or one line and exit 2", () => {
     const where = run(["-c", "import monkeytree; print(monkeytree.__file__)"]);
     expect(relative(join(dir, "venv"), where.stdout.trim())).toMatch(/^lib\/python3\.\d+\/site-packages\/monkeytree\/__init__\.py$/);
+    // PEP 561: a training script's type checker reads the installed package's annotations.
+    expect(run(["-c", "import importlib.resources as r; print(r.files('monkeytree').joinpath('py.typed').is_file())"])).toEqual({ code: 0, stdout: "True\n", stderr: "" });
     expect(run(["-m", "monkeytree", "--version"])).toEqual({ code: 0, stdout: `monkeytree ${version}\n`, stderr: "" });
     expect(run(["-m", "monkeytree", "--help"])).toMatchObject({ code: 0, stdout: expect.stringMatching(/^usage: python3 -m monkeytree \(--version \| --help\)\n/), stderr: "" });
     expect(run(["-m", "monkeytree", "--verbose"])).toEqual({ code: 2, stdout: "", stderr: "python3 -m monkeytree: expected --version or --help, got --verbose\n" });

@@ -15,15 +15,21 @@ so a script can afford it every step.
 Without ``$MONKEYTREE_CHANNEL`` the script runs as a plain torchrun job and every barrier
 continues, so one script serves both.
 """
+from __future__ import annotations
+
+import atexit
 import json
 import os
 import socket
 import time
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from typing import Any, Literal, TypedDict
 
 import torch.distributed as dist
 
 from .crc import native_library
+from .state import StateDict
 from .state import load as _load
 from .state import save as _save
 
@@ -36,7 +42,27 @@ class ChannelError(Exception):
     """The launcher answered with an ``error`` message, broke the protocol, or went away."""
 
 
-def _whole(message, what, field, low=0, high=None):
+#: A message as it arrives: a JSON object whose fields are checked where they are used.
+Message = dict[str, Any]
+Directive = Literal["continue", "reconfigured", "stop"]
+
+
+class _Group(TypedDict):
+    rank: int
+    world_size: int
+    addr: str
+    port: int
+    generation: int
+
+
+class _Resume(TypedDict):
+    buffer: str
+    offset: int
+    length: int
+    step: int
+
+
+def _whole(message: Mapping[str, object], what: str, field: str, low: int = 0, high: int | None = None) -> int:
     value = message.get(field)
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         bound = f"[{low}, {high}]" if high is not None else f">= {low}"
@@ -44,14 +70,14 @@ def _whole(message, what, field, low=0, high=None):
     return value
 
 
-def _text(message, what, field):
+def _text(message: Mapping[str, object], what: str, field: str) -> str:
     value = message.get(field)
     if not isinstance(value, str) or not value:
         raise ChannelError(f"{what}: {field} must be a non-empty string, received {value!r}")
     return value
 
 
-def _exact(message, what, fields):
+def _exact(message: object, what: str, fields: tuple[str, ...]) -> None:
     if not isinstance(message, dict):
         raise ChannelError(f"{what} must be a JSON object, received {message!r}")
     extra = sorted(set(message) - set(fields))
@@ -64,7 +90,7 @@ def _exact(message, what, fields):
 _GROUP = ("rank", "worldSize", "masterAddr", "masterPort", "generation")
 
 
-def _group(message, what):
+def _group(message: Mapping[str, object], what: str) -> _Group:
     rank = _whole(message, what, "rank")
     world = _whole(message, what, "worldSize", 1)
     if rank >= world:
@@ -73,8 +99,8 @@ def _group(message, what):
             "port": _whole(message, what, "masterPort", 1, 65535), "generation": _whole(message, what, "generation")}
 
 
-def _range(message, what, extra=()):
-    _exact(message, what, ("buffer", "offset", "length") + extra)
+def _range(message: Mapping[str, object], what: str, extra: tuple[str, ...] = ()) -> tuple[str, int, int]:
+    _exact(message, what, ("buffer", "offset", "length", *extra))
     buffer = _text(message, what, "buffer")
     if "/" in buffer or buffer in (".", ".."):
         raise ChannelError(f"{what}: buffer must be a file name in /dev/shm, received {buffer!r}")
@@ -84,7 +110,7 @@ def _range(message, what, extra=()):
 class _Channel:
     """One process's connection: requests out as lines, exactly one reply line per request."""
 
-    def __init__(self, path, local_rank):
+    def __init__(self, path: str, local_rank: int) -> None:
         self.path = path
         self.local_rank = local_rank
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -98,19 +124,21 @@ class _Channel:
         # The barrier request differs only in its step: keep the rest encoded.
         self._barrier = (f'{{"v":{CHANNEL_VERSION},"type":"barrier","localRank":{local_rank},"step":').encode()
 
-    def send(self, type_, **fields):
+    def send(self, type_: str, **fields: object) -> None:
         message = {"v": CHANNEL_VERSION, "type": type_, "localRank": self.local_rank, **fields}
         self._socket.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
-    def send_barrier(self, step):
+    def send_barrier(self, step: int) -> None:
         self._socket.sendall(self._barrier + str(step).encode() + b"}\n")
 
-    def receive(self, expected):
+    def receive(self, expected: str) -> Message:
         line = self._reader.readline(_MAX_LINE)
         if not line:
-            raise ChannelError(f"the launcher closed the channel {self.path} while this process waited for {expected}")
+            raise ChannelError(f"the launcher closed the channel {self.path} while this process waited for"
+                               f" {expected}")
         if not line.endswith(b"\n"):
-            raise ChannelError(f"the launcher sent a line of over {_MAX_LINE} bytes while this process waited for {expected}")
+            raise ChannelError(f"the launcher sent a line of over {_MAX_LINE} bytes while this process waited"
+                               f" for {expected}")
         try:
             message = json.loads(line)
         except ValueError as cause:
@@ -118,14 +146,16 @@ class _Channel:
         if not isinstance(message, dict):
             raise ChannelError(f"the launcher sent {line[:200]!r}, not a JSON object")
         if message.get("v") != CHANNEL_VERSION:
-            raise ChannelError(f"the launcher speaks channel version {message.get('v')!r}; this hook speaks v={CHANNEL_VERSION}")
+            raise ChannelError(f"the launcher speaks channel version {message.get('v')!r}; this hook speaks"
+                               f" v={CHANNEL_VERSION}")
         if message.get("type") == "error":
             raise ChannelError(f"the launcher refused: {message.get('message')}")
         if message.get("type") != expected:
-            raise ChannelError(f"the launcher sent type {message.get('type')!r} while this process waited for {expected}")
+            raise ChannelError(f"the launcher sent type {message.get('type')!r} while this process waited for"
+                               f" {expected}")
         return message
 
-    def directive(self):
+    def directive(self) -> Message:
         message = self.receive("directive")
         if len(message) != 3 or "directive" not in message:
             _exact(message, "directive message", ("v", "type", "directive"))
@@ -134,9 +164,24 @@ class _Channel:
             raise ChannelError(f"directive must be a JSON object, received {directive!r}")
         return directive
 
-    def close(self):
+    def close(self) -> None:
         self._reader.close()
         self._socket.close()
+
+
+# Process groups this process left, held until it has dropped what it built on them. A gloo
+# group's destructor joins its worker threads; run from the C++ owner of a DDP wrapper's
+# reducer it holds the GIL, which a worker thread may be waiting for to release a tensor, and
+# the process hangs (torch 2.13). Dropped here, through Python's reference, it runs without it.
+_left_groups: list[object] = []
+atexit.register(_left_groups.clear)
+
+
+def _leave_groups() -> None:
+    """Destroys every process group this process is in, keeping each alive until the next barrier."""
+    _left_groups.clear()
+    _left_groups.extend(dist.distributed_c10d._world.pg_map)
+    dist.destroy_process_group()
 
 
 class Job:
@@ -147,8 +192,9 @@ class Job:
     the step after ``resume_step``.
     """
 
-    def __init__(self, rank, world_size, local_rank, generation=0, managed=False, channel=None, resume=None,
-                 backend="gloo", timeout=timedelta(minutes=5)):
+    def __init__(self, rank: int, world_size: int, local_rank: int, generation: int = 0, managed: bool = False,
+                 channel: _Channel | None = None, resume: _Resume | None = None, backend: str = "gloo",
+                 timeout: timedelta = timedelta(minutes=5)) -> None:
         self.rank, self.world_size, self.local_rank, self.generation = rank, world_size, local_rank, generation
         self.managed = managed
         self.resume_step = resume["step"] if resume else None
@@ -157,25 +203,28 @@ class Job:
         self._channel = channel
         self._backend, self._timeout = backend, timeout
 
-    def load(self, template):
+    def load(self, template: StateDict) -> StateDict:
         """Fills ``template`` (as ``monkeytree.load`` does) from the checkpoint this replacement
         resumes from, reports the time to the launcher, and returns it."""
-        if not self.resuming:
+        resume, channel = self._resume, self._channel
+        if resume is None or channel is None:
             raise RuntimeError("Job.load: this process is not a replacement (the launcher sent resume: null);"
                                " check job.resuming first")
         started = time.perf_counter()
-        _load(template, self._resume["buffer"], offset=self._resume["offset"], length=self._resume["length"])
-        self._channel.send("phase", name="load", seconds=time.perf_counter() - started)
+        _load(template, resume["buffer"], offset=resume["offset"], length=resume["length"])
+        channel.send("phase", name="load", seconds=time.perf_counter() - started)
         return template
 
-    def barrier(self, step, state_fn):
+    def barrier(self, step: int, state_fn: Callable[[], Mapping[str, object]]) -> Directive:
         """Meets the job after optimizer step ``step``. Returns ``"continue"``; ``"reconfigured"``
         when the process group was formed again (rebuild the DDP wrapper); or ``"stop"`` when the
         process group is gone and the script should exit 0. ``state_fn()`` returns the state dict to
         save and is called only when this process migrates out."""
-        if not self.managed:
-            return "continue"
         channel = self._channel
+        if not self.managed or channel is None:
+            return "continue"
+        # By now the script has rebuilt whatever it built on a group a reconfigure destroyed.
+        _left_groups.clear()
         channel.send_barrier(step)
         directive = channel.directive()
         saved = False
@@ -186,21 +235,22 @@ class Job:
                     _exact(directive, "continue directive", ("kind",))
                 return "continue"
             if kind == "reconfigure":
-                _exact(directive, "reconfigure directive", ("kind",) + _GROUP)
+                _exact(directive, "reconfigure directive", ("kind", *_GROUP))
                 group = _group(directive, "reconfigure directive")
                 started = time.perf_counter()
-                dist.destroy_process_group()
+                _leave_groups()
                 self._form(group)
                 channel.send("phase", name="reform", seconds=time.perf_counter() - started)
                 return "reconfigured"
             if kind == "stop":
                 _exact(directive, "stop directive", ("kind", "reason"))
-                dist.destroy_process_group()
+                _leave_groups()
                 channel.close()
                 self.managed = False
                 return "stop"
             if kind == "migrate-out" and not saved:
-                buffer, offset, length = _range({k: v for k, v in directive.items() if k != "kind"}, "migrate-out directive")
+                buffer, offset, length = _range({k: v for k, v in directive.items() if k != "kind"},
+                                                "migrate-out directive")
                 started = time.perf_counter()
                 written = _save(state_fn(), buffer, offset=offset, length=length)
                 channel.send("phase", name="checkpoint-write", seconds=time.perf_counter() - started)
@@ -211,7 +261,13 @@ class Job:
             allowed = "continue, reconfigure or stop" if saved else "continue, reconfigure, migrate-out or stop"
             raise ChannelError(f"directive: kind must be {allowed}, received {kind!r}")
 
-    def _form(self, group):
+    def close(self) -> None:
+        """Leaves the job's process groups once training ended (instead of
+        ``dist.destroy_process_group()``, which can hang while a DDP wrapper still holds them)."""
+        if dist.is_initialized():
+            _leave_groups()
+
+    def _form(self, group: _Group) -> None:
         # torchrun's static rendezvous tells its workers that its agent hosts the store
         # (TORCHELASTIC_USE_AGENT_STORE), so rank 0 would only connect to a store nobody
         # serves. The job-wide group is the hook's own: rank 0 hosts its store.
@@ -221,7 +277,7 @@ class Job:
         self.rank, self.world_size, self.generation = group["rank"], group["world_size"], group["generation"]
 
 
-def attach(backend="gloo", timeout=timedelta(minutes=5)):
+def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> Job:
     """Joins the job: forms the job-wide process group and returns this process's ``Job``.
 
     Under ``monkeytree launch`` the group's rank, size and address come from the launcher;
@@ -242,16 +298,16 @@ def attach(backend="gloo", timeout=timedelta(minutes=5)):
     try:
         channel.send("attach", pid=os.getpid())
         message = channel.receive("attached")
-        _exact(message, "attached message", ("v", "type", "localRank", "resume") + _GROUP)
+        _exact(message, "attached message", ("v", "type", "localRank", "resume", *_GROUP))
         if _whole(message, "attached message", "localRank") != local_rank:
             raise ChannelError(f"attached message: localRank {message['localRank']} answers a process of"
                                f" LOCAL_RANK {local_rank}")
         group = _group(message, "attached message")
-        resume = message["resume"]
-        if resume is not None:
-            buffer, offset, length = _range(resume, "attached message: resume", ("step",))
+        resume: _Resume | None = None
+        if message["resume"] is not None:
+            buffer, offset, length = _range(message["resume"], "attached message: resume", ("step",))
             resume = {"buffer": buffer, "offset": offset, "length": length,
-                      "step": _whole(resume, "attached message: resume", "step")}
+                      "step": _whole(message["resume"], "attached message: resume", "step")}
         job = Job(group["rank"], group["world_size"], local_rank, group["generation"], True, channel, resume,
                   backend, timeout)
         job._form(group)

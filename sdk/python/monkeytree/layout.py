@@ -3,8 +3,15 @@ writable buffer (an ``mmap`` of a staging buffer, a ``bytearray``): header, alig
 metadata JSON, a CRC32C per stored blob. This module needs only the standard library; torch
 enters in ``crc`` and ``storage``.
 """
+from __future__ import annotations
+
 import json
 import struct
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAGIC = b"MTCKPT01"
 FORMAT_VERSION = 1
@@ -20,6 +27,41 @@ DTYPE_BYTES = {
     "complex64": 8, "complex128": 16,
 }
 
+ErrorCode = Literal["invalid_item", "duplicate_fqn", "too_small", "bad_header", "bad_metadata", "checksum_mismatch",
+                    "unknown_fqn"]
+
+
+class Stored(TypedDict):
+    """Where FORMAT.md puts a blob: its storage range and CRC32C."""
+
+    storageOffset: int
+    length: int
+    crc32c: int
+
+
+class ChunkEntry(Stored):
+    """One stored chunk of a tensor item: its place in the tensor, and its blob."""
+
+    offsets: list[int]
+    sizes: list[int]
+
+
+class BytesItem(Stored):
+    fqn: str
+    kind: Literal["bytes"]
+
+
+class TensorItem(TypedDict):
+    fqn: str
+    kind: Literal["tensor"]
+    dtype: str
+    size: list[int]
+    chunks: list[ChunkEntry]
+
+
+#: An entry of the metadata's ``items`` list.
+Item = Union[BytesItem, TensorItem]
+
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be written or read as asked.
@@ -29,12 +71,12 @@ class CheckpointError(Exception):
     ``unknown_fqn``.
     """
 
-    def __init__(self, message, code):
+    def __init__(self, message: str, code: ErrorCode) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: ErrorCode = code
 
 
-def _make_table():
+def _make_table() -> tuple[int, ...]:
     table = []
     for byte in range(256):
         crc = byte
@@ -47,10 +89,10 @@ def _make_table():
 _TABLE = _make_table()
 
 
-def crc32c(data, crc=0):
+def crc32c(data: Buffer, crc: int = 0) -> int:
     """CRC32C (Castagnoli) of ``data`` (any bytes-like object), continuing from ``crc``.
 
-    A byte-at-a-time table loop: about 6 MB/s on CPython, fine for metadata and small blobs.
+    A byte-at-a-time table loop: about 10 MB/s on CPython, fine for metadata and small blobs.
     The storage layer checksums tensors with a vectorised torch version (``monkeytree.crc``);
     both give the same value.
     """
@@ -61,11 +103,11 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
-def align(value, alignment):
+def align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def check_alignment(alignment):
+def check_alignment(alignment: object) -> int:
     if not isinstance(alignment, int) or alignment < 8 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two of at least 8, received {alignment!r}")
     return alignment
@@ -78,7 +120,7 @@ class Writer:
     checksum in the metadata handed to ``finish``. Padding is zeroed as the format asks.
     """
 
-    def __init__(self, buf, alignment=DEFAULT_ALIGNMENT):
+    def __init__(self, buf: Buffer, alignment: int = DEFAULT_ALIGNMENT) -> None:
         self.buf = memoryview(buf).cast("B")
         self.alignment = check_alignment(alignment)
         self.data_offset = align(HEADER_BYTES, alignment)
@@ -86,7 +128,7 @@ class Writer:
         if self.data_offset > len(self.buf):
             raise CheckpointError(f"the buffer holds {len(self.buf)} bytes, less than a header", "too_small")
 
-    def reserve(self, length, what):
+    def reserve(self, length: int, what: str) -> int:
         """Returns the storage offset of the next ``length``-byte blob, zeroing the gap before it."""
         start = align(self.cursor, self.alignment)
         if start + length > len(self.buf):
@@ -97,7 +139,7 @@ class Writer:
         self.cursor = start + length
         return start
 
-    def finish(self, items):
+    def finish(self, items: list[Item]) -> int:
         """Writes the metadata document for ``items`` (FORMAT.md's item objects) and the header.
 
         Returns the checkpoint's total length in bytes.
@@ -122,7 +164,7 @@ class Writer:
         return total
 
 
-def _stored(entry, what, data_start, data_end, alignment):
+def _stored(entry: Any, what: str, data_start: int, data_end: int, alignment: int) -> Blob:
     try:
         start, length, crc = entry["storageOffset"], entry["length"], entry["crc32c"]
     except (KeyError, TypeError) as missing:
@@ -141,12 +183,12 @@ def _stored(entry, what, data_start, data_end, alignment):
 class Blob:
     """Where one stored blob lives and the checksum the metadata promises for it."""
 
-    __slots__ = ("what", "offset", "length", "crc32c")
+    __slots__ = ("crc32c", "length", "offset", "what")
 
-    def __init__(self, what, offset, length, crc):
+    def __init__(self, what: str, offset: int, length: int, crc: int) -> None:
         self.what, self.offset, self.length, self.crc32c = what, offset, length, crc
 
-    def check(self, actual):
+    def check(self, actual: int) -> None:
         if actual != self.crc32c:
             raise CheckpointError(
                 f"{self.what}: CRC32C of bytes [{self.offset}, {self.offset + self.length}) is"
@@ -162,7 +204,7 @@ class Checkpoint:
     Item checksums are not verified here; call ``verify`` or check each blob as it is read.
     """
 
-    def __init__(self, buf):
+    def __init__(self, buf: Buffer) -> None:
         self.buf = memoryview(buf).cast("B")
         if len(self.buf) < HEADER_BYTES:
             raise CheckpointError(f"source holds {len(self.buf)} bytes, less than the 64-byte header", "bad_header")
@@ -183,7 +225,8 @@ class Checkpoint:
         document = self.buf[meta_offset:total]
         actual = crc32c(document)
         if actual != meta_crc:
-            raise CheckpointError(f"metadata CRC32C is 0x{actual:08x}, header says 0x{meta_crc:08x}", "checksum_mismatch")
+            raise CheckpointError(f"metadata CRC32C is 0x{actual:08x}, header says 0x{meta_crc:08x}",
+                                  "checksum_mismatch")
         try:
             metadata = json.loads(bytes(document).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as cause:
@@ -191,10 +234,12 @@ class Checkpoint:
         if not isinstance(metadata, dict) or metadata.get("formatVersion") != FORMAT_VERSION \
                 or not isinstance(metadata.get("items"), list):
             raise CheckpointError("metadata must be an object with formatVersion 1 and an items list", "bad_metadata")
-        self.alignment = alignment
-        self.length = total
-        self.items = {}
-        self._blobs = {}
+        self.alignment: int = alignment
+        self.length: int = total
+        # Parsed from JSON and checked below to have FORMAT.md's shape.
+        self.items: dict[str, Item] = {}
+        self._bytes: dict[str, Blob] = {}
+        self._chunks: dict[str, list[Blob]] = {}
         data_end = data_offset + data_length
         for item in metadata["items"]:
             fqn = item.get("fqn") if isinstance(item, dict) else None
@@ -203,15 +248,15 @@ class Checkpoint:
             if fqn in self.items:
                 raise CheckpointError(f"{fqn}: fqn appears twice in the metadata", "bad_metadata")
             if item.get("kind") == "bytes":
-                self._blobs[fqn] = _stored(item, fqn, data_offset, data_end, alignment)
+                self._bytes[fqn] = _stored(item, fqn, data_offset, data_end, alignment)
             elif item.get("kind") == "tensor":
-                self._blobs[fqn] = self._tensor_chunks(item, data_offset, data_end)
+                self._chunks[fqn] = self._tensor_chunks(item, data_offset, data_end)
             else:
                 raise CheckpointError(f"{fqn}: kind must be \"tensor\" or \"bytes\", received {item.get('kind')!r}",
                                       "bad_metadata")
             self.items[fqn] = item
 
-    def _tensor_chunks(self, item, data_start, data_end):
+    def _tensor_chunks(self, item: Any, data_start: int, data_end: int) -> list[Blob]:
         fqn, dtype, size = item["fqn"], item.get("dtype"), item.get("size")
         if dtype not in DTYPE_BYTES:
             raise CheckpointError(f"{fqn}: unknown dtype {dtype!r}", "bad_metadata")
@@ -235,29 +280,32 @@ class Checkpoint:
             blobs.append(blob)
         return blobs
 
-    def _find(self, fqn, kind):
+    def _find(self, fqn: str, kind: Literal["bytes", "tensor"]) -> None:
         item = self.items.get(fqn)
         if item is None:
             raise CheckpointError(f"no item named {fqn!r} in this checkpoint", "unknown_fqn")
         if item["kind"] != kind:
             raise CheckpointError(f"{fqn} is a {item['kind']} item, not {kind}", "unknown_fqn")
-        return self._blobs[fqn]
 
-    def blob(self, fqn):
-        return self._find(fqn, "bytes")
+    def blob(self, fqn: str) -> Blob:
+        self._find(fqn, "bytes")
+        return self._bytes[fqn]
 
-    def chunks(self, fqn):
-        return self._find(fqn, "tensor")
+    def chunks(self, fqn: str) -> list[Blob]:
+        self._find(fqn, "tensor")
+        return self._chunks[fqn]
 
-    def view(self, blob):
+    def view(self, blob: Blob) -> memoryview:
         return self.buf[blob.offset:blob.offset + blob.length]
 
-    def all_blobs(self):
+    def all_blobs(self) -> Iterator[Blob]:
         for fqn, item in self.items.items():
-            found = self._blobs[fqn]
-            yield from (found if item["kind"] == "tensor" else [found])
+            if item["kind"] == "tensor":
+                yield from self._chunks[fqn]
+            else:
+                yield self._bytes[fqn]
 
-    def verify(self, checksum=crc32c):
+    def verify(self, checksum: Callable[[memoryview], int] = crc32c) -> None:
         """Checks every stored blob's CRC32C, raising ``CheckpointError`` at the first mismatch."""
         for blob in self.all_blobs():
             blob.check(checksum(self.view(blob)))

@@ -5,40 +5,56 @@ A state dict may nest dicts (``{"model": model.state_dict(), "optim": optimizer.
 Tensors become tensor items; a ``bytes`` value becomes a bytes item holding exactly those bytes (so other
 languages can read it), any other value a bytes item holding ``torch.save`` of it.
 """
+from __future__ import annotations
+
 import io
 import random
 import warnings
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.planner import ReadItem, WriteItem
 
-from .layout import CheckpointError
-from .storage import StagingReader, StagingWriter, dcp, dtype_name
+from .layout import CheckpointError, Item
+from .storage import StagingReader, StagingWriter, dtype_name
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+#: A training state as ``load`` fills it: nested dicts of tensors and other values.
+StateDict = MutableMapping[str, Any]
 
 _BYTE_IO = dcp.planner.WriteItemType.BYTE_IO
 # The state dict reaches DCP flat already (``_flatten``); DCP would flatten it again, descending
 # into lists of dicts (``param_groups``) and naming items differently from the TypeScript reader.
-_NO_FLATTEN = {"flatten_state_dict": False}
+# Its pass over nested ShardedTensors rebuilds the dict and so drops an empty dict value (the
+# ``state`` of an SGD without momentum), which load then misses; a worker's state has none.
+_NO_FLATTEN = {"flatten_state_dict": False, "flatten_sharded_tensors": False}
 
 
-def _flatten(state_dict):
-    flat, paths = {}, {}
+def _flatten(state_dict: Mapping[str, object]) -> tuple[dict[str, object], dict[str, tuple[object, ...]]]:
+    # Keys below the top may be other than strings (an optimizer's state is keyed by int).
+    flat: dict[str, object] = {}
+    paths: dict[str, tuple[object, ...]] = {}
 
-    def visit(node, prefix, path):
+    def visit(node: Mapping[Any, object], prefix: str, path: tuple[object, ...]) -> None:
         for key, value in node.items():
             fqn = f"{prefix}{key}"
             if isinstance(value, dict) and value:
-                visit(value, f"{fqn}.", path + (key,))
+                visit(value, f"{fqn}.", (*path, key))
                 continue
             if fqn in flat:
                 raise CheckpointError(f"{fqn}: two entries of the state dict flatten to this name", "duplicate_fqn")
-            flat[fqn], paths[fqn] = value, path + (key,)
+            flat[fqn], paths[fqn] = value, (*path, key)
 
     visit(state_dict, "", ())
     return flat, paths
 
 
-def _to_bytes(value):
+def _to_bytes(value: object) -> bytes:
     buffer = io.BytesIO()
     torch.save(value, buffer)
     return buffer.getvalue()
@@ -47,13 +63,14 @@ def _to_bytes(value):
 class _SavePlanner(DefaultSavePlanner):
     """DCP's planner, except that ``bytes`` values are stored verbatim rather than pickled."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(**_NO_FLATTEN)
 
-    def transform_object(self, write_item, object):
+    def transform_object(self, write_item: WriteItem, object: Any) -> torch.Tensor | io.BytesIO:
         if write_item.type == _BYTE_IO and isinstance(object, (bytes, bytearray)):
             return io.BytesIO(object)
-        return super().transform_object(write_item, object)
+        transformed: torch.Tensor | io.BytesIO = super().transform_object(write_item, object)
+        return transformed
 
 
 class _LoadPlanner(DefaultLoadPlanner):
@@ -61,10 +78,10 @@ class _LoadPlanner(DefaultLoadPlanner):
     and that every non-tensor value lands in the dict DCP hands back (the default planner
     assigns it into a copy it made of the state dict)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(**_NO_FLATTEN)
 
-    def load_bytes(self, read_item, value):
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         if isinstance(self.original_state_dict.get(fqn), (bytes, bytearray)):
             self.original_state_dict[fqn] = value.getvalue()
@@ -73,9 +90,10 @@ class _LoadPlanner(DefaultLoadPlanner):
 
 
 _DcpFailure = dcp.api.CheckpointException
+_T = TypeVar("_T")
 
 
-def _run(call, **arguments):
+def _run(call: Callable[..., _T], **arguments: object) -> _T:
     # A migration checkpoints one host's processes while the rest of the job keeps its state in
     # memory: every save and load is this process's alone (no_dist), never a collective.
     try:
@@ -85,14 +103,14 @@ def _run(call, **arguments):
             return call(no_dist=True, **arguments)
     except _DcpFailure as failure:
         # DCP wraps each rank's exception with its traceback; ours carry the code callers need.
-        for wrapped in failure.failures.values():
-            cause = wrapped[0] if isinstance(wrapped, tuple) else wrapped
+        for cause, _ in failure.failures.values():
             if isinstance(cause, CheckpointError):
                 raise cause from None
         raise
 
 
-def save(state_dict, buffer, *, alignment=64, offset=0, length=None):
+def save(state_dict: Mapping[str, object], buffer: str | Buffer, *, alignment: int = 64, offset: int = 0,
+         length: int | None = None) -> int:
     """Writes ``state_dict`` as a checkpoint at the start of ``buffer`` (a /dev/shm name or a
     writable buffer), or of its range ``[offset, offset + length)``, and returns its length in
     bytes.
@@ -104,10 +122,11 @@ def save(state_dict, buffer, *, alignment=64, offset=0, length=None):
     flat, _ = _flatten(state_dict)
     with StagingWriter(buffer, alignment=alignment, offset=offset, length=length) as writer:
         _run(dcp.save, state_dict=flat, storage_writer=writer, planner=_SavePlanner())
+        assert writer.length is not None, "DCP's save returns after the writer's finish"
         return writer.length
 
 
-def _check_template(flat, items):
+def _check_template(flat: Mapping[str, object], items: Mapping[str, Item]) -> None:
     # DCP copies whatever region two shapes share and converts dtypes on copy; a migrated worker
     # must get back exactly what it saved, so any difference is an error here.
     missing = sorted(set(flat) - set(items))
@@ -129,7 +148,7 @@ def _check_template(flat, items):
                 f" {expected[0]}{expected[1]}", "invalid_item")
 
 
-def load(state_dict, buffer, *, offset=0, length=None):
+def load(state_dict: StateDict, buffer: str | Buffer, *, offset: int = 0, length: int | None = None) -> None:
     """Fills ``state_dict`` from the checkpoint at the start of ``buffer`` (or of its range
     ``[offset, offset + length)``): tensors in place (they
     must already have the saved shapes), other values replaced; an entry whose value is ``bytes``
@@ -147,22 +166,23 @@ def load(state_dict, buffer, *, offset=0, length=None):
         _check_template(flat, reader.checkpoint.items)
         _run(dcp.load, state_dict=flat, storage_reader=reader, planner=_LoadPlanner())
     for fqn, path in paths.items():
-        node = state_dict
+        node: Any = state_dict
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = flat[fqn]
 
 
-def rng_state():
+def rng_state() -> bytes:
     """The process's random number generator states (torch's CPU generator, every CUDA device's
     once CUDA is initialised, Python's ``random``) as one bytes value, for a state dict."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    state: dict[str, object] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    # torch leaves is_initialized unannotated.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
     return _to_bytes(state)
 
 
-def set_rng_state(data):
+def set_rng_state(data: bytes) -> None:
     """Restores what ``rng_state`` captured."""
     state = torch.load(io.BytesIO(data), weights_only=False)
     torch.set_rng_state(state["torch"])
@@ -171,7 +191,7 @@ def set_rng_state(data):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def init_optimizer_state(optimizer):
+def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Creates the per-parameter state a fresh optimizer lacks (Adam's moments and step) without
     changing any parameter, so ``optimizer.state_dict()`` has every tensor ``load`` fills in place.
 

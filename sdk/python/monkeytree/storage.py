@@ -4,24 +4,51 @@ The writer lays DCP's write items out as sdk/checkpoint/FORMAT.md says, in the o
 lists them, and writes the metadata document and header in ``finish``; the reader rebuilds DCP
 ``Metadata`` from that document and copies each chunk straight out of the mapped buffer into the
 tensor the planner resolves, checking the chunk's CRC32C first. Both speak the interface of
-``torch.distributed.checkpoint`` (torch ≥ 2.4).
+``torch.distributed.checkpoint`` (torch ≥ 2.6, as the package requires).
 
 A buffer is given by name (a file in /dev/shm, as ``StagingBuffer.create`` in native/index.ts makes
 it) or as any writable buffer object, optionally with ``offset`` and ``length``: the checkpoint
-then occupies that range and its storage offsets count from the range's start. The checkpoint is per process: save and load with no process
-group (``monkeytree.save``/``monkeytree.load`` do that), even inside a distributed job.
+then occupies that range and its storage offsets count from the range's start. The checkpoint is
+per process: save and load with no process group (``monkeytree.save``/``monkeytree.load`` do that),
+even inside a distributed job.
 """
+from __future__ import annotations
+
+import contextlib
 import io
 import mmap
 import os
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.metadata import TensorProperties as _TensorProperties
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from .crc import copy_with_crc32c, crc32c, crc32c_tensor
-from .layout import DEFAULT_ALIGNMENT, DTYPE_BYTES, Checkpoint, CheckpointError, Writer, check_alignment
+from .layout import (
+    DEFAULT_ALIGNMENT,
+    DTYPE_BYTES,
+    Blob,
+    BytesItem,
+    Checkpoint,
+    CheckpointError,
+    ChunkEntry,
+    Item,
+    Stored,
+    TensorItem,
+    Writer,
+    check_alignment,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer, Self
+
+#: Where a checkpoint's blob lies, and for a tensor chunk its dtype and sizes (None for bytes).
+_Location = tuple[Blob, Optional[torch.dtype], Optional[list[int]]]
 
 _metadata = dcp.metadata
 _planner = dcp.planner
@@ -29,7 +56,7 @@ _planner = dcp.planner
 SHM_DIRECTORY = "/dev/shm"
 
 
-def open_staging_buffer(name):
+def open_staging_buffer(name: str) -> mmap.mmap:
     """Maps ``/dev/shm/<name>`` read-write, whole, as ``StagingBuffer.open`` does in TypeScript."""
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"a staging buffer name is a file name in {SHM_DIRECTORY}, received {name!r}")
@@ -45,10 +72,14 @@ class _Mapped:
     view of ``[offset, offset + length)`` when the checkpoint occupies only part of it (one range
     per local process in a shared staging buffer)."""
 
-    def __init__(self, buffer, offset=0, length=None):
-        self._mapping = open_staging_buffer(buffer) if isinstance(buffer, str) else None
-        whole = self._mapping if self._mapping is not None else buffer
-        self._view = None
+    def __init__(self, buffer: str | Buffer, offset: int = 0, length: int | None = None) -> None:
+        whole: Buffer
+        self._mapping: mmap.mmap | None
+        if isinstance(buffer, str):
+            whole = self._mapping = open_staging_buffer(buffer)
+        else:
+            whole, self._mapping = buffer, None
+        self._view: memoryview | None = None
         if offset or length is not None:
             size = memoryview(whole).nbytes
             end = size if length is None else offset + length
@@ -56,45 +87,41 @@ class _Mapped:
                 self.close()
                 raise ValueError(f"range [{offset}, {end}) lies outside the buffer's {size} bytes")
             self._view = memoryview(whole).cast("B")[offset:end]
-        self.buffer = self._view if self._view is not None else whole
+        self.buffer: Buffer = self._view if self._view is not None else whole
 
-    def close(self):
+    def close(self) -> None:
+        # A traceback can still hold a tensor viewing the mapping (after a failed load); the view is
+        # released and the mapping unmapped when that goes away instead.
         if self._view is not None:
-            try:
+            with contextlib.suppress(BufferError):
                 self._view.release()
-            except BufferError:
-                pass
             self._view = None
         if self._mapping is None:
             return
-        try:
+        with contextlib.suppress(BufferError):
             self._mapping.close()
-        except BufferError:
-            # A traceback can still hold a tensor viewing the mapping (after a failed load); the
-            # mapping is unmapped when that goes away instead.
-            pass
         self._mapping = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _raw_bytes(buffer, offset, length):
+def _raw_bytes(buffer: Buffer, offset: int, length: int) -> torch.Tensor:
     """A ``torch.uint8`` tensor aliasing ``length`` bytes of ``buffer`` at ``offset``."""
     if length == 0:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(buffer, dtype=torch.uint8, count=length, offset=offset)
 
 
-def dtype_name(dtype):
+def dtype_name(dtype: torch.dtype) -> str:
     """The format's name for a torch dtype (``str(torch.float32)[6:]``)."""
     return str(dtype)[len("torch."):]
 
 
-def torch_dtype(name):
+def torch_dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
         raise CheckpointError(f"this torch ({torch.__version__}) has no dtype {name}", "invalid_item")
@@ -104,109 +131,127 @@ def torch_dtype(name):
 class StagingWriter(_Mapped, dcp.StorageWriter):
     """Writes one checkpoint into a staging buffer; ``length`` is its size once the save is done."""
 
-    def __init__(self, buffer, *, alignment=DEFAULT_ALIGNMENT, offset=0, length=None):
+    def __init__(self, buffer: str | Buffer, *, alignment: int = DEFAULT_ALIGNMENT, offset: int = 0,
+                 length: int | None = None) -> None:
         _Mapped.__init__(self, buffer, offset, length)
         self.alignment = check_alignment(alignment)
-        self.length = None
+        self.length: int | None = None
+        self._layout: Writer | None = None
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self._layout = None
 
-    def reset(self, checkpoint_id=None):
-        self._layout = None
-
-    def close(self):
+    def close(self) -> None:
         self._layout = None
         super().close()
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return False
 
-    def set_up_storage_writer(self, is_coordinator):
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self._layout = Writer(self.buffer, self.alignment)
         self.length = None
 
-    def prepare_local_plan(self, plan):
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         return plan
 
-    def prepare_global_plan(self, plans):
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         return plans
 
-    def write_data(self, plan, planner):
+    def _writer(self) -> Writer:
+        if self._layout is None:
+            raise RuntimeError("StagingWriter: DCP wrote before set_up_storage_writer")
+        return self._layout
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        layout = self._writer()
         results = []
         for item in plan.items:
             fqn = item.index.fqn
             data = planner.resolve_data(item)
-            if item.type == _planner.WriteItemType.BYTE_IO:
+            stored: Stored | ChunkEntry
+            if isinstance(data, io.BytesIO):
                 payload = data.getbuffer()
-                start = self._layout.reserve(len(payload), fqn)
-                self._layout.buf[start:start + len(payload)] = payload
-                stored = {"length": len(payload), "crc32c": crc32c(payload)}
+                start = layout.reserve(len(payload), fqn)
+                layout.buf[start:start + len(payload)] = payload
+                stored = {"length": len(payload), "crc32c": crc32c(payload), "storageOffset": start}
                 payload.release()
             else:
                 name = dtype_name(data.dtype)
                 if name not in DTYPE_BYTES:
-                    raise CheckpointError(
-                        f"{fqn}: dtype {name} cannot be stored; the format has {', '.join(DTYPE_BYTES)}", "invalid_item")
+                    raise CheckpointError(f"{fqn}: dtype {name} cannot be stored; the format has"
+                                          f" {', '.join(DTYPE_BYTES)}", "invalid_item")
                 source = data.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-                start = self._layout.reserve(source.numel(), fqn)
+                start = layout.reserve(source.numel(), fqn)
                 crc = copy_with_crc32c(_raw_bytes(self.buffer, start, source.numel()), source)
+                # DCP gives every tensor write item its chunk.
+                assert item.tensor_data is not None
                 chunk = item.tensor_data.chunk
-                stored = {"length": source.numel(), "crc32c": crc,
-                          "offsets": list(chunk.offsets), "sizes": list(chunk.sizes)}
-            stored["storageOffset"] = start
-            results.append(dcp.storage.WriteResult(index=item.index, size_in_bytes=stored["length"],
-                                                   storage_data=stored))
-        future = Future()
+                stored = {"offsets": list(chunk.offsets), "sizes": list(chunk.sizes), "storageOffset": start,
+                          "length": source.numel(), "crc32c": crc}
+            results.append(WriteResult(index=item.index, size_in_bytes=stored["length"], storage_data=stored))
+        future: Future[list[WriteResult]] = Future()
         future.set_result(results)
         return future
 
-    def finish(self, metadata, results):
-        written = sorted((r for rank in results for r in rank), key=lambda r: r.storage_data["storageOffset"])
-        items = {}
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        layout = self._writer()
+        written = sorted((r for rank in results for r in rank), key=lambda r: int(r.storage_data["storageOffset"]))
+        items: dict[str, Item] = {}
+        tensors: dict[str, TensorItem] = {}
         for result in written:
-            fqn, stored = result.index.fqn, dict(result.storage_data)
-            place = {key: stored.pop(key) for key in ("storageOffset", "length", "crc32c")}
+            # What write_data stored for this item: a Stored, or a ChunkEntry for a tensor.
+            fqn, stored = result.index.fqn, result.storage_data
             entry = metadata.state_dict_metadata[fqn]
             if isinstance(entry, _metadata.BytesStorageMetadata):
-                items[fqn] = {"fqn": fqn, "kind": "bytes", **place}
-            else:
-                item = items.setdefault(fqn, {"fqn": fqn, "kind": "tensor", "dtype": dtype_name(entry.properties.dtype),
-                                              "size": list(entry.size), "chunks": []})
-                item["chunks"].append({**stored, **place})
-        self.length = self._layout.finish(list(items.values()))
+                items[fqn] = BytesItem(fqn=fqn, kind="bytes", storageOffset=stored["storageOffset"],
+                                       length=stored["length"], crc32c=stored["crc32c"])
+                continue
+            tensor = tensors.get(fqn)
+            if tensor is None:
+                tensor = TensorItem(fqn=fqn, kind="tensor", dtype=dtype_name(entry.properties.dtype),
+                                    size=list(entry.size), chunks=[])
+                items[fqn] = tensors[fqn] = tensor
+            tensor["chunks"].append(ChunkEntry(offsets=stored["offsets"], sizes=stored["sizes"],
+                                               storageOffset=stored["storageOffset"], length=stored["length"],
+                                               crc32c=stored["crc32c"]))
+        self.length = layout.finish(list(items.values()))
         self._layout = None
 
 
 class StagingReader(_Mapped, dcp.StorageReader):
     """Reads the checkpoint at the start of a staging buffer, verifying each blob it reads."""
 
-    def __init__(self, buffer, *, offset=0, length=None):
+    def __init__(self, buffer: str | Buffer, *, offset: int = 0, length: int | None = None) -> None:
         _Mapped.__init__(self, buffer, offset, length)
-        self._checkpoint = None
-        self._verified = set()
+        self._checkpoint: Checkpoint | None = None
+        self._verified: set[int] = set()
+        self._storage: dict[MetadataIndex, _Location] = {}
 
-    def reset(self, checkpoint_id=None):
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self._checkpoint = None
 
-    def close(self):
+    def close(self) -> None:
         self._checkpoint = None
         super().close()
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         return False
 
     @property
-    def checkpoint(self):
+    def checkpoint(self) -> Checkpoint:
         """The parsed layout (header and metadata checked; blobs are checked as they are read)."""
         if self._checkpoint is None:
             self._checkpoint = Checkpoint(self.buffer)
             self._verified = set()
         return self._checkpoint
 
-    def read_metadata(self):
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         checkpoint = self.checkpoint
-        entries, storage = {}, {}
+        entries: dict[str, _metadata.STORAGE_TYPES] = {}
+        storage: dict[MetadataIndex, _Location] = {}
         for fqn, item in checkpoint.items.items():
             if item["kind"] == "bytes":
                 entries[fqn] = _metadata.BytesStorageMetadata()
@@ -222,29 +267,33 @@ class StagingReader(_Mapped, dcp.StorageReader):
                                                            size=torch.Size(item["size"]), chunks=chunks)
         return _metadata.Metadata(state_dict_metadata=entries, storage_data=storage)
 
-    def set_up_storage_reader(self, metadata, is_coordinator):
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        # The storage_data that read_metadata made.
         self._storage = metadata.storage_data
 
-    def prepare_local_plan(self, plan):
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
 
-    def prepare_global_plan(self, plans):
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         return plans
 
-    def _stored(self, blob):
+    def _stored(self, blob: Blob) -> torch.Tensor:
         raw = _raw_bytes(self.buffer, blob.offset, blob.length)
         if blob.offset not in self._verified:
             blob.check(crc32c_tensor(raw))
             self._verified.add(blob.offset)
         return raw
 
-    def read_data(self, plan, planner):
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         for item in plan.items:
             blob, dtype, sizes = self._storage[item.storage_index]
             raw = self._stored(blob)
             if item.type == _planner.LoadItemType.BYTE_IO:
                 planner.load_bytes(item, io.BytesIO(bytes(self.checkpoint.view(blob))))
                 continue
+            if dtype is None or sizes is None:
+                raise CheckpointError(f"{item.dest_index.fqn}: the checkpoint holds a bytes item, the state dict a"
+                                      " tensor", "unknown_fqn")
             source = raw.view(dtype).reshape(sizes) if blob.length else torch.empty(sizes, dtype=dtype)
             for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
                 source = source.narrow(dim, start, length)
@@ -255,6 +304,6 @@ class StagingReader(_Mapped, dcp.StorageReader):
                     f" expects {list(target.size())}", "invalid_item")
             target.copy_(source)
             planner.commit_tensor(item, target)
-        future = Future()
+        future: Future[None] = Future()
         future.set_result(None)
         return future
