@@ -1,95 +1,189 @@
-// Migration downtime of a live torchrun DDP job (examples/ddp/train.py, gloo on CPU), split
-// into phases. Everything runs on this machine over loopback: a controller, a daemon per host
-// (two racks of two hosts, one uplink each), the DDP job under `monkeytree launch` on hosts 0
-// and 2, and a second job that arrives on hosts 1 and 3 and makes the controller swap one of
-// the DDP workers to the other rack.
+// Migration downtime of each example job (bench/example-jobs.ts: DDP, FSDP2, TP, PP; gloo on CPU),
+// split into phases, with the bytes moved. Everything runs on this machine over loopback: for
+// every run a fresh cluster (bench/cluster.ts) — a controller, a daemon per host, the example
+// under `monkeytree launch` on its hosts — where a second job arrives and makes the controller
+// swap one of the example's hosts to the other rack. Each job type runs --runs times; the
+// report gives the median of every row and the range of the downtime.
 //
-//   npm run bench:migrate -- [--params 100e6] [--steps 30] [--keep]
+//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--runs 3] [--width 256] [--layers 4] [--keep] [--json]
 //
-// Phases come from the controller's journaled transitions (status history) and from the
-// launchers' logs, which the benchmark watches and timestamps as lines appear (±20 ms). The
-// engine's raw rate is measured in the same run: the same number of bytes, staging buffer to
-// staging buffer over loopback with the same engine.
+// The transfer engine's raw rate is measured in the same run, once the job's clusters are gone:
+// the same number of bytes, staging buffer to staging buffer over loopback.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { CLI, ProcessGroup, replacementUser, shellCommand, WORKER, type Managed } from "../cli/demo/processes.ts";
+import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { replacementUser } from "../cli/demo/processes.ts";
+import type { Tenant } from "../controller/daemon/replacements.ts";
 import { Listener, send, StagingBuffer } from "../native/index.ts";
-import { ControllerClient } from "../sdk/client.ts";
-import type { StatusReport } from "../sdk/protocol/status.ts";
+import { startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
+import { EXAMPLE_JOBS, type ExampleJob } from "./example-jobs.ts";
+import { complete, LogRecorder, measure, median, PHASES, type MoveLogs, type MoveMeasurement, type Phase } from "./migrate-phases.ts";
 import { benchMain } from "./entry.ts";
 
-const PYTHON = "/usr/bin/python3";
-const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 };
+const ROOT = new URL("../", import.meta.url).pathname;
+/** The interpreter the tests use: $MONKEYTREE_PYTHON, else the checkout's .venv (`npm run setup:python`). */
+const PYTHON = process.env.MONKEYTREE_PYTHON ?? join(ROOT, ".venv/bin/python");
+/** Found in the environment of everything a run starts, to stop what outlives its parent. */
+const MARKER = "MONKEYTREE_BENCH_MIGRATE";
+/** Enough steps that no job ends before its move; each run stops its job once measured. */
+const STEPS = 1_000_000;
+/** How long any one wait may take on a loaded machine before the run counts as failed. */
+const WAIT_MS = 300_000;
+const MiB = 2 ** 20;
+const PAGE = 4096;
 
 const help = `usage: npm run bench:migrate -- [options]
 
-Downtime of one DDP worker's migration, by phase, beside the transfer engine's raw rate.
+Downtime of one live move of each example job (DDP, FSDP2, TP, PP under monkeytree launch,
+gloo on CPU, over loopback), by phase, with the bytes moved, beside the transfer engine's raw
+rate for the same bytes. Every run starts a fresh cluster.
 
 options:
-  --params N   model parameters, about (default 100e6; the checkpoint holds them and SGD momentum)
-  --steps N    training steps (default 30; the second job arrives after the first)
-  --keep       keep the working directory (logs, journal)
-  --json       print one JSON line instead of tables
-  -h, --help   show this help`;
+  --jobs LIST   example jobs to run, comma-separated (default ${EXAMPLE_JOBS.map((job) => job.name).join(",")})
+  --runs N      runs per job; the report gives medians and the downtime's range (default 3)
+  --width N     model width, passed to the examples (default 256; even: two attention heads)
+  --layers N    transformer blocks, passed to the examples (default 4; a multiple of the stages)
+  --keep        keep each run's working directory (logs, journal)
+  --json        print one JSON object instead of tables
+  -h, --help    show this help
+
+Needs torch for $MONKEYTREE_PYTHON, else for .venv/bin/python (npm run setup:python). Run as
+root, the daemons start replacements as nobody, who must be able to run that interpreter too.`;
 
 interface Options {
   readonly help: boolean;
-  readonly params: number;
-  readonly steps: number;
+  readonly jobs: readonly ExampleJob[];
+  readonly runs: number;
+  readonly width: number;
+  readonly layers: number;
   readonly keep: boolean;
   readonly json: boolean;
 }
 
 function parse(argv: string[]): Options {
-  const flags = parseFlags(argv, { help: { type: "boolean" }, params: { type: "string" }, steps: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" } });
-  const steps = numberFlag("steps", flags.steps, 30, 10);
-  if (!Number.isInteger(steps)) throw new UsageError(`--steps must be a whole number, got "${flags.steps}"`);
-  return { help: flags.help ?? false, params: numberFlag("params", flags.params, 100e6, 1e3), steps, keep: flags.keep ?? false, json: flags.json ?? false };
+  const flags = parseFlags(argv, {
+    help: { type: "boolean", short: "h" }, jobs: { type: "string" }, runs: { type: "string" }, width: { type: "string" },
+    layers: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" },
+  });
+  const jobs = (flags.jobs ?? EXAMPLE_JOBS.map((job) => job.name).join(",")).split(",").map((name) => {
+    const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
+    if (!job) throw new UsageError(`--jobs: there is no example job "${name}" (there are ${EXAMPLE_JOBS.map((j) => j.name).join(", ")})`);
+    return job;
+  });
+  const width = intFlag("width", flags.width, 256, 8);
+  if (width % 2) throw new UsageError(`--width must be even (the model has two attention heads), got ${width}`);
+  const layers = intFlag("layers", flags.layers, 4, 1);
+  const stages = Math.max(...jobs.map((job) => job.parallelism.pp));
+  if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
+  return { help: flags.help ?? false, jobs, runs: intFlag("runs", flags.runs, 3, 1), width, layers, keep: flags.keep ?? false, json: flags.json ?? false };
 }
 
 /**
- * Polls log files and remembers when each pattern first matched, on this process's clock;
- * `barriers` also timestamps every barrier line of the stayer as it appears.
+ * --checkpoint-bytes for `job`: each local process's share holds its parameters and AdamW's two
+ * moments in float32, with room for the checkpoint's metadata. The model is
+ * examples/common/gpt.py's GPT (vocabulary 64, context 16); a process holds its share of the
+ * blocks, and everything outside them is counted whole, which is generous for FSDP.
  */
-class LogWatch {
-  readonly seen = new Map<string, { at: number; match: RegExpMatchArray }>();
-  readonly barriers = new Map<number, number>();
-  private readonly timer: NodeJS.Timeout;
-  constructor(
-    private readonly patterns: Record<string, { file: () => string | null; pattern: RegExp }>,
-    private readonly stayerLog: string,
-  ) {
-    this.timer = setInterval(() => this.poll(), 20);
-  }
-  poll(): void {
-    for (const [name, { file, pattern }] of Object.entries(this.patterns)) {
-      const path = file();
-      if (this.seen.has(name) || path === null) continue;
-      const match = pattern.exec(readFileSync(path, "utf8"));
-      if (match) this.seen.set(name, { at: Date.now(), match });
-    }
-    for (const [, step] of readFileSync(this.stayerLog, "utf8").matchAll(/→ holding: barrier (\d+)$/gm)) {
-      if (!this.barriers.has(Number(step))) this.barriers.set(Number(step), Date.now());
-    }
-  }
-  stop(): void {
-    clearInterval(this.timer);
+function checkpointBytes(job: ExampleJob, width: number, layers: number): number {
+  const blocks = layers * (12 * width * width + 13 * width);
+  const rest = 146 * width + 64;
+  const shares: Record<string, number> = { fsdp: 1 / (job.hosts.flat().length * job.nproc), tp: 1 / job.parallelism.tp, pp: 1 / job.parallelism.pp };
+  const share = shares[job.name] ?? 1;
+  const perProcess = 3 * 4 * (blocks * share + rest) * 1.02 + MiB;
+  return job.nproc * Math.ceil(perProcess / PAGE) * PAGE;
+}
+
+/** The environment of every process a run starts; also set here, since the launchers inherit it. */
+function trainingEnv(): Record<string, string> {
+  const env = {
+    PYTHONPATH: [join(ROOT, "sdk/python"), process.env.PYTHONPATH].filter(Boolean).join(":"),
+    OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? "1",
+    // Every barrier in the launchers' logs: the step times around the move come from them.
+    MONKEYTREE_LOG: "debug",
+    // Everything on loopback, as the daemons are.
+    GLOO_SOCKET_IFNAME: "lo",
+    [MARKER]: String(process.pid),
+  };
+  Object.assign(process.env, env);
+  return env;
+}
+
+type Progress = (line: string) => void;
+
+/**
+ * Why the daemons' replacements cannot run the examples, or null: when this runs as root they
+ * run as nobody (no tenant's code runs as root), who must be able to run the interpreter too,
+ * which one in a virtual environment under /root is not.
+ */
+function tenantCannotRun(): string | null {
+  const tenant = replacementUser();
+  if (!tenant || spawnSync(PYTHON, ["-c", "import torch"], { uid: tenant.uid, gid: tenant.gid }).status === 0) return null;
+  return `the daemons run replacements as ${tenant.user} (this runs as root), who cannot import torch with ${PYTHON}; set MONKEYTREE_PYTHON to an interpreter with torch that ${tenant.user} can run`;
+}
+
+/** What every run shares: its processes' environment, and who replacements run as. */
+interface Setup {
+  readonly env: Record<string, string>;
+  readonly tenant: Tenant | undefined;
+}
+
+/** Runs started so far: each gets master ports of its own, since a previous run's sockets may linger. */
+let runsStarted = 0;
+
+/** One move of `job` on a fresh cluster in a directory of its own, kept with --keep or when the run fails (its logs explain why). */
+async function runOnce(job: ExampleJob, options: Options, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
+  const dir = mkdtempSync(join(tmpdir(), `monkeytree-bench-migrate-${job.name}-`));
+  let keep = true;
+  try {
+    const measured = await runIn(dir, job, options, setup, progress);
+    keep = options.keep;
+    return measured;
+  } finally {
+    if (keep) progress(`kept ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
   }
 }
 
-async function until<T>(group: ProcessGroup, what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs: number): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (group.failure) throw new Error(`while waiting for ${what}: ${group.failure}`);
-    if (performance.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+async function runIn(dir: string, job: ExampleJob, options: Options, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
+  const bytes = checkpointBytes(job, options.width, options.layers);
+  const args = ["--steps", String(STEPS), "--width", String(options.width), "--layers", String(options.layers)];
+  const training = { python: PYTHON, args, checkpointBytes: bytes, masterPort: 29800 + 16 * (runsStarted++ % 64) };
+  progress("starting the cluster");
+  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker: `${MARKER}=${setup.env[MARKER]}`, tenant: setup.tenant, timeoutMs: WAIT_MS });
+  const recorder = new LogRecorder([...cluster.launchers.values(), ...cluster.daemons].map((managed) => managed.log));
+  try {
+    return await move(job, cluster, recorder, progress);
+  } finally {
+    recorder.stop();
+    await cluster.stop();
   }
+}
+
+/** Lets the job train, opens the gate for the other job, and follows the move the controller plans. */
+async function move(job: ExampleJob, cluster: LoopbackCluster, recorder: LogRecorder, progress: Progress): Promise<MoveMeasurement> {
+  const { group, client, launchers, daemons } = cluster;
+  const first = launchers.get(job.hosts[0]![0]!)!;
+  progress("waiting for the job to train");
+  await until(group, `${job.name} to train`, () => (recorder.lines(first.log).some((line) => /every local process at barrier \d+/.test(line.text)) ? true : undefined), WAIT_MS);
+  writeFileSync(cluster.gate, "");
+  const planned = await until(group, "a plan that moves the job", async () => (await client.status()).migrations.find((m) => m.job === job.name), WAIT_MS);
+  progress(`moving host ${planned.from} → ${planned.to} …`);
+  const done = await until(group, "the move", async () => {
+    const m = (await client.status()).migrations.find((x) => x.id === planned.id);
+    return m && (m.state === "done" || m.state === "rolled-back") ? m : undefined;
+  }, WAIT_MS);
+  if (done.state !== "done") throw new Error(`the move rolled back: ${done.reason}`);
+  const logs = (): MoveLogs => ({
+    source: recorder.lines(launchers.get(done.from)!.log),
+    stayers: [...launchers].filter(([host]) => host !== done.from).map(([, launcher]) => recorder.lines(launcher.log)),
+    destination: recorder.lines(daemons[done.to]!.log),
+  });
+  await until(group, "training to resume with the replacement", () => (complete(logs(), job.nproc) ? true : undefined), WAIT_MS);
+  recorder.poll();
+  return measure(done, logs());
 }
 
 /** The same engine, staging to staging over loopback, for `bytes`: seconds of the best of three. */
@@ -115,137 +209,97 @@ async function rawTransfer(bytes: number): Promise<number> {
   }
 }
 
-async function run(options: Options): Promise<number> {
-  if (spawnSync(PYTHON, ["-c", "import torch"]).status !== 0) {
-    process.stderr.write(`bench:migrate needs torch for ${PYTHON} (Debian: apt-get install python3-torch)\n`);
-    return 1;
-  }
-  const hidden = Math.max(1, Math.round(options.params / 21));
-  // Parameters and momentum, float32, plus room for metadata.
-  const checkpointBytes = Math.ceil((2 * 21 * hidden * 4 + (1 << 20)) / 4096) * 4096;
-  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-migrate-"));
-  const group = new ProcessGroup(dir);
-  // The hook, for the launchers' Python processes and the replacements the daemons start.
-  process.env.PYTHONPATH = [join(process.cwd(), "sdk/python"), process.env.PYTHONPATH].filter(Boolean).join(":");
-  process.env.OMP_NUM_THREADS ??= "1";
-  // Every barrier in the launchers' logs: the step times around the move come from them.
-  process.env.MONKEYTREE_LOG = "debug";
-  const progress = (line: string) => options.json || process.stderr.write(`${line}\n`);
-  let client: ControllerClient | undefined;
-  try {
-    const snapshot = join(dir, "topology.json");
-    writeFileSync(snapshot, JSON.stringify({ topology: TOPOLOGY, jobs: [] }));
-    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
-    const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, 20_000))[1]!;
-    client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
-    const launch = [
-      "--checkpoint-bytes", String(checkpointBytes), "--master-port", "29800",
-      "--", PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", "examples/ddp/train.py", "--steps", String(options.steps), "--hidden", String(hidden),
-    ];
-    const other = [...WORKER, "--steps", "1000000", "--step-ms", "100"];
-    // A daemon passes a replacement none of its own environment: the hook's path and the log level go in its command.
-    const passed = ["PYTHONPATH", "OMP_NUM_THREADS", "MONKEYTREE_LOG"].map((name) => `${name}=${process.env[name]}`);
-    const tenant = replacementUser();
-    const daemons = [0, 1, 2, 3].map((host) =>
-      group.start(`daemon-${host}`, [
-        ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(checkpointBytes + (1 << 20)),
-        "--replacement", `ddp=${shellCommand(["env", ...passed, process.execPath, ...CLI, "launch", ...launch])}`,
-        "--replacement", `other=${shellCommand([process.execPath, ...other])}`,
-        ...(tenant ? ["--run-as", tenant.user] : []),
-      ]),
-    );
-    await until(group, "the daemons", async () => ((await client!.status()).hosts.registered === 4 ? true : undefined), 30_000);
-    progress(`bench:migrate: ${(21 * hidden / 1e6).toFixed(0)}M parameters, ${(checkpointBytes / 2 ** 20).toFixed(0)} MiB checkpoint; starting the DDP job`);
-    const ddp = new Map<number, Managed>();
-    for (const host of [0, 2]) {
-      ddp.set(host, group.start(`ddp-${host}`, [...CLI, "launch", "--job", "ddp", "--host", String(host), "--dp", "2", "--connect", endpoint, "--replacement", "ddp", ...launch]));
-    }
-    const gate = join(dir, "other.admitted");
-    for (const host of [1, 3]) {
-      group.start(`other-${host}`, [...other, "--controller", endpoint, "--job", "other", "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(1 << 20), "--replacement", "other", "--start-when-exists", gate]);
-    }
-    await until(group, "the DDP job to train", () => (/every local process at barrier \d+/.test(readFileSync(ddp.get(0)!.log, "utf8")) ? true : undefined), 300_000);
-    writeFileSync(gate, "");
-    const moves = await until(group, "a plan", async () => {
-      const m = (await client!.status()).migrations;
-      return m.length ? m : undefined;
-    }, 60_000);
-    const move = moves.find((m) => m.job === "ddp");
-    if (!move) throw new Error("the plan moved no DDP worker");
-    const stayer = ddp.get(move.from === 0 ? 2 : 0)!;
-    const destinationLog = () => daemons[move.to]!.log;
-    const watch = new LogWatch({
-      written: { file: () => ddp.get(move.from)!.log, pattern: /checkpoint-write took (\d+) ms/ },
-      sent: { file: () => ddp.get(move.from)!.log, pattern: /sent (\d+) bytes in ([\d.]+) s/ },
-      loaded: { file: destinationLog, pattern: /load took (\d+) ms/ },
-      reformed: { file: () => stayer.log, pattern: /reform took (\d+) ms/ },
-      resumed: { file: () => stayer.log, pattern: /training resumed: every local process reached barrier (\d+), ([\d.]+) s .*a step took ([\d.]+) s before/ },
-    }, stayer.log);
-    progress(`bench:migrate: moving the DDP worker on host ${move.from} to host ${move.to}`);
-    const done = await until(group, "the move", async () => {
-      const m = (await client!.status()).migrations.find((x) => x.id === move.id)!;
-      return m.state === "done" || m.state === "rolled-back" ? m : undefined;
-    }, 300_000);
-    // Three steps after the move, for the step time once the replacement is up.
-    await until(group, "training to resume", () => {
-      const resumed = Number(watch.seen.get("resumed")?.match[1] ?? NaN);
-      return watch.seen.has("loaded") && watch.barriers.has(resumed + 3) ? true : undefined;
-    }, 300_000);
-    watch.poll();
-    watch.stop();
-    if (done.state !== "done") throw new Error(`the move rolled back: ${done.reason}`);
-    // The baseline runs on a quiet machine too: the jobs stop first.
-    await group.stopAll();
-    const raw = await rawTransfer(checkpointBytes);
-    return report(options, done, watch, raw, checkpointBytes, 21 * hidden);
-  } finally {
-    await client?.close();
-    await group.stopAll();
-    if (options.keep) process.stderr.write(`kept ${dir}\n`);
-    else rmSync(dir, { recursive: true, force: true });
-  }
+interface JobResult {
+  readonly job: string;
+  readonly checkpointBytes: number;
+  readonly runs: readonly MoveMeasurement[];
+  readonly failures: readonly string[];
+  readonly median: { readonly downtime: number; readonly phases: Record<Phase, number>; readonly bytesSent: number; readonly bytesWritten: number };
+  readonly downtimeRange: readonly [number, number];
+  /** Bytes per second: the moves' transfers (median) and the engine's raw rate. */
+  readonly transfer: { readonly migration: number; readonly raw: number; readonly rawSeconds: number; readonly ratio: number };
 }
 
-function report(options: Options, move: StatusReport["migrations"][number], watch: LogWatch, rawSeconds: number, bytes: number, params: number): number {
-  const at = (state: string) => move.history.find((h) => h.state === state)?.at ?? NaN;
-  const ms = (name: string, group = 1) => Number(watch.seen.get(name)?.match[group] ?? NaN);
-  const sentSeconds = Number(watch.seen.get("sent")?.match[2] ?? NaN);
-  // The job is down from the moment all its workers stopped at the barrier until the stayer
-  // finished its first step with the replacement (its next barrier), less the time a step
-  // takes once the replacement is up (the median of the next three).
-  const stopped = move.history[move.history.findIndex((h) => h.state === "pausing") + 1]!.at;
-  const resumedStep = Number(watch.seen.get("resumed")!.match[1]);
-  const after = [1, 2, 3].map((k) => (watch.barriers.get(resumedStep + k)! - watch.barriers.get(resumedStep + k - 1)!) / 1000).sort((a, b) => a - b);
-  const step = after[1]!;
-  const downtime = (watch.barriers.get(resumedStep)! - stopped) / 1000 - step;
-  const rows: [string, number][] = [
-    ["barrier wait (pausing; the job still trains, the replacement starts)", (stopped - at("pausing")) / 1000],
-    ["waiting for staging after the barrier (staging; skipped when granted earlier)", Number.isNaN(at("staging")) ? 0 : (at("transferring") - at("staging")) / 1000],
-    ["checkpoint write (Python, DCP into shared memory)", ms("written") / 1000],
-    ["transfer (engine)", sentSeconds],
-    ["transferring, in all", (at("verifying") - at("transferring")) / 1000],
-    ["verify + the step's other moves (verifying, staged)", (at("committing") - at("verifying")) / 1000],
-    ["replacement launcher start and registration (committing)", (at("resuming") - at("committing")) / 1000],
-    ["load (replacement, from the staging buffer)", ms("loaded") / 1000],
-    ["process-group re-formation (stayer: waits for the replacement to attach)", ms("reformed") / 1000],
-    ["reconfigure → first step done with the replacement (stayer)", Number(watch.seen.get("resumed")?.match[2] ?? NaN)],
-    ["a training step after the move (median of three)", step],
-    ["downtime: all stopped → first step after the move, less one step", downtime],
-  ];
-  const rawRate = bytes / rawSeconds;
-  const migrationRate = bytes / sentSeconds;
-  if (options.json) {
-    process.stdout.write(`${JSON.stringify({ params, bytes, downtime, phases: Object.fromEntries(rows), rawSeconds, transferRatio: migrationRate / rawRate })}\n`);
-    return 0;
+function summarize(job: ExampleJob, bytes: number, runs: readonly MoveMeasurement[], failures: readonly string[], rawSeconds: number): JobResult {
+  const of = (value: (run: MoveMeasurement) => number) => (runs.length ? median(runs.map(value)) : NaN);
+  const downtimes = runs.map((run) => run.downtime);
+  const phases = Object.fromEntries(PHASES.map(([key]) => [key, of((run) => run.phases[key])])) as Record<Phase, number>;
+  const migration = of((run) => run.bytesSent / run.phases.transfer);
+  const raw = bytes / rawSeconds;
+  return {
+    job: job.name,
+    checkpointBytes: bytes,
+    runs,
+    failures,
+    median: { downtime: of((run) => run.downtime), phases, bytesSent: of((run) => run.bytesSent), bytesWritten: of((run) => run.bytesWritten) },
+    downtimeRange: [Math.min(...downtimes), Math.max(...downtimes)],
+    transfer: { migration, raw, rawSeconds, ratio: migration / raw },
+  };
+}
+
+/** Every run of `job`, then the engine's raw rate for its bytes; a failed run is reported and skipped. */
+async function benchJob(job: ExampleJob, options: Options, setup: Setup, say: Progress): Promise<JobResult> {
+  const runs: MoveMeasurement[] = [];
+  const failures: string[] = [];
+  for (let run = 1; run <= options.runs; run++) {
+    const progress = (line: string) => say(`${job.name} run ${run}/${options.runs}: ${line}`);
+    try {
+      const measured = await runOnce(job, options, setup, progress);
+      runs.push(measured);
+      progress(`downtime ${measured.downtime.toFixed(3)} s`);
+    } catch (error) {
+      failures.push((error as Error).message);
+      progress(`failed: ${(error as Error).message}`);
+    }
   }
-  process.stdout.write(`${table(["phase", "seconds"], rows.map(([name, s]) => [name, s.toFixed(3)]))}\n\n`);
-  process.stdout.write(
-    `${table(
-      ["checkpoint", "migration transfer", "engine raw (same bytes, same run)", "ratio"],
-      [[`${(bytes / 2 ** 20).toFixed(0)} MiB`, `${((migrationRate * 8) / 1e9).toFixed(2)} Gbit/s`, `${((rawRate * 8) / 1e9).toFixed(2)} Gbit/s`, (migrationRate / rawRate).toFixed(2)]],
-    )}\n`,
-  );
-  return 0;
+  const bytes = checkpointBytes(job, options.width, options.layers);
+  say(`${job.name}: the engine's raw rate for ${(bytes / MiB).toFixed(1)} MiB`);
+  return summarize(job, bytes, runs, failures, await rawTransfer(bytes));
+}
+
+const fixed = (value: number, digits = 3) => (Number.isFinite(value) ? value.toFixed(digits) : "-");
+const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixed(1)} MiB` : "-");
+const gbits = (rate: number) => (Number.isFinite(rate) ? `${((rate * 8) / 1e9).toFixed(2)} Gbit/s` : "-");
+
+function report(options: Options, results: readonly JobResult[]): void {
+  if (options.json) {
+    process.stdout.write(`${JSON.stringify({ python: PYTHON, width: options.width, layers: options.layers, runs: options.runs, jobs: results })}\n`);
+    return;
+  }
+  const summary = results.map((r) => [
+    r.job, `${r.runs.length}/${options.runs}`, fixed(r.median.downtime), `${fixed(r.downtimeRange[0])}–${fixed(r.downtimeRange[1])}`,
+    mib(r.median.bytesWritten), mib(r.median.bytesSent), gbits(r.transfer.migration), gbits(r.transfer.raw), fixed(r.transfer.ratio, 2),
+  ]);
+  const header = ["job", "runs", "downtime s (median)", "min–max", "checkpoint written", "moved", "migration transfer", "engine raw (same bytes)", "ratio"];
+  process.stdout.write(`model: width ${options.width}, ${options.layers} layers\n\n${table(header, summary)}\n\n`);
+  const rows = [...PHASES.map(([key, label]) => [label, ...results.map((r) => fixed(r.median.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...results.map((r) => fixed(r.median.downtime))]];
+  process.stdout.write(`${table(["phase (seconds, median of the runs)", ...results.map((r) => r.job)], rows)}\n`);
+  for (const r of results.filter((result) => result.failures.length)) process.stdout.write(`\n${r.job}: ${r.failures.length} run(s) failed: ${r.failures.join("; ")}\n`);
+}
+
+async function run(options: Options): Promise<number> {
+  if (spawnSync(PYTHON, ["-c", "import torch"]).status !== 0) {
+    process.stderr.write(`bench:migrate: ${PYTHON} cannot import torch; run \`npm run setup:python\` (or set MONKEYTREE_PYTHON to an interpreter with torch)\n`);
+    return 1;
+  }
+  const refused = tenantCannotRun();
+  if (refused !== null) {
+    process.stderr.write(`bench:migrate: ${refused}\n`);
+    return 1;
+  }
+  const say: Progress = (line) => process.stderr.write(`bench:migrate: ${line}\n`);
+  const env = trainingEnv();
+  // The clusters' processes run in sessions of their own, out of a terminal's reach.
+  const interrupted = () => void stopMarked(`${MARKER}=${env[MARKER]}`).then(() => process.exit(130));
+  process.once("SIGINT", interrupted).once("SIGTERM", interrupted);
+  const setup = { env, tenant: replacementUser() };
+  const results: JobResult[] = [];
+  for (const job of options.jobs) {
+    say(`${job.name}: ${(checkpointBytes(job, options.width, options.layers) / MiB).toFixed(1)} MiB of checkpoint staging per host`);
+    results.push(await benchJob(job, options, setup, say));
+  }
+  report(options, results);
+  return results.some((r) => r.failures.length) ? 1 : 0;
 }
 
 await benchMain("migrate", help, parse, run);

@@ -119,10 +119,12 @@ export function killReplacements(endpoint: string): void {
 }
 
 /**
- * SIGKILLs every other process whose environment holds `entry` (NAME=VALUE): what a daemon
- * started outlives it in a process group, or a session, of its own.
+ * Sends `signal` (SIGKILL unless given; 0 only looks) to every other process whose environment
+ * holds `entry` (NAME=VALUE): what a daemon started outlives it in a process group, or a session,
+ * of its own. Returns the ids of the processes signalled.
  */
-export function killByEnvironment(entry: string): void {
+export function killByEnvironment(entry: string, signal: NodeJS.Signals | 0 = "SIGKILL"): number[] {
+  const signalled: number[] = [];
   const marker = `\0${entry}\0`;
   for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name) && Number(name) !== process.pid)) {
     let environ: string;
@@ -133,9 +135,11 @@ export function killByEnvironment(entry: string): void {
     }
     if (!`\0${environ}\0`.includes(marker)) continue;
     try {
-      process.kill(Number(pid), "SIGKILL");
+      process.kill(Number(pid), signal);
+      signalled.push(Number(pid));
     } catch {
       // Already gone.
     }
   }
+  return signalled;
 }

@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -13,6 +12,7 @@ import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
 import { startHeartbeat } from "./heartbeat.ts";
+import { unusedPort } from "./ports.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
 
@@ -74,8 +74,8 @@ export class Launcher {
   private child: ChildProcess | null = null;
   /** Local processes waiting at the barrier of `step`, by local rank. */
   private waiting: { step: number; ranks: Map<number, Waiter> } | null = null;
-  /** Local processes that saved their checkpoint, by local rank. */
-  private saving: { ranks: Map<number, Waiter>; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number } | null = null;
+  /** Local processes that saved their checkpoint, by local rank, and the bytes they wrote in all. */
+  private saving: { ranks: Map<number, Waiter>; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number; written: number } | null = null;
   private stopped = false;
   /** Whether the local processes reached their first barrier. */
   private trained = false;
@@ -172,7 +172,7 @@ export class Launcher {
 
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
-    const [program, ...args] = this.options.torchrun.local(await freePort());
+    const [program, ...args] = this.options.torchrun.local(await unusedPort());
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath } });
     this.child = child;
     let started: () => void;
@@ -267,7 +267,7 @@ export class Launcher {
     if (directive.kind === "migrate-out") {
       const asked = performance.now();
       this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
-      this.saving = { ranks: new Map(), directive, step, asked };
+      this.saving = { ranks: new Map(), directive, step, asked, written: 0 };
       for (const [localRank, reply] of ranks) {
         reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: this.outbox!.name, offset: localRank * this.share, length: this.share } });
       }
@@ -280,13 +280,14 @@ export class Launcher {
     const saving = this.saving;
     if (!saving) return reply(error("saved without a migrate-out to answer"));
     if (bytes > this.share) return reply(error(`local rank ${localRank} saved ${bytes} bytes into a ${this.share}-byte range`));
+    if (!saving.ranks.has(localRank)) saving.written += bytes;
     saving.ranks.set(localRank, reply);
     if (saving.ranks.size === this.options.torchrun.nprocPerNode) void this.sendCheckpoint(saving);
   }
 
   private async sendCheckpoint(saving: NonNullable<Launcher["saving"]>): Promise<void> {
     const { directive, step } = saving;
-    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out`);
+    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved, ${saving.written} bytes in all, ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out`);
     const started = performance.now();
     try {
       const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
@@ -328,18 +329,6 @@ export class Launcher {
         return { kind: "stop", reason: `unexpected second migrate-out (${directive.migration})` };
     }
   }
-}
-
-/** A port nothing listens on now, for torchrun's local rendezvous store. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function median(values: readonly number[]): number {

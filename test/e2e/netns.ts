@@ -10,6 +10,8 @@ export interface Hosts {
   address(host: number): string;
   /** Prefix that runs a command inside host h's namespace. */
   exec(host: number): string[];
+  /** Host h's namespace, as `ip netns` names it. */
+  namespace(host: number): string;
   /**
    * SIGKILLs every process inside the hosts' namespaces: the replacements their daemons started
    * run in process groups of their own and outlive the daemons, as they must on a real host.
@@ -84,6 +86,7 @@ export function createHosts(count: number): Hosts {
     bridgeAddress: `10.${net}.0.254`,
     address: (h) => `10.${net}.0.${h + 1}`,
     exec: (h) => ["ip", "netns", "exec", ns(h)],
+    namespace: ns,
     killAll() {
       for (let h = 0; h < count; h++) killNamespace(ns(h));
     },

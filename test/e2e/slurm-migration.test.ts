@@ -6,7 +6,7 @@ import { CLI, ProcessGroup, shellCommand, type Managed } from "../../cli/demo/pr
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { createHosts, type Hosts } from "./netns.ts";
-import { referenceDigest, TRAIN } from "./reference.ts";
+import { referenceRun } from "./reference.ts";
 import { canRun, networkNamespaces, slurm, torch } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { startSlurm, type SlurmCluster } from "../helpers/slurm.ts";
@@ -24,6 +24,7 @@ import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
  * sleep job is pinned, n5 drained).
  */
 
+const TRAIN = "examples/ddp/train.py";
 const STEPS = 2000;
 const NODES = 6;
 const PINNED = ["n0", "n3"];
@@ -49,7 +50,7 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
   beforeAll(async () => {
     const dir = tempDir();
     dirs.push(dir);
-    reference = await referenceDigest(STEPS, dir);
+    reference = (await referenceRun(TRAIN, 2, ["--steps", String(STEPS)], dir)).digest;
     hosts = createHosts(NODES);
     cluster = await startSlurm({ nodes: NODES, racks: 2 });
   }, 4 * SAFETY_NET_MS);

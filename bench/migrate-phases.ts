@@ -1,0 +1,161 @@
+// What one live move of an example job cost, phase by phase: from the controller's journaled
+// transitions (status history) and from the launchers' logs, whose lines are timestamped here as
+// they appear (±20 ms), since the logs carry no clock of their own.
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import type { MigrationSummarySchema } from "../sdk/protocol/status.ts";
+import type { z } from "zod";
+
+export type Move = z.infer<typeof MigrationSummarySchema>;
+
+/** A log line and when it was first seen (ms since the epoch, the controller's clock too). */
+export interface Line {
+  readonly at: number;
+  readonly text: string;
+}
+
+/** Follows log files from their start, keeping every complete line with the time it was seen. */
+export class LogRecorder {
+  private readonly files = new Map<string, { fd: number; offset: number; partial: string; lines: Line[] }>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(paths: readonly string[]) {
+    for (const path of paths) this.files.set(path, { fd: openSync(path, "r"), offset: 0, partial: "", lines: [] });
+    this.timer = setInterval(() => this.poll(), 20);
+  }
+
+  poll(): void {
+    const at = Date.now();
+    for (const file of this.files.values()) {
+      const size = fstatSync(file.fd).size;
+      if (size <= file.offset) continue;
+      const chunk = Buffer.alloc(size - file.offset);
+      file.offset += readSync(file.fd, chunk, 0, chunk.length, file.offset);
+      const parts = (file.partial + chunk.toString("utf8")).split("\n");
+      file.partial = parts.pop()!;
+      for (const text of parts) file.lines.push({ at, text });
+    }
+  }
+
+  lines(path: string): readonly Line[] {
+    return this.files.get(path)?.lines ?? [];
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.poll();
+    for (const file of this.files.values()) closeSync(file.fd);
+  }
+}
+
+/** The logs of one move: the moved host's launcher, the stayers' launchers, and the destination's daemon (its replacement logs there). */
+export interface MoveLogs {
+  readonly source: readonly Line[];
+  readonly stayers: readonly (readonly Line[])[];
+  readonly destination: readonly Line[];
+}
+
+/** The phases, in the order they happen; seconds each. Medians of these need not add up to the downtime's. */
+export const PHASES = [
+  ["barrierWait", "barrier wait (pausing: the job trains on, the replacement starts)"],
+  ["stagingWait", "waiting for staging after the barrier (skipped when granted earlier)"],
+  ["checkpointWrite", "checkpoint write (DCP into shared memory; slowest local rank)"],
+  ["transfer", "transfer (engine)"],
+  ["transferring", "transferring, in all"],
+  ["verify", "verify + the plan step's other moves (verifying, staged)"],
+  ["replacementStart", "replacement launcher start and registration (committing)"],
+  ["load", "load on the replacement (slowest local rank)"],
+  ["reform", "process-group re-formation (stayers wait for the replacement; slowest rank)"],
+  ["firstStep", "reconfigure → first step done with the replacement (slowest stayer)"],
+  ["step", "a training step after the move (median of three)"],
+] as const;
+export type Phase = (typeof PHASES)[number][0];
+
+export interface MoveMeasurement {
+  readonly from: number;
+  readonly to: number;
+  /** All workers stopped at the barrier → the first step with the replacement done, less one step. */
+  readonly downtime: number;
+  readonly phases: Record<Phase, number>;
+  /** What the launcher sent: its whole --checkpoint-bytes staging. */
+  readonly bytesSent: number;
+  /** What the moved host's processes wrote into it. */
+  readonly bytesWritten: number;
+}
+
+const all = (lines: readonly Line[], pattern: RegExp) => lines.flatMap((line) => {
+  const match = pattern.exec(line.text);
+  return match ? [{ at: line.at, match }] : [];
+});
+
+/** The slowest local rank's `phase` in `lines`, in seconds; NaN when none reported it. */
+function slowest(lines: readonly Line[], phase: string): number {
+  const ms = all(lines, new RegExp(`local rank \\d+: ${phase} took (\\d+) ms`)).map(({ match }) => Number(match[1]));
+  return ms.length ? Math.max(...ms) / 1000 : NaN;
+}
+
+/** The barrier a stayer reached first after re-forming, and the seconds since it was told to. */
+function resumed(stayer: readonly Line[]): { step: number; seconds: number } | undefined {
+  const [first] = all(stayer, /training resumed: every local process reached barrier (\d+), ([\d.]+) s/);
+  return first && { step: Number(first.match[1]), seconds: Number(first.match[2]) };
+}
+
+/** When each barrier of a stayer was reached (its launcher's debug transitions). */
+function barriers(stayer: readonly Line[]): Map<number, number> {
+  const at = new Map<number, number>();
+  for (const { at: seen, match } of all(stayer, /→ holding: barrier (\d+)$/)) if (!at.has(Number(match[1]))) at.set(Number(match[1]), seen);
+  return at;
+}
+
+/** Steps after the resumed barrier that the step time is taken from. */
+const STEPS_AFTER = 3;
+
+/** Whether the logs hold all a measurement needs: every replacement rank loaded, every stayer three steps past its re-formation. */
+export function complete(logs: MoveLogs, nproc: number): boolean {
+  if (all(logs.destination, /local rank \d+: load took/).length < nproc) return false;
+  const step = resumed(logs.stayers[0] ?? []);
+  return step !== undefined && logs.stayers.every((stayer) => barriers(stayer).has(step.step + STEPS_AFTER));
+}
+
+/** When the whole job had reached `step`: its slowest stayer's barrier. */
+const jobReached = (stayers: readonly Map<number, number>[], step: number) => Math.max(...stayers.map((b) => b.get(step) ?? NaN));
+
+/** Downtime and its phases for a move that is done and whose logs are `complete`. */
+export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
+  const at = (state: string) => move.history.find((h) => h.state === state)?.at ?? NaN;
+  // The state after pausing (staging or transferring) starts once every worker is at the barrier.
+  const stopped = move.history[move.history.findIndex((h) => h.state === "pausing") + 1]?.at ?? NaN;
+  const resumes = logs.stayers.map((stayer) => resumed(stayer));
+  const first = resumes[0]?.step ?? NaN;
+  const reached = logs.stayers.map(barriers);
+  const after = Array.from({ length: STEPS_AFTER }, (_, k) => (jobReached(reached, first + k + 1) - jobReached(reached, first + k)) / 1000);
+  const step = median(after);
+  const [, bytes, seconds] = all(logs.source, /sent (\d+) bytes in ([\d.]+) s/)[0]?.match ?? [];
+  const [, written] = all(logs.source, /every local process saved, (\d+) bytes in all/)[0]?.match ?? [];
+  const phases: Record<Phase, number> = {
+    barrierWait: (stopped - at("pausing")) / 1000,
+    stagingWait: Number.isNaN(at("staging")) ? 0 : (at("transferring") - at("staging")) / 1000,
+    checkpointWrite: slowest(logs.source, "checkpoint-write"),
+    transfer: Number(seconds ?? NaN),
+    transferring: (at("verifying") - at("transferring")) / 1000,
+    verify: (at("committing") - at("verifying")) / 1000,
+    replacementStart: (at("resuming") - at("committing")) / 1000,
+    load: slowest(logs.destination, "load"),
+    reform: Math.max(...logs.stayers.map((stayer) => slowest(stayer, "reform"))),
+    firstStep: Math.max(...resumes.map((r) => r?.seconds ?? NaN)),
+    step,
+  };
+  return {
+    from: move.from,
+    to: move.to,
+    downtime: (jobReached(reached, first) - stopped) / 1000 - step,
+    phases,
+    bytesSent: Number(bytes ?? NaN),
+    bytesWritten: Number(written ?? NaN),
+  };
+}
+
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}

@@ -1,0 +1,135 @@
+"""The managed training loop every example shares, and its command line."""
+import argparse
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import monkeytree
+
+from .gpt import Config, lm_loss
+from .state import average_gradients, digest, fill, local_state
+
+
+@dataclass
+class Worker:
+    """This process's share of the job, built on the current process group."""
+
+    module: nn.Module  # the parameters this process holds, named as in the whole GPT
+    optimizer: torch.optim.Optimizer
+    part: str  # which part of the job's state they are; a replacement or a re-formed group must hold the same
+    train_step: Callable[[int], None]  # one optimizer step on the batch of the given step
+
+
+class Job(Protocol):
+    """What ``monkeytree.attach()`` returns, as far as the loop uses it."""
+
+    rank: int
+    world_size: int
+    generation: int
+    resuming: bool
+
+    def load(self, template: dict) -> dict: ...
+
+    def barrier(self, step: int, state_fn: Callable[[], dict]) -> str: ...
+
+    def close(self) -> None: ...
+
+
+Build = Callable[[argparse.Namespace], Worker]
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options every example takes; an example adds its own parallelism's."""
+    options = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_argument("--steps", type=int, default=20)
+    options.add_argument("--seed", type=int, default=0)
+    options.add_argument("--width", type=int, default=Config.width, help="model width (two attention heads)")
+    options.add_argument("--layers", type=int, default=Config.layers, help="transformer blocks")
+    options.add_argument("--out", help="JSON file rank 0 writes at the end: step, worldSize, generation and the"
+                                       " SHA-256 of all parameters and optimizer state")
+    return options
+
+
+def config(args: argparse.Namespace) -> Config:
+    return Config(width=args.width, layers=args.layers)
+
+
+def adamw(module: nn.Module) -> torch.optim.AdamW:
+    return torch.optim.AdamW(module.parameters(), lr=3e-3, weight_decay=0.1)
+
+
+def update(optimizer: torch.optim.Optimizer, dp_group: dist.ProcessGroup | None = None) -> None:
+    """Steps ``optimizer``, first averaging its gradients over ``dp_group`` when one is given."""
+    if dp_group is not None:
+        average_gradients((p for group in optimizer.param_groups for p in group["params"]), dp_group)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor],
+               dp_group: dist.ProcessGroup | None = None) -> None:
+    inputs, targets = batch
+    lm_loss(model(inputs), targets).backward()
+    update(optimizer, dp_group)
+
+
+def _state(worker: Worker, step: int) -> dict:
+    return {**local_state(worker.module, worker.optimizer), "part": worker.part.encode(), "step": step}
+
+
+def _check_part(held: str, worker: Worker) -> None:
+    if held != worker.part:
+        raise RuntimeError(f"this process now holds {worker.part} of the job but its state is {held};"
+                           " the example re-forms only onto the same layout")
+
+
+def _resume(job: Job, worker: Worker) -> int:
+    # Adam's moments exist only after a first step; load fills them in place.
+    monkeytree.init_optimizer_state(worker.optimizer)
+    state = job.load(_state(worker, 0))
+    _check_part(state["part"].decode(), worker)
+    return state["step"]
+
+
+def _carry_over(old: Worker, new: Worker) -> Worker:
+    # The old objects hold the destroyed group, but their local tensors are still this process's state.
+    _check_part(old.part, new)
+    monkeytree.init_optimizer_state(new.optimizer)
+    fill(local_state(new.module, new.optimizer), local_state(old.module, old.optimizer))
+    return new
+
+
+def run(job: Job, args: argparse.Namespace, build: Build) -> None:
+    """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step."""
+    worker = build(args)
+    step = _resume(job, worker) if job.resuming else 0
+    while step < args.steps:
+        worker.train_step(step)
+        step += 1
+        directive = job.barrier(step, partial(_state, worker, step))
+        if directive == "stop":
+            return  # moved to another host (the replacement carries on) or the job ended
+        if directive == "reconfigured":
+            worker = _carry_over(worker, build(args))
+    result = digest(worker.module, worker.optimizer)  # every rank takes part
+    if job.rank == 0 and args.out:
+        # Written aside and renamed: whoever waits for the file never reads half of it.
+        with open(args.out + ".tmp", "w") as out:
+            json.dump({"step": step, "worldSize": job.world_size, "generation": job.generation, "digest": result}, out)
+        os.replace(args.out + ".tmp", args.out)
+    # Released before the group: a DDP reducer left holding it would destroy it with the GIL held,
+    # and deadlock against the gloo thread that still frees the gather's Python tensors.
+    del worker
+    dist.destroy_process_group()
+
+
+def main(build: Build, options: argparse.ArgumentParser) -> None:
+    args = options.parse_args()
+    run(monkeytree.attach(), args, build)

@@ -1,0 +1,108 @@
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { expect } from "vitest";
+import { CLI, ProcessGroup, RUN_TS, type Managed } from "../../cli/demo/processes.ts";
+import { launcherArgs, launchTail, otherArgs, otherWorker, replacementFlags } from "../../bench/cluster.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import type { ExampleJob } from "../../bench/example-jobs.ts";
+import type { Hosts } from "./netns.ts";
+import { PYTHON } from "../helpers/python.ts";
+import { tenantDir, TENANT } from "../helpers/tenant.ts";
+import { script } from "../../bench/example-jobs.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
+
+/**
+ * A cluster of emulated hosts for the migration tests: the controller beside the bridge, a
+ * daemon and one `monkeytree launch` per worker in every host's namespace. An example training
+ * job trains on its hosts; a second job, gated by a file, arrives on others and pushes racks
+ * over their bound, so the controller moves workers.
+ */
+
+const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
+/** The environment every training process gets: the hook from the checkout, gloo on the namespace's interface. */
+export const TRAIN_ENV = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };
+
+
+export interface ClusterOptions {
+  readonly steps: number;
+  /** The other job's worker holds its checkpoint until `<hold>.go` exists (a rollback test). */
+  readonly hold?: string;
+  /** Short only where a test needs a daemon declared lost. */
+  readonly heartbeatTimeoutS?: number;
+}
+
+export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10 }: ClusterOptions) {
+  // Replacements, run as the tenant, write the job's result here too.
+  const dir = tenantDir();
+  const group = new ProcessGroup(dir);
+  const snapshot = join(dir, "topology.json");
+  writeFileSync(snapshot, JSON.stringify({ topology: job.topology, jobs: [] }));
+  // The bridge joins only this test's namespaces, so the controller may listen there without keys.
+  const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
+  const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
+  const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
+  const env = Object.entries(TRAIN_ENV).map(([k, v]) => `${k}=${v}`);
+  const inHost = (host: number, args: readonly string[]) => [...hosts.exec(host).slice(1), "env", ...env, process.execPath, ...args];
+  // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
+  const startIn = (name: string, host: number, args: readonly string[]): Managed =>
+    group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
+  const out = join(dir, `${job.name}.json`);
+  const tail = launchTail(job, { python: PYTHON, args: ["--steps", String(steps), "--out", out], checkpointBytes: job.checkpointBytes, masterPort: 29700 });
+  const other = hold === undefined ? otherWorker(job) : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`, "--steps", "100000"];
+  const hostCount = job.topology.racks * job.topology.hostsPerRack;
+  const daemons = Array.from({ length: hostCount }, (_, host) =>
+    startIn(`daemon-${host}`, host, [
+      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.1",
+      "--staging-bytes", String(4 * job.checkpointBytes), ...replacementFlags(job, TRAIN_ENV, tail, TENANT, other),
+    ]),
+  );
+  const teardown = async () => {
+    await client.close();
+    await group.stopAll(2_000);
+    hosts.killAll();
+  };
+  // A safety net only: daemons compiling in several namespaces on a loaded machine are slow.
+  await expect
+    .poll(async () => (await client.status()).hosts.registered, { ...patiently, interval: 200 })
+    .toBe(hostCount)
+    .catch(async (error: unknown) => {
+      await teardown();
+      throw error;
+    });
+  const launchers = job.hosts.flatMap((stage, g) => stage.map((host) => startIn(`${job.name}-${host}`, host, launcherArgs(job, host, g, endpoint, tail))));
+  const gate = join(dir, "other.admitted");
+  for (const host of job.other.hosts) startIn(`other-${host}`, host, otherArgs(job, host, endpoint, gate, other));
+  const log = (managed: Managed) => readFileSync(managed.log, "utf8");
+  return { dir, group, client, controller, daemons, launchers, out, gate, teardown, log };
+}
+
+export type Cluster = Awaited<ReturnType<typeof startCluster>>;
+
+/**
+ * Stops (SIGSTOP) or continues (SIGCONT) every training process of `job` on the emulated hosts.
+ * A test holds training still while the controller plans, so the job cannot end before its
+ * move however long a loaded machine takes to plan; to the job it is one slow step.
+ */
+export function pauseTraining(hosts: Hosts, job: ExampleJob, signal: "SIGSTOP" | "SIGCONT"): number {
+  let paused = 0;
+  for (const host of job.hosts.flat()) {
+    const pids = spawnSync("ip", ["netns", "pids", hosts.namespace(host)], { encoding: "utf8" }).stdout ?? "";
+    for (const pid of pids.split(/\s+/).filter(Boolean).map(Number)) {
+      let command = "";
+      try {
+        command = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      } catch {
+        continue; // gone meanwhile
+      }
+      if (!command.includes(script(job)) || command.includes("torch.distributed.run")) continue;
+      try {
+        process.kill(pid, signal);
+        paused++;
+      } catch {
+        // Gone meanwhile.
+      }
+    }
+  }
+  return paused;
+}
