@@ -14,7 +14,7 @@ from torch import nn
 import monkeytree
 
 from .gpt import Config, lm_loss
-from .state import average_gradients, digest, fill, local_state
+from .state import average_gradients, digest, fill, local_state, saved_state
 
 
 @dataclass
@@ -81,7 +81,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[
 
 
 def _state(worker: Worker, step: int) -> dict:
-    return {**local_state(worker.module, worker.optimizer), "part": worker.part.encode(), "step": step}
+    return {**saved_state(worker.module, worker.optimizer), "part": worker.part.encode(), "step": step}
 
 
 def _check_part(held: str, worker: Worker) -> None:

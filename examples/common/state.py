@@ -1,7 +1,7 @@
 """A process's own part of the job's training state: what it saves when it moves, what it carries
 into new objects when its process group is re-formed, and the job-wide digest of it all."""
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -15,20 +15,33 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return (tensor.to_local() if isinstance(tensor, DTensor) else tensor).detach()
 
 
-def local_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """This process's parameters and optimizer state, keyed by parameter name, as local tensors.
+def _own(module: nn.Module, optimizer: torch.optim.Optimizer, view: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+    named = dict(module.named_parameters())
+    return {"model": {name: view(p) for name, p in named.items()},
+            "optim": {name: {key: view(value) for key, value in optimizer.state[p].items()}
+                      for name, p in named.items()}}
+
+
+def saved_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """This process's parameters and optimizer state, keyed by parameter name, as it saves them
+    when it moves: sharded and sliced tensors stay DTensors, so the checkpoint records where each
+    local piece lies in the whole tensor, and ``monkeytree checkpoint export`` can put the pieces
+    of several processes together.
 
     Taken from the parameters and ``optimizer.state`` directly, the same way under every wrapper.
     Taking or filling this state must not communicate: the moving host's processes save while the
     rest of the job waits outside torch, and a replacement loads while its peers carry their own
     state over. ``torch.distributed.checkpoint.state_dict``'s getters and setters did not
     communicate for FSDP2 in torch 2.13 (rank 0 alone took and set them while the others slept),
-    but nothing promises that they never will; local tensors cannot.
+    but nothing promises that they never will; a DTensor's local piece and its placement cannot.
     """
-    named = dict(module.named_parameters())
-    return {"model": {name: _local(p) for name, p in named.items()},
-            "optim": {name: {key: _local(value) for key, value in optimizer.state[p].items()}
-                      for name, p in named.items()}}
+    return _own(module, optimizer, torch.Tensor.detach)
+
+
+def local_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The same tensors as local ones, which need no process group, not even a live one: what a
+    re-formed group's new objects are filled from."""
+    return _own(module, optimizer, _local)
 
 
 def fill(target: dict, source: dict) -> None:
