@@ -52,6 +52,8 @@ export class PlanExecution implements SessionMoves {
   private replanWanted = false;
   /** When to plan again after a rollback or restart; null when nothing is scheduled. */
   private replanAt: number | null = null;
+  /** The hosts whose daemon was lost at the last tick. */
+  private lostHosts: readonly number[] = [];
   /** Set when a plan's moves are all finished, so it is not driven again. */
   private settledPlan: string | null = null;
   /**
@@ -108,9 +110,16 @@ export class PlanExecution implements SessionMoves {
     }
   }
 
-  /** Moves past their deadline fail, and a replan scheduled for now is asked for. */
+  /**
+   * Moves past their deadline fail, and a replan scheduled for now is asked for, as is one when
+   * a lost daemon came back: its host may take a worker again.
+   */
   checkDeadlines(now: number): void {
     for (const m of this.openMigrations()) this.fire(m.id, { type: "tick" });
+    const lost = this.daemons.lostHosts();
+    // A loss fails the moves it concerns, and their rollback plans again after its backoff.
+    if (this.lostHosts.some((host) => !lost.includes(host)) && this.replanAt === null) this.replanWanted = true;
+    this.lostHosts = lost;
     if (this.replanAt !== null && now >= this.replanAt) {
       this.replanAt = null;
       this.replanWanted = true;
@@ -147,7 +156,8 @@ export class PlanExecution implements SessionMoves {
   private cluster(): Cluster | null {
     const view = this.options.watch ? this.options.watch.view : null;
     if (this.options.watch && view === null) return null;
-    const unavailable = new Set([...this.options.unavailable, ...(view?.unavailable.map((u) => u.host) ?? [])]);
+    // A host whose daemon is lost can take no checkpoint: it is no destination until the daemon is back.
+    const unavailable = new Set([...this.options.unavailable, ...(view?.unavailable.map((u) => u.host) ?? []), ...this.daemons.lostHosts()]);
     return clusterOf(this.context.state, pinnedJobs(this.context.state, view), [...unavailable]);
   }
 

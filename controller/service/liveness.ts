@@ -98,6 +98,11 @@ export class DaemonLiveness {
     this.context.ack(target);
   }
 
+  /** Hosts whose daemon went silent and has not been heard from since, in order. */
+  lostHosts(): number[] {
+    return [...this.daemons].filter(([, daemon]) => daemon.lost).map(([host]) => host).sort((a, b) => a - b);
+  }
+
   /**
    * Declares lost every daemon silent past the timeout, calling `lost` for each as it does.
    * The last `deafMs` the controller did not listen: that time counts toward no timeout.

@@ -35,10 +35,10 @@ afterEach(async () => {
  * generous unless a test is about them: on a slow host (the emulated RDMA guest of test:rdma)
  * a late answer rolls the move back, and the source then gets `continue`, not `migrate-out`.
  */
-async function controllerWithDaemons(heartbeatTimeoutMs = 60_000): Promise<{ harness: Harness; client: ControllerClient }> {
+async function controllerWithDaemons(heartbeatTimeoutMs = 60_000, replanBackoffMs?: number): Promise<{ harness: Harness; client: ControllerClient }> {
   heartbeatTimeout = heartbeatTimeoutMs;
   const daemons = new DaemonHosts(60_000);
-  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs } });
+  harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs, ...(replanBackoffMs === undefined ? {} : { replanBackoffMs }) } });
   const client = new ControllerClient({ endpoint: harness.server.endpoint, retryMs: 200 });
   cleanups.push(() => client.close());
   return { harness, client };
@@ -198,6 +198,23 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
     expect(await stayerBarrier).toEqual({ kind: "continue" });
     expect((await client.status()).migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
+  }, SAFETY_NET_MS);
+
+  it("plans again after that rollback, moving no worker to the host whose daemon is lost", async () => {
+    // Lost after 2 s without a heartbeat; the controller plans again a second after a rollback.
+    const { harness, client } = await controllerWithDaemons(2_000, 1_000);
+    const daemons = await startDaemons(harness, { idle: "true" });
+    const { move, step, source, stayer } = await forceMigration(client, "idle");
+    const stayerBarrier = stayer.barrier(step);
+    await migrateOut(client, source, step);
+    await daemons[move.to]!.close();
+    // Rolled back once the daemon is declared lost.
+    expect(await Promise.all([source.barrier(step), stayerBarrier])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    // The racks are still over their bound: the next plan moves a worker, but not to the host
+    // whose daemon is gone, which would only pause the job for another rollback.
+    const replanned = async () => (await client.status()).migrations.filter((m) => m.id !== move.id);
+    await expect.poll(async () => (await replanned()).length, patiently).toBeGreaterThan(0);
+    expect((await replanned()).map((m) => m.to)).not.toContain(move.to);
   }, SAFETY_NET_MS);
 
   it("rolls back a job naming a replacement the destination's daemon lacks, naming the flag that configures it", async () => {
