@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, ProcessGroup, shellCommand, type Managed } from "../../cli/demo/processes.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { tempDir } from "../service/harness.ts";
+import { TRAIN_ENV } from "./cluster.ts";
 import { createHosts, type Hosts } from "./netns.ts";
 import { referenceRun } from "./reference.ts";
 import { canRun, networkNamespaces, slurm, torch } from "../helpers/prerequisites.ts";
@@ -35,8 +36,7 @@ const DESTINATION = "n2";
 
 const runs = canRun("test/e2e/slurm-migration.test.ts", slurm(), torch(), networkNamespaces());
 
-const env = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };
-const envWords = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+const envWords = Object.entries(TRAIN_ENV).map(([k, v]) => `${k}=${v}`);
 const index = (node: string) => Number(node.slice(1));
 
 describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job which did not opt in fragments", () => {
