@@ -39,8 +39,6 @@ class Job(Protocol):
 
     def barrier(self, step: int, state_fn: Callable[[], dict]) -> str: ...
 
-    def close(self) -> None: ...
-
 
 Build = Callable[[argparse.Namespace], Worker]
 

@@ -261,12 +261,6 @@ class Job:
             allowed = "continue, reconfigure or stop" if saved else "continue, reconfigure, migrate-out or stop"
             raise ChannelError(f"directive: kind must be {allowed}, received {kind!r}")
 
-    def close(self) -> None:
-        """Leaves the job's process groups once training ended (instead of
-        ``dist.destroy_process_group()``, which can hang while a DDP wrapper still holds them)."""
-        if dist.is_initialized():
-            _leave_groups()
-
     def _form(self, group: _Group) -> None:
         # torchrun's static rendezvous tells its workers that its agent hosts the store
         # (TORCHELASTIC_USE_AGENT_STORE), so rank 0 would only connect to a store nobody

@@ -159,22 +159,3 @@ def test_an_unmanaged_job_always_continues_and_cannot_load() -> None:
     with pytest.raises(RuntimeError, match="this process is not a replacement"):
         job.load({})
 
-
-def test_close_leaves_the_group_and_keeps_it_until_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch.distributed as dist
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv(hook.CHANNEL_ENV, raising=False)
-    job = hook.attach()
-    assert (job.rank, job.world_size, job.managed) == (0, 1, False)
-    world = dist.group.WORLD
-    job.close()
-    assert not dist.is_initialized()
-    # Held, so that a DDP reducer still holding the group is not its last owner.
-    assert hook._left_groups == [world]
-    job.close()  # once the group is gone, a no-op
-    hook._left_groups.clear()
