@@ -1,5 +1,6 @@
 """The managed training loop every example shares, and its command line."""
 import argparse
+import gc
 import json
 import os
 from collections.abc import Callable
@@ -123,8 +124,11 @@ def run(job: Job, args: argparse.Namespace, build: Build) -> None:
             json.dump({"step": step, "worldSize": job.world_size, "generation": job.generation, "digest": result}, out)
         os.replace(args.out + ".tmp", args.out)
     # Released before the group: a DDP reducer left holding it would destroy it with the GIL held,
-    # and deadlock against the gloo thread that still frees the gather's Python tensors.
+    # and deadlock against the gloo thread that still frees the gather's Python tensors. FSDP's
+    # modules and hooks refer to each other, so only the collector frees them; left to the
+    # interpreter's exit, the group dies there with its threads running, and the process aborts.
     del worker
+    gc.collect()
     dist.destroy_process_group()
 
 
