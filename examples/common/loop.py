@@ -105,8 +105,9 @@ def _carry_over(old: Worker, new: Worker) -> Worker:
     return new
 
 
-def run(job: Job, args: argparse.Namespace, build: Build) -> None:
-    """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step."""
+def _train(job: Job, args: argparse.Namespace, build: Build) -> tuple[Worker, int] | None:
+    """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step;
+    None when this process was told to stop (moved to another host: the replacement carries on)."""
     worker = build(args)
     step = _resume(job, worker) if job.resuming else 0
     while step < args.steps:
@@ -114,22 +115,34 @@ def run(job: Job, args: argparse.Namespace, build: Build) -> None:
         step += 1
         directive = job.barrier(step, partial(_state, worker, step))
         if directive == "stop":
-            return  # moved to another host (the replacement carries on) or the job ended
+            return None
         if directive == "reconfigured":
             worker = _carry_over(worker, build(args))
-    result = digest(worker.module, worker.optimizer)  # every rank takes part
-    if job.rank == 0 and args.out:
-        # Written aside and renamed: whoever waits for the file never reads half of it.
-        with open(args.out + ".tmp", "w") as out:
-            json.dump({"step": step, "worldSize": job.world_size, "generation": job.generation, "digest": result}, out)
-        os.replace(args.out + ".tmp", args.out)
+    return worker, step
+
+
+def run(job: Job, args: argparse.Namespace, build: Build) -> None:
+    """Trains, writes ``--out`` on rank 0 once training ended, and leaves the process group."""
+    trained = _train(job, args, build)
+    if trained is not None:
+        worker, step = trained
+        result = digest(worker.module, worker.optimizer)  # every rank takes part
+        if job.rank == 0 and args.out:
+            # Written aside and renamed: whoever waits for the file never reads half of it.
+            with open(args.out + ".tmp", "w") as out:
+                json.dump({"step": step, "worldSize": job.world_size, "generation": job.generation,
+                           "digest": result}, out)
+            os.replace(args.out + ".tmp", args.out)
+        del worker
     # Released before the group: a DDP reducer left holding it would destroy it with the GIL held,
     # and deadlock against the gloo thread that still frees the gather's Python tensors. FSDP's
     # modules and hooks refer to each other, so only the collector frees them; left to the
     # interpreter's exit, the group dies there with its threads running, and the process aborts.
-    del worker
+    # A stopped process's group is already gone (the hook holds it until exit), but not its modules.
+    del trained
     gc.collect()
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def main(build: Build, options: argparse.ArgumentParser) -> None:
