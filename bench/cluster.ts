@@ -19,6 +19,8 @@ export interface Training {
   readonly checkpointBytes: number;
   /** Generation g of the job's process group meets at this port + g. */
   readonly masterPort: number;
+  /** The launchers' --hold-timeout, in seconds; their default without it. */
+  readonly holdTimeoutS?: number;
 }
 
 /** What the arriving job's workers save: they stand in for a tenant, their state is not measured. */
@@ -28,6 +30,7 @@ export const OTHER_STATE_BYTES = 2 ** 20;
 export function launchTail(job: ExampleJob, training: Training): string[] {
   return [
     "--checkpoint-bytes", String(training.checkpointBytes), "--master-port", String(training.masterPort),
+    ...(training.holdTimeoutS === undefined ? [] : ["--hold-timeout", String(training.holdTimeoutS)]),
     "--", training.python, "-m", "torch.distributed.run", "--nproc_per_node", String(job.nproc), script(job), ...(job.args ?? []), ...training.args,
   ];
 }

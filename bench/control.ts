@@ -1,48 +1,72 @@
 // Control-plane benchmark: the controller (`monkeytree controller`, its own process, journal
-// on local disk) against workers speaking the real protocol over loopback TCP.
+// on local disk) against workers speaking the real protocol over loopback TCP. Since protocol
+// version 2 no training step waits for the controller: a host's launcher answers its local
+// processes' barriers itself, reports progress off the critical path (`worker.report`, every
+// second), and the controller pushes `stop-at` orders for a move.
 //
 //   registration  W workers register (jobs of 8 consecutive hosts, shifted by --offset so
 //                 one job in 8 straddles two racks and gets the fragmentation check), spread
 //                 over C client connections; timed from the first request to the last
 //                 assignment.
-//   barrier       B registered workers, one DEALER each. "sequential": one barrier at a time
-//                 (the round trip alone); "per job": the 8 workers of a job barrier together,
-//                 jobs one after another; "all at once": all B barrier at the same instant
-//                 (every job ends its iteration together, the worst case).
-//                 "all at once, bare DEALERs": the same, from B bare DEALER sockets that send
-//                 the request frame and read the reply frame, so no client library's work
-//                 is counted: the controller's own fan-in.
-//   echo          B bare DEALERs against a bare ZeroMQ ROUTER that sends each frame back
-//                 (bench/router-echo.ts), all at once: the floor the controller's "all at
-//                 once" rows are compared with. Rounds of the three take turns, so all see
-//                 the same load, in --repeats repeats: each repeat's p50 is divided by the
-//                 echo's in that repeat, and the median of those ratios is the result, so
-//                 one burst of load from outside does not decide it. The goal: the bare
-//                 DEALERs row within 1.2× the echo.
-//   during a plan B bare DEALERs all at once, idle and while the controller plans 8,192 GPUs
-//                 (for B = 1,024), rounds taking turns with the echo's; the goal: p99 within
-//                 2× of idle, each window's p99 taken over the echo's in that window.
+//   steady state  For each N of --hosts: one job of N hosts (dp N, tp 8, one rack of 64 hosts
+//                 after another, within the bound: no move is planned). N - 1 hosts are
+//                 `WorkerClient`s in this process, each on its own connection, reporting at
+//                 their real rate. The measured host is the real launcher, `monkeytree launch`
+//                 in a process of its own, with bench/control-client.py in place of torchrun:
+//                 one training process that attaches over the local channel (the Unix socket
+//                 the Python hook speaks) and calls `job.barrier(step, state_fn)` (the hook's
+//                 own when it imports, see --python) every --period-ms, on wall-clock
+//                 boundaries. On the same boundaries the N - 1 simulated hosts call their
+//                 barrier for the same step, all at once: every host of the job ends its
+//                 iteration together. Each iteration is also timed without a launcher (the same
+//                 call on an unmanaged job, which returns at once: a plain torchrun loop), and
+//                 against a bare echo of the channel (bench/channel-echo.ts, taking turns with
+//                 the launcher: the floor any local channel has on this machine). The row: p50
+//                 and p99 of each in µs, the barrier's overhead over the plain loop at p99 (goal
+//                 ≤ 50 µs, and no row above the 1-host row's by more than 25%), and the share of
+//                 measured barriers that fell inside the simulated hosts' round.
+//   plan to stop  A job of --stop-hosts hosts (dp, tp 1), `WorkerClient`s in this process,
+//                 training in lockstep: step k + 1 starts --step-ms after every host's barrier k
+//                 answered, as an all-reduce makes it. All but one of its hosts fill whole racks;
+//                 the last one sits in the next rack, beside a second job of two hosts that
+//                 crosses into the rack after it; λ = 1, and the only free host is in the big
+//                 job's last full rack, so the plan is one move of the big job. Timed from the
+//                 move's `pausing` entry in the controller's status (the plan's start) until
+//                 every host's barrier for the same stop step is held; also the step the job
+//                 stops at minus the step it was at then, and the hosts that had passed the
+//                 first stop step before they heard of it, so that the job stopped later. The
+//                 destination's daemon is simulated (it grants staging and does nothing else).
+//                 Where in a step the plan comes is chance: --stop-runs runs (a fresh controller
+//                 each), and the run with the median time is the result.
 //
-//   npm run bench:control -- --register 2048 --barrier 1024 --rounds 20 --repeats 5
+//   npm run bench:control -- --hosts 1,64,1024 --iterations 5000 --period-ms 10 --stop-hosts 1024 --step-ms 50 --stop-runs 3
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { context, Dealer } from "zeromq";
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { CLI } from "../cli/paths.ts";
 import { nodeArgs } from "../sdk/paths.ts";
-import { encode } from "../sdk/protocol/codec.ts";
 import { PROTOCOL_VERSION } from "../sdk/protocol/envelope.ts";
 import { benchMain } from "./entry.ts";
-import { parseSnapshot } from "../controller/model/cluster.ts";
-import { Journal } from "../controller/service/journal.ts";
-import { ControllerClient, WorkerClient } from "../sdk/client.ts";
+import { WorkerClient } from "../sdk/agent.ts";
+import { ControllerClient } from "../sdk/client.ts";
+import type { Directive } from "../sdk/protocol/worker.ts";
 
 const JOB_HOSTS = 8;
 const HOSTS_PER_RACK = 64;
+/** The most hosts a cluster may have. */
+const MAX_HOSTS = 2048;
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const CLIENT_SCRIPT = fileURLToPath(new URL("./control-client.py", import.meta.url));
+const VENV_PYTHON = join(ROOT, ".venv", "bin", "python");
+/** Goals of the steady-state rows: the barrier's p99 over the plain loop's, and how far a row may exceed the 1-host row. */
+const OVERHEAD_GOAL_US = 50;
+const GROWTH_GOAL = 1.25;
 
 const help = `usage: npm run bench:control -- [options]
 
@@ -50,336 +74,543 @@ options:
   --register N     workers to register (default 2048, the most hosts a cluster may have)
   --connections N  client connections the registering workers share (default 64)
   --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
-  --barrier N      registered workers for the barrier round trips (default 1024)
-  --rounds N       barrier rounds per pattern and repeat (default 20)
-  --repeats N      repeats of the "all at once" rounds; their median ratio to the echo is reported (default 5)
-  --plan-time-limit S  the controller's planner budget while barriers run beside a plan (default 10)
+  --hosts LIST     hosts of the steady-state job, one row each (default 1,64,1024)
+  --iterations N   measured barriers per steady-state row (default 5000)
+  --period-ms MS   the steady-state iteration: every host reaches its barrier this often, on
+                   wall-clock boundaries (default 10); 0: back to back, with no idle time in
+                   which the launcher sleeps (the simulated hosts' rounds follow each other too)
+  --python PATH    the Python that runs bench/control-client.py; with torch it calls the hook's
+                   own barrier, else a stand-in that sends the same bytes (default .venv/bin/python
+                   when it exists, else python3)
+  --stop-hosts N   hosts of the job that the plan stops, a multiple of ${HOSTS_PER_RACK} (default 1024)
+  --step-ms MS     that job's step: the time from every host's barrier answered to the next (default 50)
+  --stop-runs N    plans to stop that job, each with a controller of its own; the median is the
+                   result (default 3)
+  --json           print one JSON document with every row, and nothing else on stdout
   -h, --help       show this help`;
 
-interface Controller {
-  readonly child: ChildProcess;
+// ── processes and clocks ─────────────────────────────────────────────────────────────────
+
+/** Milliseconds since the epoch with sub-millisecond resolution: comparable with the controller's `Date.now()` and Python's `time.time_ns()`. */
+const epochMs = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
+const progress = (line: string) => process.stderr.write(`bench:control: ${line}\n`);
+
+interface Server {
   readonly endpoint: string;
-  readonly dir: string;
   rssMiB(): number;
-  /** CPU time the process has used, user and system, in ms (10 ms resolution). */
-  cpuMs(): number;
   /** What the process wrote to stderr so far: the controller's log. */
   log(): string;
   stop(): Promise<void>;
 }
 
-async function startController(hosts: number): Promise<Controller> {
-  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-"));
-  const racks = Math.ceil(hosts / HOSTS_PER_RACK);
-  const snapshot = join(dir, "topology.json");
-  writeFileSync(snapshot, JSON.stringify({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 }, jobs: [] }));
-  return startProcess(dir, [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
+interface Snapshot {
+  readonly topology: { readonly racks: number; readonly hostsPerRack: number; readonly gpusPerHost: number; readonly uplinksPerRack: number };
+  readonly unavailable?: readonly number[];
 }
 
-/** Starts a process that prints `… listening on ENDPOINT` once it is ready; `dir` goes when it stops. */
-async function startProcess(dir: string, args: readonly string[]): Promise<Controller> {
+async function startController(snapshot: Snapshot): Promise<Server> {
+  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-"));
+  try {
+    const path = join(dir, "topology.json");
+    writeFileSync(path, JSON.stringify({ ...snapshot, jobs: [] }));
+    return await startProcess("controller", dir, [...CLI, "controller", "--snapshot", path, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+/** A process that prints `… listening on ENDPOINT` once it is ready; `dir` goes when it stops. */
+async function startProcess(name: string, dir: string, args: readonly string[]): Promise<Server> {
   const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
-  // If the benchmark dies, the controller must not outlive it.
-  const orphan = () => child.kill("SIGKILL");
-  process.once("exit", orphan);
+  const stop = stopper(child, () => rmSync(dir, { recursive: true, force: true }));
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-  const endpoint = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const match = /listening on (\S+)/.exec(line);
-      if (match?.[1]) resolve(match[1]);
+  try {
+    const endpoint = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child.stdout! }).on("line", (line) => {
+        const match = /listening on (\S+)/.exec(line);
+        if (match?.[1]) resolve(match[1]);
+      });
+      child.on("exit", (code) => reject(new Error(`${name} exited with ${code}: ${stderr}`)));
     });
-    child.on("exit", (code) => reject(new Error(`controller exited with ${code}: ${stderr}`)));
+    return {
+      endpoint,
+      log: () => stderr,
+      rssMiB: () => {
+        const status = readFileSync(`/proc/${child.pid}/status`, "utf8");
+        return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024;
+      },
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/**
+ * Ends `child` (SIGTERM, then SIGKILL after 10 s) and runs `cleanup` once it has exited. If the
+ * benchmark itself exits first (an error, Ctrl-C), the child is killed and cleaned up after:
+ * it must not outlive it.
+ */
+function stopper(child: ChildProcess, cleanup: () => void): () => Promise<void> {
+  const orphan = () => {
+    child.kill("SIGKILL");
+    cleanup();
+  };
+  process.once("exit", orphan);
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once("exit", () => resolve());
   });
-  return {
-    child,
-    endpoint,
-    dir,
-    log: () => stderr,
-    cpuMs: () => {
-      // utime and stime, fields 14 and 15 of /proc/PID/stat, in clock ticks of 10 ms; the
-      // command name (field 2) is in parentheses and may hold spaces.
-      const fields = readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-      return (Number(fields[11]) + Number(fields[12])) * 10;
-    },
-    rssMiB: () => {
-      const status = readFileSync(`/proc/${child.pid}/status`, "utf8");
-      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
-      return kb / 1024;
-    },
-    stop: () =>
-      new Promise((resolve) => {
-        child.once("exit", () => {
-          process.off("exit", orphan);
-          rmSync(dir, { recursive: true, force: true });
-          resolve();
-        });
-        child.kill("SIGTERM");
-      }),
+  return async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGTERM");
+      const kill = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(kill);
+    }
+    process.off("exit", orphan);
+    cleanup();
   };
 }
 
-const parallelism = { tp: 8, pp: 1, dp: JOB_HOSTS };
+/**
+ * A host's daemon as far as the controller needs one here: it registers (so the host has a
+ * network address, which a launcher's master needs, and can be a move's destination),
+ * heartbeats, and grants every staging request without staging anything.
+ */
+class FakeDaemon {
+  private readonly socket = new Dealer({ linger: 0 });
+  private readonly incarnation = "b".repeat(32);
+  private nextId = 1;
+  private readonly timer: NodeJS.Timeout;
+  /** Requests of its own waiting for the controller's answer, by id. */
+  private readonly answers = new Map<number, (type: string) => void>();
 
-function makeWorkers(clients: readonly ControllerClient[], count: number, offset: number): WorkerClient[] {
-  return Array.from({ length: count }, (_, i) => {
-    const job = `job-${Math.floor(i / JOB_HOSTS)}`;
-    const host = (i + offset) % count;
-    return new WorkerClient(clients[i % clients.length]!, { job, group: 0, host }, parallelism, { checkpointBytes: 12e9, barrierTimeoutMs: 60_000 });
-  });
+  constructor(
+    endpoint: string,
+    private readonly host: number,
+  ) {
+    this.socket.connect(endpoint);
+    this.timer = setInterval(() => void this.send({ type: "daemon.heartbeat", host, incarnation: this.incarnation }), 2_000);
+    void this.serve();
+  }
+
+  /** Registers the host; resolves once the controller accepted it. */
+  async register(): Promise<void> {
+    const type = await this.send({ type: "daemon.register", host: this.host, incarnation: this.incarnation, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+    if (type !== "ack") throw new Error(`the controller answered the daemon's registration for host ${this.host} with ${type}`);
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.socket.close();
+  }
+
+  /** Sends a request; resolves with the type of its answer. */
+  private send(body: Record<string, unknown>): Promise<string> {
+    const id = this.nextId++;
+    const answered = new Promise<string>((resolve) => this.answers.set(id, resolve));
+    if (!this.socket.closed) void this.socket.send(JSON.stringify({ v: PROTOCOL_VERSION, id, ...body }));
+    return answered;
+  }
+
+  /** Answers a command of the controller's. */
+  private reply(body: Record<string, unknown>): void {
+    if (!this.socket.closed) void this.socket.send(JSON.stringify({ v: PROTOCOL_VERSION, host: this.host, ...body }));
+  }
+
+  private async serve(): Promise<void> {
+    try {
+      for await (const [frame] of this.socket) {
+        const message = JSON.parse(frame!.toString()) as { type: string; id: number };
+        if (message.type === "daemon.prepare") this.reply({ type: "daemon.prepared", id: message.id, endpoint: "tcp://127.0.0.1:1", token: `bench-token-${message.id}` });
+        else if (message.type === "daemon.release" || message.type === "daemon.spawn") this.reply({ type: "daemon.done", id: message.id });
+        else {
+          this.answers.get(message.id)?.(message.type);
+          this.answers.delete(message.id);
+        }
+      }
+    } catch {
+      // The socket closed under the loop: the benchmark is done with it.
+    }
+  }
 }
 
 function quantile(sorted: readonly number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 }
 
-const p50 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.5);
-const p99 = (samples: readonly number[]) => quantile([...samples].sort((a, b) => a - b), 0.99);
-const median = p50;
+const ascending = (samples: readonly number[]) => [...samples].sort((a, b) => a - b);
+const p50 = (samples: readonly number[]) => quantile(ascending(samples), 0.5);
+const p99 = (samples: readonly number[]) => quantile(ascending(samples), 0.99);
+const round1 = (x: number) => Math.round(x * 10) / 10;
 
-/** A table's samples, p50, p99 and max cells. */
-function latencyCells(samples: readonly number[]): (string | number)[] {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return [sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (sorted.at(-1) ?? NaN).toFixed(3)];
+/** One connection per worker, as on a real cluster where each launcher has its own. */
+function connections(endpoint: string, count: number): ControllerClient[] {
+  return Array.from({ length: count }, () => new ControllerClient({ endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
 }
 
-async function registration(workers: number, connections: number, offset: number) {
-  const controller = await startController(workers);
-  const clients = Array.from({ length: connections }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
+async function closeAll(workers: readonly WorkerClient[], clients: readonly ControllerClient[]): Promise<void> {
+  for (const w of workers) w.close();
+  await Promise.all(clients.map((c) => c.close()));
+}
+
+// ── registration ─────────────────────────────────────────────────────────────────────────
+
+async function registration(workers: number, connectionCount: number, offset: number) {
+  const racks = Math.ceil(workers / HOSTS_PER_RACK);
+  const controller = await startController({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 } });
+  const clients = Array.from({ length: connectionCount }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
+  const all = Array.from({ length: workers }, (_, i) => {
+    const job = `job-${Math.floor(i / JOB_HOSTS)}`;
+    const host = (i + offset) % workers;
+    return new WorkerClient(clients[i % clients.length]!, { job, group: 0, host }, { tp: 8, pp: 1, dp: JOB_HOSTS }, { checkpointBytes: 12e9 });
+  });
   try {
     await Promise.all(clients.map((c) => c.status()));
     const rssBefore = controller.rssMiB();
-    const all = makeWorkers(clients, workers, offset);
     const start = performance.now();
     await Promise.all(all.map((w) => w.register(120_000)));
     const seconds = (performance.now() - start) / 1000;
     const status = await clients[0]!.status();
     if (status.jobs.length !== workers / JOB_HOSTS) throw new Error(`expected ${workers / JOB_HOSTS} jobs, the controller holds ${status.jobs.length}`);
-    return { seconds, rssBefore, rssAfter: controller.rssMiB(), records: status.journalRecords };
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
-    await controller.stop();
-  }
-}
-
-/** One repeat's round trips of the three "all at once" patterns, in ms. */
-interface AllAtOnce {
-  /** 1,024 SDK clients (`WorkerClient`), each on its own connection, in this process. */
-  readonly sdk: number[];
-  /** The same requests from bare DEALERs: the controller's own fan-in. */
-  readonly bare: number[];
-  /** Bare DEALERs against the bare ROUTER echo: the floor. */
-  readonly echo: number[];
-}
-
-async function barriers(workers: number, rounds: number, repeatCount: number, offset: number) {
-  const controller = await startController(workers);
-  const echo = await startEcho(workers);
-  const bare = bareDealers(controller.endpoint, workers);
-  // One connection per worker, as on a real cluster where each launcher has its own.
-  const clients = Array.from({ length: workers }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 60_000, retryMs: 30_000 }));
-  try {
-    const all = makeWorkers(clients, workers, offset);
-    await Promise.all(all.map((w) => w.register(60_000)));
-    const timed = async (w: WorkerClient, step: number, into: number[]) => {
-      const start = performance.now();
-      const directive = await w.barrier(step);
-      into.push(performance.now() - start);
-      if (directive.kind !== "continue") throw new Error(`expected continue, got ${directive.kind}`);
-    };
-    let step = 0;
-    // Warm up every connection and the JIT.
-    for (let i = 0; i < 3; i++, step++) await Promise.all(all.map((w) => w.barrier(step)));
-
-    const sequential: number[] = [];
-    for (let r = 0; r < rounds; r++, step++) for (const w of all) await timed(w, step, sequential);
-
-    const perJob: number[] = [];
-    for (let r = 0; r < rounds; r++, step++) {
-      for (let j = 0; j < workers; j += JOB_HOSTS) await Promise.all(all.slice(j, j + JOB_HOSTS).map((w) => timed(w, step, perJob)));
-    }
-
-    const continued = (replies: readonly Buffer[]) => {
-      const other = replies.map((r) => JSON.parse(r.toString()) as { directive?: { kind: string } }).find((r) => r.directive?.kind !== "continue");
-      if (other) throw new Error(`expected continue, got ${JSON.stringify(other)}`);
-    };
-    for (let i = 0; i < 3; i++, step++) {
-      await echo.sockets.round(step);
-      continued((await bare.round(step)).replies);
-    }
-    // The three "all at once" patterns take turns round by round, each round starting with
-    // the next of them, so load from outside falls on all three alike; the servers' CPU time
-    // is summed over their bare rounds, per message answered.
-    const repeat = (): AllAtOnce => ({ sdk: [], bare: [], echo: [] });
-    const repeats: AllAtOnce[] = [];
-    const cpu = { controller: 0, echo: 0, sdkClients: 0, bareClients: 0 };
-    // This process's CPU time (its ZeroMQ I/O thread included) over a round, in ms: the clients' side.
-    const clientMs = (since: NodeJS.CpuUsage) => {
-      const used = process.cpuUsage(since);
-      return (used.user + used.system) / 1000;
-    };
-    const patterns: Record<keyof AllAtOnce, (into: number[]) => Promise<void>> = {
-      sdk: async (into) => {
-        const before = process.cpuUsage();
-        await Promise.all(all.map((w) => timed(w, step, into)));
-        cpu.sdkClients += clientMs(before);
-        step++;
-      },
-      bare: async (into) => {
-        const before = controller.cpuMs();
-        const clientBefore = process.cpuUsage();
-        const round = await bare.round(step++);
-        cpu.bareClients += clientMs(clientBefore);
-        cpu.controller += controller.cpuMs() - before;
-        continued(round.replies);
-        into.push(...round.ms);
-      },
-      echo: async (into) => {
-        const before = echo.cpuMs();
-        into.push(...(await echo.sockets.round(step++)).ms);
-        cpu.echo += echo.cpuMs() - before;
-      },
-    };
-    const order = Object.keys(patterns) as (keyof AllAtOnce)[];
-    for (let n = 0; n < repeatCount; n++) {
-      const samples = repeat();
-      for (let r = 0; r < rounds; r++) {
-        for (let k = 0; k < order.length; k++) {
-          const pattern = order[(r + k) % order.length]!;
-          await patterns[pattern](samples[pattern]);
-        }
-      }
-      repeats.push(samples);
-    }
-    const perMessageUs = (ms: number) => (ms * 1000) / (repeatCount * rounds * workers);
     return {
-      sequential,
-      perJob,
-      repeats,
-      rss: controller.rssMiB(),
-      cpuUs: { controller: perMessageUs(cpu.controller), echo: perMessageUs(cpu.echo), sdkClients: perMessageUs(cpu.sdkClients), bareClients: perMessageUs(cpu.bareClients) },
+      workers,
+      jobs: workers / JOB_HOSTS,
+      connections: connectionCount,
+      seconds: Math.round(seconds * 1000) / 1000,
+      perSecond: Math.round(workers / seconds),
+      journalRecords: status.journalRecords,
+      rssBeforeMiB: round1(rssBefore),
+      rssAfterMiB: round1(controller.rssMiB()),
     };
   } finally {
-    bare.close();
-    await Promise.all(clients.map((c) => c.close()));
-    await Promise.all([controller.stop(), echo.stop()]);
-  }
-}
-
-/**
- * B bare DEALERs, each speaking for worker i of `makeWorkers` (registered, generation 0): a
- * round sends every one's barrier request at once and times each until its reply frame.
- */
-function bareDealers(endpoint: string, workers: number, offset = 4) {
-  const sockets = Array.from({ length: workers }, () => {
-    const socket = new Dealer({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 1_000 });
-    socket.connect(endpoint);
-    return socket;
-  });
-  const frame = (i: number, step: number) =>
-    encode({ v: PROTOCOL_VERSION, type: "worker.barrier", id: step + 1, worker: { job: `job-${Math.floor(i / JOB_HOSTS)}`, group: 0, host: (i + offset) % workers }, step, generation: 0 });
-  const roundTrip = async (socket: Dealer, i: number, step: number) => {
-    const start = performance.now();
-    await socket.send(frame(i, step));
-    const [reply] = await socket.receive();
-    return { ms: performance.now() - start, reply: reply ?? Buffer.alloc(0) };
-  };
-  return {
-    round: async (step: number) => {
-      const trips = await Promise.all(sockets.map((s, i) => roundTrip(s, i, step)));
-      return { ms: trips.map((t) => t.ms), replies: trips.map((t) => t.reply) };
-    },
-    close: () => sockets.forEach((s) => s.close()),
-  };
-}
-
-/**
- * The same round trips against a bare ROUTER that echoes every frame: B DEALERs, configured as
- * the workers' connections, each sending a barrier request of the size the workers send.
- */
-async function startEcho(workers: number) {
-  const echo = await startProcess(mkdtempSync(join(tmpdir(), "monkeytree-bench-")), nodeArgs(import.meta.url, "./router-echo"));
-  const sockets = bareDealers(echo.endpoint, workers);
-  return {
-    sockets,
-    cpuMs: echo.cpuMs,
-    stop: async () => {
-      sockets.close();
-      await echo.stop();
-    },
-  };
-}
-
-/**
- * Barrier round trips while the controller plans a large cluster, against the same rounds
- * before, with no plan running. The cluster has twice B hosts of 4 GPUs (8,192 GPUs for
- * B = 1,024): the B measured workers fill the first half in jobs of 8 inside a rack, and the
- * controller's journal already holds B/8 jobs in the second half, each spread one host per
- * rack over 8 racks. Those racks carry 64 rings on 32 uplinks, which takes hundreds of moves
- * to repair: the planner works through its whole time limit. A restarted controller plans
- * one replan backoff (30 s) after it starts; the rounds "while planning" are those that began
- * after its "planning for" log line and ended before the plan's result.
- */
-async function duringPlan(workers: number, rounds: number, planSeconds: number) {
-  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-"));
-  const hosts = 2 * workers;
-  const racks = hosts / HOSTS_PER_RACK;
-  const snapshotPath = join(dir, "topology.json");
-  const snapshot = { topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 4, uplinksPerRack: 32 }, jobs: [] };
-  writeFileSync(snapshotPath, JSON.stringify(snapshot));
-  const cluster = parseSnapshot(snapshot);
-  const journalDir = join(dir, "journal");
-  const { journal } = Journal.open(journalDir, { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null });
-  const half = racks / 2;
-  const used = new Array<number>(racks).fill(0);
-  for (let j = 0; j < workers / JOB_HOSTS; j++) {
-    const group = Array.from({ length: JOB_HOSTS }, (_, k) => {
-      const rack = half + ((j % half) + 2 * k) % half;
-      return rack * HOSTS_PER_RACK + used[rack]!++;
-    });
-    const checkpointBytes = Object.fromEntries(group.map((h) => [String(h), 1]));
-    journal.append({ kind: "job-started", job: `spread-${j}`, rings: 1, parallelism: { tp: 1, pp: 1, dp: JOB_HOSTS }, groups: [group], checkpointBytes, replacement: null });
-  }
-  journal.close();
-  const controller = await startProcess(dir, [...CLI, "controller", "--snapshot", snapshotPath, "--bind", "tcp://127.0.0.1:*", "--journal", journalDir, "--plan-time-limit", String(planSeconds)]);
-  const clients = Array.from({ length: 64 }, () => new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 120_000, retryMs: 30_000 }));
-  const bare = bareDealers(controller.endpoint, workers, 0);
-  // The echo's rounds take turns with the controller's, idle and while planning: the load from
-  // elsewhere in each window, which the two windows need not share.
-  const echo = await startEcho(workers);
-  const started = () => controller.log().includes("planning for");
-  const finished = () => /fragmentation over λ \d+: plan |planning failed/.test(controller.log());
-  try {
-    await Promise.all(makeWorkers(clients, workers, 0).map((w) => w.register(120_000)));
-    let step = 0;
-    for (let i = 0; i < 3; i++) await bare.round(step++);
-    const idle: number[] = [];
-    const idleEcho: number[] = [];
-    for (let r = 0; r < rounds; r++) {
-      idle.push(...(await bare.round(step++)).ms);
-      idleEcho.push(...(await echo.sockets.round(step++)).ms);
-    }
-    if (started()) throw new Error("the controller started planning before the idle rounds ended; the measurement would mix both");
-    while (!started()) await new Promise((resolve) => setTimeout(resolve, 50));
-    const planning: number[] = [];
-    const planningEcho: number[] = [];
-    const planStart = performance.now();
-    let overlapped = 0;
-    while (!finished()) {
-      const round = await bare.round(step++);
-      if (finished()) break;
-      planning.push(...round.ms);
-      planningEcho.push(...(await echo.sockets.round(step++)).ms);
-      overlapped++;
-    }
-    const result = /fragmentation over λ \d+: (plan [^\n]*)|(planning failed[^\n]*)/.exec(controller.log());
-    return { gpus: hosts * 4, idle, idleEcho, planning, planningEcho, overlapped, planSeconds: (performance.now() - planStart) / 1000, result: result?.[1] ?? result?.[2] ?? "?" };
-  } finally {
-    bare.close();
-    await echo.stop();
-    await Promise.all(clients.map((c) => c.close()));
+    await closeAll(all, clients);
     await controller.stop();
   }
+}
+
+// ── steady state ─────────────────────────────────────────────────────────────────────────
+
+interface SteadyRow {
+  readonly hosts: number;
+  readonly iterations: number;
+  readonly p50Us: number;
+  readonly p99Us: number;
+  readonly plainP50Us: number;
+  readonly plainP99Us: number;
+  /** The same round trip against a bare echo of the channel (bench/channel-echo.ts): the machine's floor. */
+  readonly echoP50Us: number;
+  readonly echoP99Us: number;
+  /** The barrier's p99 over the plain loop's. */
+  readonly overheadP99Us: number;
+  readonly maxUs: number;
+  /** Share of the measured barriers that began while the simulated hosts were at theirs; null with no simulated host. */
+  readonly together: number | null;
+  /** The simulated hosts' round (all N - 1 barriers of one step), p50 in ms. */
+  readonly roundP50Ms: number | null;
+  /** Whose `job.barrier` the client called: the hook's, or the stand-in. */
+  readonly client: string;
+  /** The machine's 1-minute load average as the row ended: other processes compete for its cores. */
+  readonly load: number;
+}
+
+interface ClientStart {
+  readonly start: number;
+  readonly periodNs: number;
+  readonly firstStep: number;
+  readonly client: string;
+}
+
+interface ClientResult {
+  readonly barrierNs: number[];
+  readonly echoNs: number[];
+  readonly plainNs: number[];
+  readonly atNs: number[];
+}
+
+/**
+ * The real launcher (`monkeytree launch`, its own process) for `host` of job `job`, with
+ * bench/control-client.py as its torchrun: the measured host. Its lines on stdout are the
+ * client's; the launcher's log is on stderr.
+ */
+function startLauncher(dir: string, endpoint: string, job: string, host: number, dp: number, run: { iterations: number; periodMs: number; python: string; echo: string }) {
+  // A torchrun stand-in: `monkeytree launch` runs it with torchrun's single-node flags, which the client ignores.
+  const torchrun = join(dir, "torchrun");
+  writeFileSync(torchrun, `#!/bin/sh\nexec ${JSON.stringify(run.python)} ${JSON.stringify(CLIENT_SCRIPT)} "$@"\n`);
+  chmodSync(torchrun, 0o755);
+  const args = [...CLI, "launch", "--connect", endpoint, "--job", job, "--host", String(host), "--dp", String(dp), "--tp", "8", "--checkpoint-bytes", String(1 << 20)];
+  const child = spawn(process.execPath, [...args, "--", torchrun, "--iterations", String(run.iterations), "--period-ms", String(run.periodMs), "--echo", run.echo], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, PYTHONUNBUFFERED: "1" },
+  });
+  let stderr = "";
+  child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const lines: string[] = [];
+  let wake: () => void = () => {};
+  createInterface({ input: child.stdout! }).on("line", (line) => {
+    lines.push(line);
+    wake();
+  });
+  let running = true;
+  const exited = new Promise<number>((resolve) =>
+    child.once("exit", (code, signal) => {
+      running = false;
+      resolve(code ?? (signal ? 128 : 1));
+    }),
+  );
+  const failed = exited.then((code) => {
+    throw new Error(`the launcher exited with ${code} before the client's results:\n${stderr.slice(-4000)}`);
+  });
+  failed.catch(() => undefined);
+  /** The client's next line, parsed. */
+  const next = async <T>(timeoutMs: number): Promise<T> => {
+    const deadline = performance.now() + timeoutMs;
+    while (lines.length === 0) {
+      const arrived = new Promise<void>((resolve) => (wake = resolve));
+      const left = deadline - performance.now();
+      if (left <= 0) throw new Error(`no word from the measured host's client in ${timeoutMs / 1000} s:\n${stderr.slice(-4000)}`);
+      await Promise.race([arrived, failed, sleep(Math.min(left, 1_000))]);
+    }
+    return JSON.parse(lines.shift()!) as T;
+  };
+  return { next, exited, running: () => running, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })), log: () => stderr };
+}
+
+async function steadyState(hosts: number, iterations: number, periodMs: number, python: string): Promise<SteadyRow> {
+  const racks = Math.ceil(hosts / HOSTS_PER_RACK);
+  const controller = await startController({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 } });
+  const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-"));
+  const job = "steady";
+  const measured = hosts - 1;
+  // The job's master is its first host in ring order, host 0: the launcher forms its process
+  // group's address from that host's daemon.
+  const daemon = new FakeDaemon(controller.endpoint, 0);
+  const clients = connections(controller.endpoint, hosts - 1);
+  const simulated = clients.map((client, host) => new WorkerClient(client, { job, group: 0, host }, { tp: 8, pp: 1, dp: hosts }, { checkpointBytes: 1 << 20 }));
+  let launcher: ReturnType<typeof startLauncher> | null = null;
+  let echo: Server | null = null;
+  try {
+    await daemon.register();
+    echo = await startProcess("the channel echo", mkdtempSync(join(tmpdir(), "monkeytree-bench-")), [...nodeArgs(import.meta.url, "./channel-echo"), join(dir, "echo.sock")]);
+    launcher = startLauncher(dir, controller.endpoint, job, measured, hosts, { iterations, periodMs, python, echo: join(dir, "echo.sock") });
+    await Promise.all(simulated.map((w) => w.register(120_000)));
+    const start = await launcher.next<ClientStart>(120_000);
+    progress(`${hosts} hosts: registered; the client (${start.client}'s barrier) starts its ${iterations} iterations`);
+
+    // The simulated hosts' rounds, on the client's boundaries. Each starts a little before its
+    // boundary (half a typical round, plus the timer's lateness), so that the measured barrier
+    // falls inside it; how many did is reported.
+    const rounds: { start: number; end: number }[] = [];
+    const roundMs: number[] = [];
+    const lateMs: number[] = [];
+    let lead = 0;
+    for (let i = 0; i < iterations && simulated.length > 0 && launcher.running(); i++) {
+      const boundary = start.start / 1e6 + i * periodMs;
+      const wait = boundary - lead - epochMs();
+      if (periodMs > 0 && wait < -periodMs / 2) continue;
+      await sleep(wait);
+      const begun = epochMs();
+      lateMs.push(begun - (boundary - lead));
+      const step = start.firstStep + i;
+      const directives = await Promise.all(simulated.map((w) => w.barrier(step)));
+      const end = epochMs();
+      rounds.push({ start: begun, end });
+      roundMs.push(end - begun);
+      const other = directives.find((d) => d.kind !== "continue");
+      // The measured host's launcher ends the job once its client is done: its hosts are told to stop.
+      if (other?.kind === "stop") break;
+      if (other) throw new Error(`a simulated host's barrier ${step} answered ${other.kind}, not continue`);
+      if (i % 20 === 19) lead = Math.min(periodMs / 2, p50(lateMs.slice(-100)) + p50(roundMs.slice(-100)) / 2);
+    }
+    const result = await launcher.next<ClientResult>(iterations * periodMs + 120_000);
+    const code = await launcher.exited;
+    if (code !== 0) throw new Error(`the launcher exited with ${code}:\n${launcher.log().slice(-4000)}`);
+    const during = (atMs: number) => {
+      // The last round that began by then: rounds follow each other, in order.
+      let lo = 0;
+      for (let hi = rounds.length; hi - lo > 1; ) {
+        const mid = (lo + hi) >> 1;
+        if (rounds[mid]!.start <= atMs) lo = mid;
+        else hi = mid;
+      }
+      const r = rounds[lo];
+      return r !== undefined && r.start <= atMs && atMs <= r.end;
+    };
+    const together = simulated.length === 0 ? null : result.atNs.filter((at) => during(at / 1e6)).length / iterations;
+    const us = (ns: readonly number[]) => ns.map((x) => x / 1000);
+    const barrier = us(result.barrierNs);
+    const plain = us(result.plainNs);
+    const floor = us(result.echoNs);
+    return {
+      hosts,
+      iterations,
+      p50Us: round1(p50(barrier)),
+      p99Us: round1(p99(barrier)),
+      plainP50Us: round1(p50(plain)),
+      plainP99Us: round1(p99(plain)),
+      echoP50Us: round1(p50(floor)),
+      echoP99Us: round1(p99(floor)),
+      overheadP99Us: round1(p99(barrier) - p99(plain)),
+      maxUs: round1(Math.max(...barrier)),
+      together: together === null ? null : Math.round(together * 1000) / 1000,
+      roundP50Ms: roundMs.length ? Math.round(p50(roundMs) * 100) / 100 : null,
+      client: start.client,
+      load: round1(loadavg()[0]!),
+    };
+  } finally {
+    await launcher?.stop();
+    await echo?.stop();
+    daemon.close();
+    await closeAll(simulated, clients);
+    await controller.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// ── plan to stop ─────────────────────────────────────────────────────────────────────────
+
+interface PlanToStop {
+  readonly hosts: number;
+  readonly stepMs: number;
+  /** From the move's `pausing` entry to every host held at the same step. */
+  readonly ms: number;
+  /** The step the job stopped at minus the step it was at when the plan came. */
+  readonly stepsAhead: number;
+  /** Hosts that had passed the first stop step before they heard of it. */
+  readonly raised: number;
+  readonly firstStopStep: number;
+  readonly stopStep: number;
+  /** From `pausing` until every host knew of the stop (polled every millisecond). */
+  readonly knownMs: number;
+  /** From `pausing` until the controller saw every host held (its next history entry). */
+  readonly controllerMs: number | null;
+  readonly load: number;
+}
+
+/**
+ * The layout of the plan-to-stop cluster for a job of `hosts` (a multiple of 64): the big job
+ * fills racks 0..R-1 but for their last host, and has one host at the start of rack R; job
+ * "small" has the next host of rack R and the first of rack R + 1. Every other host of racks
+ * R and R + 1 is unavailable, so with λ = 1 the one plan of one move takes the big job's host
+ * in rack R to the free host of rack R - 1.
+ */
+function stopLayout(hosts: number) {
+  const r = hosts / HOSTS_PER_RACK;
+  const straddler = r * HOSTS_PER_RACK;
+  const free = straddler - 1;
+  const big = [...Array.from({ length: hosts - 1 }, (_, h) => h), straddler];
+  const small = [straddler + 1, straddler + HOSTS_PER_RACK];
+  const unavailable = Array.from({ length: 2 * HOSTS_PER_RACK }, (_, i) => straddler + i).filter((h) => !big.includes(h) && !small.includes(h));
+  const snapshot: Snapshot = { topology: { racks: r + 2, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 1 }, unavailable };
+  return { snapshot, big, small, from: straddler, to: free };
+}
+
+async function planToStop(hosts: number, stepMs: number): Promise<PlanToStop> {
+  const layout = stopLayout(hosts);
+  const controller = await startController(layout.snapshot);
+  const daemon = new FakeDaemon(controller.endpoint, layout.to);
+  const clients = connections(controller.endpoint, hosts + layout.small.length);
+  const status = new ControllerClient({ endpoint: controller.endpoint, timeoutMs: 60_000 });
+  const worker = (job: string, dp: number, i: number, host: number) =>
+    new WorkerClient(clients[i]!, { job, group: 0, host }, { tp: 1, pp: 1, dp }, { checkpointBytes: 1 << 20, replacement: "bench" });
+  const big = layout.big.map((host, i) => worker("big", hosts, i, host));
+  const small = layout.small.map((host, i) => worker("small", layout.small.length, hosts + i, host));
+  let training = true;
+  let trainer: Promise<void> = Promise.resolve();
+  try {
+    await daemon.register();
+    await Promise.all(big.map((w) => w.register(120_000)));
+    progress(`plan to stop: ${hosts} hosts registered; training in lockstep, ${stepMs} ms a step`);
+
+    // Per host: the barrier it waits at and since when, and the first stop it heard of.
+    const pending: ({ step: number; since: number } | null)[] = big.map(() => null);
+    const firstStop: (number | null)[] = big.map(() => null);
+    const stepStarts: number[] = [];
+    const trainStep = async (w: WorkerClient, i: number, step: number): Promise<Directive> => {
+      const barrier = w.barrier(step);
+      // `barrier` takes the step after one turn of the event loop (setImmediate), in which
+      // orders may arrive: this stamp follows it, so a host held is held since then.
+      const entry = { step, since: NaN };
+      pending[i] = entry;
+      setImmediate(() => (entry.since = epochMs()));
+      const directive = await barrier;
+      pending[i] = null;
+      return directive;
+    };
+    trainer = (async () => {
+      for (let step = 0; training; step++) {
+        stepStarts[step] = epochMs();
+        await sleep(stepMs);
+        if (!training) return;
+        const directives = await Promise.all(big.map((w, i) => trainStep(w, i, step)));
+        const other = directives.find((d) => d.kind !== "continue");
+        if (other && training) throw new Error(`barrier ${step} answered ${other.kind} before every host held`);
+      }
+    })();
+    trainer.catch(() => undefined);
+    // Reports carry the step time once a host has a few: the controller projects the job's step from them.
+    await sleep(Math.max(3_000, 40 * stepMs));
+
+    // Job "small" starts across racks R and R + 1: rack R breaks λ, and the controller plans.
+    await Promise.all(small.map((w) => w.register(120_000)));
+    const deadline = performance.now() + 120_000;
+    let knownAt: number | null = null;
+    let heldAt: number | null = null;
+    while (heldAt === null) {
+      if (performance.now() > deadline) throw new Error(`the job was not held within 120 s:\n${controller.log().slice(-4000)}`);
+      await Promise.race([sleep(1), trainer]);
+      big.forEach((w, i) => (firstStop[i] ??= w.stop?.step ?? null));
+      if (knownAt === null && big.every((w) => w.stop !== null)) knownAt = epochMs();
+      const stop = big[0]!.stop?.step;
+      if (stop !== undefined && big.every((w, i) => w.stop?.step === stop && pending[i]?.step === stop && !Number.isNaN(pending[i].since))) {
+        heldAt = Math.max(...pending.map((p) => p!.since));
+      }
+    }
+    const stopStep = big[0]!.stop!.step;
+    training = false;
+    // The controller hears of the holds from the hosts' reports: its view follows, and its log
+    // says when (watched there, since asking for its status often would load it).
+    for (const until = performance.now() + 30_000; !/: pausing → \S+ on paused/.test(controller.log()) && performance.now() < until; ) await sleep(20);
+    const move = (await status.status()).migrations.find((m) => m.job === "big");
+    if (!move) throw new Error(`the controller planned no move of the big job:\n${controller.log().slice(-4000)}`);
+    const pausing = move.history.find((h) => h.state === "pausing")?.at;
+    if (pausing === undefined) throw new Error(`move ${move.id} never paused: ${JSON.stringify(move)}`);
+    const paused = move.history.find((h) => h.at >= pausing && h.state !== "pausing" && h.state !== "planned")?.at ?? null;
+    const first = /: planned → pausing on start at barrier (\d+)/.exec(controller.log())?.[1];
+    const firstStopStep = first === undefined ? Math.min(...firstStop.map((s) => s ?? Infinity)) : Number(first);
+    let atPlan = stepStarts.length - 1;
+    while (atPlan > 0 && stepStarts[atPlan]! > pausing) atPlan--;
+    return {
+      hosts,
+      stepMs,
+      ms: Math.round(heldAt - pausing),
+      stepsAhead: stopStep - atPlan,
+      raised: firstStop.filter((s) => s !== null && s > firstStopStep).length,
+      firstStopStep,
+      stopStep,
+      knownMs: Math.round((knownAt ?? NaN) - pausing),
+      controllerMs: paused === null ? null : Math.round(paused - pausing),
+      load: round1(loadavg()[0]!),
+    };
+  } finally {
+    training = false;
+    daemon.close();
+    await closeAll([...big, ...small], [...clients, status]);
+    await controller.stop();
+  }
+}
+
+// ── command line ─────────────────────────────────────────────────────────────────────────
+
+function hostList(raw: string | undefined): number[] {
+  const list = (raw ?? "1,64,1024").split(",").map((x) => intFlag("hosts", x.trim(), undefined, 1, MAX_HOSTS));
+  if (list.length === 0) throw new UsageError("--hosts needs at least one host count");
+  return list;
 }
 
 function options(argv: string[]) {
@@ -387,101 +618,113 @@ function options(argv: string[]) {
     register: { type: "string" },
     connections: { type: "string" },
     offset: { type: "string" },
-    barrier: { type: "string" },
-    rounds: { type: "string" },
-    repeats: { type: "string" },
-    "plan-time-limit": { type: "string" },
+    hosts: { type: "string" },
+    iterations: { type: "string" },
+    "period-ms": { type: "string" },
+    python: { type: "string" },
+    "stop-hosts": { type: "string" },
+    "step-ms": { type: "string" },
+    "stop-runs": { type: "string" },
+    json: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
   });
-  const registerCount = numberFlag("register", flags.register, 2_048, JOB_HOSTS);
-  const barrierCount = numberFlag("barrier", flags.barrier, 1_024, JOB_HOSTS);
-  if (registerCount % JOB_HOSTS || barrierCount % JOB_HOSTS) throw new UsageError(`worker counts must be multiples of ${JOB_HOSTS} (the job size)`);
+  const registerCount = intFlag("register", flags.register, 2_048, JOB_HOSTS, MAX_HOSTS);
+  if (registerCount % JOB_HOSTS) throw new UsageError(`--register must be a multiple of ${JOB_HOSTS} (the job size)`);
+  const stopHosts = intFlag("stop-hosts", flags["stop-hosts"], 1_024, HOSTS_PER_RACK, MAX_HOSTS - 2 * HOSTS_PER_RACK);
+  if (stopHosts % HOSTS_PER_RACK) throw new UsageError(`--stop-hosts must be a multiple of ${HOSTS_PER_RACK} (whole racks)`);
   return {
     help: flags.help,
+    json: flags.json,
     registerCount,
-    barrierCount,
-    connections: numberFlag("connections", flags.connections, 64, 1),
-    rounds: numberFlag("rounds", flags.rounds, 20, 1),
-    repeats: numberFlag("repeats", flags.repeats, 5, 1),
-    offset: numberFlag("offset", flags.offset, 4, 0),
-    planSeconds: numberFlag("plan-time-limit", flags["plan-time-limit"], 10, 1),
+    connections: intFlag("connections", flags.connections, 64, 1),
+    offset: intFlag("offset", flags.offset, 4, 0),
+    hosts: hostList(flags.hosts),
+    iterations: intFlag("iterations", flags.iterations, 5_000, 1),
+    periodMs: numberFlag("period-ms", flags["period-ms"], 10, 0),
+    python: flags.python ?? (existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3"),
+    stopHosts,
+    stepMs: numberFlag("step-ms", flags["step-ms"], 50, 1),
+    stopRuns: intFlag("stop-runs", flags["stop-runs"], 3, 1),
   };
 }
 
-await benchMain("control", help, options, async ({ registerCount, barrierCount, connections, rounds, repeats, offset, planSeconds }) => {
+await benchMain("control", help, options, async ({ json, registerCount, connections: connectionCount, offset, hosts, iterations, periodMs, python, stopHosts, stepMs, stopRuns }) => {
+  // Interrupted, it exits through its "exit" handlers, which end its processes and remove their directories.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(130));
   // ZeroMQ allows 1,023 sockets per context unless told before the first one opens; this
-  // process plays every worker.
-  context.maxSockets = Math.max(context.maxSockets, 3 * barrierCount + connections + 64);
+  // process plays every simulated host.
+  context.maxSockets = Math.max(context.maxSockets, Math.max(...hosts, stopHosts + 2, connectionCount) + 64);
+  const out = (text: string) => json || process.stdout.write(text);
 
-  const reg = await registration(registerCount, connections, offset);
-  process.stdout.write(
-    `registration: ${registerCount} workers (${registerCount / JOB_HOSTS} jobs) over ${connections} connections in ${reg.seconds.toFixed(2)} s ` +
-      `(${Math.round(registerCount / reg.seconds)} /s); ${reg.records} journal records; controller RSS ${reg.rssBefore.toFixed(0)} → ${reg.rssAfter.toFixed(0)} MiB\n\n`,
+  progress(`registering ${registerCount} workers`);
+  const reg = await registration(registerCount, connectionCount, offset);
+  out(
+    `registration: ${registerCount} workers (${reg.jobs} jobs) over ${connectionCount} connections in ${reg.seconds.toFixed(2)} s ` +
+      `(${Math.round(reg.perSecond)} /s); ${reg.journalRecords} journal records; controller RSS ${reg.rssBeforeMiB.toFixed(0)} → ${reg.rssAfterMiB.toFixed(0)} MiB\n\n`,
   );
 
-  const bar = await barriers(barrierCount, rounds, repeats, offset);
-  const pooled = (pattern: keyof AllAtOnce) => bar.repeats.flatMap((r) => r[pattern]);
-  // Each repeat's p50 against the echo's p50 in the same repeat; the median of those decides.
-  const ratios = (pattern: keyof AllAtOnce) => bar.repeats.map((r) => p50(r[pattern]) / p50(r.echo));
-  const row = (name: string, samples: readonly number[], ratio?: readonly number[], cpuUs?: number, clientUs?: number, goal = "") => {
-    return [
-      name,
-      ...latencyCells(samples),
-      ratio ? `${median(ratio).toFixed(2)}×` : "",
-      ratio ? ratio.map((x) => x.toFixed(2)).join(" ") : "",
-      cpuUs === undefined ? "" : cpuUs.toFixed(1),
-      clientUs === undefined ? "" : clientUs.toFixed(1),
-      goal,
-    ];
-  };
-  const target = 1.2;
-  const bareRatio = median(ratios("bare"));
-  process.stdout.write(
-    `barrier round trips, ${barrierCount} registered workers, one connection each (ms; controller RSS ${bar.rss.toFixed(0)} MiB); ` +
-      `the "all at once" rows: ${repeats} repeats of ${rounds} rounds, taking turns round by round:\n` +
+  const steady: SteadyRow[] = [];
+  for (const n of hosts) {
+    progress(`steady state, ${n} hosts`);
+    steady.push(await steadyState(n, iterations, periodMs, python));
+  }
+  const base = steady.find((r) => r.hosts === Math.min(...hosts))!;
+  const overheadMet = steady.every((r) => r.overheadP99Us <= OVERHEAD_GOAL_US);
+  const growthMet = steady.every((r) => r.p99Us <= base.p99Us * GROWTH_GOAL);
+  out(
+    `steady state: the barrier's round trip from the training process (${steady[0]?.client ?? "?"}'s job.barrier) through the real launcher, ` +
+      `every ${periodMs} ms, all hosts at once (µs):\n` +
       table(
-        ["pattern", "samples", "p50", "p99", "max", "p50 vs echo", "each repeat", "server CPU µs/msg", "client CPU µs/msg", "goal"],
-        [
-          row("sequential", bar.sequential),
-          row(`per job (${JOB_HOSTS} together)`, bar.perJob),
-          row(`all ${barrierCount} at once, SDK clients`, pooled("sdk"), ratios("sdk"), undefined, bar.cpuUs.sdkClients),
-          row(`all ${barrierCount} at once, bare DEALERs`, pooled("bare"), ratios("bare"), bar.cpuUs.controller, bar.cpuUs.bareClients, `≤ ${target.toFixed(2)}× ${bareRatio <= target ? "met" : "NOT met"}`),
-          row(`bare ROUTER echo, all ${barrierCount} at once`, pooled("echo"), ratios("echo"), bar.cpuUs.echo),
-        ],
+        ["hosts", "iterations", "barrier p50", "barrier p99", "max", "echo p50", "echo p99", "plain p50", "plain p99", "overhead p99", `p99 vs ${base.hosts} host${base.hosts === 1 ? "" : "s"}`, "together", "others' round p50 ms", "load"],
+        steady.map((r) => [
+          r.hosts,
+          r.iterations,
+          r.p50Us.toFixed(1),
+          r.p99Us.toFixed(1),
+          r.maxUs.toFixed(1),
+          r.echoP50Us.toFixed(1),
+          r.echoP99Us.toFixed(1),
+          r.plainP50Us.toFixed(1),
+          r.plainP99Us.toFixed(1),
+          r.overheadP99Us.toFixed(1),
+          `${(r.p99Us / base.p99Us).toFixed(2)}×`,
+          r.together === null ? "" : `${(r.together * 100).toFixed(0)}%`,
+          r.roundP50Ms === null ? "" : r.roundP50Ms.toFixed(2),
+          r.load.toFixed(1),
+        ]),
       ) +
-      `\n"p50 vs echo": the median over the repeats of each repeat's p50 over the echo's p50 in that repeat. The goal is the ` +
-      `controller's own fan-in (bare DEALERs); the SDK row adds the client library's work, done for all ${barrierCount} workers in this one process ` +
-      `("client CPU": this process's CPU time per barrier, against the bare DEALERs' in the same rounds).\n`,
+      `\n"plain": the same call on an unmanaged job (no launcher: a plain torchrun loop). "echo": the same client against a bare echo of the channel ` +
+      `(bench/channel-echo.ts), in turns with the launcher in each iteration: what any local channel costs on this machine. "together": the share of measured barriers that began while ` +
+      `the other hosts (in this process) were at the same step's barrier. "load": the machine's 1-minute load average as the row ended (${cpus().length} CPUs). Goals: overhead p99 ≤ ${OVERHEAD_GOAL_US} µs ${overheadMet ? "met" : "NOT met"}; ` +
+      `no row's p99 above ${GROWTH_GOAL.toFixed(2)}× the ${base.hosts}-host row's ${growthMet ? "met" : "NOT met"}.\n\n`,
   );
 
-  const plan = await duringPlan(barrierCount, rounds, planSeconds);
-  // Each window's p99 over the echo's p99 in the same window, planning's over idle's: the
-  // slowdown the plan causes, without the change in outside load between the two windows.
-  const overEcho = { idle: p99(plan.idle) / p99(plan.idleEcho), planning: p99(plan.planning) / p99(plan.planningEcho) };
-  const slowdown = overEcho.planning / overEcho.idle;
-  const raw = p99(plan.planning) / p99(plan.idle);
-  const verdict = (ratio: number) => (ratio <= 2 ? "met" : "NOT met");
-  const planRow = (name: keyof typeof overEcho, samples: number[], echoSamples: number[], goal = "") => {
-    return [
-      name,
-      ...latencyCells(samples),
-      p99(echoSamples).toFixed(3),
-      `${(p99(samples) / p99(plan.idle)).toFixed(2)}×`,
-      `${(overEcho[name] / overEcho.idle).toFixed(2)}×`,
-      goal,
-    ];
-  };
-  process.stdout.write(
-    `\nbarrier round trips, all ${barrierCount} at once from bare DEALERs, while the controller plans ${plan.gpus} GPUs ` +
-      `(--plan-time-limit ${planSeconds}; ${plan.result}; ${plan.overlapped} rounds in its ${plan.planSeconds.toFixed(1)} s), ` +
-      `rounds taking turns with the echo's (ms):\n` +
+  const runs: PlanToStop[] = [];
+  for (let run = 1; run <= stopRuns; run++) {
+    progress(`plan to stop, ${stopHosts} hosts, run ${run} of ${stopRuns}`);
+    runs.push(await planToStop(stopHosts, stepMs));
+  }
+  const stop = [...runs].sort((x, y) => x.ms - y.ms)[Math.floor((runs.length - 1) / 2)]!;
+  out(
+    `plan to stop: a ${stopHosts}-host job in lockstep (${stepMs} ms steps), one move planned, ${stopRuns} run${stopRuns === 1 ? "" : "s"}:\n` +
       table(
-        ["controller", "samples", "p50", "p99", "max", "echo p99", "p99 vs idle", "over the echo, vs idle", "goal"],
-        [planRow("idle", plan.idle, plan.idleEcho), planRow("planning", plan.planning, plan.planningEcho, `≤ 2.00×: raw ${verdict(raw)}, over the echo ${verdict(slowdown)}`)],
+        ["run", "plan → all held ms", "plan → all knew ms", "plan → controller saw held ms", "first stop step", "stop step", "steps ahead", "hosts that raised it", "load"],
+        runs.map((r, i) => [
+          `${i + 1}${r === stop ? " (median)" : ""}`,
+          r.ms,
+          r.knownMs,
+          r.controllerMs ?? "",
+          r.firstStopStep,
+          r.stopStep,
+          r.stepsAhead,
+          r.raised,
+          r.load.toFixed(1),
+        ]),
       ) +
-      `\n"over the echo, vs idle": each window's p99 over the echo's p99 in the same window, planning's over idle's. The idle and planning ` +
-      `windows are seconds apart, and load from elsewhere may change between them; the echo, taking turns with the controller, sees the same load ` +
-      `(the planner's thread runs at a lower priority than both).\n`,
+      `\nFrom the move's "pausing" entry (the controller's clock) until the last host's barrier for the stop step was held (this process's clock, the same machine's). ` +
+      `"all knew": polled every millisecond from this busy process, so an upper bound. "steps ahead": the stop step minus the step the job was at when the plan came; ` +
+      `"raised": hosts that had passed the first stop step when they heard of it. "controller saw held": from "pausing" to the move's next state, which it enters once every host reported it holds.\n`,
   );
+  if (json) process.stdout.write(`${JSON.stringify({ steadyState: steady, planToStop: { ...stop, runs }, registration: reg }, null, 2)}\n`);
   return 0;
 });

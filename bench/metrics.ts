@@ -1,5 +1,6 @@
-// Metrics overhead: barrier round trips against a controller without metrics (the baseline)
-// and one with them (`--metrics`: every barrier is timed for monkeytree_barrier_latency_seconds),
+// Metrics overhead: report round trips (`worker.report`, what every launcher sends each second)
+// against a controller without metrics (the baseline) and one with them (`--metrics`: the
+// observer sees every record, and each scrape reads every job's step from the reports),
 // measured in the same run, rounds alternating between the two; then the cost of one scrape.
 // Both controllers run in this process, beside their workers, on loopback TCP; the event log
 // is on in both, as it always is.
@@ -15,7 +16,8 @@ import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { createLogger } from "../sdk/log.ts";
-import { ControllerClient, WorkerClient } from "../sdk/client.ts";
+import { WorkerClient } from "../sdk/agent.ts";
+import { ControllerClient } from "../sdk/client.ts";
 import { benchMain } from "./entry.ts";
 
 const JOB_HOSTS = 8;
@@ -24,7 +26,7 @@ const help = `usage: npm run bench:metrics -- [options]
 
 options:
   --workers N   registered workers per controller, in jobs of 8 (default 256)
-  --rounds N    sequential barrier rounds per controller (default 20)
+  --rounds N    sequential report rounds per controller (default 20)
   --scrapes N   GET /metrics requests timed (default 50)
   -h, --help    show this help`;
 
@@ -46,7 +48,9 @@ async function start(metrics: ControllerMetrics | null, workers: number) {
   await Promise.all(all.map((w) => w.register(60_000)));
   return {
     workers: all,
+    clients,
     stop: async () => {
+      for (const w of all) w.close();
       await Promise.all(clients.map((c) => c.close()));
       await server.close();
       rmSync(dir, { recursive: true, force: true });
@@ -70,13 +74,15 @@ await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) =
     { name: "with metrics", controller: await start(metrics, workers), samples: [] as number[] },
   ];
   try {
+    const report = (v: (typeof variants)[number], i: number, step: number) =>
+      v.controller.clients[i]!.report({ worker: v.controller.workers[i]!.worker, generation: 0, step, stepMs: 25, hold: null });
     // Warm-up, then rounds alternating between the two so drift in the machine's load hits both.
-    for (let step = 0; step < 3; step++) for (const v of variants) await Promise.all(v.controller.workers.map((w) => w.barrier(step)));
+    for (let step = 0; step < 3; step++) for (const v of variants) await Promise.all(v.controller.workers.map((_, i) => report(v, i, step)));
     for (let r = 0, step = 3; r < rounds; r++, step++) {
       for (const v of variants) {
-        for (const w of v.controller.workers) {
+        for (let i = 0; i < v.controller.workers.length; i++) {
           const t = performance.now();
-          await w.barrier(step);
+          await report(v, i, step);
           v.samples.push(performance.now() - t);
         }
       }
@@ -86,7 +92,7 @@ await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) =
       const sorted = [...v.samples].sort((a, b) => a - b);
       return [v.name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (quantile(sorted, 0.5) / quantile(base, 0.5)).toFixed(2)];
     });
-    process.stdout.write(`barrier round trips, ${workers} registered workers, one at a time (ms):\n${table(["controller", "samples", "p50", "p99", "p50 ratio"], rows)}\n\n`);
+    process.stdout.write(`report round trips, ${workers} registered workers, one at a time (ms):\n${table(["controller", "samples", "p50", "p99", "p50 ratio"], rows)}\n\n`);
 
     const scrape = await MetricsServer.start(metrics.registry, { host: "127.0.0.1", port: 0 });
     try {

@@ -95,14 +95,14 @@ function slowest(lines: readonly Line[], phase: string): number {
 
 /** The barrier a stayer reached first after re-forming, and the seconds since it was told to. */
 function resumed(stayer: readonly Line[]): { step: number; seconds: number } | undefined {
-  const [first] = all(stayer, /training resumed: every local process reached barrier (\d+), ([\d.]+) s/);
+  const [first] = all(stayer, /training resumed: barrier (\d+) reached ([\d.]+) s/);
   return first && { step: Number(first.match[1]), seconds: Number(first.match[2]) };
 }
 
 /** When each barrier of a stayer was reached (its launcher's debug transitions). */
 function barriers(stayer: readonly Line[]): Map<number, number> {
   const at = new Map<number, number>();
-  for (const { at: seen, match } of all(stayer, /→ holding: barrier (\d+)$/)) if (!at.has(Number(match[1]))) at.set(Number(match[1]), seen);
+  for (const { at: seen, match } of all(stayer, /barrier (\d+) reached$/)) if (!at.has(Number(match[1]))) at.set(Number(match[1]), seen);
   return at;
 }
 

@@ -167,7 +167,7 @@ async function move(job: ExampleJob, cluster: LoopbackCluster, recorder: LogReco
   const { group, client, launchers, daemons } = cluster;
   const first = launchers.get(job.hosts[0]![0]!)!;
   progress("waiting for the job to train");
-  await until(group, `${job.name} to train`, () => (recorder.lines(first.log).some((line) => /every local process at barrier \d+/.test(line.text)) ? true : undefined), WAIT_MS);
+  await until(group, `${job.name} to train`, () => (recorder.lines(first.log).some((line) => /barrier \d+ reached/.test(line.text)) ? true : undefined), WAIT_MS);
   writeFileSync(cluster.gate, "");
   const planned = await until(group, "a plan that moves the job", async () => (await client.status()).migrations.find((m) => m.job === job.name), WAIT_MS);
   progress(`moving host ${planned.from} → ${planned.to} …`);

@@ -6,9 +6,9 @@ import { JournalError } from "../controller/service/journal.ts";
 import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
-import { DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS } from "../controller/service/sessions.ts";
-import { WORKER_HEARTBEAT_MS } from "../sdk/launch/heartbeat.ts";
+import { DEFAULT_REPORT_INTERVAL_MS } from "../sdk/agent.ts";
 import { join } from "node:path";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
@@ -31,15 +31,15 @@ function describeDefault(): string {
 
 const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 /**
- * Launchers beat on a fixed interval: a timeout under two of them would declare lost a worker
- * whose one beat came late, and end a healthy job.
+ * Launchers report on a fixed interval: a timeout under a few of them would declare lost a
+ * worker whose report came late, and end a healthy job.
  */
-const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (2 * WORKER_HEARTBEAT_MS) / 1000;
+const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (4 * DEFAULT_REPORT_INTERVAL_MS) / 1000;
 
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
-                             [--lost-job-grace S] [--stop-lead N] [--metrics ADDR]
+                             [--lost-job-grace S] [--stop-lead N] [--replan-backoff S] [--metrics ADDR]
                              [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
@@ -64,7 +64,7 @@ ${TOPOLOGY_HELP}
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
   --worker-heartbeat-timeout S
                          declare a worker lost after S seconds without a word from its
-                         launcher, which heartbeats every ${WORKER_HEARTBEAT_MS / 1000} s (default ${DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000}, at least ${MIN_WORKER_HEARTBEAT_TIMEOUT_S});
+                         launcher, which reports every ${DEFAULT_REPORT_INTERVAL_MS / 1000} s (default ${DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000}, at least ${MIN_WORKER_HEARTBEAT_TIMEOUT_S});
                          \`monkeytree status\` lists lost workers
   --lost-job-grace S     end a job S seconds after every one of its workers is lost, freeing
                          its hosts for other jobs (default ${DEFAULT_LOST_JOB_GRACE_MS / 1000})
@@ -72,6 +72,9 @@ ${TOPOLOGY_HELP}
                          together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
                          the move does; raise this when a replacement takes longer to start
                          (CUDA, NCCL, building the model) than a step plus the transfer
+  --replan-backoff S     after a plan rolls back, and after a restart, plan again S seconds
+                         later (default ${DEFAULT_REPLAN_BACKOFF_MS / 1000}): a cause that persists (a dead host) then
+                         does not pause jobs over and over
   --scheduler slurm      Slurm owns the hosts (needs --topology, which names them as Slurm does):
                          jobs that did not register are counted where they run and never
                          moved, no worker moves onto a node Slurm could give another job, a
@@ -120,6 +123,7 @@ export const command: Command = {
       "worker-heartbeat-timeout": { type: "string" },
       "lost-job-grace": { type: "string" },
       "stop-lead": { type: "string" },
+      "replan-backoff": { type: "string" },
       ...TOPOLOGY_FLAGS,
       scheduler: { type: "string" },
       "slurm-conf": { type: "string" },
@@ -128,6 +132,7 @@ export const command: Command = {
     });
     const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
+    const replanBackoffMs = secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0);
     const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatTimeoutMs = secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
     const workerHeartbeatTimeoutMs = secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S);
@@ -183,6 +188,7 @@ export const command: Command = {
         workerHeartbeatTimeoutMs,
         lostJobGraceMs,
         stopLeadSteps,
+        replanBackoffMs,
         logger,
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),
         ...(named ? { unavailable: named.padding } : {}),

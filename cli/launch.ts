@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import { ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
 import { ControllerRefusedError } from "../sdk/connection.ts";
+import { DEFAULT_HOLD_TIMEOUT_MS } from "../sdk/hold.ts";
 import { createLogger } from "../sdk/log.ts";
 import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
@@ -8,14 +9,14 @@ import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.
 import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
 import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, shmBytesFlag, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command } from "./io.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
 
 const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
                          [--topology FILE] [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
-                         [--master-port P] [--replacement NAME] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
+                         [--master-port P] [--replacement NAME] [--hold-timeout S] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
 
 Wraps a job's torchrun command on one host. It registers this host's worker with the
 controller, which ranks the job's hosts along its DP ring order, and starts torchrun with a
@@ -68,7 +69,7 @@ exit codes: torchrun's exit code (0 when training ended or this worker moved awa
 controller refused, 3 internal error.`;
 
 export const command: Command = {
-  summary: "wrap a torchrun command: controller-assigned ranks, barriers and migrations",
+  summary: "wrap a torchrun command: controller-assigned ranks and migrations, never waiting on the controller",
   help,
   async run(argv, io) {
     const split = argv.indexOf("--");
@@ -86,6 +87,7 @@ export const command: Command = {
       "master-port": { type: "string" },
       replacement: { type: "string" },
       topology: { type: "string" },
+      "hold-timeout": { type: "string" },
     });
     let replacement;
     let torchrun;
@@ -111,6 +113,7 @@ export const command: Command = {
     }
     const checkpointBytes = shmBytesFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
     const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
+    const holdTimeoutMs = secondsFlag("hold-timeout", flags["hold-timeout"], DEFAULT_HOLD_TIMEOUT_MS / 1000, 1);
     const log = createLogger(`launch ${worker.job}@${worker.host}`, (line) => io.err.write(`${line}\n`));
     const launcher = new Launcher({
       controller: replacement?.MONKEYTREE_CONTROLLER ?? controllerFlag(flags.connect, config),
@@ -119,6 +122,7 @@ export const command: Command = {
       parallelism,
       checkpointBytes,
       masterPortBase,
+      holdTimeoutMs,
       torchrun,
       replacement,
       ...(name === undefined ? {} : { replacementName: name }),

@@ -1,29 +1,43 @@
 import { ControllerConnection, ControllerError, UnexpectedReplyError, type Answer, type ConnectionOptions, type RequestBody } from "./connection.ts";
+import { safeDecodeReply } from "./protocol/codec.ts";
 import type { EventsReply } from "./protocol/events.ts";
 import type { StatusReport } from "./protocol/status.ts";
-import type { Assignment, Directive, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
+import type { Assignment, Order, Parallelism, Report, WorkerIdentity } from "./protocol/worker.ts";
 
 export { ClientClosedError, ControllerTimeoutError } from "./connection.ts";
 export { ControllerError, UnexpectedReplyError };
 
 /**
  * The launcher's side of the controller protocol, over one `ControllerConnection`. Many
- * workers may share one client; replies are matched by request id.
+ * workers may share one client; replies are matched by request id, and the orders the
+ * controller pushes go to the listener of the worker they name.
  */
 
 export type ClientOptions = Omit<ConnectionOptions, "onMessage">;
 
-/**
- * A barrier (or a registration) may be held while the job waits for its whole group or for a
- * migration, which takes seconds to tens of seconds (paper §7), so workers wait longer.
- */
+/** A registration is held while the job waits for its whole group, or a replacement for its move to commit. */
 export const DEFAULT_WORKER_TIMEOUT_MS = 600_000;
 
 export class ControllerClient {
   private readonly connection: ControllerConnection;
+  private readonly listeners = new Map<string, (order: Order) => void>();
 
   constructor(options: ClientOptions) {
-    this.connection = new ControllerConnection(options);
+    this.connection = new ControllerConnection({ ...options, onMessage: (frame) => this.dispatch(frame) });
+  }
+
+  /** Orders for `worker` that answer no request of its (pushed, or late duplicates) go to `listener`. */
+  listen(worker: WorkerIdentity, listener: (order: Order) => void): () => void {
+    const key = keyOf(worker);
+    this.listeners.set(key, listener);
+    return () => {
+      if (this.listeners.get(key) === listener) this.listeners.delete(key);
+    };
+  }
+
+  private dispatch(frame: Buffer): void {
+    const decoded = safeDecodeReply(frame);
+    if (decoded.success && decoded.data.type === "worker.order") this.listeners.get(keyOf(decoded.data.worker))?.(decoded.data.order);
   }
 
   /** Sends a request and waits for its answer; an error reply rejects with `ControllerError`. */
@@ -52,10 +66,11 @@ export class ControllerClient {
     return reply.assignment;
   }
 
-  async barrier(worker: WorkerIdentity, step: number, generation: number, timeoutMs?: number): Promise<Directive> {
-    const reply = await this.request({ type: "worker.barrier", worker, step, generation }, timeoutMs);
-    if (reply.type !== "worker.directive") throw unexpected("worker.barrier", reply);
-    return reply.directive;
+  /** Reports a worker's progress and hold; answers with its current order. */
+  async report(report: Omit<Report, "v" | "id" | "type">, timeoutMs?: number): Promise<Order> {
+    const reply = await this.request({ type: "worker.report", ...report }, timeoutMs);
+    if (reply.type !== "worker.order") throw unexpected("worker.report", reply);
+    return reply.order;
   }
 
   async finish(job: string): Promise<void> {
@@ -84,38 +99,4 @@ export class ControllerClient {
 
 const unexpected = (request: string, reply: Answer) => new UnexpectedReplyError(`${request} was answered with ${reply.type}`);
 
-/**
- * One worker's view: registers it, then meets the controller at every barrier, keeping the
- * assignment current as `reconfigure` directives arrive.
- */
-export class WorkerClient {
-  private current: Assignment | null = null;
-
-  constructor(
-    private readonly client: ControllerClient,
-    readonly worker: WorkerIdentity,
-    readonly parallelism: Parallelism,
-    private readonly options: { checkpointBytes?: number; rings?: number; token?: string; replacement?: string; barrierTimeoutMs?: number } = {},
-  ) {}
-
-  get assignment(): Assignment | null {
-    return this.current;
-  }
-
-  /** Waits until every worker of the job registered, then returns this worker's assignment. */
-  async register(timeoutMs?: number): Promise<Assignment> {
-    this.current = await this.client.register(this.worker, this.parallelism, { ...this.options, timeoutMs: timeoutMs ?? DEFAULT_WORKER_TIMEOUT_MS });
-    return this.current;
-  }
-
-  /**
-   * Call at the end of every iteration. `continue` returns at once unless the job is
-   * stopping for a migration, in which case the answer comes when the job may go on.
-   */
-  async barrier(step: number): Promise<Directive> {
-    if (!this.current) throw new ControllerError("unknown_worker", "register the worker before its first barrier");
-    const directive = await this.client.barrier(this.worker, step, this.current.generation, this.options.barrierTimeoutMs ?? DEFAULT_WORKER_TIMEOUT_MS);
-    if (directive.kind === "reconfigure") this.current = directive.assignment;
-    return directive;
-  }
-}
+const keyOf = (w: WorkerIdentity): string => `${w.job}/${w.group}/${w.host}`;

@@ -262,6 +262,7 @@ export class ControllerConnection {
         const waiting = id === null ? undefined : this.take(id);
         if (!waiting) this.options.onMessage?.(frame);
         else if (decoded.success) waiting.resolve(decoded.data);
+        else if (decoded.error.code === "unsupported_version") waiting.reject(new ControllerError(decoded.error.code, `the controller at ${this.options.endpoint} speaks another protocol version: ${decoded.error.message}`));
         else waiting.reject(new ControllerError(decoded.error.code, `the controller's answer could not be read: ${decoded.error.message}`));
       }
     } catch (error) {

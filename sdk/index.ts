@@ -9,9 +9,9 @@ export {
   ControllerError,
   ControllerTimeoutError,
   UnexpectedReplyError,
-  WorkerClient,
   type ClientOptions,
 } from "./client.ts";
+export { WorkerClient, type AgentOptions } from "./agent.ts";
 export { InvalidInputError, type InputIssue } from "./errors.ts";
 export { CheckpointError, type CheckpointErrorCode, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
 export { TransferError, type TransferErrorCode, type TransferResult, type Transport } from "../native/index.ts";

@@ -1,6 +1,6 @@
 /**
  * An example launcher written against the TypeScript SDK: one data-parallel worker of a job,
- * training `model.ts`'s state and meeting the controller at every iteration's barrier.
+ * training `model.ts`'s state and taking the controller's orders at every iteration's barrier.
  *
  *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
  *   node dist/cli/demo/worker.js --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
@@ -10,16 +10,16 @@
  * for a migration the daemon runs this same program, the job, host and parallelism then come
  * from the MONKEYTREE_* environment and the state from the staging buffer, and the worker
  * carries on at the step its source stopped at. `--start-when-exists PATH` holds the start, and
- * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists. It heartbeats every
- * `--heartbeat-ms` (default 2,000) throughout, paused or not.
+ * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists. It reports every
+ * `--report-ms` (default 1,000) throughout, paused or not.
  */
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
 import { intFlag } from "../io.ts";
 import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { startHeartbeat, WORKER_HEARTBEAT_MS } from "../../sdk/launch/heartbeat.ts";
+import { DEFAULT_REPORT_INTERVAL_MS, WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { openStagedCheckpoint, replacementFromEnv, sendCheckpoint } from "../../sdk/migrate.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
@@ -43,7 +43,7 @@ const { values: flags } = parseArgs({
     "pause-at": { type: "string" },
     "resume-when-exists": { type: "string" },
     replacement: { type: "string" },
-    "heartbeat-ms": { type: "string", default: String(WORKER_HEARTBEAT_MS) },
+    "report-ms": { type: "string", default: String(DEFAULT_REPORT_INTERVAL_MS) },
   },
 });
 
@@ -90,9 +90,10 @@ const untilExists = async (path: string) => {
 // Lets a scheduler admit a job the moment it decides to: the process is loaded and waits.
 if (flags["start-when-exists"] !== undefined) await untilExists(flags["start-when-exists"]);
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
-const stopHeartbeat = startHeartbeat(client, identity, log, intFlag("heartbeat-ms", flags["heartbeat-ms"], undefined, 1));
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
+  reportIntervalMs: intFlag("report-ms", flags["report-ms"], undefined, 1),
+  log,
   ...(flags.replacement === undefined ? {} : { replacement: flags.replacement }),
   ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
 });
@@ -152,5 +153,5 @@ while (running && state.step < steps) {
   running = await obey(await worker.barrier(state.step - 1), state.step - 1);
 }
 if (running) report({ ...who, event: "finished", step: state.step, digest: digest(state) });
-stopHeartbeat();
+worker.close();
 await client.close();

@@ -40,7 +40,7 @@ function forJob(caller: Caller, job: string, type: string): Refusal | null {
   if (caller.role === "anyone" || (caller.role === "job" && caller.job === job)) return null;
   return {
     rule: "job-credential-own-job",
-    message: `${type} for job ${JSON.stringify(job)} needs that job's credential, and this is ${describe(caller)}; a job credential may register, barrier and finish only its own job`,
+    message: `${type} for job ${JSON.stringify(job)} needs that job's credential, and this is ${describe(caller)}; a job credential may register, report and finish only its own job`,
   };
 }
 
@@ -56,8 +56,7 @@ function forHost(caller: Caller, host: number, type: string): Refusal | null {
 export function authorize(caller: Caller, message: Request | CommandReply): Refusal | null {
   switch (message.type) {
     case "worker.register":
-    case "worker.barrier":
-    case "worker.heartbeat":
+    case "worker.report":
       return forJob(caller, message.worker.job, message.type);
     case "job.finish":
       return forJob(caller, message.job, message.type);

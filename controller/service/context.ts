@@ -1,6 +1,5 @@
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import type { Reply } from "../../sdk/protocol/codec.ts";
-import type { Directive } from "../../sdk/protocol/worker.ts";
 import type { Logger } from "../../sdk/log.ts";
 import type { Journal } from "./journal.ts";
 import type { ControllerObserver } from "./observer.ts";
@@ -75,12 +74,7 @@ export class ControllerContext {
 
   send(target: ReplyTarget, reply: Reply): void {
     this.outbox.push({ peer: target.peer, reply });
-    this.observer.replied(target);
     this.wake();
-  }
-
-  directive(target: ReplyTarget, directive: Directive): void {
-    this.send(target, { v: PROTOCOL_VERSION, type: "worker.directive", id: target.id, directive });
   }
 
   ack(target: ReplyTarget): void {

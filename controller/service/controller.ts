@@ -223,11 +223,8 @@ export class Controller {
     switch (request.type) {
       case "worker.register":
         return this.sessions.register(target, request);
-      case "worker.barrier":
-        this.context.observer.barrier(target);
-        return this.sessions.barrier(target, request);
-      case "worker.heartbeat":
-        return this.sessions.heartbeat(target, request);
+      case "worker.report":
+        return this.sessions.report(target, request);
       case "job.finish":
         return this.sessions.finish(target, request.job);
       case "daemon.register":

@@ -119,10 +119,6 @@ export class EventLog implements ControllerObserver {
     this.append({ event: "worker-lost", job, host, silentMs });
   }
 
-  barrier(): void {}
-
-  replied(): void {}
-
   private write(line: string): void {
     if (this.file === null) return;
     try {

@@ -62,6 +62,8 @@ export class PlanExecution implements SessionMoves {
    */
   private planning: Planning | null = null;
   private closed = false;
+  /** Jobs whose re-formation waits for their master's daemon to register again after a restart. */
+  private readonly awaitingMaster = new Set<string>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -250,6 +252,9 @@ export class PlanExecution implements SessionMoves {
           }
           continue;
         case "commit":
+          // Every host of the step's jobs seals its hold first, so none can let go of it by
+          // itself once the move has committed.
+          if (!this.sealed(decision.ids)) return;
           for (const id of decision.ids) this.fire(id, { type: "commit" });
           continue;
         case "abort":
@@ -270,6 +275,17 @@ export class PlanExecution implements SessionMoves {
     }
   }
 
+  /** Whether the jobs of these moves sealed their holds; asks them to, when they have not. */
+  private sealed(ids: readonly string[]): boolean {
+    const jobs = new Set(ids.flatMap((id) => this.context.state.migrations.get(id)?.job ?? []));
+    for (const job of jobs) this.sessions.seal(job);
+    return [...jobs].every((job) => this.sessions.sealed(job));
+  }
+
+  raised(jobId: string, step: number): void {
+    for (const m of this.openMigrations()) if (m.job === jobId) this.fire(m.id, { type: "raise", stopStep: step });
+  }
+
   /** Fires `paused` for moves whose job has every worker held at its stop step. */
   private checkPaused(moves: readonly Migration[]): boolean {
     let fired = false;
@@ -281,11 +297,11 @@ export class PlanExecution implements SessionMoves {
     return fired;
   }
 
-  /** The barrier all the job's workers stop at: the first one none of them has reported yet. */
+  /** The barrier the job's workers stop at: past the furthest one they have reached by now. */
   private stopStepFor(jobId: string): number {
     // The job trains on for the lead's steps after the move starts, while the destination's
     // replacement starts: its start then costs no downtime.
-    return this.sessions.heldAt(jobId) ?? this.sessions.lastStep(jobId) + 1 + this.options.stopLeadSteps;
+    return this.sessions.heldAt(jobId) ?? this.sessions.projectedStep(jobId) + 1 + this.options.stopLeadSteps;
   }
 
   activeMoves(): Migration[] {
@@ -349,11 +365,11 @@ export class PlanExecution implements SessionMoves {
   private execute(action: MigrationAction): void {
     switch (action.type) {
       case "hold-job":
-        return this.sessions.hold(action.job, action.step);
+        return this.sessions.hold(action.job, action.stop, action.step, action.sealed === true);
       case "prepare-staging":
         return this.prepareStaging(action);
       case "migrate-out":
-        return this.sessions.migrateOut(action.from, { kind: "migrate-out", migration: action.migration, to: action.to, endpoint: action.endpoint, token: action.token, step: action.step });
+        return this.sessions.migrateOut(action.from, { migration: action.migration, to: action.to, endpoint: action.endpoint, token: action.token, step: action.step });
       case "release-staging":
         return this.releaseStaging(action);
       case "stop-source":
@@ -380,6 +396,25 @@ export class PlanExecution implements SessionMoves {
     const job = this.context.state.jobs.get(jobId);
     if (!job) return;
     if (this.activeMoves().some((m) => m.job === jobId && m.state === "committing")) return;
+    // Every assignment names the master's address, which its daemon gives. After a restart the
+    // job re-forms once that daemon has registered again (or could have), not before.
+    const master = job.groups[0]?.[0];
+    if (master !== undefined && this.daemons.addressOf(master) === null) {
+      if (this.awaitingMaster.has(jobId)) return;
+      this.awaitingMaster.add(jobId);
+      const reform = () => this.later(() => {
+        this.awaitingMaster.delete(jobId);
+        this.reform(jobId);
+      });
+      this.daemons.registered(master).then(reform, reform);
+      return;
+    }
+    this.reform(jobId);
+  }
+
+  private reform(jobId: string): void {
+    const job = this.context.state.jobs.get(jobId);
+    if (!job) return;
     this.sessions.reform(job);
     this.checkResumed(jobId);
   }

@@ -1,14 +1,12 @@
 import { statSync } from "node:fs";
-import { performance } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { rackFragmentation } from "../model/fragmentation.ts";
 import { createRegistry, PREFIX, SECONDS_BUCKETS } from "../metrics/registry.ts";
 import { PLAN_STATUSES } from "../../sdk/protocol/events.ts";
-import type { ReplyTarget } from "./context.ts";
 import { isFinished, MIGRATION_STATES } from "./migration.ts";
 import type { ControllerObserver, PlanOutcome } from "./observer.ts";
 import { clusterOf, type DurableState, type JournalRecord } from "./state.ts";
-import type { LiveView } from "./status.ts";
+import type { JobProgress, LiveView } from "./status.ts";
 
 /**
  * The controller's Prometheus metrics. Counters and histograms follow the journal as its
@@ -23,13 +21,9 @@ import type { LiveView } from "./status.ts";
 /** What the scrape reads from the running controller: what `status` reports, and where its journal is. */
 export type ControllerView = LiveView & { readonly journalPath: string };
 
-/** Barriers waiting for an answer are tracked up to this many. */
-const MAX_PENDING_BARRIERS = 65_536;
-
 export class ControllerMetrics implements ControllerObserver {
   readonly registry: Registry = createRegistry("controller");
   private view: (() => ControllerView) | null = null;
-  private readonly barriers = new Map<string, number>();
   private readonly atPlan: Gauge;
   private readonly defragmentations: Counter;
   private readonly plans: Counter;
@@ -40,7 +34,6 @@ export class ControllerMetrics implements ControllerObserver {
   private readonly phaseSeconds: Histogram;
   private readonly bytesMoved: Counter;
   private readonly daemonsLost: Counter;
-  private readonly barrierSeconds: Histogram;
 
   constructor() {
     const registers = [this.registry];
@@ -123,7 +116,24 @@ export class ControllerMetrics implements ControllerObserver {
         jobs.set({ state: "registering" }, v.registering.length);
       }),
     });
-    this.barrierSeconds = new Histogram({ name: m("barrier_latency_seconds"), help: "From a worker's barrier reaching the controller to its answer being ready; includes barriers held while a job stops for a move.", buckets: SECONDS_BUCKETS, registers });
+    // A job's progress, from its launchers' reports; a finished job's series go with it.
+    const perJob = (name: string, help: string, get: (p: JobProgress) => number | null) => {
+      const gauge: Gauge = new Gauge({
+        name: m(name),
+        help,
+        labelNames: ["job"],
+        registers,
+        collect: read((v) => v.progress, (progress) => {
+          gauge.reset();
+          for (const [job, p] of progress) {
+            const value = get(p);
+            if (value !== null) gauge.set({ job }, value);
+          }
+        }),
+      });
+    };
+    perJob("job_step", "Each running job's last barrier step, as its launchers report it.", (p) => p.step);
+    perJob("job_step_seconds", "Each running job's recent step time: the median its slowest host reports.", (p) => p.stepSeconds);
     const journal = new Gauge({ name: m("journal_size_bytes"), help: "Size of the journal file.", registers, collect: read((v) => v.journalPath, (path) => journal.set(fileSize(path))) });
   }
 
@@ -161,24 +171,7 @@ export class ControllerMetrics implements ControllerObserver {
 
   // Status and the event log report lost workers; no metric counts them.
   workerLost(): void {}
-
-  barrier(target: ReplyTarget): void {
-    // Barriers never answered (their worker gone) are the oldest; they make room first.
-    if (this.barriers.size >= MAX_PENDING_BARRIERS) this.barriers.delete(this.barriers.keys().next().value ?? "");
-    this.barriers.set(key(target), performance.now());
-  }
-
-  replied(target: ReplyTarget): void {
-    if (this.barriers.size === 0) return;
-    const k = key(target);
-    const since = this.barriers.get(k);
-    if (since === undefined) return;
-    this.barriers.delete(k);
-    this.barrierSeconds.observe((performance.now() - since) / 1000);
-  }
 }
-
-const key = (target: ReplyTarget): string => `${Buffer.from(target.peer).toString("hex")}/${target.id}`;
 
 function fileSize(path: string): number {
   try {

@@ -86,6 +86,8 @@ export type Migration = z.infer<typeof MigrationSchema>;
 
 export type MigrationEvent =
   | { readonly type: "start"; readonly stopStep: number }
+  /** The job's hosts agreed on a later stop step (one had passed the first). */
+  | { readonly type: "raise"; readonly stopStep: number }
   | { readonly type: "paused" }
   | { readonly type: "staging-ready"; readonly endpoint: string; readonly token: string }
   | { readonly type: "transferred"; readonly bytes: number }
@@ -98,8 +100,8 @@ export type MigrationEvent =
   | { readonly type: "tick" };
 
 export type MigrationAction =
-  /** Hold the job's workers at barrier `step`: answer nothing until the job is told what to do. */
-  | { readonly type: "hold-job"; readonly job: string; readonly step: number }
+  /** Stop the job's workers at barrier `step` (stop `stop`, shared by the moves of one plan step). */
+  | { readonly type: "hold-job"; readonly job: string; readonly stop: string; readonly step: number; readonly sealed?: true }
   /** Ask the destination to allocate staging for `bytes`; its answer is a `staging-ready` event. */
   | { readonly type: "prepare-staging"; readonly migration: string; readonly host: number; readonly bytes: number }
   /** Answer the source worker's held barrier with `migrate-out`. */
@@ -184,11 +186,15 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
         "pausing",
         { stopStep: event.stopStep },
         [
-          { type: "hold-job", job: m.job, step: event.stopStep },
+          { type: "hold-job", job: m.job, stop: stopIdOf(m), step: event.stopStep },
           { type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes },
         ],
         ` at barrier ${event.stopStep}`,
       );
+    case "raise":
+      if (!expect("pausing")) return ignore("not pausing");
+      if (m.stopStep !== null && event.stopStep <= m.stopStep) return { migration: m, actions: [], log: null };
+      return { migration: { ...m, stopStep: event.stopStep }, actions: [], log: `migration ${m.id}: the job stops at barrier ${event.stopStep}, where its hosts agreed` };
     case "paused":
       if (!expect("pausing")) return ignore("not pausing");
       if (m.endpoint !== null && m.token !== null) return enter("transferring", {}, [migrateOut(m, m.endpoint, m.token)]);
@@ -226,6 +232,9 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
       return assertNever(event);
   }
 }
+
+/** The stop a move's job makes: one per plan step, which every move of the job in that step shares. */
+export const stopIdOf = (m: Pick<Migration, "id" | "planStep">): string => `${m.id.slice(0, m.id.lastIndexOf("/"))}/step${m.planStep}`;
 
 const migrateOut = (m: Migration, endpoint: string, token: string): MigrationAction => ({
   type: "migrate-out",

@@ -1,6 +1,5 @@
 import type { Logger } from "../../sdk/log.ts";
 import type { PlanStatus } from "../plan/schema.ts";
-import type { ReplyTarget } from "./context.ts";
 import type { DurableState, JournalRecord } from "./state.ts";
 
 /**
@@ -30,14 +29,10 @@ export interface ControllerObserver {
   daemonLost(host: number, silentMs: number): void;
   /** A worker whose launcher heartbeated has been silent for `silentMs`. */
   workerLost(job: string, host: number, silentMs: number): void;
-  /** A barrier came in from `target`; its answer goes out through `replied`. */
-  barrier(target: ReplyTarget): void;
-  replied(target: ReplyTarget): void;
 }
 
 /** Tells every observer in turn; one that throws is logged, and the others and the decision go on. */
 export function observeAll(observers: readonly ControllerObserver[], log: Logger): ControllerObserver {
-  // Barriers and their replies are told for every message, so a call makes no closure.
   const tell = <K extends keyof ControllerObserver>(what: string, event: K, ...args: Parameters<ControllerObserver[K]>) => {
     for (const o of observers) {
       try {
@@ -53,7 +48,5 @@ export function observeAll(observers: readonly ControllerObserver[], log: Logger
     planFailed: (reason) => tell("a failed plan", "planFailed", reason),
     daemonLost: (host, silentMs) => tell("a lost daemon", "daemonLost", host, silentMs),
     workerLost: (job, host, silentMs) => tell("a lost worker", "workerLost", job, host, silentMs),
-    barrier: (target) => tell("a barrier", "barrier", target),
-    replied: (target) => tell("a reply", "replied", target),
   };
 }

@@ -1,4 +1,4 @@
-import { isFinished, isReversible, transition, type Migration, type MigrationAction } from "./migration.ts";
+import { isFinished, isReversible, stopIdOf, transition, type Migration, type MigrationAction } from "./migration.ts";
 import type { DurableState } from "./state.ts";
 
 export interface Recovery {
@@ -28,6 +28,8 @@ export function recoverMigrations(state: DurableState, now: number): Recovery {
       actions.push(...step.actions);
       if (step.log) log.push(step.log);
     } else if (m.state === "committing") {
+      // The job's hosts sealed their hold and wait for this outcome: the stop stands until the job re-forms.
+      actions.push({ type: "hold-job", job: m.job, stop: stopIdOf(m), step: m.stopStep ?? 0, sealed: true });
       actions.push({ type: "spawn-replacement", migration: m.id, job: m.job, group: m.group, host: m.to, token: m.token ?? "" });
       log.push(`migration ${m.id}: committed before the restart; asking host ${m.to} for the replacement again`);
     } else {

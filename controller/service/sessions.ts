@@ -2,24 +2,28 @@ import { clusterFromSnapshot, rackOf } from "../model/cluster.ts";
 import { ringOrder } from "../route/ring-order.ts";
 import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { Barrier, Directive, Parallelism, Register, WorkerHeartbeat } from "../../sdk/protocol/worker.ts";
+import type { Hold, Order, Parallelism, Register, Report } from "../../sdk/protocol/worker.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
-import { assertNever, isCommitted, type Migration, type MigrationEvent } from "./migration.ts";
+import { assertNever, isCommitted, isReversible, type Migration, type MigrationEvent } from "./migration.ts";
 import type { DurableState, JobState, JournalRecord } from "./state.ts";
+import type { JobProgress } from "./status.ts";
 
 /**
  * Worker sessions: workers registering until their job starts, replacements registering on
- * a move's destination (held while the move has not committed), barriers answered or held
- * while the job stops for a move, and jobs finishing. Holds who is connected and which host
- * each job owns; none of it is durable, workers bring it back by calling in again.
+ * a move's destination (held while the move has not committed), the stops a job makes for a
+ * move, and jobs finishing. Holds who is connected and which host each job owns; none of it is
+ * durable, workers bring it back by reporting again.
  *
- * A launcher heartbeats (`worker.heartbeat`) on a timer of its own. A worker whose launcher
- * heartbeated and then fell silent for the worker heartbeat timeout is lost; once every
- * worker of a started job is lost, its launchers are gone, and after the lost-job grace the job
- * is ended as if they had reported its end. Only a worker heard heartbeating can be lost: a
- * launcher that does not heartbeat (an older one) may be silent for a whole long step, so its
- * silence proves nothing. After a restart that knowledge comes back with the first heartbeats.
+ * A launcher reports (`worker.report`) on a timer of its own: its step, step time and hold.
+ * Each report is answered with the worker's current order, and every change of that order is
+ * pushed to the peer of its latest report, so no training step waits for the controller. A
+ * stop is agreed as sdk/protocol/README.md argues: the job stops at the largest step any of its
+ * hosts says it will hold at, and a move goes on only once every host holds there.
+ *
+ * A worker that reported and then fell silent for the worker heartbeat timeout is lost; once
+ * every worker of a started job is lost, its launchers are gone, and after the lost-job grace
+ * the job is ended as if they had reported its end.
  */
 
 /** A worker that heartbeats and is silent for this long is lost. */
@@ -41,6 +45,8 @@ export interface SessionMoves {
   fire(id: string, event: MigrationEvent): void;
   /** Re-forms the job once every replacement of its committed moves has registered. */
   reconfigureJob(job: string): void;
+  /** The job's hosts agreed on a later stop step than the one its moves started with. */
+  raised(job: string, step: number): void;
   /** Fires `resumed` once every worker of the job has its current assignment. */
   checkResumed(job: string): void;
   /** Plans again at the next drain. */
@@ -50,21 +56,37 @@ export interface SessionMoves {
 interface WorkerSession {
   readonly job: string;
   readonly host: number;
-  lastStep: number | null;
-  /** Generation of the last assignment sent to the worker. */
-  sentGeneration: number;
-  /** A barrier waiting for the job's directive. */
-  held: { readonly step: number; readonly target: ReplyTarget } | null;
+  /** Where its orders are pushed: the peer of its latest report; null before the first. */
+  peer: Uint8Array | null;
+  /** The last barrier it reported, its step time, and when (the controller's clock). */
+  step: number | null;
+  stepMs: number | null;
+  reportedAt: number;
+  /** Whether that report's step was past the one before: a worker that is not training is not projected forward. */
+  advancing: boolean;
+  /** Generation of the assignment it runs with, as it reported or was registered with. */
+  generation: number;
+  /** Its hold as it last reported it. */
+  hold: Hold | null;
   /** A replacement's registration waiting for its job to re-form. */
   heldRegister: ReplyTarget | null;
-  /** A directive for this worker's next barrier (its `migrate-out`). */
-  pending: Directive | null;
+  /** Its `migrate-out`, while it is a move's source. */
+  migrateOut: Extract<Order, { kind: "migrate-out" }> | null;
   /** When the controller last heard from the worker's launcher, by any request. */
   heardAt: number;
-  /** Whether its launcher heartbeats, so that its silence means it is gone. */
+  /** Whether its launcher reports, so that its silence means it is gone. */
   heartbeats: boolean;
   /** Silent past the heartbeat timeout. */
   lost: boolean;
+}
+
+/** A stop a job makes for its moves of one plan step. */
+interface JobStop {
+  readonly id: string;
+  /** The barrier every host holds at; raised when a host had passed it. */
+  step: number;
+  /** Every host was asked to seal: the step's moves commit once all have. */
+  sealing: boolean;
 }
 
 interface PendingJob {
@@ -85,8 +107,8 @@ export class WorkerSessions {
   private readonly workers = new Map<number, WorkerSession>();
   /** Replacements that registered before their move committed, by token. */
   private readonly early = new Map<string, EarlyRegistration>();
-  /** Jobs held at a barrier step for a migration. */
-  private readonly stops = new Map<string, number>();
+  /** Jobs stopping, or stopped, for a migration. */
+  private readonly stops = new Map<string, JobStop>();
   /** Which job each host runs, started or still registering. */
   private readonly owners = new Map<number, string>();
 
@@ -120,8 +142,7 @@ export class WorkerSessions {
       if (!assignment || assignment.group !== group) {
         throw new ProtocolError("conflict", `job "${jobId}" runs group ${group} on hosts ${started.groups[group]?.join(", ") ?? "none"}, not on host ${host}; a running job takes new workers only through migrations`);
       }
-      const session = this.session(jobId, host);
-      session.sentGeneration = started.generation;
+      this.session(jobId, host).generation = started.generation;
       this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
       return;
     }
@@ -175,7 +196,7 @@ export class WorkerSessions {
     for (const [host, w] of pending.workers) {
       const assignment = assignmentOf(job, host, this.addressOf);
       if (!assignment) continue;
-      this.session(jobId, host).sentGeneration = job.generation;
+      this.session(jobId, host).generation = job.generation;
       this.context.send(w.target, { v: PROTOCOL_VERSION, type: "worker.registered", id: w.target.id, assignment });
     }
     // A group inside one rack adds to no rack's fragmentation, so a job made only of such
@@ -203,58 +224,96 @@ export class WorkerSessions {
     else this.moves().reconfigureJob(m.job);
   }
 
-  barrier(target: ReplyTarget, req: Barrier): void {
-    const { job: jobId, host } = req.worker;
+  report(target: ReplyTarget, req: Report): void {
+    const { job: jobId, group, host } = req.worker;
     const job = this.state.jobs.get(jobId);
-    // The assignment is built only for a reconfigure: most barriers just continue.
-    if (!job || job.groups[req.worker.group]?.includes(host) !== true) {
-      const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
-      if (replaced) return this.context.directive(target, { kind: "stop", reason: `replaced by migration ${replaced.id} to host ${replaced.to}` });
-      // Another of the job's launchers reported its end first; this worker's last barrier was still on its way.
-      if (!job && this.state.finished.includes(jobId)) return this.context.directive(target, { kind: "stop", reason: `job ${jobId} finished` });
-      if (!job) {
-        throw new ProtocolError("unknown_job", this.pendingJobs.has(jobId)
-          ? `job "${jobId}" has not started: barriers begin after every worker registered and got its assignment`
-          : `job "${jobId}" is not known to this controller; register its workers first`);
-      }
-      throw new ProtocolError("unknown_worker", `job "${jobId}" runs no worker of group ${req.worker.group} on host ${host}; register it first`);
-    }
+    if (!job || job.groups[group]?.includes(host) !== true) return this.reportOfStranger(target, req);
     const session = this.session(jobId, host);
-    session.lastStep = Math.max(session.lastStep ?? req.step, req.step);
-    // A worker that calls in with a generation already has that assignment, for instance one
-    // it got from this controller's predecessor.
-    session.sentGeneration = Math.max(session.sentGeneration, req.generation);
-    const stop = this.stops.get(jobId);
-    if (stop !== undefined && req.step >= stop) {
-      if (session.pending) {
-        const directive = session.pending;
-        session.pending = null;
-        return this.context.directive(target, directive);
-      }
-      session.held = { step: req.step, target };
-      return;
-    }
-    const assignment = req.generation < job.generation ? assignmentOf(job, host, this.addressOf) : null;
-    if (assignment) {
-      session.sentGeneration = job.generation;
-      this.context.directive(target, { kind: "reconfigure", assignment });
-      this.moves().checkResumed(jobId);
-      return;
-    }
-    this.context.directive(target, { kind: "continue" });
+    session.peer = target.peer;
+    session.advancing = req.step !== null && session.step !== null && req.step > session.step;
+    session.step = req.step;
+    session.stepMs = req.stepMs;
+    session.reportedAt = this.context.clock();
+    session.generation = req.generation;
+    session.hold = req.hold;
+    session.heartbeats = true;
+    this.agree(jobId, session);
+    this.answer(target, session);
     this.moves().checkResumed(jobId);
   }
 
   /**
-   * Keeps a started job's worker alive. Heartbeats of anything else (a worker of a job still
-   * registering, a replacement before its move commits, a source its move replaced, a job that
-   * ended) are acknowledged and change nothing: the worker's other requests say what it must do.
+   * A report from a worker the job does not run (or no longer runs): a source its committed move
+   * replaced, the last word of a job that finished, or a mistake.
    */
-  heartbeat(target: ReplyTarget, req: WorkerHeartbeat): void {
+  private reportOfStranger(target: ReplyTarget, req: Report): void {
     const { job: jobId, group, host } = req.worker;
-    const job = this.state.jobs.get(jobId);
-    if (job?.groups[group]?.includes(host) === true) this.session(jobId, host).heartbeats = true;
-    this.context.ack(target);
+    const stop = (reason: string) => this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.order", id: target.id, worker: req.worker, order: { kind: "stop", reason } });
+    const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
+    if (replaced) return stop(`replaced by migration ${replaced.id} to host ${replaced.to}`);
+    if (!this.state.jobs.has(jobId) && this.state.finished.includes(jobId)) return stop(`job ${jobId} finished`);
+    if (!this.state.jobs.has(jobId)) {
+      throw new ProtocolError("unknown_job", this.pendingJobs.has(jobId)
+        ? `job "${jobId}" has not started: reports begin after every worker registered and got its assignment`
+        : `job "${jobId}" is not known to this controller; register its workers first`);
+    }
+    throw new ProtocolError("unknown_worker", `job "${jobId}" runs no worker of group ${group} on host ${host}; register it first`);
+  }
+
+  /**
+   * What a report changes in the job's stop: a host that had passed the stop step holds at a
+   * later one, which becomes the job's; a host that let go of the stop by itself (its hold
+   * timeout passed without word from the controller) trains on, so the stop's moves roll back.
+   */
+  private agree(jobId: string, session: WorkerSession): void {
+    const stop = this.stops.get(jobId);
+    const hold = session.hold;
+    if (!stop || hold?.stop !== stop.id) return;
+    if (hold.phase === "released") {
+      this.failJob(jobId, `host ${session.host} let go of stop ${stop.id} after its hold timeout without word from the controller, and trains on`);
+    } else if ((hold.phase === "armed" || hold.phase === "held") && hold.step > stop.step && !stop.sealing) {
+      this.context.log.info(() => `stop ${stop.id} of job ${jobId}: host ${session.host} had passed barrier ${stop.step}; the job stops at ${hold.step}`);
+      stop.step = hold.step;
+      this.moves().raised(jobId, hold.step);
+      this.pushAll(jobId);
+    }
+  }
+
+  /** Fails the job's moves that can still roll back. */
+  private failJob(jobId: string, why: string): void {
+    for (const m of this.moves().openMigrations()) if (m.job === jobId && isReversible(m.state)) this.moves().fire(m.id, { type: "fail", reason: why });
+  }
+
+  /** What the worker must do now. */
+  private orderOf(session: WorkerSession): Order {
+    const job = this.state.jobs.get(session.job);
+    if (!job) return { kind: "stop", reason: `job ${session.job} finished` };
+    const stop = this.stops.get(session.job);
+    if (stop) {
+      // Sealing comes after every checkpoint of the step was verified, so after every migrate-out.
+      if (stop.sealing) return { kind: "seal", stop: stop.id };
+      return session.migrateOut ?? { kind: "stop-at", stop: stop.id, step: stop.step };
+    }
+    const assignment = session.generation < job.generation ? assignmentOf(job, session.host, this.addressOf) : null;
+    return assignment ? { kind: "reconfigure", assignment } : { kind: "run" };
+  }
+
+  private answer(target: ReplyTarget, session: WorkerSession, order: Order = this.orderOf(session)): void {
+    this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.order", id: target.id, worker: { job: session.job, group: this.groupOf(session), host: session.host }, order });
+  }
+
+  /** Pushes the worker's order to its launcher (id 0: it answers no request). */
+  private push(session: WorkerSession, order?: Order): void {
+    if (session.peer) this.answer({ peer: session.peer, id: 0 }, session, order);
+  }
+
+  private pushAll(jobId: string): void {
+    for (const session of this.workers.values()) if (session.job === jobId) this.push(session);
+  }
+
+  private groupOf(session: WorkerSession): number {
+    const job = this.state.jobs.get(session.job);
+    return job?.groups.findIndex((hosts) => hosts.includes(session.host)) ?? 0;
   }
 
   finish(target: ReplyTarget, jobId: string): void {
@@ -285,7 +344,7 @@ export class WorkerSessions {
       this.stops.delete(jobId);
       for (const [host, session] of this.workers) {
         if (session.job !== jobId) continue;
-        if (session.held) this.context.directive(session.held.target, { kind: "stop", reason: why });
+        this.push(session, { kind: "stop", reason: why });
         this.workers.delete(host);
       }
       this.context.log.info(() => `${why}; hosts ${jobHosts(job).join(", ")} are free`);
@@ -310,6 +369,7 @@ export class WorkerSessions {
       const silentMs = Math.round(now - session.heardAt);
       this.context.log.warn(() => `worker of job ${session.job} on host ${session.host} lost: no word from its launcher for ${silentMs} ms`);
       this.context.observer.workerLost(session.job, session.host, silentMs);
+      if (this.stops.has(session.job)) this.failJob(session.job, `the worker on host ${session.host} went silent while its job stopped`);
     }
     for (const job of this.state.jobs.values()) {
       const silentMs = this.jobSilence(job, now);
@@ -332,51 +392,79 @@ export class WorkerSessions {
 
   // ── what plan execution does with the workers ──────────────────────────────────────────
 
-  /** Holds the job's workers at barrier `step`: their barriers wait for the job's directive. */
-  hold(jobId: string, step: number): void {
-    this.stops.set(jobId, step);
-  }
-
-  /** The barrier step the job is held at, if it is. */
-  heldAt(jobId: string): number | undefined {
-    return this.stops.get(jobId);
-  }
-
-  /** Whether every worker of the job waits at its stop step. */
-  jobHeld(jobId: string): boolean {
-    const job = this.state.jobs.get(jobId);
+  /**
+   * Stops the job at barrier `step` for stop `id` (or at a later step its hosts agree on): every
+   * host is told at once, and holds there until told what to do.
+   */
+  hold(jobId: string, id: string, step: number, sealed = false): void {
     const stop = this.stops.get(jobId);
-    if (!job || stop === undefined) return false;
+    if (stop?.id === id) return;
+    this.stops.set(jobId, { id, step, sealing: sealed });
+    this.pushAll(jobId);
+  }
+
+  /** The barrier step the job is stopping at, if it is. */
+  heldAt(jobId: string): number | undefined {
+    return this.stops.get(jobId)?.step;
+  }
+
+  /** Whether every worker of the job holds at its stop step. */
+  jobHeld(jobId: string): boolean {
+    const stop = this.stops.get(jobId);
+    return stop !== undefined && this.everyHost(jobId, (h) => h.stop === stop.id && h.step === stop.step && h.phase !== "armed" && h.phase !== "released");
+  }
+
+  /** Asks every worker of the job to seal its hold: from then on only the controller ends it. */
+  seal(jobId: string): void {
+    const stop = this.stops.get(jobId);
+    if (!stop || stop.sealing) return;
+    stop.sealing = true;
+    this.pushAll(jobId);
+  }
+
+  /** Whether every worker of the job sealed its hold, so that the job's moves may commit. */
+  sealed(jobId: string): boolean {
+    const stop = this.stops.get(jobId);
+    return stop !== undefined && stop.sealing && this.everyHost(jobId, (h) => h.stop === stop.id && h.phase === "sealed");
+  }
+
+  private everyHost(jobId: string, test: (hold: Hold) => boolean): boolean {
+    const job = this.state.jobs.get(jobId);
+    if (!job) return false;
     return jobHosts(job).every((h) => {
-      const s = this.workers.get(h);
-      return s !== undefined && s.held !== null && s.held.step >= stop;
+      const hold = this.workers.get(h)?.hold;
+      return hold !== null && hold !== undefined && test(hold);
     });
   }
 
-  /** The last barrier step any of the job's workers reported, or -1. */
-  lastStep(jobId: string): number {
-    let last = -1;
-    for (const s of this.workers.values()) if (s.job === jobId && s.lastStep !== null) last = Math.max(last, s.lastStep);
-    return last;
+  /**
+   * Where the job's furthest host is now: its last reported step plus, for a host that was
+   * training, the steps its step time says it has trained since; -1 before any report.
+   */
+  projectedStep(jobId: string): number {
+    const now = this.context.clock();
+    let furthest = -1;
+    for (const s of this.workers.values()) {
+      if (s.job !== jobId || s.step === null) continue;
+      const since = s.advancing && s.stepMs ? Math.floor((now - s.reportedAt) / s.stepMs) : 0;
+      furthest = Math.max(furthest, s.step + since);
+    }
+    return furthest;
   }
 
-  /** Answers the worker's held barrier with `directive`, or keeps it for its next barrier. */
-  migrateOut(host: number, directive: Directive): void {
+  /** The source on `host` checkpoints into the destination's staging. */
+  migrateOut(host: number, fields: Omit<Extract<Order, { kind: "migrate-out" }>, "kind" | "stop">): void {
     const session = this.workers.get(host);
-    if (!session) return;
-    if (session.held) {
-      const { target } = session.held;
-      session.held = null;
-      this.context.directive(target, directive);
-    } else {
-      session.pending = directive;
-    }
+    const stop = session && this.stops.get(session.job);
+    if (!session || !stop) return;
+    session.migrateOut = { kind: "migrate-out", stop: stop.id, ...fields };
+    this.push(session);
   }
 
   /** The worker on `host` was replaced by a committed move: it is told to stop and forgotten. */
   stopSource(host: number): void {
     const session = this.workers.get(host);
-    if (session?.held) this.context.directive(session.held.target, { kind: "stop", reason: `replaced by a migration to another host` });
+    if (session) this.push(session, { kind: "stop", reason: `replaced by a migration to another host` });
     this.workers.delete(host);
   }
 
@@ -404,32 +492,27 @@ export class WorkerSessions {
     this.context.send(early.target, errorReply(early.target.id, "invalid_token", `the replacement is not needed: ${why}`));
   }
 
-  /** Gives every waiting worker of the job its new assignment: held barriers and held replacements. */
+  /** Gives every worker of the job its new assignment: held workers and held replacements. */
   reform(job: JobState): void {
     this.stops.delete(job.id);
     for (const host of jobHosts(job)) {
       const session = this.workers.get(host);
       const assignment = assignmentOf(job, host, this.addressOf);
       if (!session || !assignment) continue;
-      session.pending = null;
+      session.migrateOut = null;
       if (session.heldRegister) {
+        // Its generation comes with its first report: until then the job has not resumed.
         const target = session.heldRegister;
         session.heldRegister = null;
-        session.sentGeneration = job.generation;
         this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
       }
-      if (session.held) {
-        const { target } = session.held;
-        session.held = null;
-        session.sentGeneration = job.generation;
-        this.context.directive(target, { kind: "reconfigure", assignment });
-      }
+      this.push(session);
     }
   }
 
-  /** Whether every worker of the job was sent its current assignment. */
+  /** Whether every worker of the job runs with its current assignment. */
   current(job: JobState): boolean {
-    return jobHosts(job).every((h) => this.workers.get(h)?.sentGeneration === job.generation);
+    return jobHosts(job).every((h) => this.workers.get(h)?.generation === job.generation);
   }
 
   /** Releases the job's held workers where they stopped. */
@@ -437,12 +520,8 @@ export class WorkerSessions {
     this.stops.delete(jobId);
     for (const session of this.workers.values()) {
       if (session.job !== jobId) continue;
-      session.pending = null;
-      if (session.held) {
-        const { target } = session.held;
-        session.held = null;
-        this.context.directive(target, { kind: "continue" });
-      }
+      session.migrateOut = null;
+      this.push(session);
     }
   }
 
@@ -477,14 +556,22 @@ export class WorkerSessions {
     }
   }
 
-  /** Jobs still registering, the connected workers and the hosts of lost ones by job, for the status report. */
-  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number; lost: Map<string, number[]> } {
+  /** Jobs still registering, the connected workers, the hosts of lost ones and each job's progress, for the status report. */
+  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number; lost: Map<string, number[]>; progress: Map<string, JobProgress> } {
     const lost = new Map<string, number[]>();
-    for (const s of this.workers.values()) if (s.lost) lost.set(s.job, [...(lost.get(s.job) ?? []), s.host]);
+    const progress = new Map<string, JobProgress>();
+    for (const s of this.workers.values()) {
+      if (s.lost) lost.set(s.job, [...(lost.get(s.job) ?? []), s.host]);
+      if (s.step === null) continue;
+      const seen = progress.get(s.job);
+      const stepSeconds = s.stepMs === null ? null : s.stepMs / 1000;
+      progress.set(s.job, { step: Math.max(seen?.step ?? 0, s.step), stepSeconds: maxOrNull(seen?.stepSeconds ?? null, stepSeconds) });
+    }
     return {
       registering: [...this.pendingJobs].map(([id, p]) => ({ id, hosts: [...p.workers.keys()], expected: p.parallelism.pp * p.parallelism.dp })),
       workers: this.workers.size,
       lost,
+      progress,
     };
   }
 
@@ -493,7 +580,7 @@ export class WorkerSessions {
     let session = this.workers.get(host);
     const now = this.context.clock();
     if (!session || session.job !== job) {
-      session = { job, host, lastStep: null, sentGeneration: -1, held: null, heldRegister: null, pending: null, heardAt: now, heartbeats: false, lost: false };
+      session = { job, host, peer: null, step: null, stepMs: null, reportedAt: now, advancing: false, generation: -1, hold: null, heldRegister: null, migrateOut: null, heardAt: now, heartbeats: false, lost: false };
       this.workers.set(host, session);
     }
     if (session.lost) this.context.log.info(() => `worker of job ${job} on host ${host} is back`);
@@ -502,3 +589,5 @@ export class WorkerSessions {
     return session;
   }
 }
+
+const maxOrNull = (a: number | null, b: number | null): number | null => (a === null ? b : b === null ? a : Math.max(a, b));

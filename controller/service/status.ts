@@ -7,6 +7,14 @@ import { pinnedJobs } from "./scheduler-watch.ts";
 import { clusterOf, type DurableState } from "./state.ts";
 import type { SchedulerView } from "./transport.ts";
 
+/** How far a job has trained, from its launchers' reports. */
+export interface JobProgress {
+  /** The furthest barrier a host reported. */
+  readonly step: number;
+  /** The slowest host's recent step time; null until one reported it. */
+  readonly stepSeconds: number | null;
+}
+
 /** What the controller knows beyond its durable state: who is connected right now. */
 export interface LiveView {
   readonly state: DurableState;
@@ -15,6 +23,8 @@ export interface LiveView {
   readonly workers: number;
   /** The hosts whose worker is lost, by job: its launcher heartbeated, then fell silent. */
   readonly lost: ReadonlyMap<string, readonly number[]>;
+  /** Jobs whose launchers reported a step, by job. */
+  readonly progress: ReadonlyMap<string, JobProgress>;
   readonly daemons: readonly { readonly host: number; readonly lost: boolean }[];
   readonly journalRecords: number;
   /** The cluster scheduler's latest view, when one owns the hosts. */
@@ -30,12 +40,14 @@ export function statusReport(id: number, view: LiveView): StatusReport {
   const routes = routeCluster(cluster, { previousOrders: cluster.placement });
   const started = [...state.jobs.values()].map((job) => {
     const lost = view.lost.get(job.id) ?? [];
+    const progress = view.progress.get(job.id);
     return {
       id: job.id,
       hosts: jobHosts(job),
       expected: job.parallelism.pp * job.parallelism.dp,
       started: true,
       generation: job.generation,
+      ...(progress ? { step: progress.step, stepSeconds: progress.stepSeconds } : {}),
       ...(lost.length ? { lost: [...lost].sort((a, b) => a - b) } : {}),
     };
   });

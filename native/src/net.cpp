@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 namespace mt {
@@ -127,7 +128,7 @@ bool SendAll(int fd, const void* data, size_t length, bool more, const char* wha
     const ssize_t n = send(fd, p, length, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT) {
         *failure = Timeout("sending", what);
         return false;
       }
@@ -145,7 +146,7 @@ bool RecvAll(int fd, void* data, size_t length, const char* what, Failure* failu
   while (length > 0) {
     const ssize_t n = recv(fd, p, length, MSG_WAITALL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT)) {
       *failure = Timeout("receiving", what);
       return false;
     }
@@ -189,6 +190,11 @@ void SetIdleTimeout(int fd, double seconds) {
   const timeval timeout = ToTimeval(seconds);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  // A send timeout counts from each send() call, and every call that queues a few bytes starts
+  // it again; on a cut link the kernel keeps retransmitting for many minutes. Bytes the peer has
+  // not acknowledged for the idle timeout end the connection instead.
+  const unsigned int unacknowledgedMs = static_cast<unsigned int>(std::min(seconds * 1000.0, 4.0e9));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacknowledgedMs, sizeof unacknowledgedMs);
 }
 
 bool PeerHasSpoken(int fd) {

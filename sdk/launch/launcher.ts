@@ -3,7 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { crc32cLibraryPath, send, StagingBuffer } from "../../native/index.ts";
-import { ControllerClient, WorkerClient } from "../client.ts";
+import { HostAgent } from "../agent.ts";
+import { ControllerClient } from "../client.ts";
+import type { Answer } from "../hold.ts";
 import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
@@ -11,31 +13,29 @@ import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, type ChannelDirective
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
-import { startHeartbeat } from "./heartbeat.ts";
 import { unusedPort } from "./ports.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
 
 /**
- * `monkeytree launch`'s agent, an explicit state machine in the manner of torchrun's elastic
- * agent. It registers this host's worker, starts torchrun with a local channel, meets the
- * controller once per step when every local process has reached the barrier, and acts on the
- * answer: the processes re-form their process group (`reconfigure`), save into a staging
- * buffer that the agent sends to the destination (`migrate-out`), or exit (`stop`).
+ * `monkeytree launch`'s agent, in the manner of torchrun's elastic agent. It registers this
+ * host's worker, starts torchrun with a local channel, and answers its processes' barriers on
+ * this host (`HostAgent`, whose stop-point state machine is `sdk/hold.ts`): `continue` without
+ * a word to the controller, unless the job stops for a move; then the processes re-form their
+ * process group (`reconfigure`), save into a staging buffer that the launcher sends to the
+ * destination (`migrate-out`), or exit (`stop`).
  *
- *   registering → starting (torchrun starts while the registration waits) → running
- *   running ⇄ holding (a barrier at the controller)
- *                                     → saving → sending → holding
- *   running/holding → stopping (moved away or told to stop) → exited
- *   running → exited (training ended: the job is finished)
+ *   registering → starting (torchrun starts while the registration waits) → running → exited
  */
 
-export type LauncherState = "registering" | "starting" | "running" | "holding" | "saving" | "sending" | "stopping" | "exited";
+export type LauncherState = "registering" | "starting" | "running" | "exited";
 
 export interface LauncherOptions {
   readonly controller: string;
   /** The job's credential, when the controller has a keyring. */
   readonly credential?: Credential;
+  /** Without word from the controller this long, a stop not yet sealed is let go of (`DEFAULT_HOLD_TIMEOUT_MS`). */
+  readonly holdTimeoutMs?: number;
   readonly worker: WorkerIdentity;
   readonly parallelism: Parallelism;
   /** Staging this host's checkpoint needs: every local process's share, page-aligned. */
@@ -56,11 +56,8 @@ export class LaunchError extends Error {
 }
 
 const PAGE = 4096;
-/** Recent step times kept, to tell a migration's cost from a step's. */
-const STEP_HISTORY = 16;
 /** A progress line at the first barrier, then every this many steps. */
 const PROGRESS_EVERY = 50;
-type Waiter = (reply: ChannelReply) => void;
 
 export class Launcher {
   private state: LauncherState = "registering";
@@ -70,20 +67,14 @@ export class Launcher {
   /** Set before torchrun starts, so every attach finds it. */
   private registration: Promise<Assignment> | null = null;
   private client: ControllerClient | null = null;
-  private worker: WorkerClient | null = null;
+  private agent: HostAgent | null = null;
   private child: ChildProcess | null = null;
-  /** Local processes waiting at the barrier of `step`, by local rank. */
-  private waiting: { step: number; ranks: Map<number, Waiter> } | null = null;
-  /** Local processes that saved their checkpoint, by local rank, and the bytes they wrote in all. */
-  private saving: { ranks: Map<number, Waiter>; directive: Extract<Directive, { kind: "migrate-out" }>; step: number; asked: number; written: number } | null = null;
   private stopped = false;
-  /** Whether the local processes reached their first barrier. */
-  private trained = false;
-  /** When the local processes were last told to re-form their group; null once they trained on. */
+  /** The furthest barrier logged, and when the processes were last told to re-form; null once they trained on. */
+  private logged = -1;
   private reformedAt: number | null = null;
-  /** When the local processes last all reached a barrier, and how long the recent steps took. */
-  private lastBarrierAt: number | null = null;
-  private readonly stepSeconds: number[] = [];
+  /** While this host is a move's source: when its processes were told to save, and the bytes they wrote. */
+  private saving: { asked: number; written: number } | null = null;
 
   constructor(private readonly options: LauncherOptions) {}
 
@@ -117,14 +108,17 @@ export class Launcher {
       (phase) => options.log.info(() => `local rank ${phase.localRank}: ${phase.name} took ${(phase.seconds * 1000).toFixed(0)} ms`),
       options.log,
     );
-    const stopHeartbeat = startHeartbeat(this.client, options.worker, options.log);
     try {
-      this.worker = new WorkerClient(this.client, options.worker, options.parallelism, {
+      this.agent = new HostAgent(this.client, options.worker, options.parallelism, {
+        ranks: options.torchrun.nprocPerNode,
         checkpointBytes: options.checkpointBytes,
         ...(options.replacementName === undefined ? {} : { replacement: options.replacementName }),
         ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
+        ...(options.holdTimeoutMs === undefined ? {} : { holdTimeoutMs: options.holdTimeoutMs }),
+        log: options.log,
+        onSend: (directive) => void this.sendCheckpoint(directive),
       });
-      this.registration = Promise.race([this.worker.register(), refused]);
+      this.registration = Promise.race([this.agent.register(), refused]);
       // Observed here so a refusal during torchrun's start is not an unhandled rejection.
       this.registration.catch(() => undefined);
       // torchrun starts while the registration waits (for the job's other workers, or for a
@@ -144,14 +138,14 @@ export class Launcher {
       this.enter("running", `node rank ${this.assignment.nodeRank} of ${this.assignment.nodes}, generation ${this.assignment.generation}`);
       const code = await exited;
       if (code === 0 && !this.stopped) {
-        await this.client.finish(options.worker.job);
+        await this.finish();
         this.enter("exited", "training ended; the job is finished");
       } else {
         this.enter("exited", this.stopped ? "stopped" : `torchrun failed with ${code}`);
       }
       return code;
     } finally {
-      stopHeartbeat();
+      this.agent?.close();
       this.outbox?.free();
       await channel.close();
       await this.client.close();
@@ -163,11 +157,18 @@ export class Launcher {
     this.child?.kill(signal);
   }
 
-  /** Every step passes through holding and back: those transitions are logged at debug level. */
-  private enter(state: LauncherState, why: string, routine = false): void {
-    const from = this.state;
-    (routine ? this.options.log.debug : this.options.log.info)(() => `${from} → ${state}: ${why}`);
+  private enter(state: LauncherState, why: string): void {
+    this.options.log.info(() => `${this.state} → ${state}: ${why}`);
     this.state = state;
+  }
+
+  /** Tells the controller the job ended; a controller that is down is waited for only so long. */
+  private async finish(): Promise<void> {
+    try {
+      await this.client!.finish(this.options.worker.job);
+    } catch (error) {
+      this.options.log.warn(() => `the controller did not hear that job ${this.options.worker.job} finished (${(error as Error).message}); it ends the job once its workers are lost`);
+    }
   }
 
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
@@ -216,9 +217,12 @@ export class Launcher {
       case "attach":
         return this.registration!.then(() => this.attached(request.localRank));
       case "barrier":
-        return new Promise((resolve) => this.arrive(request.localRank, request.step, resolve));
+        this.progress(request.step);
+        return this.agent!.arrive(request.localRank, request.step).then((answer) => this.reply(answer, request.localRank));
       case "saved":
-        return new Promise((resolve) => this.saved(request.localRank, request.bytes, resolve));
+        if (request.bytes > this.share) return Promise.resolve(error(`local rank ${request.localRank} saved ${request.bytes} bytes into a ${this.share}-byte range`));
+        if (this.saving) this.saving.written += request.bytes;
+        return this.agent!.saved(request.localRank).then((answer) => this.reply(answer, request.localRank));
     }
   }
 
@@ -234,86 +238,27 @@ export class Launcher {
     return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(localRank), localRank, resume };
   }
 
-  private arrive(localRank: number, step: number, reply: Waiter): void {
-    if (this.waiting && this.waiting.step !== step) {
-      reply(error(`local rank ${localRank} is at step ${step} while the others wait at step ${this.waiting.step}; every process must call barrier once per step`));
-      return;
-    }
-    this.waiting ??= { step, ranks: new Map() };
-    this.waiting.ranks.set(localRank, reply);
-    if (this.waiting.ranks.size < this.options.torchrun.nprocPerNode) return;
-    const { ranks } = this.waiting;
-    this.waiting = null;
-    void this.meet(step, ranks);
-  }
-
-  /** All local processes are at `step`: ask the controller, and tell each what to do. */
-  private async meet(step: number, ranks: Map<number, Waiter>): Promise<void> {
-    this.enter("holding", `barrier ${step}`, true);
-    if (step % PROGRESS_EVERY === 0 || !this.trained) this.options.log.info(() => `every local process at barrier ${step}`);
-    this.trained = true;
-    const now = performance.now();
+  /** A line per step (at debug level but the first and every so many), and when training resumes after a re-formation. */
+  private progress(step: number): void {
+    if (step <= this.logged) return;
+    (this.logged < 0 || step % PROGRESS_EVERY === 0 ? this.options.log.info : this.options.log.debug)(() => `barrier ${step} reached`);
     if (this.reformedAt !== null) {
-      const seconds = (now - this.reformedAt) / 1000;
-      const usual = median(this.stepSeconds);
-      this.options.log.info(() => `training resumed: every local process reached barrier ${step}, ${seconds.toFixed(3)} s after the group was told to re-form (a step took ${usual.toFixed(3)} s before)`);
+      const seconds = (performance.now() - this.reformedAt) / 1000;
+      this.options.log.info(() => `training resumed: barrier ${step} reached ${seconds.toFixed(3)} s after the group was told to re-form`);
       this.reformedAt = null;
-    } else if (this.lastBarrierAt !== null) {
-      this.stepSeconds.push((now - this.lastBarrierAt) / 1000);
-      if (this.stepSeconds.length > STEP_HISTORY) this.stepSeconds.shift();
     }
-    this.lastBarrierAt = now;
-    const directive = await this.worker!.barrier(step);
-    if (directive.kind === "migrate-out") {
-      const asked = performance.now();
-      this.enter("saving", `migration ${directive.migration} to host ${directive.to} at step ${step}`);
-      this.saving = { ranks: new Map(), directive, step, asked, written: 0 };
-      for (const [localRank, reply] of ranks) {
-        reply({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "migrate-out", buffer: this.outbox!.name, offset: localRank * this.share, length: this.share } });
-      }
-      return;
-    }
-    this.answer(ranks, directive);
+    this.logged = step;
   }
 
-  private saved(localRank: number, bytes: number, reply: Waiter): void {
-    const saving = this.saving;
-    if (!saving) return reply(error("saved without a migrate-out to answer"));
-    if (bytes > this.share) return reply(error(`local rank ${localRank} saved ${bytes} bytes into a ${this.share}-byte range`));
-    if (!saving.ranks.has(localRank)) saving.written += bytes;
-    saving.ranks.set(localRank, reply);
-    if (saving.ranks.size === this.options.torchrun.nprocPerNode) void this.sendCheckpoint(saving);
-  }
-
-  private async sendCheckpoint(saving: NonNullable<Launcher["saving"]>): Promise<void> {
-    const { directive, step } = saving;
-    this.enter("sending", `${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved, ${saving.written} bytes in all, ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out`);
-    const started = performance.now();
-    try {
-      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
-      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s over ${result.transport}`);
-    } catch (failure) {
-      // The destination reports the failure (or goes silent); the controller rolls back.
-      this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);
-    } finally {
-      this.saving = null;
-    }
-    this.enter("holding", `barrier ${step} again, for the migration's outcome`);
-    this.answer(saving.ranks, await this.worker!.barrier(step));
-  }
-
-  private answer(ranks: Map<number, Waiter>, directive: Directive): void {
-    if (directive.kind === "reconfigure") {
-      this.assignment = directive.assignment;
+  private reply(answer: Answer, localRank: number): ChannelReply {
+    if (answer.kind === "error") return error(answer.message);
+    if (answer.kind === "reconfigure") {
+      this.assignment = answer.assignment;
       this.reformedAt = performance.now();
     }
-    if (directive.kind === "stop") {
-      this.stopped = true;
-      this.enter("stopping", directive.reason);
-    } else {
-      this.enter("running", directive.kind === "reconfigure" ? `re-forming at generation ${directive.assignment.generation}` : "continue", directive.kind === "continue");
-    }
-    for (const [localRank, reply] of ranks) reply({ v: CHANNEL_VERSION, type: "directive", directive: this.translate(directive, localRank) });
+    if (answer.kind === "stop") this.stopped = true;
+    if (answer.kind === "migrate-out" && this.saving === null) this.saving = { asked: performance.now(), written: 0 };
+    return { v: CHANNEL_VERSION, type: "directive", directive: this.translate(answer, localRank) };
   }
 
   private translate(directive: Directive, localRank: number): ChannelDirective {
@@ -325,15 +270,27 @@ export class Launcher {
       case "reconfigure":
         return { kind: "reconfigure", ...this.groupOf(localRank) };
       case "migrate-out":
-        // A second migrate-out for the same step cannot happen: the controller holds the job until the first is decided.
-        return { kind: "stop", reason: `unexpected second migrate-out (${directive.migration})` };
+        return { kind: "migrate-out", buffer: this.outbox!.name, offset: localRank * this.share, length: this.share };
     }
   }
-}
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted.length ? sorted[Math.floor(sorted.length / 2)]! : NaN;
+  /** Every local process saved: the host's checkpoint goes to the destination. */
+  private async sendCheckpoint(directive: Extract<Directive, { kind: "migrate-out" }>): Promise<void> {
+    const saving = this.saving;
+    this.saving = null;
+    const after = saving ? `, ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out` : "";
+    this.options.log.info(() => `migration ${directive.migration}: sending ${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved, ${saving?.written ?? 0} bytes in all${after}`);
+    const started = performance.now();
+    try {
+      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
+      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s over ${result.transport}`);
+    } catch (failure) {
+      // The destination reports the failure (or goes silent); the controller rolls back.
+      this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);
+    } finally {
+      this.agent!.sent();
+    }
+  }
 }
 
 const error = (message: string): ChannelReply => ({ v: CHANNEL_VERSION, type: "error", message });

@@ -6,13 +6,12 @@ import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
 import { StatusReportSchema, StatusRequestSchema } from "./status.ts";
-import { BarrierSchema, DirectiveReplySchema, FinishedSchema, FinishSchema, isPlainBarrier, isPlainContinue, RegisteredSchema, RegisterSchema, WorkerHeartbeatSchema } from "./worker.ts";
+import { FinishedSchema, FinishSchema, OrderMessageSchema, RegisteredSchema, RegisterSchema, ReportSchema } from "./worker.ts";
 
 /** Everything a controller accepts. */
 export const RequestSchema = z.discriminatedUnion("type", [
   RegisterSchema,
-  BarrierSchema,
-  WorkerHeartbeatSchema,
+  ReportSchema,
   FinishSchema,
   HostRegisterSchema,
   HeartbeatSchema,
@@ -26,7 +25,7 @@ export type RequestType = Request["type"];
 /** Everything a controller answers. */
 export const ReplySchema = z.discriminatedUnion("type", [
   RegisteredSchema,
-  DirectiveReplySchema,
+  OrderMessageSchema,
   FinishedSchema,
   AckSchema,
   StatusReportSchema,
@@ -43,17 +42,17 @@ const commandReplyTypes: ReadonlySet<string> = new Set(CommandReplySchema.option
 export type Decoded<T> = { success: true; data: T } | { success: false; error: ProtocolError; id: number | null };
 
 /** Decodes one frame as a request; failures carry the request id when it could be read. */
-export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request", isPlainBarrier);
+export const safeDecodeRequest = (frame: Uint8Array | string): Decoded<Request> => decode(frame, RequestSchema, requestTypes, "request", "controller");
 
 /** Decodes one frame as a reply. */
-export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply", isPlainContinue);
+export const safeDecodeReply = (frame: Uint8Array | string): Decoded<Reply> => decode(frame, ReplySchema, replyTypes, "reply", "client");
 
 /** Decodes one frame a daemon receives from the controller as a command. */
-export const safeDecodeCommand = (frame: Uint8Array | string): Decoded<Command> => decode(frame, CommandSchema, commandTypes, "command");
+export const safeDecodeCommand = (frame: Uint8Array | string): Decoded<Command> => decode(frame, CommandSchema, commandTypes, "command", "client");
 
 /** Decodes one frame as a daemon's answer to a command. */
 export const safeDecodeCommandReply = (frame: Uint8Array | string): Decoded<CommandReply> =>
-  decode(frame, CommandReplySchema, commandReplyTypes, "command reply");
+  decode(frame, CommandReplySchema, commandReplyTypes, "command reply", "controller");
 
 /** Throwing form of `safeDecodeRequest`. */
 export function decodeRequest(frame: Uint8Array | string): Request {
@@ -64,11 +63,8 @@ export function decodeRequest(frame: Uint8Array | string): Request {
 
 export const encode = (message: Request | Reply | Command | CommandReply): string => JSON.stringify(message);
 
-/**
- * `plain`: a check without zod for the message that is most of the traffic, accepting only
- * what `schema` accepts; what it refuses goes through the schema.
- */
-function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string, plain?: (value: unknown) => value is T): Decoded<T> {
+/** `side`: who decodes, named in a version refusal. */
+function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: ReadonlySet<string>, what: string, side: "controller" | "client"): Decoded<T> {
   let value: unknown;
   try {
     value = JSON.parse(typeof frame === "string" ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString("utf8"));
@@ -78,7 +74,6 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
   // Nearly every frame is well formed, and its message's schema (which fixes the version and
   // type) accepts it in one pass. Only a frame it refuses goes through the checks below, in
   // order, for the error that names the problem best.
-  if (plain?.(value)) return { success: true, data: value };
   const whole = schema.safeParse(value);
   if (whole.success) return { success: true, data: whole.data };
   const head = EnvelopeSchema.safeParse(value);
@@ -88,7 +83,7 @@ function decode<T>(frame: Uint8Array | string, schema: z.ZodType<T>, types: Read
     return fail<T>(
       new ProtocolError(
         "unsupported_version",
-        `protocol version ${v} is not supported: this side speaks version ${PROTOCOL_VERSION}; upgrade the older side`,
+        `protocol version ${v} is not supported: this ${side} speaks version ${PROTOCOL_VERSION}; run the same MonkeyTree release on the controller, the daemons and the launchers`,
       ),
       id,
     );

@@ -6,7 +6,12 @@ import { idSchema, MAX_HOSTS, MAX_ID_LENGTH } from "./limits.ts";
  * message type, request id) with the type's fields beside it. A reply carries the id of its
  * request; requests a controller sends to a daemon use their own id space.
  */
-export const PROTOCOL_VERSION = 1;
+/**
+ * Version 2: launchers report progress on a timer and the controller pushes orders; training
+ * never waits for the controller (version 1 met it at every barrier). Peers of different
+ * versions refuse each other (`unsupported_version`).
+ */
+export const PROTOCOL_VERSION = 2;
 
 export const RequestIdSchema = z.int({ error: "id is a whole-number request id" }).min(0).max(Number.MAX_SAFE_INTEGER);
 

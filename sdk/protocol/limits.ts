@@ -45,14 +45,6 @@ const ID = /^[A-Za-z0-9._:@+=/-]*$/;
 // eslint-disable-next-line no-control-regex -- the class is exactly the control characters to remove
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
 
-/** Whether `value` is an id `idSchema` accepts, checked without zod for the hot path (`isPlainBarrier`). */
-export const isId = (value: unknown): value is string =>
-  typeof value === "string" && value.length >= 1 && value.length <= MAX_ID_LENGTH && ID.test(value);
-
-/** Whether `value` is a whole number in [min, max] that `intSchema` accepts, checked without zod. */
-export const isInt = (value: unknown, min: number, max: number = Number.MAX_SAFE_INTEGER): value is number =>
-  Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max;
-
 /** An id field, such as `job` or `token`. */
 export const idSchema = (what: string) =>
   z

@@ -34,7 +34,17 @@ export const StatusReportSchema = z.strictObject({
    * lost-job grace, unless one of its launchers is heard again.
    */
   jobs: list(
-    z.strictObject({ id: JobIdSchema, hosts: list(HostSchema), expected: count, started: z.boolean(), generation: count, lost: list(HostSchema).optional() }),
+    z.strictObject({
+      id: JobIdSchema,
+      hosts: list(HostSchema),
+      expected: count,
+      started: z.boolean(),
+      generation: count,
+      /** The furthest barrier its launchers reported, and the slowest host's recent step time; absent before the first report. */
+      step: count.optional(),
+      stepSeconds: z.number().min(0).nullable().optional(),
+      lost: list(HostSchema).optional(),
+    }),
   ),
   workers: count,
   hosts: z.strictObject({ registered: count, lost: list(HostSchema) }),

@@ -1,9 +1,9 @@
 import { z } from "zod";
-import { envelope, HostSchema, JobIdSchema, PROTOCOL_VERSION } from "./envelope.ts";
+import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
-import { idSchema, intSchema, isId, isInt, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
+import { idSchema, intSchema, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LIST_LENGTH, MAX_ADDRESS_LENGTH, textSchema } from "./limits.ts";
 
-/** Worker ↔ controller: launchers register their worker and meet the controller at every barrier. */
+/** Worker ↔ controller: launchers register their worker, report its progress and take orders. */
 
 const whole = (what: string) => intSchema(what, 0);
 const positive = (what: string, max?: number) => intSchema(what, 1, max);
@@ -50,50 +50,44 @@ export const RegisterSchema = z.strictObject({
 });
 export type Register = z.infer<typeof RegisterSchema>;
 
-export const BarrierSchema = z.strictObject({
-  ...envelope("worker.barrier"),
+/**
+ * Where a host stands in a stop it was told of (see "The stop-point agreement" in README.md):
+ * `armed`, training on toward `step`; `held`, every local process waits at barrier `step`;
+ * `saving`, the source writes and sends its checkpoint; `saved`, it went out; `sealed`, the
+ * host agreed to the commit and waits for its outcome, however long; `released`, the host let
+ * go of the stop by itself after its hold timeout without word from the controller.
+ */
+export const HOLD_PHASES = ["armed", "held", "saving", "saved", "sealed", "released"] as const;
+export type HoldPhase = (typeof HOLD_PHASES)[number];
+
+export const HoldSchema = z.strictObject({
+  stop: idSchema("hold.stop"),
+  step: whole("hold.step"),
+  phase: z.enum(HOLD_PHASES, { error: `hold.phase must be one of ${HOLD_PHASES.join(", ")}` }),
+});
+export type Hold = z.infer<typeof HoldSchema>;
+
+/** The longest step time a report may carry: a day. */
+const MAX_STEP_MS = 86_400_000;
+
+/**
+ * A launcher's progress and hold state, sent on a timer of its own (whatever the training does)
+ * and at once when its hold changes; never on a training step's path. Answered with the
+ * worker's current `worker.order`. A worker that reported and then fell silent past the
+ * controller's worker heartbeat timeout is lost.
+ */
+export const ReportSchema = z.strictObject({
+  ...envelope("worker.report"),
   worker: WorkerIdentitySchema,
-  /** The iteration that just ended. */
-  step: whole("step"),
-  /** Generation of the assignment the worker runs with; an older one gets `reconfigure`. */
+  /** Generation of the assignment the worker runs with. */
   generation: whole("generation"),
+  /** The last barrier any of the host's processes reached; null before the first. */
+  step: whole("step").nullable(),
+  /** The median of the host's recent step times; null until it has one. */
+  stepMs: z.number({ error: "stepMs must be a number of milliseconds" }).min(0, { error: "stepMs must not be negative" }).max(MAX_STEP_MS, { error: `stepMs must be at most ${MAX_STEP_MS}` }).nullable(),
+  hold: HoldSchema.nullable(),
 });
-export type Barrier = z.infer<typeof BarrierSchema>;
-
-/**
- * Whether `value` (a parsed frame) is a barrier `BarrierSchema` accepts, checked without zod:
- * every worker sends one per step, so barriers are most of what a controller reads, and this
- * takes a fraction of the schema's time. It accepts only what the schema accepts (exactly its
- * fields, the same bounds; test/sdk/protocol.test.ts holds the two side by side); anything it
- * refuses still goes through the schema, which names the problem.
- */
-export function isPlainBarrier(value: unknown): value is Barrier {
-  if (!hasKeys(value, 6)) return false;
-  const { v, type, id, worker, step, generation } = value as Record<string, unknown>;
-  if (v !== PROTOCOL_VERSION || type !== "worker.barrier" || !isInt(id, 0) || !isInt(step, 0) || !isInt(generation, 0) || !hasKeys(worker, 3)) return false;
-  const { job, group, host } = worker as Record<string, unknown>;
-  return isId(job) && isInt(group, 0, MAX_HOSTS - 1) && isInt(host, 0, MAX_HOSTS - 1);
-}
-
-/** Whether `value` is an object with exactly `count` own keys (a strict schema's fields, when each is then checked). */
-function hasKeys(value: unknown, count: number): boolean {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
-  let keys = 0;
-  for (const key in value) if (Object.hasOwn(value, key)) keys++;
-  return keys === count;
-}
-
-/**
- * A launcher says it lives, answered `ack`. It beats on a timer of its own, whatever its
- * training does meanwhile (a long step, a model load, a checkpoint on its way), so that a
- * worker that beat and then fell silent past the controller's worker heartbeat timeout is
- * known to be lost, and a job whose every worker is lost can end.
- */
-export const WorkerHeartbeatSchema = z.strictObject({
-  ...envelope("worker.heartbeat"),
-  worker: WorkerIdentitySchema,
-});
-export type WorkerHeartbeat = z.infer<typeof WorkerHeartbeatSchema>;
+export type Report = z.infer<typeof ReportSchema>;
 
 /** A launcher reports that its job ended; its hosts become free. */
 export const FinishSchema = z.strictObject({
@@ -130,6 +124,7 @@ export const RegisteredSchema = z.strictObject({
 });
 export type Registered = z.infer<typeof RegisteredSchema>;
 
+/** What a training process is told at a barrier, decided on its own host (`sdk/hold.ts`). */
 export const DirectiveSchema = z.discriminatedUnion("kind", [
   /** Keep training. */
   z.strictObject({ kind: z.literal("continue") }),
@@ -137,7 +132,7 @@ export const DirectiveSchema = z.discriminatedUnion("kind", [
   z.strictObject({ kind: z.literal("reconfigure"), assignment: AssignmentSchema }),
   /**
    * Checkpoint into the destination's staging buffer, then call `barrier` again with the same
-   * step: the controller answers `stop` once the move commits, `continue` if it rolled back.
+   * step: it answers `stop` once the move commits, `continue` if it rolled back.
    */
   z.strictObject({
     kind: z.literal("migrate-out"),
@@ -152,23 +147,41 @@ export const DirectiveSchema = z.discriminatedUnion("kind", [
 ]);
 export type Directive = z.infer<typeof DirectiveSchema>;
 
-export const DirectiveReplySchema = z.strictObject({
-  ...envelope("worker.directive"),
-  directive: DirectiveSchema,
-});
-export type DirectiveReply = z.infer<typeof DirectiveReplySchema>;
-
 /**
- * Whether `value` (a parsed frame) is the answer to nearly every barrier, `continue`, as
- * `DirectiveReplySchema` accepts it, checked without zod: a client reads one per worker per
- * step. Like `isPlainBarrier` it accepts only what the schema accepts; other directives, and
- * anything it refuses, go through the schema.
+ * What the controller wants of one worker now; the answer to every `worker.report`, and pushed
+ * (with id 0, which no request uses) whenever it changes. Every order is the whole current
+ * truth, so a lost or repeated one does no harm: the next report's answer repeats it.
  */
-export function isPlainContinue(value: unknown): value is DirectiveReply {
-  if (!hasKeys(value, 4)) return false;
-  const { v, type, id, directive } = value as Record<string, unknown>;
-  return v === PROTOCOL_VERSION && type === "worker.directive" && isInt(id, 0) && hasKeys(directive, 1) && (directive as Record<string, unknown>).kind === "continue";
-}
+export const OrderSchema = z.discriminatedUnion("kind", [
+  /** No stop concerns the worker: train on, and let go of any stop held (a rollback). */
+  z.strictObject({ kind: z.literal("run") }),
+  /** Hold every local process at barrier `step` (or at the first barrier none has passed, if later). */
+  z.strictObject({ kind: z.literal("stop-at"), stop: idSchema("stop"), step: whole("step") }),
+  /** The held source checkpoints into the destination's staging. */
+  z.strictObject({
+    kind: z.literal("migrate-out"),
+    stop: idSchema("stop"),
+    migration: idSchema("migration"),
+    to: HostSchema,
+    endpoint: textSchema("endpoint", MAX_ADDRESS_LENGTH),
+    token: idSchema("token"),
+    step: whole("step"),
+  }),
+  /** Agree to the commit: from now on only the controller may end the hold. */
+  z.strictObject({ kind: z.literal("seal"), stop: idSchema("stop") }),
+  /** Re-form the process group with this assignment, then train on. */
+  z.strictObject({ kind: z.literal("reconfigure"), assignment: AssignmentSchema }),
+  /** Exit: a replacement carries the worker on, or the job ended. */
+  z.strictObject({ kind: z.literal("stop"), reason: textSchema("reason") }),
+]);
+export type Order = z.infer<typeof OrderSchema>;
+
+export const OrderMessageSchema = z.strictObject({
+  ...envelope("worker.order"),
+  worker: WorkerIdentitySchema,
+  order: OrderSchema,
+});
+export type OrderMessage = z.infer<typeof OrderMessageSchema>;
 
 export const FinishedSchema = z.strictObject({ ...envelope("job.finished"), job: JobIdSchema });
 export type Finished = z.infer<typeof FinishedSchema>;

@@ -1,10 +1,11 @@
 import { spawn } from "node:child_process";
 import { getEventListeners } from "node:events";
 import { createInterface } from "node:readline";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
 import { sleep } from "../../cli/status.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { ControllerEventSchema } from "../../sdk/protocol/events.ts";
 import { runCli } from "../helpers/cli.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
@@ -14,6 +15,11 @@ import { closeControllersAfterEach, startController, track, type Harness } from 
 
 let harness: Harness | undefined;
 closeControllersAfterEach();
+/** Workers report on a timer of their own: they stop before their client closes. */
+const workers: WorkerClient[] = [];
+afterEach(() => {
+  for (const w of workers.splice(0)) w.close();
+});
 
 /** Starts the follower; `next()` resolves with each line it prints, `exited` with its code and stderr. */
 function follow(...args: string[]) {
@@ -40,7 +46,9 @@ function follow(...args: string[]) {
 
 async function startJob(endpoint: string, job: string, hosts: number[]): Promise<ControllerClient> {
   const client = track(new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 }));
-  await Promise.all(hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: hosts.length }).register(5_000)));
+  const started = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: hosts.length }));
+  workers.push(...started);
+  await Promise.all(started.map((w) => w.register(5_000)));
   return client;
 }
 

@@ -3,9 +3,9 @@ import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
 import { describeEvent, renderStatus } from "../../cli/status.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
-import { startHeartbeat } from "../../sdk/launch/heartbeat.ts";
-import { createLogger } from "../../sdk/log.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import type { ControllerEvent } from "../../sdk/protocol/events.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import { runCli } from "../helpers/cli.ts";
@@ -22,7 +22,7 @@ afterEach(async () => {
 });
 
 const report = (jobs: StatusReport["jobs"]): StatusReport => ({
-  v: 1,
+  v: PROTOCOL_VERSION,
   type: "status.report",
   id: 1,
   topology: { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 },
@@ -82,14 +82,15 @@ describe("monkeytree controller --worker-heartbeat-timeout and --lost-job-grace"
     const endpoint = await controller("--worker-heartbeat-timeout", String(TIMEOUT_S), "--lost-job-grace", String(GRACE_S));
     const client = track(new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 }));
     const worker = (host: number) => ({ job: "a", group: 0, host });
-    await Promise.all([0, 1].map((host) => new WorkerClient(client, worker(host), { tp: 1, pp: 1, dp: 2 }).register(5_000)));
-    // Host 0's launcher beats once and falls silent; host 1's beats on.
-    await client.request({ type: "worker.heartbeat", worker: worker(0) });
-    const stopBeating = startHeartbeat(client, worker(1), createLogger("launch", () => {}), 500);
-    teardown.push(stopBeating);
+    const workers = [0, 1].map((host) => new WorkerClient(client, worker(host), { tp: 1, pp: 1, dp: 2 }, { reportIntervalMs: 500 }));
+    for (const w of workers) teardown.push(() => w.close());
+    await Promise.all(workers.map((w) => w.register(5_000)));
+    // Host 0's launcher reports once more and falls silent; host 1's reports on.
+    workers[0]!.close();
+    expect(await client.report({ worker: worker(0), generation: 0, step: 0, stepMs: null, hold: null })).toEqual({ kind: "run" });
 
     await expect.poll(async () => (await runCli("status", "--connect", endpoint)).stdout, patiently).toMatch(/^\s+a\s+2\s+2\s+yes\s+0\s+0 1\s+0$/m);
-    stopBeating();
+    workers[1]!.close();
     await expect.poll(async () => (await client.status()).jobs, patiently).toEqual([]);
 
     const { events } = await client.events(0);
@@ -103,7 +104,7 @@ describe("monkeytree controller --worker-heartbeat-timeout and --lost-job-grace"
     expect(finished!.at - lost[1]!.at).toBeLessThan(60_000);
   }, SAFETY_NET_MS);
 
-  it("refuse a worker timeout shorter than two of the launchers' beats, and a negative grace", async () => {
+  it("refuse a worker timeout shorter than four of the launchers' reports, and a negative grace", async () => {
     expect(await runCli("controller", "--worker-heartbeat-timeout", "1")).toMatchObject({ code: 2, stderr: expect.stringContaining('--worker-heartbeat-timeout must be a number from 4 to 2147483, got "1"') });
     expect(await runCli("controller", "--lost-job-grace=-1")).toMatchObject({ code: 2, stderr: expect.stringContaining('--lost-job-grace must be a number from 0 to 2147483, got "-1"') });
   });

@@ -30,25 +30,49 @@ export interface ClusterOptions {
   readonly hold?: string;
   /** Short only where a test needs a daemon declared lost. */
   readonly heartbeatTimeoutS?: number;
+  /** The launchers' --hold-timeout; their default without it. */
+  readonly holdTimeoutS?: number;
+  /** The controller's --replan-backoff; its default without it. */
+  readonly replanBackoffS?: number;
+  /**
+   * Runs the controller in this emulated host's namespace (one no job uses) instead of beside
+   * the bridge, so that a test can cut it off (`hosts.link(controllerHost, "down")`).
+   */
+  readonly controllerHost?: number;
 }
 
-export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10 }: ClusterOptions) {
+export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, controllerHost }: ClusterOptions) {
   // Replacements, run as the tenant, write the job's result here too.
   const dir = tenantDir();
   const group = new ProcessGroup(dir);
   const snapshot = join(dir, "topology.json");
   writeFileSync(snapshot, JSON.stringify({ topology: job.topology, jobs: [] }));
-  // The bridge joins only this test's namespaces, so the controller may listen there without keys.
-  const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", `tcp://${hosts.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS)]);
-  const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
-  const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
   const env = Object.entries(TRAIN_ENV).map(([k, v]) => `${k}=${v}`);
   const inHost = (host: number, args: readonly string[]) => [...hosts.exec(host).slice(1), "env", ...env, process.execPath, ...args];
   // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
   const startIn = (name: string, host: number, args: readonly string[]): Managed =>
     group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
+  // The bridge joins only this test's namespaces, so the controller may listen there without keys.
+  const startController = (bind: string, restarts: number): Managed => {
+    const args = [
+      ...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS),
+      ...(replanBackoffS === undefined ? [] : ["--replan-backoff", String(replanBackoffS)]),
+    ];
+    const name = restarts ? `controller-${restarts}` : "controller";
+    return controllerHost === undefined ? group.start(name, args) : startIn(name, controllerHost, args);
+  };
+  let controller = startController(`tcp://${controllerHost === undefined ? hosts.bridgeAddress : hosts.address(controllerHost)}:*`, 0);
+  const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
+  const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
+  let restarts = 0;
+  /** Starts the controller again on the same address and journal, as an operator would after a crash. */
+  const restartController = async (): Promise<Managed> => {
+    controller = startController(endpoint, ++restarts);
+    await group.waitFor(controller, /controller listening on/, SAFETY_NET_MS);
+    return controller;
+  };
   const out = join(dir, `${job.name}.json`);
-  const tail = launchTail(job, { python: PYTHON, args: ["--steps", String(steps), "--out", out], checkpointBytes: job.checkpointBytes, masterPort: 29700 });
+  const tail = launchTail(job, { python: PYTHON, args: ["--steps", String(steps), "--out", out], checkpointBytes: job.checkpointBytes, masterPort: 29700, ...(holdTimeoutS === undefined ? {} : { holdTimeoutS }) });
   const other = hold === undefined ? otherWorker(job) : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`, "--steps", "100000"];
   const hostCount = job.topology.racks * job.topology.hostsPerRack;
   const daemons = Array.from({ length: hostCount }, (_, host) =>
@@ -74,7 +98,7 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
   const gate = join(dir, "other.admitted");
   for (const host of job.other.hosts) startIn(`other-${host}`, host, otherArgs(job, host, endpoint, gate, other));
   const log = (managed: Managed) => readFileSync(managed.log, "utf8");
-  return { dir, group, client, controller, daemons, launchers, out, gate, teardown, log };
+  return { dir, group, client, controller: () => controller, restartController, daemons, launchers, out, gate, teardown, log };
 }
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;

@@ -12,6 +12,8 @@ export interface Hosts {
   exec(host: number): string[];
   /** Host h's namespace, as `ip netns` names it. */
   namespace(host: number): string;
+  /** Takes host h's link to the bridge down (cut off from every other host) or up again. */
+  link(host: number, state: "up" | "down"): void;
   /**
    * SIGKILLs every process inside the hosts' namespaces: the replacements their daemons started
    * run in process groups of their own and outlive the daemons, as they must on a real host.
@@ -87,6 +89,7 @@ export function createHosts(count: number): Hosts {
     address: (h) => `10.${net}.0.${h + 1}`,
     exec: (h) => ["ip", "netns", "exec", ns(h)],
     namespace: ns,
+    link: (h, state) => ip("link", "set", `${tag}v${h}`, state),
     killAll() {
       for (let h = 0; h < count; h++) killNamespace(ns(h));
     },

@@ -16,8 +16,9 @@ export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
     // The Python hook imports no TypeScript; the launcher points torchrun at it.
     ["sdk/errors.ts", "sdk/log.ts", "sdk/paths.ts", "sdk/python/"],
     ["sdk/protocol/", "sdk/checkpoint/"],
-    ["sdk/connection.ts"],
+    ["sdk/connection.ts", "sdk/hold.ts"],
     ["sdk/client.ts"],
+    ["sdk/agent.ts"],
     ["sdk/migrate.ts", "sdk/launch/"],
   ],
   controller: [

@@ -26,8 +26,8 @@ function passes(cwd: string, tool: string, ...args: string[]): string {
 
 // mypy reads torch's annotations on its first run without a cache: tens of seconds on a loaded machine.
 describe.skipIf(!ready)("the Python package sdk/python", { timeout: 3 * SAFETY_NET_MS }, () => {
-  it("passes ruff, along with the Python of examples/ and test/ (ruff.toml extends sdk/python/pyproject.toml)", () => {
-    passes(ROOT, "ruff", "check", "--output-format", "concise", "sdk/python", "examples", "test");
+  it("passes ruff, along with the Python of examples/, test/ and bench/ (ruff.toml extends sdk/python/pyproject.toml)", () => {
+    passes(ROOT, "ruff", "check", "--output-format", "concise", "sdk/python", "examples", "test", "bench");
   });
 
   it("passes mypy --strict as configured, in the package and its tests", () => {

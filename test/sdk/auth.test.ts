@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { curveKeyPair } from "zeromq";
 import { AuthFrameSchema, CredentialSchema, sharedSecret, signFrame, verifyFrame, z85Decode, Z85KeySchema } from "../../sdk/protocol/auth.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 
 // RFC 7748 §6.1's X25519 keys, in the Z85 text CURVE keys are written in.
 const alice = { secretKey: "Cl.%(A#p:4jqL+Nql<!5?+kXU(+F]rV3l8w9L0ZJ", publicKey: "G=]<>I7>&bBC>O5V{aj/4zK}kco8}o(.HIuS*=:#" };
@@ -17,7 +18,7 @@ describe("request MACs", () => {
   it("lets the controller verify a client's frame, and fails it when any byte of the frame or the MAC changes", () => {
     const server = curveKeyPair();
     const client = curveKeyPair();
-    const frame = Buffer.from(JSON.stringify({ v: 1, type: "status", id: 7 }));
+    const frame = Buffer.from(JSON.stringify({ v: PROTOCOL_VERSION, type: "status", id: 7 }));
     const auth = AuthFrameSchema.parse(JSON.parse(signFrame(client, sharedSecret(client, server.publicKey), frame)));
     expect(auth.key).toBe(client.publicKey);
     const secret = sharedSecret(server, client.publicKey);

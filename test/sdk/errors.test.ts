@@ -11,6 +11,7 @@ import { ChannelServer } from "../../sdk/launch/channel-server.ts";
 import { formatZodError, InvalidInputError, readFileAtMost } from "../../sdk/errors.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/migrate.ts";
 import { safeDecodeRequest } from "../../sdk/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { runIsolated } from "../helpers/isolated.ts";
 import { tempDir } from "../service/harness.ts";
 
@@ -33,7 +34,7 @@ describe("zod issues as text, one shape", () => {
   });
 
   it("is what a protocol error says", () => {
-    const decoded = safeDecodeRequest(JSON.stringify({ v: 1, type: "job.finish", id: 1, job: "" }));
+    const decoded = safeDecodeRequest(JSON.stringify({ v: PROTOCOL_VERSION, type: "job.finish", id: 1, job: "" }));
     expect(decoded.success ? null : decoded.error).toMatchObject({ code: "malformed", message: "job.finish at job: a job id must not be empty" });
   });
 

@@ -8,15 +8,19 @@ import {
   ProtocolError,
   safeDecodeReply,
   safeDecodeRequest,
-  type Directive,
+  HOLD_PHASES,
+  OrderMessageSchema,
+  ReportSchema,
+  type HoldPhase,
+  type Order,
   type Register,
+  type Report,
   type Request,
 } from "../../sdk/protocol/index.ts";
 import { MAX_HOSTS, MAX_ID_LENGTH } from "../../sdk/protocol/limits.ts";
-import { BarrierSchema, DirectiveReplySchema, isPlainBarrier, isPlainContinue } from "../../sdk/protocol/worker.ts";
 
 const register = {
-  v: 1,
+  v: PROTOCOL_VERSION,
   type: "worker.register",
   id: 3,
   worker: { job: "llama", group: 1, host: 12 },
@@ -32,23 +36,29 @@ describe("protocol", () => {
     if (decoded.type !== "worker.register") throw new Error("narrowing failed");
     expectTypeOf(decoded).toEqualTypeOf<Register>();
     expect(JSON.parse(encode(decoded))).toEqual(register);
-    expect(PROTOCOL_VERSION).toBe(1);
+    expect(PROTOCOL_VERSION).toBe(2);
   });
 
   it("rejects another protocol version with a clear error that keeps the request id", () => {
-    const result = safeDecodeRequest(JSON.stringify({ ...register, v: 2 }));
+    const result = safeDecodeRequest(JSON.stringify({ ...register, v: 1 }));
     expect(result.success).toBe(false);
     if (result.success) return;
     expect(result.id).toBe(3);
     expect(result.error).toBeInstanceOf(ProtocolError);
     expect(result.error.code).toBe("unsupported_version");
-    expect(result.error.message).toMatchInlineSnapshot(`"protocol version 2 is not supported: this side speaks version 1; upgrade the older side"`);
+    expect(result.error.message).toMatchInlineSnapshot(
+      `"protocol version 1 is not supported: this controller speaks version 2; run the same MonkeyTree release on the controller, the daemons and the launchers"`,
+    );
+    // A client reading a reply of another version names itself.
+    const reply = safeDecodeReply(JSON.stringify({ v: 3, type: "ack", id: 4 }));
+    expect(reply).toMatchObject({ success: false, id: 4, error: { code: "unsupported_version" } });
+    if (!reply.success) expect(reply.error.message).toMatch(/^protocol version 3 is not supported: this client speaks version 2; /);
   });
 
   it("names unknown message types and lists the known ones", () => {
-    const result = safeDecodeRequest(JSON.stringify({ v: 1, type: "worker.teleport", id: 9 }));
+    const result = safeDecodeRequest(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.teleport", id: 9 }));
     expect(result).toMatchObject({ success: false, id: 9, error: { code: "unknown_type" } });
-    if (!result.success) expect(result.error.message).toMatch(/^unknown request type "worker.teleport"; expected one of worker.register, worker.barrier, /);
+    if (!result.success) expect(result.error.message).toMatch(/^unknown request type "worker.teleport"; expected one of worker.register, worker.report, job.finish, /);
   });
 
   it("rejects malformed frames, naming the field", () => {
@@ -58,7 +68,7 @@ describe("protocol", () => {
       [JSON.stringify({ ...register, parallelism: { tp: 0, pp: 2, dp: 4 } }), "worker.register at parallelism.tp: parallelism.tp must be at least 1"],
       [JSON.stringify({ ...register, worker: { job: "llama", group: 1, host: -1 } }), "worker.register at worker.host: host indices start at 0"],
       [JSON.stringify({ ...register, extra: true }), 'worker.register: unknown field "extra"; remove it or check its spelling'],
-      [JSON.stringify({ v: 1, type: "worker.barrier", id: 4, worker: register.worker, step: 3 }), "worker.barrier at generation: generation must be a whole number"],
+      [JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.report", id: 4, worker: register.worker, step: 3, stepMs: null, hold: null }), "worker.report at generation: generation must be a whole number"],
     ];
     for (const [frame, message] of cases) {
       const result = safeDecodeRequest(frame);
@@ -70,69 +80,133 @@ describe("protocol", () => {
     }
   });
 
-  it("decodes directive replies as a union keyed by kind", () => {
-    const reply = { v: 1, type: "worker.directive", id: 5, directive: { kind: "migrate-out", migration: "p0/0", to: 3, endpoint: "tcp://h3:7000", token: "t", step: 40 } };
+  it("decodes order replies as a union keyed by kind", () => {
+    const reply = {
+      v: PROTOCOL_VERSION,
+      type: "worker.order",
+      id: 5,
+      worker: register.worker,
+      order: { kind: "migrate-out", stop: "s1", migration: "p0/0", to: 3, endpoint: "tcp://h3:7000", token: "t", step: 40 },
+    };
     const result = safeDecodeReply(JSON.stringify(reply));
     expect(result).toEqual({ success: true, data: reply });
-    expectTypeOf<Extract<Directive, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
-    expect(safeDecodeReply(JSON.stringify({ ...reply, directive: { kind: "teleport" } })).success).toBe(false);
+    expectTypeOf<Extract<Order, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
+    expect(safeDecodeReply(JSON.stringify({ ...reply, order: { kind: "teleport" } })).success).toBe(false);
+    // The version-1 barrier answer is no longer a reply.
+    expect(safeDecodeReply(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.directive", id: 5, directive: { kind: "continue" } }))).toMatchObject({ success: false, error: { code: "unknown_type" } });
   });
 });
 
-describe("barriers and their usual answer checked without zod", () => {
-  const barrier = { v: 1, type: "worker.barrier", id: 7, worker: { job: "job-1", group: 0, host: 5 }, step: 3, generation: 0 };
-  const answer = { v: 1, type: "worker.directive", id: 7, directive: { kind: "continue" } };
+describe("reports and orders, checked by their schemas", () => {
+  const worker = { job: "job-1", group: 0, host: 5 };
+  const report = { v: PROTOCOL_VERSION, type: "worker.report", id: 7, worker, generation: 2, step: 3, stepMs: 125.5, hold: { stop: "s1", step: 4, phase: "armed" } };
+  const order = { v: PROTOCOL_VERSION, type: "worker.order", id: 0, worker, order: { kind: "stop-at", stop: "s1", step: 4 } };
   const edges: unknown[] = [
-    undefined, null, true, "1", [], {}, [1], -1, -0, 0.5, 1, 2, MAX_HOSTS - 1, MAX_HOSTS, 2 ** 53 - 1, 2 ** 53, Number.MAX_VALUE,
+    undefined, null, true, "1", [], {}, [1], -1, -0, 0.5, 1, 2, MAX_HOSTS - 1, MAX_HOSTS, 86_400_000, 86_400_001, 2 ** 53 - 1, 2 ** 53, Number.MAX_VALUE,
     "", "a", "x".repeat(MAX_ID_LENGTH), "x".repeat(MAX_ID_LENGTH + 1), "job 1", "job\n1", "jöb", "a.b_c:d@e+f=g/h-i",
-    "worker.barrier", "worker.directive", "continue", "stop", { kind: "continue" }, { kind: "stop", reason: "r" },
+    "worker.report", "worker.order", "run", "stop", "held", { kind: "run" }, { kind: "stop", reason: "r" }, { stop: "s2", step: 9, phase: "sealed" },
   ];
-  /** `message`, and copies with each field set to each edge value, deleted, or beside an extra field. */
-  function variants(message: Record<string, unknown>): unknown[] {
-    const out: unknown[] = [message, ...edges];
-    const set = (path: readonly string[], value: unknown, remove = false) => {
+  /** Copies of `message` with one field below the envelope set to each edge value, deleted, or beside an extra field. */
+  function variants(message: Record<string, unknown>): { path: string[]; value: unknown }[] {
+    const out: { path: string[]; value: unknown }[] = [];
+    const set = (path: string[], value: unknown, remove = false) => {
       const copy = structuredClone(message);
       const parent = path.slice(0, -1).reduce((o, k) => o[k] as Record<string, unknown>, copy);
       if (remove) delete parent[path.at(-1)!];
       else parent[path.at(-1)!] = value;
-      out.push(copy);
+      out.push({ path, value: copy });
     };
     const paths = (o: Record<string, unknown>, at: string[] = []): string[][] =>
       Object.entries(o).flatMap(([k, v]) => [[...at, k], ...(typeof v === "object" && v !== null ? paths(v as Record<string, unknown>, [...at, k]) : [])]);
-    for (const path of paths(message)) {
+    for (const path of paths(message).filter((p) => !["v", "type", "id"].includes(p[0]!))) {
       set(path, undefined, true);
       for (const value of edges) set(path, value);
       if (path.length > 1) set([...path.slice(0, -1), "extra"], 1);
     }
     set(["extra"], 1);
-    // A "__proto__" key in JSON is an own field, which a strict schema refuses.
-    for (const key of Object.keys(message)) out.push(JSON.parse(JSON.stringify(message).replace(`"${key}"`, `"__proto__":{},"${key}"`)));
     return out;
   }
-  const cases = [
-    { name: "barrier", message: barrier, check: isPlainBarrier, schema: BarrierSchema, accepted: 20 },
-    { name: "continue", message: answer, check: isPlainContinue, schema: DirectiveReplySchema, accepted: 5 },
-  ];
+  /** Where a refusal must point: the field itself, or for an extra field or a union's kind, the object holding it. */
+  const names = (message: string, type: string, path: string[]) =>
+    message.startsWith(`${type} at ${path.join(".")}`) ||
+    (["extra", "kind"].includes(path.at(-1)!) && message.startsWith(path.length > 1 ? `${type} at ${path.slice(0, -1).join(".")}` : `${type}: `));
 
-  it.each(cases)("$name: accepts only what the schema accepts, and every well-formed one", ({ message, check, schema, accepted }) => {
-    const all = variants(message);
-    expect(all.length).toBeGreaterThan(150);
-    const wrong = all.filter((value) => check(value) && !schema.safeParse(value).success);
-    expect(wrong).toEqual([]);
-    // Among the variants the schema accepts, only other directives (checked by the schema) are left to it.
-    const missed = all.filter((value) => !check(value) && schema.safeParse(value).success && (value as { directive?: { kind?: string } }).directive?.kind !== "stop");
-    expect(missed).toEqual([]);
-    expect(all.filter((value) => check(value)).length).toBeGreaterThan(accepted);
+  it("accepts a report before the first barrier, while training, and in every hold phase", () => {
+    const fresh = { ...report, step: null, stepMs: null, hold: null };
+    expect(ReportSchema.parse(fresh)).toEqual(fresh);
+    expect(decodeRequest(JSON.stringify(fresh))).toEqual(fresh);
+    for (const phase of HOLD_PHASES) {
+      const holding = { ...report, hold: { ...report.hold, phase } };
+      expect(decodeRequest(JSON.stringify(holding))).toEqual(ReportSchema.parse(holding));
+    }
+    expectTypeOf<Report["hold"]>().toEqualTypeOf<{ stop: string; step: number; phase: HoldPhase } | null>();
   });
 
-  it("decodes a barrier and its answer to what the schemas give, and a bad one to the schema's error", () => {
-    expect(decodeRequest(JSON.stringify(barrier))).toEqual(BarrierSchema.parse(barrier));
-    expect(safeDecodeReply(JSON.stringify(answer))).toEqual({ success: true, data: DirectiveReplySchema.parse(answer) });
-    const bad = safeDecodeRequest(JSON.stringify({ ...barrier, worker: { ...barrier.worker, host: MAX_HOSTS } }));
-    expect(bad.success).toBe(false);
-    if (bad.success) return;
-    expect(bad.id).toBe(7);
-    expect(bad.error.message).toMatch(/worker\.host/);
+  it("accepts every order kind, pushed (id 0) or answering a report", () => {
+    const assignment = { job: "job-1", group: 0, host: 5, nodeRank: 1, nodes: 2, masterHost: 4, masterAddress: null, ringOrder: [4, 5], generation: 3, resumeStep: 4 };
+    const orders: Order[] = [
+      { kind: "run" },
+      { kind: "stop-at", stop: "s1", step: 4 },
+      { kind: "migrate-out", stop: "s1", migration: "p0/0", to: 3, endpoint: "tcp://h3:7000", token: "t", step: 4 },
+      { kind: "seal", stop: "s1" },
+      { kind: "reconfigure", assignment },
+      { kind: "stop", reason: "the job finished" },
+    ];
+    for (const [id, one] of [0, 7].flatMap((id) => orders.map((o) => [id, o] as const))) {
+      const message = { ...order, id, order: one };
+      expect(OrderMessageSchema.parse(message)).toEqual(message);
+      expect(safeDecodeReply(JSON.stringify(message))).toEqual({ success: true, data: message });
+    }
+  });
+
+  it.each([
+    ["generation", { generation: -1 }, "worker.report at generation: generation must not be negative"],
+    ["step", { step: 1.5 }, "worker.report at step: step must be a whole number"],
+    ["stepMs", { stepMs: -1 }, "worker.report at stepMs: stepMs must not be negative"],
+    ["stepMs", { stepMs: 86_400_001 }, "worker.report at stepMs: stepMs must be at most 86400000"],
+    ["hold.step", { hold: { stop: "s1", step: -1, phase: "held" } }, "worker.report at hold.step: hold.step must not be negative"],
+    ["hold.phase", { hold: { stop: "s1", step: 4, phase: "frozen" } }, "worker.report at hold.phase: hold.phase must be one of armed, held, saving, saved, sealed, released"],
+    ["worker.host", { worker: { ...worker, host: MAX_HOSTS } }, `worker.report at worker.host: host indices end at ${MAX_HOSTS - 1}`],
+  ])("refuses a report whose %s is out of range, naming it, and keeps the request id", (_field, change, message) => {
+    const result = safeDecodeRequest(JSON.stringify({ ...report, ...change }));
+    expect(ReportSchema.safeParse({ ...report, ...change }).success).toBe(false);
+    expect(result).toMatchObject({ success: false, id: 7, error: { code: "malformed" } });
+    if (!result.success) expect(result.error.message.startsWith(message)).toBe(true);
+  });
+
+  it.each([
+    ["order.step", { kind: "stop-at", stop: "s1", step: -1 }, "worker.order at order.step: step must not be negative"],
+    ["order.to", { kind: "migrate-out", stop: "s1", migration: "p0/0", to: MAX_HOSTS, endpoint: "tcp://h3:7000", token: "t", step: 4 }, "worker.order at order.to: host indices end at"],
+    ["order.stop", { kind: "seal", stop: "a b" }, "worker.order at order.stop: stop may hold only letters, digits"],
+    ["order.kind", { kind: "continue" }, "worker.order at order.kind: "],
+  ])("refuses an order whose %s is out of range, naming it", (_field, change, message) => {
+    const bad = { ...order, order: change };
+    expect(OrderMessageSchema.safeParse(bad).success).toBe(false);
+    const result = safeDecodeReply(JSON.stringify(bad));
+    expect(result).toMatchObject({ success: false, id: 0, error: { code: "malformed" } });
+    if (!result.success) expect(result.error.message.startsWith(message)).toBe(true);
+  });
+
+  it.each([
+    { name: "report", message: report, schema: ReportSchema, decode: safeDecodeRequest, accepted: 50 },
+    { name: "order", message: order, schema: OrderMessageSchema, decode: safeDecodeReply, accepted: 30 },
+  ])("$name: decodes what the schema accepts to the same data, and names the changed field of what it refuses", ({ message, schema, decode, accepted }) => {
+    const all = variants(message);
+    expect(all.length).toBeGreaterThan(150);
+    const wrong: unknown[] = [];
+    let passed = 0;
+    for (const { path, value } of all) {
+      const parsed = schema.safeParse(value);
+      const result = decode(JSON.stringify(value));
+      if (parsed.success) {
+        passed++;
+        if (!result.success || JSON.stringify(result.data) !== JSON.stringify(parsed.data)) wrong.push({ path, value, result });
+      } else if (result.success || result.error.code !== "malformed" || !names(result.error.message, message.type, path)) {
+        wrong.push({ path, value, result });
+      }
+    }
+    expect(wrong).toEqual([]);
+    expect(passed).toBeGreaterThan(accepted);
   });
 });
 
@@ -154,7 +228,7 @@ describe("transfer endpoints", () => {
       expect(parseTransferEndpoint(bad)).toBeNull();
     }
     const decoded = safeDecodeRequest(
-      Buffer.from(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, incarnation: "0".repeat(32), stagingBytes: 1, endpoint: "tcp://h:0" })),
+      Buffer.from(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: 0, incarnation: "0".repeat(32), stagingBytes: 1, endpoint: "tcp://h:0" })),
     );
     expect(decoded.success).toBe(false);
     if (!decoded.success) expect(decoded.error.message).toMatch(/endpoint must be tcp:\/\/HOST:PORT/);

@@ -7,9 +7,11 @@ import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { loadKeyring } from "../../controller/service/keys.ts";
 import { send, StagingBuffer } from "../../native/index.ts";
-import { ControllerClient, ControllerError, ControllerTimeoutError, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient, ControllerError, ControllerTimeoutError } from "../../sdk/client.ts";
 import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { shellCommand } from "../../cli/demo/processes.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { runCli } from "../helpers/cli.ts";
@@ -88,7 +90,7 @@ describe("a controller with a keyring", () => {
     cleanups.push(() => socket.close());
     Object.assign(socket, { curveServerKey: own.serverKey, curvePublicKey: own.publicKey, curveSecretKey: own.secretKey });
     socket.connect(h.server.endpoint);
-    const frame = JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" });
+    const frame = JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" });
     // job-a's MAC under daemon-0's name: only daemon-0's secret key makes daemon-0's MAC.
     const forged = { ...(JSON.parse(signFrame(own, sharedSecret(own, own.serverKey), frame)) as object), key: claimed.publicKey };
     await socket.send([frame, JSON.stringify(forged)]);
@@ -101,7 +103,9 @@ describe("a controller with a keyring", () => {
     const a = client(h, credential("job-a"));
     const forbidden = (rule: string) => expect.objectContaining({ code: "forbidden", message: expect.stringContaining(`${rule}:`) });
     expect(await refusal(a.register({ job: "b", group: 0, host: 1 }, dp2))).toEqual(forbidden("job-credential-own-job"));
-    expect(await refusal(a.barrier({ job: "b", group: 0, host: 1 }, 0, 0))).toEqual(forbidden("job-credential-own-job"));
+    expect(await refusal(a.report({ worker: { job: "b", group: 0, host: 1 }, generation: 0, step: 0, stepMs: null, hold: null }))).toEqual(
+      expect.objectContaining({ code: "forbidden", message: expect.stringContaining("job-credential-own-job: worker.report for job \"b\" needs that job's credential") }),
+    );
     expect(await refusal(a.finish("b"))).toEqual(forbidden("job-credential-own-job"));
     expect(await refusal(a.request({ type: "daemon.register", host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" }))).toEqual(
       forbidden("daemon-credential-own-host"),
@@ -136,7 +140,8 @@ describe("a controller with a keyring", () => {
     await Promise.all(daemons.map((d) => d.ready()));
     const jobs = { a: client(h, credential("job-a")), b: client(h, credential("job-b")) };
     const start = async (job: "a" | "b", hosts: number[]) => {
-      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: 10_000, replacement: "idle" }));
+      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, holdTimeoutMs: 10_000, replacement: "idle" }));
+      for (const w of workers) cleanups.push(() => w.close());
       await Promise.all(workers.map((w) => w.register(5_000)));
       return workers;
     };
@@ -145,14 +150,19 @@ describe("a controller with a keyring", () => {
     const b = await start("b", [1, 5]);
     const operator = client(h, credential("operator-ops"));
     const [move] = await plannedMoves(operator);
-    if (!move?.stopStep) return expect.fail(`expected a planned move, got ${JSON.stringify(move)}`);
+    if (!move) return expect.fail("expected a planned move");
     const job = move.job as "a" | "b";
     const moving = job === "a" ? a : b;
     const source = moving.find((w) => w.worker.host === move.from)!;
     const stayer = moving.find((w) => w.worker.host !== move.from)!;
+    // Barriers answer on the host: the workers hold at the stop only once its order reached them.
+    await expect.poll(() => moving.every((w) => w.stop !== null), { timeout: 10_000 }).toBe(true);
+    const stopStep = source.stop!.step;
+    expect(stayer.stop?.step).toBe(stopStep);
+    expect((await operator.status()).migrations[0]?.stopStep).toBe(stopStep);
 
-    const stayerBarrier = stayer.barrier(move.stopStep);
-    const out = await source.barrier(move.stopStep);
+    const stayerBarrier = stayer.barrier(stopStep);
+    const out = await source.barrier(stopStep);
     if (out.kind !== "migrate-out") return expect.fail(`expected migrate-out, got ${JSON.stringify(out)}`);
     // The ticket names the endpoint the destination's daemon registered under its own key.
     expect(out.endpoint).toBe(daemons[move.to]!.endpoint);
@@ -160,14 +170,16 @@ describe("a controller with a keyring", () => {
     cleanups.push(() => buffer.free());
     randomFillSync(buffer.bytes());
     await send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer, offset: 0 });
-    expect(await source.barrier(move.stopStep)).toMatchObject({ kind: "stop" });
+    expect(await source.barrier(stopStep)).toMatchObject({ kind: "stop" });
 
     // The other job's credential cannot take the replacement's place, even with the token.
     const other = job === "a" ? jobs.b : jobs.a;
     expect(await refusal(other.register({ job, group: 0, host: move.to }, dp2, { token: out.token }))).toMatchObject({ code: "forbidden" });
     const replacement = new WorkerClient(jobs[job], { job, group: 0, host: move.to }, dp2, { token: out.token });
-    expect(await replacement.register(5_000)).toMatchObject({ generation: 1, resumeStep: move.stopStep });
+    cleanups.push(() => replacement.close());
+    expect(await replacement.register(5_000)).toMatchObject({ generation: 1, resumeStep: stopStep });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
-    expect((await operator.status()).migrations[0]?.state).toBe("done");
+    // The move is done once every worker of the job reports the new generation.
+    await expect.poll(async () => (await operator.status()).migrations[0]?.state, { timeout: 10_000 }).toBe("done");
   });
 });

@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
-import { ControllerError, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerError } from "../../sdk/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { MAX_GPUS_PER_HOST, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/protocol/limits.ts";
 import { closeControllersAfterEach, connect, INCARNATION, startController, type Harness } from "../service/harness.ts";
 
@@ -38,7 +40,7 @@ function raw(h: Harness, waitMs = 2_000) {
 }
 
 const register = (job: string, host: number, parallelism: Record<string, number>) =>
-  JSON.stringify({ v: 1, type: "worker.register", id: 7, worker: { job, group: 0, host }, parallelism, checkpointBytes: 0 });
+  JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.register", id: 7, worker: { job, group: 0, host }, parallelism, checkpointBytes: 0 });
 
 describe("bounded requests", () => {
   it("refuses tp beyond what a host can hold, and a job at the largest tp still leaves status quick", async () => {
@@ -53,25 +55,30 @@ describe("bounded requests", () => {
 
     const client = connect(harness);
     const parallelism = { tp: MAX_GPUS_PER_HOST, pp: 1, dp: 2 };
-    await Promise.all([0, 4].map((host) => new WorkerClient(client, { job: "wide", group: 0, host }, parallelism).register(5_000)));
-    const started = performance.now();
-    const status = await client.status();
-    expect(status.routes.dpFlows).toBe(2 * MAX_GPUS_PER_HOST);
-    expect(performance.now() - started).toBeLessThan(1_000);
+    const workers = [0, 4].map((host) => new WorkerClient(client, { job: "wide", group: 0, host }, parallelism));
+    try {
+      await Promise.all(workers.map((w) => w.register(5_000)));
+      const started = performance.now();
+      const status = await client.status();
+      expect(status.routes.dpFlows).toBe(2 * MAX_GPUS_PER_HOST);
+      expect(performance.now() - started).toBeLessThan(1_000);
+    } finally {
+      for (const w of workers) w.close();
+    }
   });
 
   it("answers a huge job id with a bounded error, and never reads a frame over the size limit", async () => {
     harness = await startController();
     const peer = raw(harness);
     const big = "x".repeat(MAX_REQUEST_BYTES / 2);
-    await peer.send(JSON.stringify({ v: 1, type: "job.finish", id: 1, job: big }));
+    await peer.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "job.finish", id: 1, job: big }));
     const reply = await peer.next();
     expect(reply).toMatchObject({ type: "error", id: 1, code: "malformed" });
     expect(String(reply?.message).length).toBeLessThanOrEqual(MAX_TEXT_LENGTH);
     expect(Math.max(...harness.logs.map((line) => line.length))).toBeLessThan(2 * MAX_TEXT_LENGTH);
 
     // The same request padded past the limit would be answered too, if it were read at all.
-    await peer.send(JSON.stringify({ v: 1, type: "job.finish", id: 2, job: "x".repeat(MAX_REQUEST_BYTES) }));
+    await peer.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "job.finish", id: 2, job: "x".repeat(MAX_REQUEST_BYTES) }));
     expect(await peer.next()).toBeNull();
     expect((await connect(harness).status()).jobs).toEqual([]);
   });
@@ -79,9 +86,9 @@ describe("bounded requests", () => {
   it("keeps ids to one line: a newline in an id is refused, and an echoed key is quoted", async () => {
     harness = await startController();
     const peer = raw(harness);
-    await peer.send(JSON.stringify({ v: 1, type: "job.finish", id: 1, job: "a\n[controller] job b finished" }));
+    await peer.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "job.finish", id: 1, job: "a\n[controller] job b finished" }));
     expect(await peer.next()).toMatchObject({ code: "malformed", message: "job.finish at job: a job id may hold only letters, digits and . _ : @ + = / -" });
-    await peer.send(JSON.stringify({ v: 1, type: "status", id: 2, "k\n[controller] forged": 1 }));
+    await peer.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "status", id: 2, "k\n[controller] forged": 1 }));
     expect(await peer.next()).toMatchObject({ code: "malformed", message: 'status: unknown field "k\\n[controller] forged"; remove it or check its spelling' });
     expect(harness.logs.filter((line) => line.includes("\n"))).toEqual([]);
   });
@@ -102,7 +109,7 @@ describe("bounded requests", () => {
   it("drops a peer's requests past its rate, while other peers are served", async () => {
     harness = await startController({ overrides: { rateLimits: { perSecond: 0.001, burst: 3, clients: 10 } } });
     const flooder = raw(harness, 500);
-    const status = (id: number) => JSON.stringify({ v: 1, type: "status", id });
+    const status = (id: number) => JSON.stringify({ v: PROTOCOL_VERSION, type: "status", id });
     for (let id = 1; id <= 5; id++) await flooder.send(status(id));
     const answered: unknown[] = [];
     for (let reply = await flooder.next(); reply; reply = await flooder.next()) answered.push(reply.id);

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
 import { Journal, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
-import { WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
 import { runCli } from "../helpers/cli.ts";
 import { closeControllersAfterEach, connect, SMALL, startController, tempDirsPerTest, type Harness } from "../service/harness.ts";
 
@@ -98,8 +98,10 @@ describe("a journal too large to replay", () => {
     // Long ids make long records (about 430 bytes a cycle); far fewer than the 50,000 that compact by count.
     for (let cycle = 0; cycle < 60; cycle++) {
       const job = `${"j".repeat(120)}-${cycle}`;
-      await Promise.all([0, 4].map((host) => new WorkerClient(client, { job, group: 0, host }, dp2).register(5_000)));
+      const workers = [0, 4].map((host) => new WorkerClient(client, { job, group: 0, host }, dp2));
+      await Promise.all(workers.map((w) => w.register(5_000)));
       await client.finish(job);
+      for (const w of workers) w.close();
       // Replies go out after the burst's compaction check, so the bound holds whenever one arrives.
       expect(bytesSinceSnapshot(path)).toBeLessThan(bound);
       const now = (await client.status()).journalRecords;

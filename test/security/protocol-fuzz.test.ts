@@ -12,11 +12,14 @@ import { curveKeyPair, Dealer } from "zeromq";
 import { CLI } from "../../cli/paths.ts";
 import { nodeArgs } from "../../sdk/paths.ts";
 import { send, StagingBuffer, transferTicketSchema } from "../../native/index.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
 import { RequestSchema } from "../../sdk/protocol/codec.ts";
 import { CommandReplySchema } from "../../sdk/protocol/commands.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/protocol/limits.ts";
+import { HOLD_PHASES } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 
 /**
@@ -151,8 +154,13 @@ describe("a controller fed malformed messages", () => {
   /** A request of each kind a controller takes (a daemon's answers to commands included), its fields fuzzed. */
   const bodies: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
     "worker.register": fc.record({ worker, parallelism, checkpointBytes: count, rings: field(fc.integer({ min: 1, max: 4 })) }, { requiredKeys: ["worker", "parallelism", "checkpointBytes"] }),
-    "worker.barrier": fc.record({ worker, step: count, generation: count }),
-    "worker.heartbeat": fc.record({ worker }),
+    "worker.report": fc.record({
+      worker,
+      generation: count,
+      step: field(fc.option(fc.nat({ max: 1 << 20 }))),
+      stepMs: field(fc.option(fc.double({ min: 0, max: 1e6, noNaN: true }))),
+      hold: field(fc.option(fc.record({ stop: field(fc.constantFrom("s1", "stop-0")), step: count, phase: field(fc.constantFrom(...HOLD_PHASES)) }))),
+    }),
     "job.finish": fc.record({ job: field(job) }),
     status: fc.record({}),
     events: fc.record({ after: count }, { requiredKeys: [] }),
@@ -171,7 +179,8 @@ describe("a controller fed malformed messages", () => {
   /** An envelope and a body, each field possibly junk, possibly with a field removed or one added. */
   const envelope = fc
     .record({
-      v: fc.oneof({ weight: 8, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: junk }),
+      // Now and then a peer of the previous release (version 1).
+      v: fc.oneof({ weight: 8, arbitrary: fc.constant(PROTOCOL_VERSION) }, { weight: 1, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: junk }),
       type,
       id: fc.oneof({ weight: 8, arbitrary: fc.nat({ max: 1_000_000 }) }, { weight: 1, arbitrary: junk }),
     })
@@ -200,9 +209,11 @@ describe("a controller fed malformed messages", () => {
     {
       weight: 30,
       arbitrary: fc
-        .tuple(fc.constantFrom("NaN", "Infinity", "-Infinity", "1e999", "-0", "0x10", "01", "1e-400", "9007199254740993", "null"), fc.constantFrom("id", "v", "host", "step"))
+        .tuple(fc.constantFrom("NaN", "Infinity", "-Infinity", "1e999", "-0", "0x10", "01", "1e-400", "9007199254740993", "null"), fc.constantFrom("id", "v", "host", "step", "stepMs", "hold.step"))
         .map(([n, at]) => ({
-          text: `{"v":${at === "v" ? n : 1},"type":"worker.barrier","id":${at === "id" ? n : 1},"worker":{"job":"fuzz-0","group":0,"host":${at === "host" ? n : 0}},"step":${at === "step" ? n : 0},"generation":0}`,
+          text:
+            `{"v":${at === "v" ? n : PROTOCOL_VERSION},"type":"worker.report","id":${at === "id" ? n : 1},"worker":{"job":"fuzz-0","group":0,"host":${at === "host" ? n : 0}},` +
+            `"generation":0,"step":${at === "step" ? n : 0},"stepMs":${at === "stepMs" ? n : 10},"hold":{"stop":"s1","step":${at === "hold.step" ? n : 1},"phase":"armed"}}`,
         })),
     },
     // Deep nesting, of arrays or objects, in a field or as the whole message.
@@ -211,7 +222,7 @@ describe("a controller fed malformed messages", () => {
       arbitrary: fc.tuple(fc.integer({ min: 1, max: 100_000 }), fc.boolean(), fc.boolean()).map(([depth, arrays, inside]) => {
         const [open, close] = arrays ? ["[", "]"] : ['{"a":', "}"];
         const nested = `${open.repeat(depth)}${arrays ? "" : "0"}${close.repeat(depth)}`;
-        return { text: inside ? `{"v":1,"type":"status","id":1,"x":${nested}}` : nested };
+        return { text: inside ? `{"v":${PROTOCOL_VERSION},"type":"status","id":1,"x":${nested}}` : nested };
       }),
     },
     { weight: 10, arbitrary: fc.integer({ min: MAX_REQUEST_BYTES / 4, max: MAX_REQUEST_BYTES - 64 }).map((large) => ({ large })) },
@@ -304,7 +315,7 @@ describe("a controller fed malformed messages", () => {
             resolve(true);
           });
         });
-        const frame = JSON.stringify({ v: 1, type: "status", id });
+        const frame = JSON.stringify({ v: PROTOCOL_VERSION, type: "status", id });
         await this.socket.send([frame, this.sign!(frame)]);
         const done = await answered;
         this.syncs.delete(id);
@@ -320,7 +331,7 @@ describe("a controller fed malformed messages", () => {
     if ("bytes" in b) return Buffer.from(b.bytes);
     // A well-formed request with a long job id: answered (malformed) if it is read at all.
     const size = "large" in b ? b.large : b.oversized;
-    const head = `{"v":1,"type":"job.finish","id":${"large" in b ? 1 : oversizedId},"job":"`;
+    const head = `{"v":${PROTOCOL_VERSION},"type":"job.finish","id":${"large" in b ? 1 : oversizedId},"job":"`;
     return `${head}${"j".repeat(size - head.length - 2)}"}`;
   }
 
@@ -351,8 +362,8 @@ describe("a controller fed malformed messages", () => {
       latencies.push(performance.now() - started);
       return answer;
     };
+    const worker = new WorkerClient(real, { job: "real", group: 0, host: REAL_HOST }, { tp: 1, pp: 1, dp: 1 });
     try {
-      const worker = new WorkerClient(real, { job: "real", group: 0, host: REAL_HOST }, { tp: 1, pp: 1, dp: 1 }, { barrierTimeoutMs: SAFETY_MS });
       await worker.register(60_000);
       expect((await operator.status(60_000)).jobs.map((j) => j.id)).toEqual(["real"]);
       await Promise.all(tenants.map((t) => t.sync()));
@@ -382,7 +393,9 @@ describe("a controller fed malformed messages", () => {
           expect(controller.exited).toBeNull();
           const status = await timed(operator.status());
           expect(status.jobs.find((j) => j.id === "real")).toMatchObject({ hosts: [REAL_HOST], started: true });
-          expect(await timed(worker.barrier(++step))).toEqual({ kind: "continue" });
+          // A barrier answers on the host; the report is what the controller must answer.
+          expect(await worker.barrier(++step)).toEqual({ kind: "continue" });
+          expect(await timed(real.report({ worker: worker.worker, generation: 0, step, stepMs: null, hold: null }))).toEqual({ kind: "run" });
         }),
         parameters(),
       );
@@ -404,6 +417,7 @@ describe("a controller fed malformed messages", () => {
       expect(Math.max(...controller.stderr.map((line) => line.length))).toBeLessThan(2 * MAX_TEXT_LENGTH);
       expect(controller.exited).toBeNull();
     } finally {
+      worker.close();
       for (const peer of [...tenants, ...strangers]) peer.socket.close();
       await Promise.all([operator.close(), real.close()]);
       controller.process.kill("SIGTERM");

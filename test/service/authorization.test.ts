@@ -2,13 +2,14 @@ import { describe, expect, it } from "vitest";
 import { ANYONE, authorize, type Caller } from "../../controller/service/authorization.ts";
 import type { Request } from "../../sdk/protocol/codec.ts";
 import type { CommandReply } from "../../sdk/protocol/commands.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 
-const head = { v: 1, id: 1 } as const;
+const head = { v: PROTOCOL_VERSION, id: 1 } as const;
 const incarnation = "0".repeat(32);
 const worker = (job: string) => ({ job, group: 0, host: 3 });
 const messages = {
   register: (job: string): Request => ({ ...head, type: "worker.register", worker: worker(job), parallelism: { tp: 1, pp: 1, dp: 2 }, checkpointBytes: 0 }),
-  barrier: (job: string): Request => ({ ...head, type: "worker.barrier", worker: worker(job), step: 0, generation: 0 }),
+  report: (job: string): Request => ({ ...head, type: "worker.report", worker: worker(job), generation: 0, step: 0, stepMs: null, hold: null }),
   finish: (job: string): Request => ({ ...head, type: "job.finish", job }),
   daemon: (host: number): Request => ({ ...head, type: "daemon.register", host, incarnation, stagingBytes: 1, endpoint: "tcp://h:1" }),
   heartbeat: (host: number): Request => ({ ...head, type: "daemon.heartbeat", host, incarnation }),
@@ -24,8 +25,8 @@ const operator: Caller = { role: "operator" };
 const ruleOf = (caller: Caller, message: Request | CommandReply) => authorize(caller, message)?.rule ?? "allowed";
 
 describe("authorize", () => {
-  it("lets a job credential register, barrier and finish its own job only", () => {
-    for (const message of [messages.register, messages.barrier, messages.finish]) {
+  it("lets a job credential register, report and finish its own job only", () => {
+    for (const message of [messages.register, messages.report, messages.finish]) {
       expect(ruleOf(jobA, message("a"))).toBe("allowed");
       expect(ruleOf(jobA, message("b"))).toBe("job-credential-own-job");
       expect(ruleOf(host3, message("a"))).toBe("job-credential-own-job");
@@ -58,7 +59,7 @@ describe("authorize", () => {
 
   it("names the rule, the message, the job and the credential in its refusal", () => {
     expect(authorize(jobA, messages.finish("b"))?.message).toBe(
-      'job.finish for job "b" needs that job\'s credential, and this is job "a"\'s credential; a job credential may register, barrier and finish only its own job',
+      'job.finish for job "b" needs that job\'s credential, and this is job "a"\'s credential; a job credential may register, report and finish only its own job',
     );
   });
 });

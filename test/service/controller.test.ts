@@ -6,6 +6,7 @@ import { Journal } from "../../controller/service/journal.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { applyRecord, type RecordBody } from "../../controller/service/state.ts";
 import { PROTOCOL_VERSION, type Reply, type Request } from "../../sdk/protocol/index.ts";
+import type { Hold } from "../../sdk/protocol/worker.ts";
 import { RecordingHosts } from "./doubles.ts";
 import { SMALL, tempDir } from "./harness.ts";
 
@@ -44,6 +45,8 @@ async function open(dir: string, now = { t: 1_000 }) {
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 const worker = (job: string, host: number, group = 0) => ({ job, group, host });
+const report = (w: { job: string; group: number; host: number }, step: number, generation: number, hold: Hold | null = null) =>
+  ({ type: "worker.report", worker: w, generation, step, stepMs: null, hold }) as const;
 
 describe("controller logic", () => {
   it("ranks pipeline stages in ring order: each stage's hosts get consecutive node ranks", async () => {
@@ -84,8 +87,8 @@ describe("controller logic", () => {
     expect(c.send({ type: "job.finish", job: "a" })()).toMatchObject({ type: "job.finished", job: "a" });
     expect(c.controller.durable.records).toBe(before + 1);
     expect(c.send({ type: "job.finish", job: "never" })()).toMatchObject({ type: "error", code: "unknown_job" });
-    // Another worker's last barrier, still on its way when the first launcher finished the job, is told to stop.
-    expect(c.send({ type: "worker.barrier", worker: worker("a", 4), step: 9, generation: 0 })()).toMatchObject({ type: "worker.directive", directive: { kind: "stop", reason: "job a finished" } });
+    // Another worker's last report, still on its way when the first launcher finished the job, is told to stop.
+    expect(c.send(report(worker("a", 4), 9, 0))()).toMatchObject({ type: "worker.order", order: { kind: "stop", reason: "job a finished" } });
     // Host 0 is free again: the registration is accepted and waits for the job's second worker.
     expect(c.send({ type: "worker.register", worker: worker("b", 0), parallelism: dp2, checkpointBytes: 8 })()).toBeUndefined();
     expect(c.send({ type: "worker.register", worker: worker("b", 4), parallelism: dp2, checkpointBytes: 8 })()).toMatchObject({ type: "worker.registered" });
@@ -108,12 +111,15 @@ describe("controller logic", () => {
     const c = await open(dir);
     expect(c.hosts.spawned).toEqual([]);
     // The replacement already had its assignment (generation 1); the other worker did not.
-    expect(c.send({ type: "worker.barrier", worker: worker("a", 1), step: 5, generation: 1 })()).toMatchObject({ directive: { kind: "continue" } });
+    expect(c.send(report(worker("a", 1), 5, 1))()).toMatchObject({ order: { kind: "run" } });
     expect(c.controller.durable.migrations.get("p0/0")?.state).toBe("resuming");
-    const stale = c.send({ type: "worker.barrier", worker: worker("a", 0), step: 5, generation: 0 })();
-    expect(stale).toMatchObject({ directive: { kind: "reconfigure", assignment: { generation: 1, ringOrder: [0, 1], nodeRank: 0 } } });
+    const stale = c.send(report(worker("a", 0), 5, 0, { stop: "p0/step0", step: 5, phase: "sealed" }))();
+    expect(stale).toMatchObject({ order: { kind: "reconfigure", assignment: { generation: 1, ringOrder: [0, 1], nodeRank: 0 } } });
+    expect(c.controller.durable.migrations.get("p0/0")?.state).toBe("resuming");
+    // Once it runs with the new assignment, the move is done.
+    expect(c.send(report(worker("a", 0), 5, 1))()).toMatchObject({ order: { kind: "run" } });
     expect(c.controller.durable.migrations.get("p0/0")?.state).toBe("done");
     // The old source is told to stop.
-    expect(c.send({ type: "worker.barrier", worker: worker("a", 4), step: 5, generation: 0 })()).toMatchObject({ directive: { kind: "stop" } });
+    expect(c.send(report(worker("a", 4), 5, 0))()).toMatchObject({ order: { kind: "stop" } });
   });
 });

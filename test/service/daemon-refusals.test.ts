@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import type { Logger } from "../../sdk/log.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { FakeController } from "../helpers/fake-controller.ts";
 import { TENANT } from "../helpers/tenant.ts";
 
@@ -53,11 +54,11 @@ async function registered(options: { runAs?: boolean } = {}): Promise<Rig> {
     },
   );
   const registration = await controller.next("daemon.register");
-  await controller.send({ v: 1, type: "ack", id: registration.id });
+  await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: registration.id });
   await daemon.ready();
   async function command(body: Record<string, unknown>): Promise<Record<string, unknown>> {
     const id = nextId++;
-    await controller.send({ v: 1, id, ...body });
+    await controller.send({ v: PROTOCOL_VERSION, id, ...body });
     for (;;) {
       const answer = await controller.next();
       if (answer.id !== id || answer.type === "daemon.heartbeat") continue;
@@ -72,7 +73,7 @@ const spec = (replacement: string | null) => ({ job: "a", group: 0, parallelism:
 const prepare = (migration: string, bytes: number, replacement: string | null = "fake") => ({ type: "daemon.prepare", migration, bytes, replacement: spec(replacement) });
 
 function refused(code: string, message: string) {
-  return { v: 1, type: "daemon.refused", id: expect.any(Number), host: HOST, code, message };
+  return { v: PROTOCOL_VERSION, type: "daemon.refused", id: expect.any(Number), host: HOST, code, message };
 }
 
 describe("a daemon refusing the controller's commands", () => {

@@ -5,7 +5,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { DEFAULT_PLAN_START_MS } from "../../controller/service/plan-thread.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import type { Tenant } from "../../controller/daemon/replacements.ts";
 import { shellCommand } from "../../cli/demo/processes.ts";
@@ -72,9 +73,9 @@ function startDaemon(h: Harness, host: number, replacements: Record<string, stri
 /**
  * Jobs a (hosts 0, 4) and b (hosts 1, 5) both cross the racks' single uplinks: one of them
  * must move. Their workers name `replacement` as the command that starts their replacements.
- * Registrations and barriers wait as long as a launcher's would (the controller holds them
- * through a move, which the emulated guest of test:rdma stretches to tens of seconds): the
- * test's own timeout is the bound.
+ * Registrations wait as long as a launcher's would (the controller holds them through a move,
+ * which the emulated guest of test:rdma stretches to tens of seconds): the test's own timeout
+ * is the bound.
  */
 async function forceMigration(client: ControllerClient, replacement?: string) {
   const start = async (job: string, hosts: number[]) => {
@@ -89,9 +90,17 @@ async function forceMigration(client: ControllerClient, replacement?: string) {
   const [move, ...others] = await plannedMoves(client);
   if (!move || others.length) expect.fail(`expected one move once job b registered, got ${JSON.stringify([move, ...others])}`);
   const moving = move.job === "a" ? a : b;
+  // The job's workers hold at the stop once they all know of it (a move that fails at once may
+  // roll back before they do: their barriers then continue).
+  const settled = async () => {
+    const steps = new Set(moving.map((w) => w.stop?.step));
+    return (steps.size === 1 && !steps.has(undefined)) || (await client.status()).migrations[0]?.state === "rolled-back";
+  };
+  await expect.poll(settled, patiently).toBe(true);
+  const stopStep = moving[0]!.stop?.step ?? (await client.status()).migrations[0]?.stopStep;
   return {
     move,
-    step: move.stopStep ?? expect.fail(`move ${move.id} has no stop step: ${JSON.stringify(move)}`),
+    step: stopStep ?? expect.fail(`move ${move.id} has no stop step: ${JSON.stringify(move)}`),
     source: moving.find((w) => w.worker.host === move.from)!,
     stayer: moving.find((w) => w.worker.host !== move.from)!,
   };
@@ -180,7 +189,8 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: env.MONKEYTREE_TOKEN! });
     expect(await replacement.register()).toMatchObject({ generation: 1, resumeStep: step });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
-    expect((await client.status()).migrations[0]?.state).toBe("done");
+    // Done once every worker reports running the new assignment.
+    await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
   }, FIRST_PLAN_MS);
 
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {

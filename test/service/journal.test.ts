@@ -383,6 +383,8 @@ describe("recovery after a restart", () => {
     expect(recovery.actions).toEqual([
       { type: "release-staging", host: 2, token: "t0" },
       { type: "resume-job", job: "a" },
+      // The committed move's job stays stopped, sealed, at its stop step until it re-forms.
+      { type: "hold-job", job: "b", stop: "p1/step0", step: 4, sealed: true },
       { type: "spawn-replacement", migration: "p1/0", job: "b", group: 0, host: 3, token: "t1" },
     ]);
     expect(state.jobs.get("b")?.groups).toEqual([[1, 3]]);

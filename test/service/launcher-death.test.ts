@@ -27,6 +27,8 @@ afterEach(async () => {
 type Body = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> : never) : never;
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 const worker = (job: string, host: number) => ({ job, group: 0, host });
+/** A launcher's timed report: the worker's progress, and the controller's sign that it lives. */
+const report = (job: string, host: number, step: number | null = null) => ({ type: "worker.report", worker: worker(job, host), generation: 0, step, stepMs: null, hold: null }) as const;
 const TIMEOUT = DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS;
 const GRACE = DEFAULT_LOST_JOB_GRACE_MS;
 
@@ -58,10 +60,10 @@ function open() {
       if (report?.type !== "status.report") throw new Error(`expected a status report, got ${JSON.stringify(report)}`);
       return report.jobs.find((j) => j.id === id);
     },
-    /** Starts job `id` on `hosts`, each worker heartbeating once. */
+    /** Starts job `id` on `hosts`, each worker reporting once. */
     start(id: string, hosts: readonly number[]) {
       for (const host of hosts) send({ type: "worker.register", worker: worker(id, host), parallelism: dp2, checkpointBytes: 8 });
-      for (const host of hosts) expect(send({ type: "worker.heartbeat", worker: worker(id, host) })).toMatchObject({ type: "ack" });
+      for (const host of hosts) expect(send(report(id, host))).toMatchObject({ type: "worker.order", worker: worker(id, host), order: { kind: "run" } });
     },
   };
 }
@@ -80,26 +82,27 @@ describe("a job whose launchers died, on the controller's clock", () => {
     expect(c.job("a")).toBeUndefined();
     expect(c.controller.durable.finished).toEqual(["a"]);
     // A launcher that was only cut off is told the job ended, and its hosts take another job.
-    expect(c.send({ type: "worker.barrier", worker: worker("a", 0), step: 3, generation: 0 })).toMatchObject({ directive: { kind: "stop", reason: "job a finished" } });
+    expect(c.send(report("a", 0, 3))).toMatchObject({ type: "worker.order", order: { kind: "stop", reason: "job a finished" } });
     c.start("b", [0, 1]);
     expect(c.job("b")).toMatchObject({ started: true, hosts: [0, 1] });
   });
 
-  it("keeps alive a worker that heartbeats and sends nothing else, and takes back one heard again", () => {
+  it("keeps alive a worker that reports, even with no step to tell, and takes back one heard again", () => {
     const c = open();
     c.start("a", [0, 1]);
     for (let beat = 0; beat < 40; beat++) {
       c.pass(TIMEOUT / 2);
-      c.send({ type: "worker.heartbeat", worker: worker("a", 0) });
+      // A launcher paused before its first barrier still reports on its timer.
+      c.send(report("a", 0));
     }
-    // Host 1's launcher went silent long ago; host 0's still beats, so the job runs on.
+    // Host 1's launcher went silent long ago; host 0's still reports, so the job runs on.
     expect(c.job("a")).toMatchObject({ started: true, lost: [1] });
-    expect(c.send({ type: "worker.barrier", worker: worker("a", 1), step: 0, generation: 0 })).toMatchObject({ directive: { kind: "continue" } });
+    expect(c.send(report("a", 1, 0))).toMatchObject({ type: "worker.order", order: { kind: "run" } });
     c.pass(0);
     expect(c.job("a")).not.toHaveProperty("lost");
   });
 
-  it("never declares lost a worker never heard heartbeating: an older launcher's long step proves nothing", () => {
+  it("never declares lost a worker never heard reporting: silence after registering alone proves nothing", () => {
     const c = open();
     for (const host of [0, 1]) c.send({ type: "worker.register", worker: worker("a", host), parallelism: dp2, checkpointBytes: 8 });
     c.pass(10 * (TIMEOUT + GRACE));
@@ -114,11 +117,11 @@ describe("a job whose launchers died, on the controller's clock", () => {
     expect(c.job("a")).not.toHaveProperty("lost");
   });
 
-  it("acknowledges heartbeats of a job still registering and of an unknown one, changing nothing", () => {
+  it("refuses reports of a job still registering and of an unknown one, changing nothing", () => {
     const c = open();
     c.send({ type: "worker.register", worker: worker("a", 0), parallelism: dp2, checkpointBytes: 8 });
-    expect(c.send({ type: "worker.heartbeat", worker: worker("a", 0) })).toMatchObject({ type: "ack" });
-    expect(c.send({ type: "worker.heartbeat", worker: worker("nobody", 3) })).toMatchObject({ type: "ack" });
+    expect(c.send(report("a", 0))).toMatchObject({ type: "error", code: "unknown_job", message: expect.stringContaining('job "a" has not started') });
+    expect(c.send(report("nobody", 3))).toMatchObject({ type: "error", code: "unknown_job", message: expect.stringContaining('job "nobody" is not known') });
     c.pass(TIMEOUT + GRACE);
     expect(c.job("a")).toMatchObject({ started: false, hosts: [0] });
     expect(c.controller.durable.jobs.size).toBe(0);
@@ -126,11 +129,11 @@ describe("a job whose launchers died, on the controller's clock", () => {
 });
 
 describe("a job whose launcher processes are killed", () => {
-  // Short enough for a test, long against the beats: a launcher starved of the CPU for seconds
-  // on a loaded machine still beats well inside it.
+  // Short enough for a test, long against the reports: a launcher starved of the CPU for seconds
+  // on a loaded machine still reports well inside it.
   const timeoutMs = 5_000;
   const graceMs = 5_000;
-  const beatMs = 100;
+  const reportMs = 100;
 
   it("shows each killed launcher's worker lost in status, then ends the job", async () => {
     const dir = fresh();
@@ -138,17 +141,17 @@ describe("a job whose launcher processes are killed", () => {
     const client = connect(h);
     const group = new ProcessGroup(dir);
     teardown.push(() => group.stopAll(1_000));
-    // Each pauses before its second iteration for good: after that it sends nothing but heartbeats.
+    // Each pauses before its second iteration for good: after that it only reports, on its timer.
     const launchers: Managed[] = [0, 1].map((host) =>
       group.start(`worker-${host}`, [
         ...WORKER, "--controller", h.server.endpoint, "--job", "a", "--host", String(host), "--tp", "1", "--dp", "2",
-        "--state-bytes", "65536", "--pause-at", "1", "--resume-when-exists", join(dir, "never"), "--heartbeat-ms", String(beatMs),
+        "--state-bytes", "65536", "--pause-at", "1", "--resume-when-exists", join(dir, "never"), "--report-ms", String(reportMs),
       ]),
     );
     for (const launcher of launchers) await group.waitFor(launcher, /node rank \d of 2/, patiently.timeout);
     const job = async () => (await client.status()).jobs.find((j) => j.id === "a");
 
-    // Paused past the timeout, they are not lost: the beats, not the barriers, keep them known.
+    // Paused past the timeout, they are not lost: the reports, not the barriers, keep them known.
     for (const until = Date.now() + timeoutMs * 1.5; Date.now() < until; await new Promise((resolve) => setTimeout(resolve, 250))) {
       expect(await job()).toMatchObject({ started: true, hosts: [0, 1] });
       expect(await job()).not.toHaveProperty("lost");

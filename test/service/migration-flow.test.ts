@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
@@ -14,9 +16,19 @@ closeControllersAfterEach();
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
 async function startJob(client: ControllerClient, job: string, hosts: number[]): Promise<WorkerClient[]> {
-  const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, barrierTimeoutMs: 10_000 }));
+  const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000 }));
   await Promise.all(workers.map((w) => w.register(5_000)));
   return workers;
+}
+
+/**
+ * Waits until every worker was told of the stop its job makes (or the move rolled back before
+ * they could be), and returns the stop's step.
+ */
+async function stopKnown(workers: readonly WorkerClient[], client: ControllerClient): Promise<number> {
+  const known = async () => workers.every((w) => w.stop !== null) || (await client.status()).migrations[0]?.state === "rolled-back";
+  await expect.poll(known, { timeout: 10_000 }).toBe(true);
+  return (await client.status()).migrations[0]!.stopStep!;
 }
 
 /** Jobs a (hosts 0, 4) and b (1, 5) both cross the racks' single uplinks: the plan moves one worker. */
@@ -25,10 +37,11 @@ async function plannedMove(client: ControllerClient) {
   const b = await startJob(client, "b", [1, 5]);
   const move = (await plannedMoves(client))[0]!;
   const moving = move.job === "a" ? a : b;
+  const step = await stopKnown(moving, client);
   return {
     move,
     moving,
-    step: move.stopStep!,
+    step,
     source: moving.find((w) => w.worker.host === move.from)!,
     stayer: moving.find((w) => w.worker.host !== move.from)!,
   };
@@ -63,12 +76,13 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     expect(moves).toHaveLength(1);
     const move = moves[0]!;
     expect(move.state).toBe("pausing");
-    // The stop step is the first barrier no worker of the job has reported yet, plus the
-    // lead: the job trains one more step while the destination's replacement starts.
+    // The stop step is past the furthest barrier the job's workers reported, plus the lead:
+    // the job trains one more step while the destination's replacement starts.
     const moving = move.job === "a" ? a : b;
-    const stopStep = move.job === "a" ? 2 : 1;
-    expect(move.stopStep).toBe(stopStep);
-    for (const w of moving) expect(await w.barrier(stopStep - 1)).toEqual({ kind: "continue" });
+    const stopStep = await stopKnown(moving, client);
+    expect(moving.map((w) => w.stop?.step)).toEqual([stopStep, stopStep]);
+    expect(stopStep).toBeGreaterThanOrEqual(1);
+    for (const w of moving) for (let step = move.job === "a" ? 1 : 0; step < stopStep; step++) expect(await w.barrier(step)).toEqual({ kind: "continue" });
 
     // Barriers before the stop step continue; at the stop step the job is held, and the
     // source's held barrier is answered with migrate-out once the destination has staging.
@@ -90,11 +104,11 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     const sourceVerdict = source.barrier(stopStep);
     const daemon = new Dealer({ linger: 0 });
     daemon.connect(harness.server.endpoint);
-    await daemon.send(JSON.stringify({ v: 1, type: "daemon.register", id: 1, host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" }));
+    await daemon.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" }));
     await daemon.receive();
-    await daemon.send(JSON.stringify({ v: 1, type: "daemon.transfer-result", id: 2, host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" }));
+    await daemon.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.transfer-result", id: 2, host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" }));
     const [ack] = await daemon.receive();
-    expect(JSON.parse(ack!.toString())).toEqual({ v: 1, type: "ack", id: 2 });
+    expect(JSON.parse(ack!.toString())).toEqual({ v: PROTOCOL_VERSION, type: "ack", id: 2 });
     daemon.close();
 
     // Verified → committed: the source is told to stop and the destination spawns a replacement.
@@ -120,8 +134,8 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     expect(status.routes).toMatchObject({ isolated: true, maxFlowsPerLink: 1 });
     expect(await replacement.barrier(stopStep + 1)).toEqual({ kind: "continue" });
     expect(await stayer.barrier(stopStep + 1)).toEqual({ kind: "continue" });
-    // The old source is gone: its barrier is told to stop.
-    expect(await client.barrier(source.worker, stopStep + 1, 0)).toMatchObject({ kind: "stop" });
+    // The old source is gone: its report is told to stop.
+    expect(await client.report({ worker: source.worker, generation: 0, step: stopStep, stepMs: null, hold: null })).toMatchObject({ kind: "stop" });
   });
 
   it("holds a replacement that registers before its move commits, and admits it at the commit", async () => {

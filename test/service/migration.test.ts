@@ -52,7 +52,8 @@ describe("migration state machine", () => {
       ["reconfigure-job"],
       [],
     ]);
-    expect(steps[0]?.actions[0]).toEqual({ type: "hold-job", job: "a", step: 7 });
+    // The stop is named for the plan step: every move of the job in that step shares it.
+    expect(steps[0]?.actions[0]).toEqual({ type: "hold-job", job: "a", stop: "p0/step0", step: 7 });
     expect(steps[0]?.actions[1]).toEqual({ type: "prepare-staging", migration: "p0/0", host: 2, bytes: 100 });
     expect(steps[2]?.actions[0]).toEqual({ type: "migrate-out", migration: "p0/0", job: "a", from: 4, to: 2, endpoint: "tcp://h2:1", token: "tk", step: 7 });
     expect(steps[5]?.actions[1]).toEqual({ type: "spawn-replacement", migration: "p0/0", job: "a", group: 0, host: 2, token: "tk" });
@@ -68,6 +69,22 @@ describe("migration state machine", () => {
     expect(steps[2]?.migration.history.map((h) => h.state)).toEqual(["planned", "pausing", "transferring"]);
     // A rollback while pausing now has a grant to release.
     expect(transition(steps[1]!.migration, { type: "fail", reason: "x" }, T0).actions.map((a) => a.type)).toEqual(["release-staging", "resume-job"]);
+  });
+
+  it("raises the stop step while pausing when the job's hosts agree on a later one, and never lowers it", () => {
+    const pausing = after(1);
+    const raised = transition(pausing, { type: "raise", stopStep: 9 }, T0);
+    expect(raised.migration).toMatchObject({ state: "pausing", stopStep: 9, history: pausing.history });
+    expect(raised.actions).toEqual([]);
+    expect(raised.log).toBe("migration p0/0: the job stops at barrier 9, where its hosts agreed");
+    // An earlier or the same step changes nothing.
+    for (const stopStep of [8, 9]) expect(transition(raised.migration, { type: "raise", stopStep }, T0)).toEqual({ migration: raised.migration, actions: [], log: null });
+    // The source checkpoints at the raised step.
+    const out = run([{ type: "paused" }, { type: "staging-ready", endpoint: "tcp://h2:1", token: "tk" }], raised.migration).at(-1)!;
+    expect(out.actions).toEqual([{ type: "migrate-out", migration: "p0/0", job: "a", from: 4, to: 2, endpoint: "tcp://h2:1", token: "tk", step: 9 }]);
+    // Once the job is held the stop step is settled.
+    const staging = after(2);
+    expect(transition(staging, { type: "raise", stopStep: 12 }, T0)).toMatchObject({ migration: staging, actions: [], log: expect.stringMatching(/ignored raise in staging/) });
   });
 
   it("sets a deadline on entering each waiting state", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Journal } from "../../controller/service/journal.ts";
-import { WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";
@@ -31,7 +31,7 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     const workers = new Map<number, WorkerClient>();
     for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]], ["c", [2, 6]]] as const) {
       for (const host of hosts) {
-        const w = new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 32, barrierTimeoutMs: 10_000 });
+        const w = new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 32, holdTimeoutMs: 10_000 });
         await w.register(5_000);
         workers.set(host, w);
       }
@@ -41,20 +41,20 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     expect(new Set(moves.map((m) => m.planStep))).toEqual(new Set([0]));
     expect(moves.every((m) => m.state === "pausing")).toBe(true);
 
-    // Every worker of a moving job meets its stop step; sources get migrate-out.
+    // Every worker of a moving job learns its job's stop, then meets it; sources get migrate-out.
     const moving = new Set(moves.map((m) => m.job));
+    const movingWorkers = [...workers.values()].filter((w) => moving.has(w.worker.job));
+    await expect.poll(() => movingWorkers.every((w) => w.stop !== null), { timeout: 10_000 }).toBe(true);
     const pending = new Map<number, Promise<Directive>>();
-    for (const [host, w] of workers) {
-      const job = w.worker.job;
-      if (!moving.has(job)) continue;
-      pending.set(host, w.barrier(moves.find((m) => m.job === job)!.stopStep!));
-    }
+    for (const w of movingWorkers) pending.set(w.worker.host, w.barrier(w.stop!.step));
     const tokens = new Map<string, string>();
     for (const m of moves) {
       const directive = await pending.get(m.from)!;
       if (directive.kind !== "migrate-out") throw new Error(`source ${m.from} got ${directive.kind}`);
+      expect(directive.step).toBe(workers.get(m.from)!.stop!.step);
       tokens.set(m.id, directive.token);
-      pending.set(m.from, workers.get(m.from)!.barrier(m.stopStep!));
+      // The checkpoint is sent: the source waits for the move's outcome.
+      pending.set(m.from, workers.get(m.from)!.barrier(directive.step));
     }
 
     // The first move is verified: nothing commits while the second has not staged.
@@ -65,8 +65,8 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     expect(harness.hosts.spawned).toEqual([]);
 
     for (const m of rest) await client.request({ type: "daemon.transfer-result", host: m.to, token: tokens.get(m.id)!, bytes: 32, outcome: "verified" });
-    status = await client.status();
-    expect(status.migrations.every((m) => m.state === "committing")).toBe(true);
+    // Every host of the moving jobs seals its hold; then the step's moves commit together.
+    await expect.poll(async () => (await client.status()).migrations.map((m) => m.state), { timeout: 10_000 }).toEqual(moves.map(() => "committing"));
     for (const m of moves) expect(await pending.get(m.from)).toMatchObject({ kind: "stop" });
     await harness.hosts.until(() => harness!.hosts.spawned.length === moves.length);
 
@@ -77,8 +77,9 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
         if (host !== m.from && workers.get(host)?.worker.job === m.job) expect(await promise).toMatchObject({ kind: "reconfigure", assignment: { generation: 1 } });
       }
     }
+    // The moves are done once every worker reports running the new assignment.
+    await expect.poll(async () => (await client.status()).migrations.map((m) => m.state), { timeout: 10_000 }).toEqual(moves.map(() => "done"));
     status = await client.status();
-    expect(status.migrations.every((m) => m.state === "done")).toBe(true);
     expect(status.withinBounds).toBe(true);
   });
 });

@@ -5,13 +5,14 @@ import { parseSnapshot, type Cluster } from "../../controller/model/cluster.ts";
 import { createPlanner } from "../../controller/plan/planner.ts";
 import { PlanThread, PlanThreadError, type PlanRunner } from "../../controller/service/plan-thread.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { nodeArgs } from "../../sdk/paths.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { Gated, Watched } from "./doubles.ts";
 import { plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 
-// Planning runs on a worker thread: the controller answers barriers while a plan is
+// Planning runs on a worker thread: the controller answers reports while a plan is
 // computed, applies a plan only to the placement it was computed for, and outlives a planner
 // thread that crashes or hangs.
 
@@ -38,8 +39,10 @@ async function harnessWith(planner: PlanRunner, overrides: Parameters<typeof sta
   return { harness, client };
 }
 
-async function startJob(client: ControllerClient, job: string, hosts: number[]): Promise<WorkerClient[]> {
-  const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, barrierTimeoutMs: 10_000 }));
+async function startJob(client: ControllerClient, job: string, hosts: number[], reportIntervalMs?: number): Promise<WorkerClient[]> {
+  const workers = hosts.map(
+    (host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000, ...(reportIntervalMs === undefined ? {} : { reportIntervalMs }) }),
+  );
   await Promise.all(workers.map((w) => w.register(10_000)));
   return workers;
 }
@@ -95,7 +98,7 @@ describe("the planner thread", { timeout: SAFETY_NET_MS }, () => {
 });
 
 describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS }, () => {
-  it("answers another job's barriers and status requests while the planner thread works", async () => {
+  it("answers another job's reports and status requests while the planner thread works", async () => {
     const dir = tempDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const release = join(dir, "release");
@@ -103,7 +106,7 @@ describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS },
     const planner = new Watched(new PlanThread({ entry: [...nodeArgs(import.meta.url, "./fixtures/plan-thread-busy"), release], graceMs: 120_000 }));
     const { client } = await harnessWith(planner);
     // Job steady stays inside rack 0 and adds to no rack's fragmentation.
-    const steady = await startJob(client, "steady", [2, 3]);
+    const steady = await startJob(client, "steady", [2, 3], 50);
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
     await expect.poll(() => planner.inFlight, { timeout: 10_000, interval: 10 }).toBe(true);
@@ -111,6 +114,10 @@ describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS },
     for (let step = 0; step < 5; step++) {
       expect(await Promise.all(steady.map((w) => w.barrier(step)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     }
+    // The controller hears the steady job's progress from its workers' reports...
+    await expect.poll(async () => (await client.status()).jobs.find((j) => j.id === "steady")?.step, { timeout: 10_000 }).toBe(4);
+    // ...and answers a report with the worker's order.
+    expect(await client.report({ worker: { job: "steady", group: 0, host: 2 }, generation: 0, step: 4, stepMs: null, hold: null })).toEqual({ kind: "run" });
     const status = await client.status();
     expect(status.withinBounds).toBe(false);
     expect(status.migrations).toEqual([]);

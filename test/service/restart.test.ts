@@ -6,7 +6,8 @@ import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { send, StagingBuffer } from "../../native/index.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { ticketFor } from "../../sdk/protocol/endpoint.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
@@ -142,14 +143,19 @@ async function startMove(heartbeatTimeoutMs: number) {
   // starts under tsx as slowly as the machine is loaded.
   const client = new ControllerClient({ endpoint: first.endpoint, timeoutMs: SAFETY_NET_MS, retryMs: 100 });
   cleanups.push(() => client.close());
+  // A held worker waits for the controller, not for its own hold timeout, however slowly the
+  // new process starts.
   const make = (job: string, hosts: number[]) =>
-    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, barrierTimeoutMs: SAFETY_NET_MS, replacement: "probe" }));
+    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, replacement: "probe", holdTimeoutMs: 3 * SAFETY_NET_MS }));
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
   await Promise.all([...a, ...b].map((w) => w.register(SAFETY_NET_MS)));
   const move = (await plannedMoves(client))[0] ?? expect.fail("no move was planned once jobs a and b registered");
-  const step = move.stopStep ?? expect.fail(`move ${move.id} has no stop step`);
   const moving = move.job === "a" ? a : b;
+  // The job's workers hold at the stop once they know of it.
+  await expect.poll(() => moving.every((w) => w.stop !== null), patiently).toBe(true);
+  const step = (await client.status()).migrations[0]?.stopStep ?? expect.fail(`move ${move.id} has no stop step`);
+  expect(moving.map((w) => w.stop?.step)).toEqual([step, step]);
   const source = moving.find((w) => w.worker.host === move.from)!;
   const stayer = moving.find((w) => w.worker.host !== move.from)!;
   const held = stayer.barrier(step);
@@ -175,7 +181,7 @@ describe("controller restart with the hosts' daemons", () => {
 
     await first.kill();
     const second = await launch(dir, first.endpoint, 10_000);
-    // The stayer's held barrier is resent to the new controller, which knows nothing is held.
+    // The stayer's hold is reported to the new controller, which knows of no stop: it is let go.
     expect(await held).toEqual({ kind: "continue" });
     const status = await client.status();
     expect(status.jobs.map((j) => [j.id, j.started])).toEqual([["a", true], ["b", true]]);
@@ -206,7 +212,7 @@ describe("controller restart with the hosts' daemons", () => {
     const replacement = new WorkerClient(client, { job: run.move.job, group: 0, host: run.move.to }, dp2, { token: launched.token });
     const assignment = await replacement.register(SAFETY_NET_MS);
     expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
-    // The stayer's barrier, resent to the new controller, carries generation 0: it is reconfigured.
+    // The stayer, sealed, reports generation 0 to the new controller: it is reconfigured.
     expect(await held).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
     await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
     const status = await client.status();

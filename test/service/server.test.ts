@@ -4,7 +4,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { JOURNAL_FILE, readJournal } from "../../controller/service/journal.ts";
 import { BindError } from "../../sdk/errors.ts";
 import { Dealer } from "zeromq";
-import { ControllerError, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerError, type ControllerClient } from "../../sdk/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
@@ -32,37 +34,59 @@ function raw(h: Harness): { ask(...frames: string[]): Promise<Record<string, unk
 
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
+/** Waits until every worker was told of the stop its job makes, and returns the stop's step. */
+async function stopKnown(workers: readonly WorkerClient[], client: ControllerClient): Promise<number> {
+  await expect.poll(() => workers.every((w) => w.stop !== null), { timeout: 10_000 }).toBe(true);
+  return (await client.status()).migrations[0]!.stopStep!;
+}
+
 describe("controller service", () => {
   it("answers barriers with continue at once when nothing is pending", async () => {
     harness = await startController();
     const client = connect(harness);
-    const workers = [0, 1].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2));
+    const workers = [0, 1].map((host) => new WorkerClient(client, { job: "a", group: 0, host }, dp2, { reportIntervalMs: 50 }));
     const assignments = await Promise.all(workers.map((w) => w.register(5_000)));
     expect(assignments.map((a) => a.nodeRank)).toEqual([0, 1]);
     for (let step = 0; step < 20; step++) {
       expect(await Promise.all(workers.map((w) => w.barrier(step)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     }
+    // The workers' reports, not their barriers, tell the controller how far the job got.
+    await expect.poll(async () => (await client.status()).jobs[0]?.step, { timeout: 10_000 }).toBe(19);
     const status = await client.status();
-    expect(status.jobs).toEqual([{ id: "a", hosts: [0, 1], expected: 2, started: true, generation: 0 }]);
+    expect(status.jobs).toEqual([{ id: "a", hosts: [0, 1], expected: 2, started: true, generation: 0, step: 19, stepSeconds: expect.any(Number) }]);
     expect(status.migrations).toEqual([]);
+    for (const w of workers) w.close();
   });
 
   it("rejects malformed messages with error replies and keeps serving", async () => {
     harness = await startController();
     const peer = raw(harness);
-    expect(await peer.ask("{oops")).toMatchObject({ v: 1, type: "error", id: 0, code: "malformed" });
-    expect(await peer.ask(JSON.stringify({ v: 7, type: "status", id: 11 }))).toMatchObject({ type: "error", id: 11, code: "unsupported_version" });
-    expect(await peer.ask(JSON.stringify({ v: 1, type: "nonsense", id: 12 }))).toMatchObject({ type: "error", id: 12, code: "unknown_type" });
-    expect(await peer.ask(JSON.stringify({ v: 1, type: "worker.barrier", id: 13, worker: { job: "a" } }))).toMatchObject({ type: "error", id: 13, code: "malformed" });
+    expect(await peer.ask("{oops")).toMatchObject({ v: PROTOCOL_VERSION, type: "error", id: 0, code: "malformed" });
+    expect(await peer.ask(JSON.stringify({ v: 7, type: "status", id: 11 }))).toMatchObject({
+      type: "error",
+      id: 11,
+      code: "unsupported_version",
+      message: expect.stringContaining(`protocol version 7 is not supported: this controller speaks version ${PROTOCOL_VERSION}`),
+    });
+    // A launcher of the previous release (version 1) is refused the same way.
+    expect(await peer.ask(JSON.stringify({ v: 1, type: "worker.barrier", id: 15, worker: { job: "a", group: 0, host: 0 }, step: 0, generation: 0 }))).toMatchObject({
+      type: "error",
+      id: 15,
+      code: "unsupported_version",
+    });
+    expect(await peer.ask(JSON.stringify({ v: PROTOCOL_VERSION, type: "nonsense", id: 12 }))).toMatchObject({ type: "error", id: 12, code: "unknown_type" });
+    expect(await peer.ask(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.report", id: 13, worker: { job: "a" } }))).toMatchObject({ type: "error", id: 13, code: "malformed" });
     expect(await peer.ask("a", "b", "c")).toMatchObject({ type: "error", code: "malformed", message: expect.stringContaining("at most an auth frame, got 3 frames") });
-    expect(await peer.ask(JSON.stringify({ v: 1, type: "worker.barrier", id: 14, worker: { job: "ghost", group: 0, host: 0 }, step: 0, generation: 0 }))).toMatchObject({
+    expect(
+      await peer.ask(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.report", id: 14, worker: { job: "ghost", group: 0, host: 0 }, generation: 0, step: 0, stepMs: null, hold: null })),
+    ).toMatchObject({
       type: "error",
       id: 14,
       code: "unknown_job",
     });
     const status = await connect(harness).status();
     expect(status.journalRecords).toBe(1);
-    expect(harness.logs.filter((l) => l.includes("rejected a message")).length).toBe(5);
+    expect(harness.logs.filter((l) => l.includes("rejected a message")).length).toBe(6);
   });
 
   it("refuses an address it cannot bind with a BindError naming the address and ZeroMQ's reason", async () => {
@@ -101,9 +125,11 @@ describe("controller service", () => {
     const source = moving.find((w) => w.worker.host === move.from)!;
     const stayer = moving.find((w) => w.worker.host !== move.from)!;
 
+    const step = await stopKnown(moving, client);
+
     await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-    const held = stayer.barrier(move.stopStep!);
-    const out = await source.barrier(move.stopStep!);
+    const held = stayer.barrier(step);
+    const out = await source.barrier(step);
     expect(out.kind).toBe("migrate-out");
 
     // A heartbeat restarts the silence: 1998 ms after registering, 999 ms after its heartbeat, the daemon is live.
@@ -125,7 +151,7 @@ describe("controller service", () => {
     const status = await client.status();
     expect(status.migrations[0]).toMatchObject({ state: "rolled-back", reason: `the daemon on host ${move.to} was lost` });
     expect(status.hosts.lost).toEqual([move.to]);
-    expect(await source.barrier(move.stopStep!)).toEqual({ kind: "continue" });
+    expect(await source.barrier(step)).toEqual({ kind: "continue" });
     expect(harness.hosts.released).toEqual([{ host: move.to, token: `token-${move.id}` }]);
   }, SAFETY_NET_MS);
 });

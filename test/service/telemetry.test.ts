@@ -1,7 +1,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
 import { ControllerEventSchema, type ControllerEvent } from "../../sdk/protocol/events.ts";
 import { EVENT_LOG_FILE } from "../../controller/service/event-log.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
@@ -33,7 +33,8 @@ async function rolledBackMove() {
   metrics.attach(() => ({ ...h.server.controller.view(), journalPath: join(h.dir, JOURNAL_FILE) }));
   const client = connect(h);
   const start = async (job: string, hosts: number[]) => {
-    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, barrierTimeoutMs: 10_000 }));
+    // Frequent reports, so the job's progress shows in the metrics soon after it trains.
+    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000, reportIntervalMs: 50 }));
     await Promise.all(workers.map((w) => w.register(5_000)));
     return workers;
   };
@@ -43,7 +44,9 @@ async function rolledBackMove() {
   const moving = move.job === "a" ? a : b;
   const source = moving.find((w) => w.worker.host === move.from)!;
   const stayer = moving.find((w) => w.worker.host !== move.from)!;
-  const step = move.stopStep!;
+  // The workers hold at the stop once they know of it.
+  await expect.poll(() => moving.every((w) => w.stop !== null), { timeout: 10_000 }).toBe(true);
+  const step = source.stop!.step;
   const held = stayer.barrier(step);
   expect((await source.barrier(step)).kind).toBe("migrate-out");
   const verdict = source.barrier(step);
@@ -51,13 +54,17 @@ async function rolledBackMove() {
   await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
   expect(await verdict).toEqual({ kind: "continue" });
   expect(await held).toEqual({ kind: "continue" });
-  return { metrics, client, move, h };
+  return { metrics, client, move, h, step, other: move.job === "a" ? b : a };
 }
 
 // The scenario waits for its controller's first plan, and so for a planner thread to start.
 describe("controller metrics", { timeout: SAFETY_NET_MS }, () => {
-  it("count the plan, the move's phases and outcome, barriers, and read placement and the journal at each scrape", async () => {
-    const { metrics, client, move } = await rolledBackMove();
+  it("count the plan, the move's phases and outcome, read placement, the jobs' progress and the journal at each scrape", async () => {
+    const { metrics, client, move, step, other } = await rolledBackMove();
+    // The job that did not move trains a few steps; its workers report them.
+    const otherJob = other[0]!.worker.job;
+    for (let s = 0; s < 4; s++) expect(await Promise.all(other.map((w) => w.barrier(s)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    await expect.poll(async () => value(await metrics.registry.metrics(), `monkeytree_job_step{job="${otherJob}"}`), { timeout: 10_000 }).toBe(3);
     const text = await metrics.registry.metrics();
     expect(value(text, "monkeytree_defragmentation_events_total")).toBe(1);
     expect(value(text, 'monkeytree_plans_total{status="optimal"}')).toBe(1);
@@ -85,17 +92,24 @@ describe("controller metrics", { timeout: SAFETY_NET_MS }, () => {
     expect(value(text, "monkeytree_registered_workers")).toBe(4);
     expect(value(text, 'monkeytree_registered_daemons{state="live"}')).toBe(1);
     expect(value(text, "monkeytree_plan_in_progress")).toBe(0);
-    // Three barriers answered (the two held ones among them); the source's last is held no more.
-    expect(value(text, "monkeytree_barrier_latency_seconds_count")).toBe(3);
+    // Each job's progress, as its workers reported it: the moving job reached its stop step and
+    // timed no step; the other trained steps 0 to 3, and reports their median time.
+    expect(text).not.toContain("monkeytree_barrier_latency_seconds");
+    expect(value(text, `monkeytree_job_step{job="${move.job}"}`)).toBe(step);
+    expect(value(text, `monkeytree_job_step_seconds{job="${move.job}"}`)).toBeUndefined();
+    expect(value(text, `monkeytree_job_step_seconds{job="${otherJob}"}`)).toBeGreaterThanOrEqual(0);
     expect(value(text, "monkeytree_journal_size_bytes")).toBe(statSync(join(harness!.dir, JOURNAL_FILE)).size);
     expect(text).toMatch(/^monkeytree_build_info\{version="\d+\.\d+\.\d+",node_version="[\d.]+",role="controller"\} 1$/m);
-    // Prometheus naming: one prefix, counters in _total, no label naming a worker, job or host.
+    // Prometheus naming: one prefix, counters in _total, no label naming a worker, host or
+    // migration; only the per-job progress gauges name a job.
     const names = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => ({ name: m[1]!, type: m[2]! }));
     for (const { name, type } of names) {
       expect(name).toMatch(/^monkeytree_/);
       if (type === "counter") expect(name).toMatch(/_total$/);
     }
-    expect(text).not.toMatch(/\{[^}]*\b(job|host|worker|migration)=/);
+    expect(text).not.toMatch(/\{[^}]*\b(host|worker|migration)=/);
+    const jobLabelled = new Set([...text.matchAll(/^(\w+)\{[^}]*\bjob=/gm)].map((m) => m[1]));
+    expect(jobLabelled).toEqual(new Set(["monkeytree_job_step", "monkeytree_job_step_seconds"]));
   });
 });
 

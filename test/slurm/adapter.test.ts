@@ -9,7 +9,8 @@ import { holdName, Slurm } from "../../controller/slurm/commands.ts";
 import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
 import { createLogger } from "../../sdk/log.ts";
 import { StatusReportSchema } from "../../sdk/protocol/status.ts";
-import { ControllerClient, WorkerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/agent.ts";
+import { ControllerClient } from "../../sdk/client.ts";
 import { runCli } from "../helpers/cli.ts";
 import { INCARNATION, plannedMoves, startController } from "../service/harness.ts";
 import { canRun, slurm } from "../helpers/prerequisites.ts";
@@ -219,8 +220,9 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
     try {
       await cluster.until("the controller's first look at Slurm", async () => (await client.status()).scheduler !== undefined);
-      // The stayer's barrier is held across several of Slurm's state changes.
-      const options = { checkpointBytes: 1 << 20, barrierTimeoutMs: 3 * SAFETY_NET_MS };
+      // The stayer's barrier is held across several of Slurm's state changes: the controller's
+      // answers to its reports keep the hold (no hold timeout ends it).
+      const options = { checkpointBytes: 1 << 20 };
       await new WorkerClient(client, { job: c, group: 0, host: 3 }, { tp: 1, pp: 1, dp: 1 }, options).register(5_000);
       const tp2 = { tp: 2, pp: 1, dp: 2 };
       const workers = [0, 2].map((host) => new WorkerClient(client, { job: a, group: 0, host }, tp2, options));
@@ -228,12 +230,16 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
       const move = (await plannedMoves(client))[0]!;
       expect(move).toMatchObject({ job: a, from: 2, to: 1 });
       const [stayer, source] = workers as [WorkerClient, WorkerClient];
-      const stayerBarrier = stayer.barrier(move.stopStep!);
-      expect((await source.barrier(move.stopStep!)).kind).toBe("migrate-out");
+      // The workers hold at the stop once they know of it.
+      await cluster.until("the job's workers told of the stop", () => workers.every((w) => w.stop !== null));
+      const step = stayer.stop!.step;
+      expect(source.stop?.step).toBe(step);
+      const stayerBarrier = stayer.barrier(step);
+      expect((await source.barrier(step)).kind).toBe("migrate-out");
       // Held before staging: Slurm starts no other job on n1.
       const other = cluster.sbatch("sleep 600", "-N1", "--nodelist=n1");
       await cluster.until("the other job refused n1", () => state(other) === "PENDING (ReqNodeNotAvail, May be reserved for other job)");
-      const verdict = source.barrier(move.stopStep!);
+      const verdict = source.barrier(step);
       await client.request({ type: "daemon.register", host: 1, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
       await client.request({ type: "daemon.transfer-result", host: 1, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" });
       expect(await verdict).toMatchObject({ kind: "stop" });
@@ -256,7 +262,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
       cluster.run("scancel", a);
       await cluster.until("the waiting job on n1", () => state(waiting) === "RUNNING n1");
       await cluster.until("the controller ending job a", async () => !(await client.status()).jobs.some((j) => j.id === a));
-      expect(await moved.barrier(move.stopStep! + 1)).toMatchObject({ kind: "stop" });
+      expect(await moved.barrier(step + 1)).toMatchObject({ kind: "stop" });
       cluster.run("scancel", c, waiting);
     } finally {
       await client.close();
