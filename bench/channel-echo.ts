@@ -15,7 +15,7 @@ if (!path) {
   process.stderr.write("usage: channel-echo.ts PATH\n");
   process.exit(2);
 }
-const attached = `${JSON.stringify({ v: CHANNEL_VERSION, type: "attached", rank: 0, worldSize: 1, masterAddr: "127.0.0.1", masterPort: 29500, generation: 0, localRank: 0, resume: null })}\n`;
+const attached = `${JSON.stringify({ v: CHANNEL_VERSION, type: "attached", rank: 0, worldSize: 1, masterAddr: "127.0.0.1", masterPort: 29500, generation: 0, localRank: 0, resume: null, control: null })}\n`;
 const directive = `${JSON.stringify({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "continue" } })}\n`;
 const server = createServer((socket) => {
   socket.on("error", () => {});

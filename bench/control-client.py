@@ -77,7 +77,7 @@ def jobs(path):
     """The managed job (attached over the channel, its process group not formed: the other hosts are
     simulated) and an unmanaged one, each with the hook's Job when it imports."""
     try:
-        from monkeytree.hook import Job, _Channel
+        from monkeytree.hook import Job, _Channel, _control
     except ImportError:
         channel = StandInChannel(path)
         channel.send("attach", pid=os.getpid())
@@ -86,7 +86,8 @@ def jobs(path):
     channel = _Channel(path, 0)
     channel.send("attach", pid=os.getpid())
     attached = channel.receive("attached")
-    managed = Job(attached["rank"], attached["worldSize"], 0, attached["generation"], True, channel)
+    managed = Job(attached["rank"], attached["worldSize"], 0, attached["generation"], True, channel,
+                  control=_control(attached["control"]))
     return managed, Job(0, 1, 0), "hook"
 
 

@@ -94,12 +94,15 @@ function slowest(lines: readonly Line[], phase: string): number {
 }
 
 /** The barrier a stayer reached first after re-forming, and the seconds since it was told to. */
-function resumed(stayer: readonly Line[]): { step: number; seconds: number } | undefined {
+function resumed(stayer: readonly Line[]): { step: number; seconds: number; at: number } | undefined {
   const [first] = all(stayer, /training resumed: barrier (\d+) reached ([\d.]+) s/);
-  return first && { step: Number(first.match[1]), seconds: Number(first.match[2]) };
+  return first && { step: Number(first.match[1]), seconds: Number(first.match[2]), at: first.at };
 }
 
-/** When each barrier of a stayer was reached (its launcher's debug transitions). */
+/**
+ * When barriers of a stayer were reached, as its launcher logged them (at debug level): every
+ * barrier it was asked about, and those its processes passed in the control block as it sampled them.
+ */
 function barriers(stayer: readonly Line[]): Map<number, number> {
   const at = new Map<number, number>();
   for (const { at: seen, match } of all(stayer, /barrier (\d+) reached$/)) if (!at.has(Number(match[1]))) at.set(Number(match[1]), seen);
@@ -113,11 +116,17 @@ const STEPS_AFTER = 3;
 export function complete(logs: MoveLogs, nproc: number): boolean {
   if (all(logs.destination, /local rank \d+: load took/).length < nproc) return false;
   const step = resumed(logs.stayers[0] ?? []);
-  return step !== undefined && logs.stayers.every((stayer) => barriers(stayer).has(step.step + STEPS_AFTER));
+  return step !== undefined && logs.stayers.every((stayer) => [...barriers(stayer).keys()].some((s) => s >= step.step + STEPS_AFTER));
 }
 
-/** When the whole job had reached `step`: its slowest stayer's barrier. */
-const jobReached = (stayers: readonly Map<number, number>[], step: number) => Math.max(...stayers.map((b) => b.get(step) ?? NaN));
+/** A stayer's step time after its re-formation, between the first barriers logged from `from` and from `from + STEPS_AFTER` on. */
+function stepTime(reached: ReadonlyMap<number, number>, from: number): number {
+  const steps = [...reached.keys()].filter((s) => s >= from).sort((a, b) => a - b);
+  const first = steps[0];
+  const last = steps.find((s) => s >= from + STEPS_AFTER);
+  if (first === undefined || last === undefined || last === first) return NaN;
+  return (reached.get(last)! - reached.get(first)!) / 1000 / (last - first);
+}
 
 /** Downtime and its phases for a move that is done and whose logs are `complete`. */
 export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
@@ -126,9 +135,8 @@ export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
   const stopped = move.history[move.history.findIndex((h) => h.state === "pausing") + 1]?.at ?? NaN;
   const resumes = logs.stayers.map((stayer) => resumed(stayer));
   const first = resumes[0]?.step ?? NaN;
-  const reached = logs.stayers.map(barriers);
-  const after = Array.from({ length: STEPS_AFTER }, (_, k) => (jobReached(reached, first + k + 1) - jobReached(reached, first + k)) / 1000);
-  const step = median(after);
+  // The job steps at its slowest stayer's pace.
+  const step = Math.max(...logs.stayers.map((stayer) => stepTime(barriers(stayer), first)));
   const [, bytes, seconds] = all(logs.source, /sent (\d+) bytes in ([\d.]+) s/)[0]?.match ?? [];
   const [, written] = all(logs.source, /every local process saved, (\d+) bytes in all/)[0]?.match ?? [];
   const phases: Record<Phase, number> = {
@@ -147,7 +155,8 @@ export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
   return {
     from: move.from,
     to: move.to,
-    downtime: (jobReached(reached, first) - stopped) / 1000 - step,
+    // The job is back once its last stayer reached its first barrier after re-forming.
+    downtime: (Math.max(...resumes.map((r) => r?.at ?? NaN)) - stopped) / 1000 - step,
     phases,
     bytesSent: Number(bytes ?? NaN),
     bytesWritten: Number(written ?? NaN),

@@ -85,6 +85,7 @@ interface NativeStagingBuffer {
   readonly freed: boolean;
   arrayBuffer(): ArrayBuffer;
   crc32c(offset: number, length: number): number;
+  word(index: number, value?: number): number;
   free(): void;
 }
 
@@ -367,6 +368,19 @@ export class StagingBuffer {
   crc32c(offset = 0, length = this.size - offset): number {
     checkRange(offset, length, this.size, "crc32c");
     return this.#native.crc32c(offset, length);
+  }
+
+  /**
+   * The `index`-th 64-bit word, read sequentially consistently: what another process's atomics
+   * on the same file see (the Python hook's `monkeytree_barrier_enter`).
+   */
+  loadWord(index: number): number {
+    return this.#native.word(index);
+  }
+
+  /** Writes the `index`-th 64-bit word sequentially consistently; reads after it come after it. */
+  storeWord(index: number, value: number): void {
+    this.#native.word(index, checkInteger(value, "value", Number.MIN_SAFE_INTEGER));
   }
 
   free(): void {

@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { ControllerError, ControllerTimeoutError, DEFAULT_WORKER_TIMEOUT_MS, type ControllerClient } from "./client.ts";
-import { advance, DEFAULT_HOLD_TIMEOUT_MS, holdReport, initialHold, lastStep, type Answer, type HoldEvent, type HostHold, type HostPhase } from "./hold.ts";
+import { advance, DEFAULT_HOLD_TIMEOUT_MS, holdReport, initialHold, lastStep, NO_STOP, stopWord, type Answer, type HoldEvent, type HostHold, type HostPhase } from "./hold.ts";
 import type { Logger } from "./log.ts";
 import type { Assignment, Directive, Order, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
 
@@ -35,6 +35,19 @@ export interface AgentOptions {
   readonly log?: Logger;
   /** Every local process saved its checkpoint: send it, then call `sent`. */
   readonly onSend?: (migrateOut: Extract<Directive, { kind: "migrate-out" }>) => void;
+  /** Where processes pass barriers without a message (the launcher's control block). */
+  readonly control?: ControlWords;
+  /** A process reached a barrier beyond every one seen before (by message, or in the control block). */
+  readonly onStep?: (step: number) => void;
+}
+
+/**
+ * The control block's words (sdk/protocol/channel.ts), each access sequentially consistent:
+ * `publish` writes the stop word, `passed` reads the furthest barrier any process's word names.
+ */
+export interface ControlWords {
+  publish(word: number): void;
+  passed(): number;
 }
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
@@ -50,6 +63,13 @@ export class HostAgent {
   /** The newest barrier a process reached, when, and the recent step times. */
   private newest: { step: number; at: number } | null = null;
   private readonly stepMs: number[] = [];
+  /** The stop word last published to the control block. */
+  private published = NO_STOP;
+  /**
+   * After a re-formation, the first barrier of the new group is asked over the channel, so that
+   * the launcher sees when training resumed (the downtime of a move) at once, not at its next tick.
+   */
+  private resumeAt: number | null = null;
   /** Why the last report failed, logged once until one succeeds. */
   private failing: string | null = null;
   private readonly log: Logger;
@@ -138,8 +158,22 @@ export class HostAgent {
 
   private apply(event: HoldEvent): void {
     if (!this.hold) return;
+    const control = this.options.control;
+    // The stop goes into the block before the processes' words are read: a process that passed a
+    // barrier meanwhile either saw the stop or is seen here (sdk/protocol/channel.ts).
+    if (control && event.type === "order" && event.order.kind === "stop-at") {
+      control.publish(Math.min(event.order.step, this.published));
+      this.hold = advance(this.hold, { type: "passed", step: control.passed() }, performance.now(), this.holdTimeoutMs).state;
+    }
     const next = advance(this.hold, event, performance.now(), this.holdTimeoutMs);
     this.hold = next.state;
+    if (next.answers.some((a) => a.answer.kind === "reconfigure")) this.resumeAt = next.state.passed + 1;
+    else if (event.type === "arrive" && this.resumeAt !== null && event.step >= this.resumeAt) this.resumeAt = null;
+    const word = Math.min(stopWord(next.state), this.resumeAt ?? NO_STOP);
+    if (control && word !== this.published) {
+      control.publish(word);
+      this.published = word;
+    }
     if (next.log) {
       const line = next.log;
       (line.startsWith("no word") || line.startsWith("ignored") ? this.log.warn : this.log.info)(() => line);
@@ -158,8 +192,23 @@ export class HostAgent {
   }
 
   private tick(): void {
+    const control = this.options.control;
+    if (control) this.sample(control.passed());
     this.apply({ type: "tick" });
     if (performance.now() - this.reportedAt >= this.reportIntervalMs) this.report();
+  }
+
+  /** Barriers passed without a message: the step time is the time since the last sample over the steps since. */
+  private sample(passed: number): void {
+    if (passed < 0 || (this.newest && passed <= this.newest.step)) return;
+    const now = performance.now();
+    if (this.newest) {
+      this.stepMs.push((now - this.newest.at) / (passed - this.newest.step));
+      if (this.stepMs.length > STEP_HISTORY) this.stepMs.shift();
+    }
+    this.newest = { step: passed, at: now };
+    this.apply({ type: "passed", step: passed });
+    this.options.onStep?.(passed);
   }
 
   /** The first process at a new barrier marks the step's end. */
@@ -171,6 +220,7 @@ export class HostAgent {
       if (this.stepMs.length > STEP_HISTORY) this.stepMs.shift();
     }
     this.newest = { step, at: now };
+    this.options.onStep?.(step);
   }
 
   private report(): void {

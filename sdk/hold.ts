@@ -47,6 +47,8 @@ export interface HostHold {
 export type HoldEvent =
   /** Local process `rank` reached barrier `step`. */
   | { readonly type: "arrive"; readonly rank: number; readonly step: number }
+  /** A local process passed barrier `step` without a message (the launcher's control block). */
+  | { readonly type: "passed"; readonly step: number }
   /** After `migrate-out`, local process `rank` saved its checkpoint. */
   | { readonly type: "saved"; readonly rank: number }
   /** The host's checkpoint went out (or failed to: the destination reports which). */
@@ -75,6 +77,18 @@ export function initialHold(ranks: number, generation: number, now: number, pass
   return { ranks, generation, passed, phase: "running", stop: null, waiting: new Map(), heardAt: now, released: null, migration: null, unsaved: new Set(), stopReason: null };
 }
 
+/** No stop: the control block's stop word, above any barrier. */
+export const NO_STOP = Number.MAX_SAFE_INTEGER;
+
+/**
+ * The stop word processes read at each barrier: the stop while the host stops (its processes ask
+ * from that barrier on), 0 once it stopped (every barrier asks, and is told to stop), else none.
+ */
+export function stopWord(h: HostHold): number {
+  if (h.phase === "stopped") return 0;
+  return h.stop?.step ?? NO_STOP;
+}
+
 /** The `hold` field of the host's next report. */
 export function holdReport(h: HostHold): Hold | null {
   if (h.stop && h.phase !== "running" && h.phase !== "stopped") return { stop: h.stop.id, step: h.stop.step, phase: h.phase };
@@ -93,6 +107,8 @@ export function advance(h: HostHold, event: HoldEvent, now: number, holdTimeoutM
   switch (event.type) {
     case "arrive":
       return arrive(h, event.rank, event.step);
+    case "passed":
+      return event.step > h.passed ? quiet({ ...h, passed: event.step }) : quiet(h);
     case "saved":
       return saved(h, event.rank);
     case "sent":

@@ -1,5 +1,7 @@
 #include "staging_buffer.hpp"
 
+#include <cstdint>
+
 #include "addon.hpp"
 #include "crc32c.hpp"
 #include "errors.hpp"
@@ -16,6 +18,7 @@ Napi::Function StagingBuffer::Init(Napi::Env env) {
                          InstanceAccessor<&StagingBuffer::GetFreed>("freed"),
                          InstanceMethod<&StagingBuffer::GetArrayBuffer>("arrayBuffer"),
                          InstanceMethod<&StagingBuffer::Crc32c>("crc32c"),
+                         InstanceMethod<&StagingBuffer::Word>("word"),
                          InstanceMethod<&StagingBuffer::Free>("free"),
                      });
 }
@@ -109,6 +112,21 @@ Napi::Value StagingBuffer::Crc32c(const Napi::CallbackInfo& info) {
   }
   const uint32_t crc = mt::Crc32c(0, region_->data() + static_cast<size_t>(offset), static_cast<size_t>(length));
   return Napi::Number::New(env, crc);
+}
+
+// word(index[, value]): the index-th 64-bit word, read (or written, then read) sequentially
+// consistently, as another process's atomics on the same mapping see it (a launcher's control block).
+Napi::Value StagingBuffer::Word(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!CheckLive(env)) return env.Undefined();
+  const double index = info[0].As<Napi::Number>().DoubleValue();
+  if (index < 0 || index != static_cast<double>(static_cast<size_t>(index)) || (index + 1) * 8 > static_cast<double>(region_->size())) {
+    Napi::RangeError::New(env, "word index is outside the buffer").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  auto* word = reinterpret_cast<int64_t*>(region_->data()) + static_cast<size_t>(index);
+  if (info.Length() > 1) __atomic_store_n(word, static_cast<int64_t>(info[1].As<Napi::Number>().DoubleValue()), __ATOMIC_SEQ_CST);
+  return Napi::Number::New(env, static_cast<double>(__atomic_load_n(word, __ATOMIC_SEQ_CST)));
 }
 
 Napi::Value StagingBuffer::Free(const Napi::CallbackInfo& info) {

@@ -29,6 +29,7 @@ class StagingBuffer : public Napi::ObjectWrap<StagingBuffer> {
   Napi::Value GetFreed(const Napi::CallbackInfo& info);
   Napi::Value GetArrayBuffer(const Napi::CallbackInfo& info);
   Napi::Value Crc32c(const Napi::CallbackInfo& info);
+  Napi::Value Word(const Napi::CallbackInfo& info);
   Napi::Value Free(const Napi::CallbackInfo& info);
 
   bool CheckLive(Napi::Env env);

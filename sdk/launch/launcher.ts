@@ -4,8 +4,8 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { crc32cLibraryPath, send, StagingBuffer } from "../../native/index.ts";
 import { HostAgent } from "../agent.ts";
+import { NO_STOP, type Answer } from "../hold.ts";
 import { ControllerClient } from "../client.ts";
-import type { Answer } from "../hold.ts";
 import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
@@ -64,6 +64,8 @@ export class Launcher {
   private assignment: Assignment | null = null;
   /** Where the local processes save their checkpoints at a migration (`--checkpoint-bytes`). */
   private outbox: StagingBuffer | null = null;
+  /** The control block: the stop word, then one word per local process (sdk/protocol/channel.ts). */
+  private control: StagingBuffer | null = null;
   /** Set before torchrun starts, so every attach finds it. */
   private registration: Promise<Assignment> | null = null;
   private client: ControllerClient | null = null;
@@ -108,6 +110,10 @@ export class Launcher {
       (phase) => options.log.info(() => `local rank ${phase.localRank}: ${phase.name} took ${(phase.seconds * 1000).toFixed(0)} ms`),
       options.log,
     );
+    const control = StagingBuffer.create({ size: PAGE, lock: false });
+    this.control = control;
+    control.storeWord(0, NO_STOP);
+    for (let rank = 0; rank < options.torchrun.nprocPerNode; rank++) control.storeWord(1 + rank, -1);
     try {
       this.agent = new HostAgent(this.client, options.worker, options.parallelism, {
         ranks: options.torchrun.nprocPerNode,
@@ -117,6 +123,15 @@ export class Launcher {
         ...(options.holdTimeoutMs === undefined ? {} : { holdTimeoutMs: options.holdTimeoutMs }),
         log: options.log,
         onSend: (directive) => void this.sendCheckpoint(directive),
+        onStep: (step) => this.progress(step),
+        control: {
+          publish: (word) => control.storeWord(0, word),
+          passed: () => {
+            let passed = -1;
+            for (let rank = 0; rank < options.torchrun.nprocPerNode; rank++) passed = Math.max(passed, control.loadWord(1 + rank));
+            return passed;
+          },
+        },
       });
       this.registration = Promise.race([this.agent.register(), refused]);
       // Observed here so a refusal during torchrun's start is not an unhandled rejection.
@@ -147,6 +162,7 @@ export class Launcher {
     } finally {
       this.agent?.close();
       this.outbox?.free();
+      control.free();
       await channel.close();
       await this.client.close();
     }
@@ -217,7 +233,6 @@ export class Launcher {
       case "attach":
         return this.registration!.then(() => this.attached(request.localRank));
       case "barrier":
-        this.progress(request.step);
         return this.agent!.arrive(request.localRank, request.step).then((answer) => this.reply(answer, request.localRank));
       case "saved":
         if (request.bytes > this.share) return Promise.resolve(error(`local rank ${request.localRank} saved ${request.bytes} bytes into a ${this.share}-byte range`));
@@ -235,13 +250,18 @@ export class Launcher {
       length: this.share,
       step: this.assignment!.resumeStep ?? 0,
     };
-    return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(localRank), localRank, resume };
+    const control = { buffer: this.control!.name, stopOffset: 0, slotOffset: 8 * (1 + localRank) };
+    return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(localRank), localRank, resume, control };
   }
 
-  /** A line per step (at debug level but the first and every so many), and when training resumes after a re-formation. */
+  /**
+   * A line per step seen (at debug level but the first and every so many), and when training
+   * resumes after a re-formation. Barriers passed in the control block are seen at each tick.
+   */
   private progress(step: number): void {
     if (step <= this.logged) return;
-    (this.logged < 0 || step % PROGRESS_EVERY === 0 ? this.options.log.info : this.options.log.debug)(() => `barrier ${step} reached`);
+    const every = Math.floor(step / PROGRESS_EVERY) > Math.floor(this.logged / PROGRESS_EVERY);
+    (this.logged < 0 || every ? this.options.log.info : this.options.log.debug)(() => `barrier ${step} reached`);
     if (this.reformedAt !== null) {
       const seconds = (performance.now() - this.reformedAt) / 1000;
       this.options.log.info(() => `training resumed: barrier ${step} reached ${seconds.toFixed(3)} s after the group was told to re-form`);

@@ -5,13 +5,14 @@ import { idSchema, intSchema, MAX_GPUS_PER_HOST } from "./limits.ts";
  * Launcher ↔ training processes on one host: the local channel `monkeytree launch` opens for
  * the processes torchrun starts. A Unix stream socket at `$MONKEYTREE_CHANNEL`; every message
  * is one line of JSON. Each process (one per local rank) connects once, sends `attach`, then
- * one `barrier` per iteration; the launcher answers every request with exactly one message.
- * The launcher meets the controller once per host and step, when all local ranks are there.
+ * `barrier` at the iterations where it must ask; the launcher answers every request with exactly
+ * one message.
  *
  *   process                          launcher
  *   attach {localRank}        →
- *                             ←      attached {rank, worldSize, masterAddr, masterPort, resume}
- *   barrier {step}            →      (waits for every local rank, then the controller)
+ *                             ←      attached {rank, worldSize, masterAddr, masterPort, resume, control}
+ *   (each barrier below the control block's stop word passes without a message)
+ *   barrier {step}            →      (answered at once, unless the host stops here for a move)
  *                             ←      directive continue | reconfigure | migrate-out | stop
  *   after migrate-out: saves its checkpoint into [offset, offset + length) of the named buffer
  *   saved {bytes}             →      (sends the host's checkpoints, asks the controller again)
@@ -66,12 +67,27 @@ const group = {
   generation: whole,
 };
 
+/**
+ * The launcher's control block: a /dev/shm buffer of 64-bit words. The word at `stopOffset` is
+ * the barrier this host stops at (2^53 - 1 while there is none); the word at `slotOffset` is this
+ * process's. With the addon's C library (`$MONKEYTREE_CRC32C_LIB`), a process at barrier `b` writes
+ * `b` to its slot, then reads the stop word (`monkeytree_barrier_enter`, both sequentially
+ * consistent), and passes the barrier without a message when `b` is below it; otherwise, or
+ * without the library, it sends `barrier` (after `monkeytree_barrier_ask`, which sets its slot to
+ * `b - 1`). The launcher writes the stop word before it reads the slots, so it always learns of
+ * a barrier passed while it took a stop.
+ */
+export const ControlBlockSchema = z.strictObject({ buffer: z.string().min(1), stopOffset: whole, slotOffset: whole });
+export type ControlBlock = z.infer<typeof ControlBlockSchema>;
+
 export const AttachedSchema = z.strictObject({
   ...head("attached"),
   ...group,
   localRank: whole,
   /** A replacement's checkpoint, and the barrier step the job resumes after; null at a fresh start. */
   resume: z.strictObject({ ...StagedRangeSchema.shape, step: whole }).nullable(),
+  /** Where this process passes barriers without a message; null: every barrier is a message. */
+  control: ControlBlockSchema.nullable(),
 });
 export type Attached = z.infer<typeof AttachedSchema>;
 

@@ -112,7 +112,8 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     const ddp = run("sbatch", "--parsable", "-o", join(dir, "ddp-%j.out"), "-N2", `--nodelist=${DDP.join(",")}`, "--wrap", [...steps, "wait"].join("\n")).trim();
     await slurmCluster.until("the DDP job running", () => squeue(ddp) === "RUNNING n[1,4]");
     // Alone it crosses the racks within their uplinks; well into training, the job that did not opt in arrives.
-    await expect.poll(() => readFileSync(join(dir, `ddp-${ddp}.out`), "utf8"), { timeout: 120_000, interval: 200 }).toMatch(/barrier 100 reached/);
+    const furthest = () => Math.max(-1, ...[...readFileSync(join(dir, `ddp-${ddp}.out`), "utf8").matchAll(/barrier (\d+) reached/g)].map((m) => Number(m[1])));
+    await expect.poll(furthest, { timeout: 120_000, interval: 200 }).toBeGreaterThanOrEqual(100);
     expect((await client.status()).migrations).toEqual([]);
     const pinned = slurmCluster.sbatch("sleep 100000", "-N2", `--nodelist=${PINNED.join(",")}`, "--comment=monkeytree:rings=1");
     await slurmCluster.until("the pinned job running", () => squeue(pinned) === "RUNNING n[0,3]");

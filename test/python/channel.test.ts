@@ -112,7 +112,7 @@ const group = (rank: number, worldSize: number, masterPort: number, generation: 
   masterPort,
   generation,
 });
-const attached = (localRank: number, g: Group, resume: Attached["resume"] = null): ChannelReply => ({ ...head, type: "attached", localRank, ...g, resume });
+const attached = (localRank: number, g: Group, resume: Attached["resume"] = null): ChannelReply => ({ ...head, type: "attached", localRank, ...g, resume, control: null });
 const directive = (d: ChannelDirective): ChannelReply => ({ ...head, type: "directive", directive: d });
 const proceed = directive({ kind: "continue" });
 const stop = directive({ kind: "stop", reason: "test" });
@@ -328,7 +328,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     const port = await freePort();
     const cases: [Script, RegExp][] = [
       [(r) => (r.type === "attach" ? { ...head, type: "error", message: "no job J on this host" } : undefined), /ChannelError: the launcher refused: no job J on this host/],
-      [(r) => (r.type === "attach" ? JSON.stringify({ ...head, type: "attached", localRank: 0, ...group(0, 1, port, 0), masterPort: 0, resume: null }) : undefined), /ChannelError: attached message: masterPort must be an integer/],
+      [(r) => (r.type === "attach" ? JSON.stringify({ ...head, type: "attached", localRank: 0, ...group(0, 1, port, 0), masterPort: 0, resume: null, control: null }) : undefined), /ChannelError: attached message: masterPort must be an integer/],
       [(r) => (r.type === "attach" ? attached(0, group(0, 1, port, 0)) : r.type === "barrier" ? "{not json" : undefined), /ChannelError: the launcher sent a line that is not JSON/],
     ];
     const exits = await Promise.all(cases.map(async ([script]) => python([probeScript], env(await launcher(script), 0))));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { advance, holdReport, initialHold, lastStep, type HoldEvent, type HoldStep, type HostHold } from "../../sdk/hold.ts";
+import { advance, holdReport, initialHold, lastStep, NO_STOP, stopWord, type HoldEvent, type HoldStep, type HostHold } from "../../sdk/hold.ts";
 import type { Order } from "../../sdk/protocol/worker.ts";
 
 /** A host of `ranks` processes, driven event by event on a fixed clock. */
@@ -24,6 +24,7 @@ function host(ranks: number) {
     saved: (rank: number) => run({ type: "saved", rank }),
     sent: () => run({ type: "sent" }),
     tick: () => run({ type: "tick" }),
+    passed: (step: number) => run({ type: "passed", step }),
   };
 }
 
@@ -183,5 +184,23 @@ describe("a host's stop point (sdk/hold.ts)", () => {
     const assignment = { job: "a", group: 0, host: 1, nodeRank: 0, nodes: 2, masterHost: 1, masterAddress: "h1", ringOrder: [1, 5], generation: 3, resumeStep: 0 };
     expect(h.order({ kind: "reconfigure", assignment }).answers).toEqual([]);
     expect(h.state.generation).toBe(0);
+  });
+
+  it("counts barriers passed in the control block, and publishes its stop there as the word processes read", () => {
+    const h = host(2);
+    expect(stopWord(h.state)).toBe(NO_STOP);
+    // Processes passed barriers 0 to 6 without a message; the launcher read their words.
+    h.passed(6);
+    h.passed(3);
+    expect(lastStep(h.state)).toBe(6);
+    h.order(stopAt(4));
+    expect(h.state.stop).toEqual({ id: "p0/step0", step: 7 });
+    expect(stopWord(h.state)).toBe(7);
+    h.arrive(0, 7);
+    h.arrive(1, 7);
+    h.order({ kind: "seal", stop: "p0/step0" });
+    h.order({ kind: "stop", reason: "replaced" });
+    // Stopped: every barrier asks, and is told to stop.
+    expect(stopWord(h.state)).toBe(0);
   });
 });

@@ -28,6 +28,7 @@ from typing import Any, Literal, TypedDict
 
 import torch.distributed as dist
 
+from .control import ControlBlock
 from .crc import native_library
 from .state import StateDict
 from .state import load as _load
@@ -99,12 +100,29 @@ def _group(message: Mapping[str, object], what: str) -> _Group:
             "port": _whole(message, what, "masterPort", 1, 65535), "generation": _whole(message, what, "generation")}
 
 
-def _range(message: Mapping[str, object], what: str, extra: tuple[str, ...] = ()) -> tuple[str, int, int]:
-    _exact(message, what, ("buffer", "offset", "length", *extra))
+def _buffer(message: Mapping[str, object], what: str) -> str:
     buffer = _text(message, what, "buffer")
     if "/" in buffer or buffer in (".", ".."):
         raise ChannelError(f"{what}: buffer must be a file name in /dev/shm, received {buffer!r}")
-    return buffer, _whole(message, what, "offset"), _whole(message, what, "length")
+    return buffer
+
+
+def _range(message: Mapping[str, object], what: str, extra: tuple[str, ...] = ()) -> tuple[str, int, int]:
+    _exact(message, what, ("buffer", "offset", "length", *extra))
+    return _buffer(message, what), _whole(message, what, "offset"), _whole(message, what, "length")
+
+
+def _control(message: object) -> ControlBlock | None:
+    what = "attached message: control"
+    if message is None:
+        return None
+    _exact(message, what, ("buffer", "stopOffset", "slotOffset"))
+    assert isinstance(message, dict)
+    try:
+        return ControlBlock.open(_buffer(message, what), _whole(message, what, "stopOffset"),
+                                 _whole(message, what, "slotOffset"))
+    except (OSError, ValueError) as cause:
+        raise ChannelError(f"{what}: {cause}") from None
 
 
 class _Channel:
@@ -194,13 +212,14 @@ class Job:
 
     def __init__(self, rank: int, world_size: int, local_rank: int, generation: int = 0, managed: bool = False,
                  channel: _Channel | None = None, resume: _Resume | None = None, backend: str = "gloo",
-                 timeout: timedelta = timedelta(minutes=5)) -> None:
+                 timeout: timedelta = timedelta(minutes=5), control: ControlBlock | None = None) -> None:
         self.rank, self.world_size, self.local_rank, self.generation = rank, world_size, local_rank, generation
         self.managed = managed
         self.resume_step = resume["step"] if resume else None
         self.resuming = resume is not None
         self._resume = resume
         self._channel = channel
+        self._control = control
         self._backend, self._timeout = backend, timeout
 
     def load(self, template: StateDict) -> StateDict:
@@ -225,6 +244,8 @@ class Job:
             return "continue"
         # By now the script has rebuilt whatever it built on a group a reconfigure destroyed.
         _left_groups.clear()
+        if self._control is not None and self._control.passes(step):
+            return "continue"
         channel.send_barrier(step)
         directive = channel.directive()
         saved = False
@@ -247,6 +268,7 @@ class Job:
                 _leave_groups()
                 channel.close()
                 self.managed = False
+                self._control = None
                 return "stop"
             if kind == "migrate-out" and not saved:
                 buffer, offset, length = _range({k: v for k, v in directive.items() if k != "kind"},
@@ -292,7 +314,7 @@ def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> 
     try:
         channel.send("attach", pid=os.getpid())
         message = channel.receive("attached")
-        _exact(message, "attached message", ("v", "type", "localRank", "resume", *_GROUP))
+        _exact(message, "attached message", ("v", "type", "localRank", "resume", "control", *_GROUP))
         if _whole(message, "attached message", "localRank") != local_rank:
             raise ChannelError(f"attached message: localRank {message['localRank']} answers a process of"
                                f" LOCAL_RANK {local_rank}")
@@ -303,7 +325,7 @@ def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> 
             resume = {"buffer": buffer, "offset": offset, "length": length,
                       "step": _whole(message["resume"], "attached message: resume", "step")}
         job = Job(group["rank"], group["world_size"], local_rank, group["generation"], True, channel, resume,
-                  backend, timeout)
+                  backend, timeout, _control(message["control"]))
         job._form(group)
         return job
     except BaseException:
