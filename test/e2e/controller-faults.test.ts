@@ -238,6 +238,42 @@ describe.skipIf(!runs)("training with the controller down", () => {
     }
   }, 6 * SAFETY_NET_MS);
 
+  it("cut off by the network before a move commits: the held job lets go and trains on; back, the move rolls back as the hosts did", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const hold = join(dir, "hold");
+    const c = await startCluster(hosts, DDP, { steps: STEPS, hold, holdTimeoutS: HOLD_TIMEOUT_S, replanBackoffS: 1, controllerHost: CONTROLLER_HOST });
+    dirs.push(c.dir);
+    try {
+      await expect.poll(() => logged(c, 0), patiently).toBeGreaterThanOrEqual(1);
+      writeFileSync(c.gate, "");
+      const first = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
+      await plannedWhilePaused(c, async () => (await first()) !== undefined);
+      await expect.poll(async () => ["transferring", "verifying", "staged"].includes((await first())?.state ?? ""), { ...patiently, interval: 50 }).toBe(true);
+      const move = (await first())!;
+      hosts.link(CONTROLLER_HOST, "down");
+      for (const launcher of c.launchers) {
+        await expect.poll(() => c.log(launcher), patiently).toMatch(/: letting go of stop \S+ and training on/);
+      }
+      await expect.poll(() => Math.min(logged(c, 0), logged(c, 1)), patiently).toBeGreaterThanOrEqual(move.stopStep! + 50);
+      writeFileSync(`${hold}.go`, "");
+      expect(pauseTraining(hosts, DDP, "SIGSTOP")).toBe(4);
+      hosts.link(CONTROLLER_HOST, "up");
+      // The controller, which kept its clock, may also have found the job's workers silent first.
+      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === move.id), { ...patiently, interval: 200 }).toMatchObject({
+        state: "rolled-back",
+        reason: expect.stringMatching(/let go of stop \S+ after its hold timeout without word from the controller|went silent while its job stopped/),
+      });
+      await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.id !== move.id), { ...patiently, interval: 200 }).toBe(true);
+      pauseTraining(hosts, DDP, "SIGCONT");
+      await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
+      await endsBitIdentical(c, 1);
+    } finally {
+      hosts.link(CONTROLLER_HOST, "up");
+      await c.teardown();
+    }
+  }, 6 * SAFETY_NET_MS);
+
   it("cut off by the network after a move commits: the job trains on re-formed; back, the move completes", async () => {
     const dir = tempDir();
     dirs.push(dir);
