@@ -130,3 +130,14 @@ export function pauseTraining(hosts: Hosts, job: ExampleJob, signal: "SIGSTOP" |
   }
   return paused;
 }
+
+/**
+ * Why move `id` rolled back, from the controller's log once it says so. Status is no witness:
+ * it shows only the current plan's moves, and the next plan may replace this one between polls.
+ */
+export async function rollbackReason(c: Cluster, id: string): Promise<string> {
+  const line = new RegExp(`migration ${id.replace(/[^\w]/g, "\\$&")} \\(.*\\): \\S+ → rolled-back on \\S+: (.*)`);
+  const reason = () => line.exec(c.log(c.controller()))?.[1];
+  await expect.poll(reason, patiently).toBeDefined();
+  return reason()!;
+}
