@@ -62,12 +62,14 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
     return controllerHost === undefined ? group.start(name, args) : startIn(name, controllerHost, args);
   };
   let controller = startController(`tcp://${controllerHost === undefined ? hosts.bridgeAddress : hosts.address(controllerHost)}:*`, 0);
+  const controllers = [controller];
   const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
   const client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
   let restarts = 0;
   /** Starts the controller again on the same address and journal, as an operator would after a crash. */
   const restartController = async (): Promise<Managed> => {
     controller = startController(endpoint, ++restarts);
+    controllers.push(controller);
     await group.waitFor(controller, /controller listening on/, SAFETY_NET_MS);
     return controller;
   };
@@ -98,7 +100,9 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
   const gate = join(dir, "other.admitted");
   for (const host of job.other.hosts) startIn(`other-${host}`, host, otherArgs(job, host, endpoint, gate, other));
   const log = (managed: Managed) => readFileSync(managed.log, "utf8");
-  return { dir, group, client, controller: () => controller, restartController, daemons, launchers, out, gate, teardown, log };
+  /** What every controller of the cluster logged, the first one's first. */
+  const controllerLog = () => controllers.map(log).join("");
+  return { dir, group, client, controller: () => controller, controllerLog, restartController, daemons, launchers, out, gate, teardown, log };
 }
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
@@ -137,7 +141,22 @@ export function pauseTraining(hosts: Hosts, job: ExampleJob, signal: "SIGSTOP" |
  */
 export async function rollbackReason(c: Cluster, id: string): Promise<string> {
   const line = new RegExp(`migration ${id.replace(/[^\w]/g, "\\$&")} \\(.*\\): \\S+ → rolled-back on \\S+: (.*)`);
-  const reason = () => line.exec(c.log(c.controller()))?.[1];
+  const reason = () => line.exec(c.controllerLog())?.[1];
   await expect.poll(reason, patiently).toBeDefined();
   return reason()!;
+}
+
+/**
+ * The moves of `job` whose staging a daemon still holds, as `host h: migration id`, read from
+ * the logs: a daemon frees a move's range when the controller releases it, its transfer fails,
+ * or the replacement launcher that loaded it exits.
+ */
+export function stagingLeft(c: Cluster, job: ExampleJob): string[] {
+  const ids = new Set([...c.controllerLog().matchAll(new RegExp(`migration (\\S+) \\(${job.name}\\[`, "g"))].map((m) => m[1]!));
+  return c.daemons.flatMap((daemon, host) => {
+    const log = c.log(daemon);
+    const staged = [...log.matchAll(/migration (\S+): staging \d+ bytes/g)].map((m) => m[1]!).filter((id) => ids.has(id));
+    const freed = new Set([...log.matchAll(/released the staging of migration (\S+)|migration (\S+): (?:transfer failed|replacement launcher exited \([^)]*\); its staging is free)/g)].map((m) => m[1] ?? m[2]!));
+    return staged.filter((id) => !freed.has(id)).map((id) => `host ${host}: migration ${id}`);
+  });
 }
