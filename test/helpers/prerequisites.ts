@@ -36,19 +36,21 @@ export function torch(): Prerequisite {
   };
 }
 
-/** The hook's lint and test tools (sdk/python/requirements-dev.txt) for the tests' interpreter. */
-export function pythonTools(): Prerequisite {
-  const tools = ["ruff", "mypy", "pytest"];
-  const script = `import importlib.util as u; print(" ".join(m for m in ${JSON.stringify(tools)} if u.find_spec(m) is None))`;
+/** Python packages for the tests' interpreter, from sdk/python/requirements-dev.txt. */
+export function pythonPackages(packages: readonly string[]): Prerequisite {
+  const script = `import importlib.util as u; print(" ".join(m for m in ${JSON.stringify(packages)} if u.find_spec(m) is None))`;
   const probe = spawnSync(PYTHON, ["-c", script], { encoding: "utf8" });
   const absent = probe.status === 0 ? probe.stdout.trim() : `(${probe.stderr?.trim().split("\n").at(-1) || probe.error?.message})`;
   return {
-    what: `${tools.join(", ")} for ${PYTHON}`,
+    what: `${packages.join(", ")} for ${PYTHON}`,
     missing: absent ? `${PYTHON} lacks ${absent}` : null,
     install: "npm run setup:python (installs sdk/python/requirements-dev.txt into .venv)",
     promisedBy: ci,
   };
 }
+
+/** The hook's lint and test tools. */
+export const pythonTools = (): Prerequisite => pythonPackages(["ruff", "mypy", "pytest"]);
 
 /** Debian's python3 makes virtual environments with pip only with python3-venv (ensurepip). */
 export function venv(): Prerequisite {

@@ -54,10 +54,16 @@ def _flatten(state_dict: Mapping[str, object]) -> tuple[dict[str, object], dict[
     return flat, paths
 
 
-def _to_bytes(value: object) -> bytes:
+def to_bytes(value: object) -> bytes:
+    """``value`` pickled by torch, as a bytes item of a state dict (saved verbatim)."""
     buffer = io.BytesIO()
     torch.save(value, buffer)
     return buffer.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    """What ``to_bytes`` pickled. Only for state this job saved itself: unpickling runs code."""
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 class _SavePlanner(DefaultSavePlanner):
@@ -179,12 +185,12 @@ def rng_state() -> bytes:
     # torch leaves is_initialized unannotated.
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
-    return _to_bytes(state)
+    return to_bytes(state)
 
 
 def set_rng_state(data: bytes) -> None:
     """Restores what ``rng_state`` captured."""
-    state = torch.load(io.BytesIO(data), weights_only=False)
+    state = from_bytes(data)
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state:
