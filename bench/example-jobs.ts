@@ -1,6 +1,8 @@
-/** One example job (examples/<name>/train.py) and the cluster it runs on. */
+/** One example job (examples/<dir, or else name>/train.py) and the cluster it runs on. */
 export interface ExampleJob {
   readonly name: string;
+  /** The folder of examples/ whose train.py it runs, when not its name. */
+  readonly dir?: string;
   /** Arguments after the script (beyond --steps and --out). */
   readonly args?: readonly string[];
   readonly nproc: number;
@@ -15,7 +17,7 @@ export interface ExampleJob {
   readonly python?: readonly string[];
 }
 
-export const script = (job: ExampleJob): string => `examples/${job.name}/train.py`;
+export const script = (job: ExampleJob): string => `examples/${job.dir ?? job.name}/train.py`;
 
 /**
  * The example jobs as the migration tests and bench:migrate run them, each on the smallest cluster where the
@@ -42,7 +44,8 @@ export const EXAMPLE_JOBS: readonly ExampleJob[] = [
     name: "pp", nproc: 1, parallelism: { dp: 2, pp: 2, tp: 1 }, topology: { racks: 2, hostsPerRack: 3, gpusPerHost: 8, uplinksPerRack: 1 },
     hosts: [[0, 1], [3, 4]], other: { hosts: [2, 5], tp: 2 }, checkpointBytes: 16 * 2 ** 20,
   },
-  // The framework integrations, DDP under a Lightning Trainer and a Hugging Face Trainer.
+  // The framework integrations: DDP and FSDP2 under a Lightning Trainer, DDP under a Hugging Face Trainer.
   { name: "lightning", ...twoHostsDp, python: ["lightning"] },
+  { name: "lightning-fsdp", dir: "lightning", args: ["--fsdp"], ...twoHostsDp, python: ["lightning"] },
   { name: "transformers", ...twoHostsDp, python: ["transformers", "accelerate"] },
 ];

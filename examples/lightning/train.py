@@ -1,17 +1,20 @@
-"""A tiny GPT trained by PyTorch Lightning with DDP, which MonkeyTree can move between hosts while it runs.
+"""A tiny GPT trained by PyTorch Lightning with DDP, or FSDP2 over all ranks (--fsdp), which MonkeyTree
+can move between hosts while it runs.
 
 Plain (no MonkeyTree):
     torchrun --standalone --nproc-per-node 2 examples/lightning/train.py --steps 20 --out /tmp/run.json
 Managed, on each host:
     monkeytree launch --job J --host H --dp N -- torchrun --nproc-per-node 2 examples/lightning/train.py ...
 
-The only MonkeyTree line is the Trainer's strategy=monkeytree.lightning.strategy(). The data is a
-fixed set of token streams that Lightning shards over the ranks with a shuffling DistributedSampler,
-a few optimizer steps per epoch; dropout draws from torch's generator every step and a StepLR
-schedule changes the learning rate, so a moved process must carry the loader's position, its
-random state and the scheduler's. Rank 0 writes the final step, world size, generation, the
-SHA-256 of all parameters and optimizer state and the loss Lightning logged for every batch (rank
-0's) to --out, the same whether or not the run was migrated or its group re-formed.
+The only MonkeyTree line is the Trainer's strategy=monkeytree.lightning.strategy(fsdp=...). With
+--fsdp, configure_model shards the GPT (each block, then the rest) over Lightning's data-parallel
+mesh, and each rank holds, and moves, only its own shards. The data is a fixed set of token streams
+that Lightning shards over the ranks with a shuffling DistributedSampler, a few optimizer steps per
+epoch; dropout draws from torch's generator every step and a StepLR schedule changes the learning
+rate, so a moved process must carry the loader's position, its random state and the scheduler's.
+Rank 0 writes the final step, world size, generation, the SHA-256 of all parameters and optimizer
+state and the loss Lightning logged for every batch (rank 0's) to --out, the same whether or not
+the run was migrated or its group re-formed.
 """
 import argparse
 import dataclasses
@@ -26,6 +29,7 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, Dataset
 
 import monkeytree.lightning
@@ -50,10 +54,18 @@ class Streams(Dataset):
 
 
 class TinyGPT(pl.LightningModule):
-    def __init__(self, shape: Config, seed: int, dropout: float) -> None:
+    def __init__(self, shape: Config, seed: int, dropout: float, fsdp: bool) -> None:
         super().__init__()
         self.gpt = GPT(shape, seed)
         self.dropout = dropout
+        self.fsdp = fsdp
+
+    def configure_model(self) -> None:
+        if self.fsdp:
+            mesh = self.device_mesh["data_parallel"]
+            for block in self.gpt.blocks.values():
+                fully_shard(block, mesh=mesh)
+            fully_shard(self.gpt, mesh=mesh)
 
     def training_step(self, streams: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
         inputs, targets = streams
@@ -87,11 +99,12 @@ def main(args: argparse.Namespace) -> None:
     pl.seed_everything(args.seed, verbose=False)
     shape = config(args)
     losses = Losses()
-    trainer = pl.Trainer(strategy=monkeytree.lightning.strategy(), accelerator="cpu", max_steps=args.steps,
-                         accumulate_grad_batches=args.accumulate, callbacks=[losses], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, default_root_dir=os.environ.get("TMPDIR", "/tmp"))
-    model = TinyGPT(shape, args.seed, args.dropout)
+    trainer = pl.Trainer(strategy=monkeytree.lightning.strategy(fsdp=args.fsdp), accelerator="cpu",
+                         max_steps=args.steps, accumulate_grad_batches=args.accumulate, callbacks=[losses],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         default_root_dir=os.environ.get("TMPDIR", "/tmp"))
+    model = TinyGPT(shape, args.seed, args.dropout, args.fsdp)
     data = Streams(shape, args.seed, args.streams)
     trainer.fit(model, DataLoader(data, batch_size=shape.rows, shuffle=True))
     result = digest(model, trainer.optimizers[0])  # every rank takes part
@@ -108,6 +121,10 @@ if __name__ == "__main__":
     options.add_argument("--streams", type=int, default=256, help="token streams in the data set (an epoch)")
     options.add_argument("--dropout", type=float, default=0.1, help="dropout on the logits")
     options.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
+    options.add_argument("--fsdp", action="store_true", help="FSDP2 over all ranks rather than DDP")
     # Lightning's advice for a data loader without workers, and for a run of fewer batches than its logging interval.
     warnings.filterwarnings("ignore", message=".*(does not have many workers|smaller than the logging interval).*")
+    # The logits are a view; FSDP2 warns that an in-place op on them would skip its backward hook, and
+    # the loss reads them out of place.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     main(options.parse_args())

@@ -1,28 +1,32 @@
 """monkeytree.lightning in this process: Lightning fits over a process group of one whose Job
 answers its barriers as the launcher would at chosen steps (stop and save into a bytearray,
 re-form the group), and replacements that resume from what was saved. A run moved or re-formed
-at any step must pass through every later barrier in the state an unmigrated run has there."""
+at any step must pass through every later barrier in the state an unmigrated run has there, with
+DDP and with FSDP2 (over the group of one: every parameter a DTensor of one shard)."""
 from __future__ import annotations
 
 import gc
 import io
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
-from monkeytree.hook import _left_groups
+import monkeytree
+from monkeytree.hook import Directive, _leave_groups, _left_groups
 from tests.simulated import Simulated, form_group
 
 pytest.importorskip("lightning")
 import lightning.pytorch as pl
 import numpy as np
 
-from monkeytree.lightning import MonkeyTreeStrategy, Moved
+from monkeytree.lightning import MonkeyTreeFSDPStrategy, MonkeyTreeStrategy, Moved
 
 # Lightning's advice (workers, logging intervals, SLURM) and its own deprecation warnings against this torch.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning",
@@ -40,11 +44,28 @@ class Recorded(Simulated):
         super().__init__(tmp, record=lambda step, state: self.states.__setitem__(step, _readable(state)), **kwargs)
 
 
+class Disconnected(Recorded):
+    """At its stop it leaves the group before it takes the state (kept in ``taken``): taking it
+    must not communicate."""
+
+    taken: Mapping[str, object] = {}
+
+    def barrier(self, step: int, state_fn: Callable[[], Mapping[str, object]]) -> Directive:
+        if step != self.stop:
+            return super().barrier(step, state_fn)
+        _leave_groups()
+        self.taken = state_fn()
+        assert self.record is not None
+        self.record(step, self.taken)
+        monkeytree.save(self.taken, self.saved)
+        return "stop"
+
+
 def _readable(state: Mapping[str, Any]) -> dict[str, Any]:
     """The state with its tensors copied and its bytes items unpickled, to compare."""
     def visit(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return value.detach().clone()
+            return _shard(value).detach().clone()
         if isinstance(value, bytes):
             return torch.load(io.BytesIO(value), weights_only=False)
         if isinstance(value, Mapping):
@@ -53,9 +74,14 @@ def _readable(state: Mapping[str, Any]) -> dict[str, Any]:
     return {k: visit(v) for k, v in state.items()}
 
 
+def _shard(tensor: torch.Tensor) -> torch.Tensor:
+    # A DTensor's own shard: read without its mesh, which is dead once its group was left.
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(_shard(a), _shard(b))):
             yield path
     elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not np.array_equal(a, b):
@@ -74,11 +100,15 @@ def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
         yield f"{path}: {a!r} != {b!r}"
 
 
+def _net() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 1))
+
+
 class Model(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 1))
+        self.net = _net()
 
     def training_step(self, batch: list[torch.Tensor], _: int) -> torch.Tensor:
         x, y = batch
@@ -96,6 +126,29 @@ class Model(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+class Sharded(Model):
+    """The model with FSDP2: the first layer and the rest in a group each."""
+
+    def configure_model(self) -> None:
+        assert self.device_mesh is not None
+        mesh = self.device_mesh["data_parallel"]
+        fully_shard(self.net[0], mesh=mesh)
+        fully_shard(self.net, mesh=mesh)
+
+
+class Built(Sharded):
+    """The model with FSDP2, its network built in configure_model, when it is None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = None  # type: ignore[assignment]  # Model's steps take it as built, which they may
+
+    def configure_model(self) -> None:
+        if self._modules.get("net") is None:
+            self.net = _net()
+            super().configure_model()
+
+
 class Losses(pl.Callback):
     def __init__(self) -> None:
         self.losses: list[float] = []
@@ -110,15 +163,17 @@ class Losses(pl.Callback):
         self.losses = state_dict["losses"]
 
 
-def _fit(job: Simulated, accumulate: int = 1, validate: bool = False) -> tuple[Model, Losses]:
-    """Trains to STEPS under ``job``; re-raises Moved when the job stops this process. With
-    ``validate``, validation (whose shuffled loader draws from torch's generator) follows every
-    second batch of an epoch."""
+def _fit(job: Simulated, accumulate: int = 1, validate: bool = False,
+         sharded: type[Sharded] | None = None) -> tuple[Model, Losses]:
+    """Trains to STEPS under ``job``, with DDP, or with FSDP2 given a ``sharded`` model; re-raises
+    Moved when the job stops this process. With ``validate``, validation (whose shuffled loader
+    draws from torch's generator) follows every second batch of an epoch."""
     pl.seed_everything(0, verbose=False)
     data = torch.utils.data.TensorDataset(torch.randn(40, 4, generator=torch.Generator().manual_seed(1)),
                                           torch.randn(40, 1, generator=torch.Generator().manual_seed(2)))
-    model, losses = Model(), Losses()
-    trainer = pl.Trainer(strategy=MonkeyTreeStrategy(job, process_group_backend="gloo"), accelerator="cpu",
+    model, losses = Model() if sharded is None else sharded(), Losses()
+    strategy = (MonkeyTreeStrategy if sharded is None else MonkeyTreeFSDPStrategy)(job, process_group_backend="gloo")
+    trainer = pl.Trainer(strategy=strategy, accelerator="cpu",
                          max_steps=STEPS, accumulate_grad_batches=accumulate, callbacks=[losses], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, default_root_dir=job.tmp, val_check_interval=2,
@@ -137,22 +192,24 @@ def tmp(tmp_path: Path) -> Iterator[Path]:
     _left_groups.clear()
 
 
-def _reference(tmp: Path, accumulate: int = 1, validate: bool = False) -> tuple[Recorded, Model, Losses]:
+def _reference(tmp: Path, accumulate: int = 1, validate: bool = False,
+               sharded: type[Sharded] | None = None) -> tuple[Recorded, Model, Losses]:
     job = Recorded(tmp)
-    model, losses = _fit(job, accumulate, validate)
+    model, losses = _fit(job, accumulate, validate, sharded)
     assert sorted(job.states) == list(range(1, STEPS + 1))
     return job, model, losses
 
 
-def _moved(tmp: Path, step: int, accumulate: int = 1, validate: bool = False) -> tuple[Recorded, Model, Losses]:
-    source = Recorded(tmp, stop=step)
+def _moved(tmp: Path, step: int, accumulate: int = 1, validate: bool = False,
+           sharded: type[Sharded] | None = None) -> tuple[Recorded, Model, Losses]:
+    source = Disconnected(tmp, stop=step)
     with pytest.raises(Moved) as moved:
-        _fit(source, accumulate, validate)
+        _fit(source, accumulate, validate, sharded)
     assert moved.value.code == 0
     assert max(source.states) == step
     form_group(tmp)
     replacement = Recorded(tmp, resume=(step, source.saved))
-    model, losses = _fit(replacement, accumulate, validate)
+    model, losses = _fit(replacement, accumulate, validate, sharded)
     return replacement, model, losses
 
 
@@ -207,3 +264,66 @@ def test_a_re_formed_group_gets_a_new_ddp_wrapper_and_training_carries_on(
     gc.collect()
     assert [ref() for ref in wrappers] == [None, None]
     _assert_same_run(expected, (job, *got))
+
+
+# Mid-epoch, the last step of an epoch, and the end.
+@pytest.mark.parametrize("step", [3, 5, STEPS])
+def test_under_fsdp_a_replacement_trains_on_exactly_from_the_shards_the_moved_process_saved(
+        tmp: Path, step: int) -> None:
+    _assert_same_run(_reference(tmp, sharded=Sharded), _moved(tmp, step, sharded=Sharded))
+
+
+def test_under_fsdp_a_moving_process_saves_its_shards_and_its_optimizer_state_of_them_as_dtensors(
+        tmp: Path) -> None:
+    source = Disconnected(tmp, stop=2)
+    with pytest.raises(Moved):
+        _fit(source, sharded=Sharded)
+    model, optimizer = source.taken["state_dict"], source.taken["optimizer_states"]
+    assert isinstance(model, dict)
+    assert isinstance(optimizer, dict)
+    assert sorted(model) == ["net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight"]
+    assert all(isinstance(t, DTensor) for t in model.values())
+    assert all(isinstance(state[key], DTensor)
+               for state in optimizer["0"].values() for key in ("exp_avg", "exp_avg_sq"))
+
+
+# A model built in __init__ and sharded in configure_model, and one built there too.
+@pytest.mark.parametrize("sharded", [Sharded, Built])
+def test_under_fsdp_a_re_formed_group_gets_new_sharded_modules_filled_exactly(
+        tmp: Path, monkeypatch: pytest.MonkeyPatch, sharded: type[Sharded]) -> None:
+    expected = _reference(tmp, sharded=sharded)
+    job = Recorded(tmp, reform=4)
+    nets: list[weakref.ref[torch.nn.Module]] = []
+    original = sharded.configure_model
+
+    def configure_model(self: Sharded) -> None:
+        original(self)
+        nets.append(weakref.ref(self.net))
+
+    monkeypatch.setattr(sharded, "configure_model", configure_model)
+    got = _fit(job, sharded=sharded)
+    assert job.generation == 1
+    assert len(nets) == 2
+    gc.collect()
+    assert nets[0]() is None
+    assert nets[1]() is got[0].net
+    _assert_same_run(expected, (job, *got))
+
+
+class Once(Sharded):
+    """Shards only at its first configure_model."""
+
+    def configure_model(self) -> None:
+        if not hasattr(self, "sharded"):
+            super().configure_model()
+            self.sharded = True
+
+
+def test_under_fsdp_a_configure_model_that_does_not_shard_again_fails_the_re_form(tmp: Path) -> None:
+    job = Recorded(tmp, reform=2)
+    trainer = pl.Trainer(strategy=MonkeyTreeFSDPStrategy(job, process_group_backend="gloo"), accelerator="cpu",
+                         max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=job.tmp)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    with pytest.raises(RuntimeError, match="configure_model did not shard"):
+        trainer.fit(Once(), torch.utils.data.DataLoader(data, batch_size=8))
