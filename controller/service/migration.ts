@@ -200,6 +200,11 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
       if (m.endpoint !== null && m.token !== null) return enter("transferring", {}, [migrateOut(m, m.endpoint, m.token)]);
       return enter("staging", {}, []);
     case "staging-ready":
+      if (expect("rolled-back")) {
+        // The grant was asked for at the start and came after the rollback, which released
+        // nothing it did not know of: released now, or the range stays reserved on the host.
+        return { migration: m, actions: [{ type: "release-staging", host: m.to, token: event.token }], log: `migration ${m.id}: staging on host ${m.to} was granted after the rollback; releasing it` };
+      }
       if (expect("pausing")) {
         if (m.token !== null) return ignore("already staged");
         return { migration: { ...m, endpoint: event.endpoint, token: event.token }, actions: [], log: `migration ${m.id}: staging ready on host ${m.to} while the job pauses` };

@@ -157,6 +157,35 @@ export function stagingLeft(c: Cluster, job: ExampleJob): string[] {
     const log = c.log(daemon);
     const staged = [...log.matchAll(/migration (\S+): staging \d+ bytes/g)].map((m) => m[1]!).filter((id) => ids.has(id));
     const freed = new Set([...log.matchAll(/released the staging of migration (\S+)|migration (\S+): (?:transfer failed|replacement launcher exited \([^)]*\); its staging is free)/g)].map((m) => m[1] ?? m[2]!));
-    return staged.filter((id) => !freed.has(id)).map((id) => `host ${host}: migration ${id}`);
+    // Each with what the daemon and the controller said of the move, to tell why.
+    const said = (id: string) => [...log.split("\n"), ...c.controllerLog().split("\n")].filter((line) => line.includes(`migration ${id}`));
+    return staged.filter((id) => !freed.has(id)).map((id) => [`host ${host}: migration ${id}`, ...said(id)].join("\n  "));
   });
+}
+
+/**
+ * Waits for the current plan's two moves to be done. Should they end otherwise, the error says
+ * why, from the controller's log: a rolled-back move's status is gone by the next plan.
+ */
+export async function movesDone(c: Cluster): Promise<void> {
+  await expect
+    .poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { ...patiently, interval: 200 })
+    .toMatch(/^done,done$/)
+    .catch((error: unknown) => {
+      const ends = c.controllerLog().split("\n").filter((line) => /→ rolled-back|daemon on host \d+ was lost|registered/.test(line));
+      throw new Error(`${(error as Error).message}\n${ends.join("\n")}`);
+    });
+}
+
+/**
+ * Waits until the controller hears every daemon and every registered worker again, as after an
+ * outage: TCP's retransmission backoff brings some connections back seconds after others, and a
+ * plan made meanwhile cannot use the hosts it has not heard from.
+ */
+export async function heardFromAll(c: Cluster): Promise<void> {
+  const all = async () => {
+    const status = await c.client.status();
+    return status.hosts.registered === c.daemons.length && status.hosts.lost.length === 0 && status.jobs.every((job) => !job.lost?.length);
+  };
+  await expect.poll(all, { ...patiently, interval: 200 }).toBe(true);
 }

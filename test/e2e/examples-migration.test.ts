@@ -2,7 +2,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tempDir } from "../service/harness.ts";
 import { EXAMPLE_JOBS, script, type ExampleJob } from "../../bench/example-jobs.ts";
-import { pauseTraining, startCluster } from "./cluster.ts";
+import { movesDone, pauseTraining, startCluster } from "./cluster.ts";
 import { createHosts, type Hosts } from "./netns.ts";
 import { referenceRun, type TrainResult } from "./reference.ts";
 import { canRun, networkNamespaces, pythonPackages, torch } from "../helpers/prerequisites.ts";
@@ -51,7 +51,7 @@ describe.skipIf(!runs)("example jobs migrated live between network namespaces", 
       writeFileSync(c.gate, "");
       await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === job.name), { ...patiently, interval: 200 }).toBe(true);
       pauseTraining(hosts, job, "SIGCONT");
-      await expect.poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { ...patiently, interval: 200 }).toMatch(/^done,done$/);
+      await movesDone(c);
       const status = await c.client.status();
       const moved = status.migrations.find((m) => m.job === job.name)!;
       const rack = (host: number) => Math.floor(host / job.topology.hostsPerRack);

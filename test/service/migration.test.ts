@@ -144,6 +144,15 @@ describe("migration state machine", () => {
     });
   });
 
+  it("releases a staging granted after the move rolled back, which the rollback could not release", () => {
+    const rolledBack = transition(after(1), { type: "fail", reason: "a worker went silent" }, T0).migration;
+    expect(rolledBack).toMatchObject({ state: "rolled-back", token: null });
+    const late = transition(rolledBack, { type: "staging-ready", endpoint: "tcp://h2:1", token: "tk" }, T0 + 10);
+    expect(late.migration).toBe(rolledBack);
+    expect(late.actions).toEqual([{ type: "release-staging", host: 2, token: "tk" }]);
+    expect(late.log).toBe("migration p0/0: staging on host 2 was granted after the rollback; releasing it");
+  });
+
   it("does not roll back a committed move: a late failure raises an alert and the move stands", () => {
     for (const n of [6, 7]) {
       const m = after(n);
