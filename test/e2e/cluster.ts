@@ -1,14 +1,16 @@
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { expect } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import { CLI, ProcessGroup, RUN_TS, type Managed } from "../../cli/demo/processes.ts";
 import { launcherArgs, launchTail, otherArgs, otherWorker, replacementFlags } from "../../bench/cluster.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import type { ExampleJob } from "../../bench/example-jobs.ts";
-import type { Hosts } from "./netns.ts";
+import { createHosts, type Hosts } from "./netns.ts";
+import { referenceRun, type TrainResult } from "./reference.ts";
 import { PYTHON } from "../helpers/python.ts";
 import { tenantDir, TENANT } from "../helpers/tenant.ts";
+import { tempDir } from "../service/harness.ts";
 import { script } from "../../bench/example-jobs.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
@@ -188,4 +190,34 @@ export async function heardFromAll(c: Cluster): Promise<void> {
     return status.hosts.registered === c.daemons.length && status.hosts.lost.length === 0 && status.jobs.every((job) => !job.lost?.length);
   };
   await expect.poll(all, { ...patiently, interval: 200 }).toBe(true);
+}
+
+/**
+ * For the calling `describe`: `hostCount` emulated hosts and the result of an unmigrated run
+ * of `job` for `steps` steps, made before its tests; the hosts and every folder in `dirs`
+ * removed after them.
+ */
+export function hostsAndReference(job: ExampleJob, hostCount: number, steps: number) {
+  let hosts: Hosts | undefined;
+  let expected: TrainResult | undefined;
+  const dirs: string[] = [];
+  beforeAll(async () => {
+    hosts = createHosts(hostCount);
+    const dir = tempDir();
+    dirs.push(dir);
+    expected = await referenceRun(script(job), job.hosts.flat().length * job.nproc, [...(job.args ?? []), "--steps", String(steps)], dir);
+  }, 3 * SAFETY_NET_MS);
+  afterAll(() => {
+    hosts?.remove();
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    get hosts(): Hosts {
+      return hosts!;
+    },
+    get expected(): TrainResult {
+      return expected!;
+    },
+    dirs,
+  };
 }

@@ -1,13 +1,12 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { tempDir } from "../service/harness.ts";
 import { EXAMPLE_JOBS, script } from "../../bench/example-jobs.ts";
-import { heardFromAll, movesDone, pauseTraining, rollbackReason, stagingLeft, startCluster, type Cluster, type ClusterOptions } from "./cluster.ts";
+import { heardFromAll, hostsAndReference, movesDone, pauseTraining, rollbackReason, stagingLeft, startCluster, type Cluster, type ClusterOptions } from "./cluster.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
-import { createHosts, type Hosts } from "./netns.ts";
-import { referenceRun, type TrainResult } from "./reference.ts";
+import type { Hosts } from "./netns.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
@@ -109,22 +108,9 @@ function replacementLauncher(hosts: Hosts, host: number): number | undefined {
 }
 
 describe.skipIf(!runs)("training with the controller down", () => {
-  let hosts: Hosts;
-  let expected: TrainResult;
-  const dirs: string[] = [];
   const hostCount = DDP.topology.racks * DDP.topology.hostsPerRack;
-
-  beforeAll(async () => {
-    hosts = createHosts(hostCount + 1);
-    const dir = tempDir();
-    dirs.push(dir);
-    expected = await referenceRun(script(DDP), 4, ["--steps", String(STEPS)], dir);
-  }, 3 * SAFETY_NET_MS);
-
-  afterAll(() => {
-    hosts?.remove();
-    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-  });
+  // One namespace more: where the controller runs when a test cuts it off.
+  const env = hostsAndReference(DDP, hostCount + 1, STEPS);
 
   const LET_GO = /let go of stop \S+ after its hold timeout without word from the controller|went silent while its job stopped/;
   const OUTAGES: readonly Outage[] = [
@@ -148,8 +134,8 @@ describe.skipIf(!runs)("training with the controller down", () => {
       name: "cut off by the network",
       controllerHost: CONTROLLER_HOST,
       awayWhileTrainingS: 30,
-      begin: () => hosts.link(CONTROLLER_HOST, "down"),
-      end: async () => hosts.link(CONTROLLER_HOST, "up"),
+      begin: () => env.hosts.link(CONTROLLER_HOST, "down"),
+      end: async () => env.hosts.link(CONTROLLER_HOST, "up"),
       restarts: false,
       // The cut hides the daemons too: the controller, which kept its clock, may find one lost first.
       rollback: new RegExp(`${LET_GO.source}|the daemon on host \\d+ was lost`),
@@ -159,24 +145,24 @@ describe.skipIf(!runs)("training with the controller down", () => {
   /** Runs `body` on a cluster of its own, the other job's checkpoint held back by a file (`hold`), and tears it down. */
   async function withCluster(options: Omit<ClusterOptions, "steps" | "hold" | "holdTimeoutS">, body: (c: Cluster, hold: string) => Promise<void>): Promise<void> {
     const dir = tempDir();
-    dirs.push(dir);
+    env.dirs.push(dir);
     const hold = join(dir, "hold");
-    const c = await startCluster(hosts, DDP, { steps: STEPS, hold, holdTimeoutS: HOLD_TIMEOUT_S, ...options });
-    dirs.push(c.dir);
+    const c = await startCluster(env.hosts, DDP, { steps: STEPS, hold, holdTimeoutS: HOLD_TIMEOUT_S, ...options });
+    env.dirs.push(c.dir);
     try {
       await expect.poll(() => logged(c, 0), patiently).toBeGreaterThanOrEqual(1);
       await body(c, hold);
     } finally {
-      hosts.link(CONTROLLER_HOST, "up");
+      env.hosts.link(CONTROLLER_HOST, "up");
       await c.teardown();
     }
   }
 
   /** Holds training still until the controller has planned the job's move, as the migration tests do. */
   async function plannedWhilePaused(planned: () => Promise<boolean>): Promise<void> {
-    expect(pauseTraining(hosts, DDP, "SIGSTOP")).toBe(4);
+    expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
     await expect.poll(planned, { ...patiently, interval: 200 }).toBe(true);
-    pauseTraining(hosts, DDP, "SIGCONT");
+    pauseTraining(env.hosts, DDP, "SIGCONT");
   }
 
   /** Lets the other job arrive, and returns the job's move once its checkpoint is on its way. */
@@ -198,8 +184,8 @@ describe.skipIf(!runs)("training with the controller down", () => {
         const logs = [c.controller(), ...c.launchers].map((m) => `==== ${m.name}\n${c.log(m).slice(-3000)}`);
         throw new Error(`${(error as Error).message}\n${logs.join("\n")}`);
       });
-    expect(JSON.parse(readFileSync(c.out, "utf8"))).toEqual({ ...expected, generation });
-    await expect.poll(() => leftovers(hosts, hostCount), patiently).toEqual([]);
+    expect(JSON.parse(readFileSync(c.out, "utf8"))).toEqual({ ...env.expected, generation });
+    await expect.poll(() => leftovers(env.hosts, hostCount), patiently).toEqual([]);
     await expect.poll(() => stagingLeft(c, DDP), patiently).toEqual([]);
   }
 
@@ -217,7 +203,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
           await expect.poll(() => steps.marks.filter((m) => m.at > away).length, patiently).toBeGreaterThanOrEqual(3);
           const during = steps.rate(away);
           // The job must not end while the controller is away: it waits, still, for the rest of the outage.
-          expect(pauseTraining(hosts, DDP, "SIGSTOP")).toBe(4);
+          expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
           await annotate(`controller ${outage.name}: ${during.toFixed(1)} steps/s against ${before.toFixed(1)} before, ${((during / before - 1) * 100).toFixed(1)}%`);
           // The rate itself is noise on a shared machine; a job that waited on the controller would stall.
           expect(during / before).toBeGreaterThan(0.5);
@@ -228,7 +214,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
         } finally {
           steps.stop();
         }
-        pauseTraining(hosts, DDP, "SIGCONT");
+        pauseTraining(env.hosts, DDP, "SIGCONT");
         // Nothing is held back this time: the other job arrives, and both moves run through.
         writeFileSync(`${hold}.go`, "");
         writeFileSync(c.gate, "");
@@ -249,11 +235,11 @@ describe.skipIf(!runs)("training with the controller down", () => {
         // Back, the move that had not committed rolls back, as the hosts did, and a plan after
         // the backoff moves the job's host again (training held still meanwhile).
         writeFileSync(`${hold}.go`, "");
-        expect(pauseTraining(hosts, DDP, "SIGSTOP")).toBe(4);
+        expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
         await outage.end(c);
         expect(await rollbackReason(c, move.id)).toMatch(outage.rollback);
         await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.id !== move.id), { ...patiently, interval: 200 }).toBe(true);
-        pauseTraining(hosts, DDP, "SIGCONT");
+        pauseTraining(env.hosts, DDP, "SIGCONT");
         await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
         await endsBitIdentical(c, 1);
       });
@@ -268,7 +254,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
       const { id, to } = (await move())!;
       // The replacement is held still as soon as it starts, before it can register: the move
       // commits and then waits in `committing` for it.
-      const replacement = await expect.poll(() => replacementLauncher(hosts, to), { ...patiently, interval: 20 }).toBeDefined().then(() => replacementLauncher(hosts, to)!);
+      const replacement = await expect.poll(() => replacementLauncher(env.hosts, to), { ...patiently, interval: 20 }).toBeDefined().then(() => replacementLauncher(env.hosts, to)!);
       process.kill(replacement, "SIGSTOP");
       writeFileSync(`${hold}.go`, "");
       await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("committing");
@@ -295,18 +281,18 @@ describe.skipIf(!runs)("training with the controller down", () => {
       // so the move stays committed but not done while the controller is cut off: it can report
       // its new generation only later.
       await expect.poll(() => c.log(c.controller()), patiently).toContain(`migration ${id}: the replacement on host ${to} is up before the commit`);
-      const replacement = replacementLauncher(hosts, to)!;
+      const replacement = replacementLauncher(env.hosts, to)!;
       expect(replacement).toBeDefined();
       process.kill(replacement, "SIGSTOP");
       writeFileSync(`${hold}.go`, "");
       await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("resuming");
-      hosts.link(CONTROLLER_HOST, "down");
+      env.hosts.link(CONTROLLER_HOST, "down");
       process.kill(replacement, "SIGCONT");
       // The stayer and the replacement re-form and train on without the controller.
       const stayer = c.launchers[DDP.hosts[0]!.indexOf(DDP.hosts[0]!.find((h) => h !== from)!)]!;
       await expect.poll(() => c.log(stayer), patiently).toContain("training resumed");
       await expect.poll(() => logged(c, c.launchers.indexOf(stayer)), patiently).toBeGreaterThanOrEqual(stopStep! + 50);
-      hosts.link(CONTROLLER_HOST, "up");
+      env.hosts.link(CONTROLLER_HOST, "up");
       await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 200 }).toBe("done");
       await endsBitIdentical(c, 1);
     });

@@ -1,11 +1,10 @@
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { tempDir } from "../service/harness.ts";
-import { EXAMPLE_JOBS, script } from "../../bench/example-jobs.ts";
-import { pauseTraining, rollbackReason, startCluster } from "./cluster.ts";
-import { createHosts, type Hosts } from "./netns.ts";
-import { referenceRun, type TrainResult } from "./reference.ts";
+import { EXAMPLE_JOBS } from "../../bench/example-jobs.ts";
+import { hostsAndReference, pauseTraining, rollbackReason, startCluster } from "./cluster.ts";
+import type { TrainResult } from "./reference.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
@@ -21,36 +20,22 @@ const DDP = EXAMPLE_JOBS.find((job) => job.name === "ddp")!;
 const runs = canRun("test/e2e/ddp-migration.test.ts", torch(), networkNamespaces());
 
 describe.skipIf(!runs)("a live DDP migration rolled back between network namespaces", () => {
-  let hosts: Hosts;
-  let expected: TrainResult;
-  const dirs: string[] = [];
-
-  beforeAll(async () => {
-    hosts = createHosts(4);
-    const dir = tempDir();
-    dirs.push(dir);
-    expected = await referenceRun(script(DDP), 4, ["--steps", String(STEPS)], dir);
-  }, 3 * SAFETY_NET_MS);
-
-  afterAll(() => {
-    hosts?.remove();
-    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-  });
+  const env = hostsAndReference(DDP, 4, STEPS);
 
   it("rolls back when the destination's daemon dies during the move; the job continues on its old hosts, bit-identical", async () => {
     const dir = tempDir();
-    dirs.push(dir);
+    env.dirs.push(dir);
     const hold = join(dir, "hold");
     // The other job's checkpoint is held back, so the DDP move cannot commit; the daemon is
     // declared lost quickly, so the test does not wait long for the rollback.
-    const c = await startCluster(hosts, DDP, { steps: STEPS, hold, heartbeatTimeoutS: 2 });
-    dirs.push(c.dir);
+    const c = await startCluster(env.hosts, DDP, { steps: STEPS, hold, heartbeatTimeoutS: 2 });
+    env.dirs.push(c.dir);
     try {
       await expect.poll(() => c.log(c.launchers[0]!), patiently).toMatch(/barrier \d+ reached/);
-      expect(pauseTraining(hosts, DDP, "SIGSTOP")).toBe(4);
+      expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
       writeFileSync(c.gate, "");
       await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === "ddp"), { ...patiently, interval: 200 }).toBe(true);
-      pauseTraining(hosts, DDP, "SIGCONT");
+      pauseTraining(env.hosts, DDP, "SIGCONT");
       // Once the destination's daemon has been asked to stage, kill it.
       const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.state !== "planned" && m.state !== "pausing");
       await expect.poll(staging, { ...patiently, interval: 20 }).toBeDefined();
@@ -61,7 +46,7 @@ describe.skipIf(!runs)("a live DDP migration rolled back between network namespa
       writeFileSync(`${hold}.go`, "");
       await expect.poll(() => existsSync(c.out), { ...patiently, interval: 500 }).toBe(true);
       const result = JSON.parse(readFileSync(c.out, "utf8")) as TrainResult;
-      expect(result).toEqual({ ...expected, generation: 0 });
+      expect(result).toEqual({ ...env.expected, generation: 0 });
       expect(await Promise.all(c.launchers.map((launcher) => launcher.exited))).toEqual([0, 0]);
     } finally {
       await c.teardown();
