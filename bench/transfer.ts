@@ -7,12 +7,11 @@
 // alternating, and the median is reported; every transfer is verified by CRC32C afterwards.
 //
 //   npm run bench:transfer -- --size 1GiB --rounds 3
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { createInterface, type Interface } from "node:readline";
+import { spawnSync } from "node:child_process";
 import { z } from "zod";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
+import { baselineRun, LOOPBACK, Peer, secondsSchema, type Namespaces } from "./socket-baseline.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
 import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/checkpoint/index.ts";
 
@@ -21,7 +20,6 @@ const MiB = 2 ** 20;
 const here = (file: string): string => new URL(file, import.meta.url).pathname;
 const RUN_TS = here("../bin/run-ts.js");
 const PEER = here("./transfer-peer.ts");
-const BASELINE = here("./baseline_socket.py");
 
 const help = `usage: npm run bench:transfer -- [options]
 
@@ -72,46 +70,6 @@ function options(argv: string[]) {
   };
 }
 type Options = ReturnType<typeof options>;
-
-/** A child speaking one JSON object per stdout line. */
-class Peer {
-  readonly #child: ChildProcess;
-  readonly #lines: AsyncIterator<string>;
-  readonly #stderr: string[] = [];
-
-  constructor(command: string[]) {
-    const [file, ...args] = command;
-    this.#child = spawn(file ?? "", args, { stdio: ["ignore", "pipe", "pipe"] });
-    this.#child.stderr?.on("data", (data: Buffer) => this.#stderr.push(data.toString()));
-    const lines: Interface = createInterface({ input: this.#child.stdout! });
-    this.#lines = lines[Symbol.asyncIterator]();
-  }
-
-  async next<T>(schema: z.ZodType<T>): Promise<T> {
-    const line = await this.#lines.next();
-    if (line.done) {
-      if (this.#child.exitCode === null) await once(this.#child, "exit");
-      throw new Error(`peer exited (${this.#child.exitCode}) without answering: ${this.#stderr.join("").trim()}`);
-    }
-    return schema.parse(JSON.parse(line.value));
-  }
-
-  kill(): void {
-    if (this.#child.exitCode === null) this.#child.kill("SIGKILL");
-  }
-}
-
-const secondsSchema = z.object({ seconds: z.number().positive() });
-
-interface Namespaces {
-  name: string;
-  /** Command prefix placing a process on the sending / receiving side. */
-  sender: string[];
-  receiver: string[];
-  receiverHost: string;
-}
-
-const LOOPBACK: Namespaces = { name: "loopback", sender: [], receiver: [], receiverHost: "127.0.0.1" };
 
 /** Creates two namespaces joined by a veth pair; returns undefined with the reason when it cannot. */
 function createVethPair(): { namespaces: Namespaces; remove(): void } | string {
@@ -173,23 +131,6 @@ async function engineRun(ns: Namespaces, source: StagingBuffer, destination: Sta
   }
 }
 
-async function baselineRun(ns: Namespaces, source: StagingBuffer, destination: StagingBuffer, opts: Options): Promise<number> {
-  const receiver = new Peer([...ns.receiver, "python3", BASELINE, "recv", destination.name, ns.receiverHost, String(opts.size)]);
-  try {
-    const { port } = await receiver.next(z.object({ port: z.number().int() }));
-    const sender = new Peer([...ns.sender, "python3", BASELINE, "send", source.name, ns.receiverHost, String(port), String(opts.size)]);
-    try {
-      const sent = await sender.next(secondsSchema);
-      await receiver.next(secondsSchema);
-      return sent.seconds;
-    } finally {
-      sender.kill();
-    }
-  } finally {
-    receiver.kill();
-  }
-}
-
 function median(values: number[]): number {
   const sorted = [...values].sort((x, y) => x - y);
   const mid = sorted.length >> 1;
@@ -217,7 +158,7 @@ async function measurePath(ns: Namespaces, source: StagingBuffer, destination: S
   const expected = source.crc32c(0, opts.size);
   // The single-stream engine run is the like-for-like comparison with the one-stream baseline.
   const methods: [Method, () => Promise<number>][] = [
-    ["plain socket", () => baselineRun(ns, source, destination, opts)],
+    ["plain socket", () => baselineRun(ns, source, destination, opts.size)],
     ["monkeytree tcp, 1 stream", () => engineRun(ns, source, destination, { ...opts, streams: 1 })],
     ["monkeytree tcp", () => engineRun(ns, source, destination, opts)],
   ];

@@ -68,10 +68,9 @@ ${TOPOLOGY_HELP}
                          \`monkeytree status\` lists lost workers
   --lost-job-grace S     end a job S seconds after every one of its workers is lost, freeing
                          its hosts for other jobs (default ${DEFAULT_LOST_JOB_GRACE_MS / 1000})
-  --stop-lead N          steps a job trains after its move starts, before its workers stop
-                         together (default ${DEFAULT_STOP_LEAD_STEPS}). The destination's replacement starts when
-                         the move does; raise this when a replacement takes longer to start
-                         (CUDA, NCCL, building the model) than a step plus the transfer
+  --stop-lead N          steps a job trains after its replacement is ready, before its workers
+                         stop together (default ${DEFAULT_STOP_LEAD_STEPS}). The job trains on while the destination's
+                         replacement starts (Python, torch, the script) and pauses only then
   --replan-backoff S     after a plan rolls back, and after a restart, plan again S seconds
                          later (default ${DEFAULT_REPLAN_BACKOFF_MS / 1000}): a cause that persists (a dead host) then
                          does not pause jobs over and over

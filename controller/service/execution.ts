@@ -246,9 +246,12 @@ export class PlanExecution implements SessionMoves {
       const decision = decideStep(moves);
       switch (decision.type) {
         case "start":
+          for (const id of decision.ids) this.fire(id, { type: "start" });
+          continue;
+        case "pause":
           for (const id of decision.ids) {
             const m = this.context.state.migrations.get(id);
-            if (m) this.fire(id, { type: "start", stopStep: this.stopStepFor(m.job) });
+            if (m) this.fire(id, { type: "pause", stopStep: this.stopStepFor(m.job) });
           }
           continue;
         case "commit":
@@ -299,8 +302,7 @@ export class PlanExecution implements SessionMoves {
 
   /** The barrier the job's workers stop at: past the furthest one they have reached by now. */
   private stopStepFor(jobId: string): number {
-    // The job trains on for the lead's steps after the move starts, while the destination's
-    // replacement starts: its start then costs no downtime.
+    // The job may train on for the lead's steps after its replacement is ready.
     return this.sessions.heldAt(jobId) ?? this.sessions.projectedStep(jobId) + 1 + this.options.stopLeadSteps;
   }
 

@@ -5,12 +5,16 @@ import { z } from "zod";
  * the next record, the actions the executor must carry out (after journaling the record), and
  * a transition line to log. No I/O and no clock of its own: time comes in with every event.
  *
- *   planned ─start─▶ pausing ─paused─▶ staging ─staging-ready─▶ transferring ─transferred─▶
- *   verifying ─verified─▶ staged ─commit─▶ committing ─replacement-registered─▶ resuming
- *   ─resumed─▶ done
+ *   planned ─start─▶ staging ─staging-ready─▶ starting ─replacement-ready─▶ ready ─pause─▶
+ *   pausing ─paused─▶ transferring ─transferred─▶ verifying ─verified─▶ staged ─commit─▶
+ *   committing ─replacement-registered─▶ resuming ─resumed─▶ done
  *
- * Staging is requested on `start`; when the destination's grant arrives while the job is
- * still pausing, `paused` leads straight to `transferring` and `staging` is skipped.
+ * The job trains on until its replacement is ready: the destination stages (`staging`) and
+ * starts the replacement (`starting`), whose processes import torch and the script and then
+ * wait at attach, and register. Only once every move of the plan step is `ready` do the
+ * step's jobs pause (`pause`), so the replacement's start costs no downtime. A replacement
+ * that is not ready within the `starting` timeout is not waited for any longer: the job
+ * pauses without it, and its registration is waited for after the commit.
  *
  * `staged` waits for the rest of the plan step: every source of a step stages its checkpoint
  * before any destination loads, so no move commits until all of its step are verified. Any
@@ -33,8 +37,10 @@ import { z } from "zod";
 
 export const MIGRATION_STATES = [
   "planned",
-  "pausing",
   "staging",
+  "starting",
+  "ready",
+  "pausing",
   "transferring",
   "verifying",
   "staged",
@@ -46,7 +52,7 @@ export const MIGRATION_STATES = [
 export type MigrationState = (typeof MIGRATION_STATES)[number];
 
 /** States from which a failure still rolls back. */
-const REVERSIBLE: ReadonlySet<MigrationState> = new Set(["planned", "pausing", "staging", "transferring", "verifying", "staged"]);
+const REVERSIBLE: ReadonlySet<MigrationState> = new Set(["planned", "staging", "starting", "ready", "pausing", "transferring", "verifying", "staged"]);
 export const isReversible = (state: MigrationState): boolean => REVERSIBLE.has(state);
 export const isFinished = (state: MigrationState): boolean => state === "done" || state === "rolled-back";
 /** Committed moves: their worker lives on the destination from now on. */
@@ -74,7 +80,7 @@ export const MigrationSchema = z
     history: z.array(z.strictObject({ state: z.enum(MIGRATION_STATES), at: z.number() }).readonly()).readonly(),
     /** Past this the move fails with a timeout; null when the state has no deadline. */
     deadline: z.number().nullable(),
-    /** The barrier step at which the job's workers stop together; set on `start`. */
+    /** The barrier step at which the job's workers stop together; set on `pause`. */
     stopStep: count.nullable(),
     endpoint: z.string().nullable(),
     token: z.string().nullable(),
@@ -85,7 +91,11 @@ export const MigrationSchema = z
 export type Migration = z.infer<typeof MigrationSchema>;
 
 export type MigrationEvent =
-  | { readonly type: "start"; readonly stopStep: number }
+  | { readonly type: "start" }
+  /** Its replacement registered before the commit: its processes wait at attach. */
+  | { readonly type: "replacement-ready" }
+  /** Every move of the plan step is ready: the job stops at barrier `stopStep`. */
+  | { readonly type: "pause"; readonly stopStep: number }
   /** The job's hosts agreed on a later stop step (one had passed the first). */
   | { readonly type: "raise"; readonly stopStep: number }
   | { readonly type: "paused" }
@@ -131,8 +141,10 @@ export interface Transition {
  * replacement never arrives.
  */
 export interface MigrationTimeouts {
-  readonly pausing: number;
   readonly staging: number;
+  /** How long the job trains on while its replacement starts; past it, the job pauses without waiting. */
+  readonly starting: number;
+  readonly pausing: number;
   readonly transferring: number;
   readonly verifying: number;
   readonly staged: number;
@@ -141,13 +153,15 @@ export interface MigrationTimeouts {
 }
 
 /**
- * Pausing waits at most a few iterations; transfers of tens of GB run seconds (paper §7:
+ * A replacement starts in seconds (Python, torch, the script), slower on a loaded host, and the
+ * job trains meanwhile. Pausing waits at most a few iterations; transfers of tens of GB run seconds (paper §7:
  * a 12 GB shard in about 3 s), so a minute each leaves room for slow links without letting
  * a lost peer hold a job for long.
  */
 export const DEFAULT_TIMEOUTS: MigrationTimeouts = {
-  pausing: 120_000,
   staging: 30_000,
+  starting: 120_000,
+  pausing: 120_000,
   transferring: 120_000,
   verifying: 30_000,
   staged: 120_000,
@@ -173,6 +187,9 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
   if (event.type === "fail") return fail(m, event.reason, enter, ignore);
   if (event.type === "tick") {
     if (m.deadline === null || now < m.deadline) return { migration: m, actions: [], log: null };
+    // A replacement slow to start is not waited for: the move goes on, and after its commit
+    // waits for the registration, as long as the job would have waited for it in any case.
+    if (m.state === "starting") return enter("ready", {}, [], ` (the replacement was not ready after ${now - m.since} ms; the job pauses without waiting for it)`);
     return fail(m, `timed out in ${m.state} after ${now - m.since} ms`, enter, ignore);
   }
 
@@ -180,37 +197,30 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
   switch (event.type) {
     case "start":
       if (!expect("planned")) return ignore("already started");
-      // Staging is asked for while the job runs on to its stop step: the destination's
-      // replacement starts then, and has that long to get ready.
-      return enter(
-        "pausing",
-        { stopStep: event.stopStep },
-        [
-          { type: "hold-job", job: m.job, stop: stopIdOf(m), step: event.stopStep },
-          { type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes },
-        ],
-        ` at barrier ${event.stopStep}`,
-      );
-    case "raise":
-      if (!expect("pausing")) return ignore("not pausing");
-      if (m.stopStep !== null && event.stopStep <= m.stopStep) return { migration: m, actions: [], log: null };
-      return { migration: { ...m, stopStep: event.stopStep }, actions: [], log: `migration ${m.id}: the job stops at barrier ${event.stopStep}, where its hosts agreed` };
-    case "paused":
-      if (!expect("pausing")) return ignore("not pausing");
-      if (m.endpoint !== null && m.token !== null) return enter("transferring", {}, [migrateOut(m, m.endpoint, m.token)]);
-      return enter("staging", {}, []);
+      // The destination stages and starts the replacement while the job trains on.
+      return enter("staging", {}, [{ type: "prepare-staging", migration: m.id, host: m.to, bytes: m.bytes }]);
     case "staging-ready":
       if (expect("rolled-back")) {
         // The grant was asked for at the start and came after the rollback, which released
         // nothing it did not know of: released now, or the range stays reserved on the host.
         return { migration: m, actions: [{ type: "release-staging", host: m.to, token: event.token }], log: `migration ${m.id}: staging on host ${m.to} was granted after the rollback; releasing it` };
       }
-      if (expect("pausing")) {
-        if (m.token !== null) return ignore("already staged");
-        return { migration: { ...m, endpoint: event.endpoint, token: event.token }, actions: [], log: `migration ${m.id}: staging ready on host ${m.to} while the job pauses` };
-      }
       if (!expect("staging")) return ignore("not waiting for staging");
-      return enter("transferring", { endpoint: event.endpoint, token: event.token }, [migrateOut(m, event.endpoint, event.token)]);
+      // A `starting` timeout of 0 waits for no replacement.
+      return enter(timeouts.starting === 0 ? "ready" : "starting", { endpoint: event.endpoint, token: event.token }, []);
+    case "replacement-ready":
+      if (!expect("starting")) return ignore("not starting");
+      return enter("ready", {}, []);
+    case "pause":
+      if (!expect("ready")) return ignore("not ready");
+      return enter("pausing", { stopStep: event.stopStep }, [{ type: "hold-job", job: m.job, stop: stopIdOf(m), step: event.stopStep }], ` at barrier ${event.stopStep}`);
+    case "raise":
+      if (!expect("pausing")) return ignore("not pausing");
+      if (m.stopStep !== null && event.stopStep <= m.stopStep) return { migration: m, actions: [], log: null };
+      return { migration: { ...m, stopStep: event.stopStep }, actions: [], log: `migration ${m.id}: the job stops at barrier ${event.stopStep}, where its hosts agreed` };
+    case "paused":
+      if (!expect("pausing")) return ignore("not pausing");
+      return enter("transferring", {}, [migrateOut(m, m.endpoint ?? "", m.token ?? "")]);
     case "transferred":
       if (!expect("transferring")) return ignore("not transferring");
       if (event.bytes !== m.bytes) return fail(m, `received ${event.bytes} bytes, expected ${m.bytes}`, enter, ignore);
@@ -264,14 +274,16 @@ function fail(
   }
   const actions: MigrationAction[] = [];
   if (m.token !== null) actions.push({ type: "release-staging", host: m.to, token: m.token });
-  if (m.state !== "planned") actions.push({ type: "resume-job", job: m.job });
+  // Only a job that was told to pause has workers to release.
+  if (m.stopStep !== null) actions.push({ type: "resume-job", job: m.job });
   return enter("rolled-back", { reason }, actions, `: ${reason}`);
 }
 
 function hasDeadline(state: MigrationState): state is keyof MigrationTimeouts {
   switch (state) {
-    case "pausing":
     case "staging":
+    case "starting":
+    case "pausing":
     case "transferring":
     case "verifying":
     case "staged":
@@ -279,6 +291,7 @@ function hasDeadline(state: MigrationState): state is keyof MigrationTimeouts {
     case "resuming":
       return true;
     case "planned":
+    case "ready":
     case "done":
     case "rolled-back":
       return false;

@@ -205,8 +205,9 @@ export class WorkerSessions {
   }
 
   /**
-   * A replacement launcher registers on the destination of a move. Started at prepare, it may
-   * call before the move commits: it is held until then (`early`), and refused on a rollback.
+   * A replacement launcher registers on the destination of a move. Started at prepare, it
+   * registers once its processes are ready, before the move commits: that lets the job pause,
+   * and the registration is held until the commit (`early`), or refused on a rollback.
    */
   private registerReplacement(target: ReplyTarget, req: Register, token: string): void {
     const m = this.moves().activeMoves().find((x) => x.token === token);
@@ -214,8 +215,12 @@ export class WorkerSessions {
       throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`);
     }
     if (!isCommitted(m.state)) {
-      if (!this.early.has(token)) this.context.log.info(() => `migration ${m.id}: the replacement on host ${m.to} is up before the commit; its registration waits for it`);
+      // The launcher asks again until answered; only its first call is news.
+      const first = !this.early.has(token);
       this.early.set(token, { target, req });
+      if (!first) return;
+      this.context.log.info(() => `migration ${m.id}: the replacement on host ${m.to} is ready before the commit; its registration waits for it`);
+      this.moves().fire(m.id, { type: "replacement-ready" });
       return;
     }
     const session = this.session(m.job, m.to);

@@ -10,6 +10,7 @@ import { isFinished, isReversible, type Migration } from "./migration.ts";
  */
 export type StepDecision =
   | { readonly type: "start"; readonly ids: readonly string[] }
+  | { readonly type: "pause"; readonly ids: readonly string[] }
   | { readonly type: "commit"; readonly ids: readonly string[] }
   | { readonly type: "abort"; readonly ids: readonly string[]; readonly reason: string }
   | { readonly type: "wait" }
@@ -31,6 +32,7 @@ export function decideStep(moves: readonly Migration[]): StepDecision {
   const step = moves.filter((m) => m.planStep === current);
   const waiting = step.filter((m) => m.state === "planned");
   if (waiting.length) return { type: "start", ids: waiting.map((m) => m.id) };
+  if (step.every((m) => m.state === "ready")) return { type: "pause", ids: step.map((m) => m.id) };
   if (step.every((m) => m.state === "staged")) return { type: "commit", ids: step.map((m) => m.id) };
   return { type: "wait" };
 }

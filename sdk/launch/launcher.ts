@@ -77,6 +77,10 @@ export class Launcher {
   private reformedAt: number | null = null;
   /** While this host is a move's source: when its processes were told to save, and the bytes they wrote. */
   private saving: { asked: number; written: number } | null = null;
+  /** The local ranks that reached attach; `attached` settles once all have. */
+  private readonly attaching = new Set<number>();
+  private allAttached: () => void = () => {};
+  private readonly attached = new Promise<void>((resolve) => (this.allAttached = resolve));
 
   constructor(private readonly options: LauncherOptions) {}
 
@@ -133,15 +137,24 @@ export class Launcher {
           },
         },
       });
-      this.registration = Promise.race([this.agent.register(), refused]);
+      // A replacement registers once every local process waits at attach: its registration
+      // tells the controller it is ready, and the job pauses for the move only then.
+      const agent = this.agent;
+      const ready = options.replacement ? this.attached : Promise.resolve();
+      // The assignment is taken as it arrives: the processes' attach replies, chained on the
+      // registration too, read it.
+      this.registration = Promise.race([ready.then(() => agent.register()), refused]).then((assignment) => (this.assignment = assignment));
       // Observed here so a refusal during torchrun's start is not an unhandled rejection.
       this.registration.catch(() => undefined);
       // torchrun starts while the registration waits (for the job's other workers, or for a
-      // replacement's move to commit): Python and the model load meanwhile, and the processes'
+      // replacement's move to commit): Python and the script load meanwhile, and the processes'
       // attach is answered once the assignment is here.
       const { exited } = await this.startTorchrun(channel.path);
+      let assignment: Assignment;
       try {
-        this.assignment = await this.registration!;
+        const died = exited.then((code) => Promise.reject(new LaunchError(`torchrun exited with ${code} before the job took this host's worker`)));
+        died.catch(() => undefined);
+        assignment = await Promise.race([this.registration, died]);
         this.groupOf(0);
         // Allocated (and its pages faulted in) once, before training: at a migration it is ready.
         this.outbox = StagingBuffer.create({ size: options.checkpointBytes, lock: false });
@@ -150,7 +163,7 @@ export class Launcher {
         await exited;
         throw error;
       }
-      this.enter("running", `node rank ${this.assignment.nodeRank} of ${this.assignment.nodes}, generation ${this.assignment.generation}`);
+      this.enter("running", `node rank ${assignment.nodeRank} of ${assignment.nodes}, generation ${assignment.generation}`);
       const code = await exited;
       if (code === 0 && !this.stopped) {
         await this.finish();
@@ -231,7 +244,9 @@ export class Launcher {
     if (request.localRank >= n) return Promise.resolve(error(`localRank ${request.localRank} is not below --nproc-per-node ${n}`));
     switch (request.type) {
       case "attach":
-        return this.registration!.then(() => this.attached(request.localRank));
+        this.attaching.add(request.localRank);
+        if (this.attaching.size === n) this.allAttached();
+        return this.registration!.then(() => this.attachReply(request.localRank));
       case "barrier":
         return this.agent!.arrive(request.localRank, request.step).then((answer) => this.reply(answer, request.localRank));
       case "saved":
@@ -242,7 +257,7 @@ export class Launcher {
   }
 
   /** The group values a local process forms its group with, and for a replacement where its checkpoint is. */
-  private attached(localRank: number): ChannelReply {
+  private attachReply(localRank: number): ChannelReply {
     const r = this.options.replacement;
     const resume = r && {
       buffer: r.MONKEYTREE_STAGING_BUFFER,

@@ -169,7 +169,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
       expect(fake.of("attach", local)).toEqual([{ v: 1, type: "attach", localRank: local, pid: exits[local]?.pid }]);
       // One request per barrier, one reply each: 4 continues, the reconfigure, 2 continues, the stop.
       expect(steps(fake.of("barrier", local))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-      expect(fake.of("phase", local)).toEqual([{ v: 1, type: "phase", localRank: local, name: "reform", seconds: expect.any(Number) }]);
+      expect(fake.of("phase", local)).toEqual(["form", "reform"].map((name) => ({ v: 1, type: "phase", localRank: local, name, seconds: expect.any(Number) })));
       expect(fake.of("saved", local)).toEqual([]);
     }
   });
@@ -197,7 +197,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(fake.violations).toEqual([]);
     for (const local of [0, 1]) {
       expect(steps(fake.of("barrier", local))).toEqual([1, 2, 3, 4, 5, 6]);
-      expect(fake.of("phase", local).map((p) => p.type === "phase" && p.name)).toEqual(["reform"]);
+      expect(fake.of("phase", local).map((p) => p.type === "phase" && p.name)).toEqual(["form", "reform"]);
     }
     expect(result(out)).toEqual({ ...plain2, generation: 1 });
   });
@@ -215,7 +215,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(exit.code, exit.stderr).toBe(0);
     expect(fake.violations).toEqual([]);
     expect(steps(fake.of("barrier"))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect(fake.requests.filter((r) => r.type !== "barrier").map((r) => r.type)).toEqual(["attach"]);
+    expect(fake.requests.filter((r) => r.type !== "barrier").map((r) => r.type)).toEqual(["attach", "phase"]);
     uninterrupted = result(out);
     expect(uninterrupted.step).toBe(8);
   });
@@ -245,6 +245,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(existsSync(out)).toBe(false); // stopped after step 3
     expect(fake.requests.map((r) => (r.type === "barrier" ? `barrier ${r.step}` : r.type === "phase" ? `phase ${r.name}` : r.type))).toEqual([
       "attach",
+      "phase form",
       "barrier 1",
       "barrier 2",
       "barrier 3",
@@ -272,7 +273,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(exit.code, exit.stderr).toBe(0);
     expect(fake.violations).toEqual([]);
     expect(steps(fake.of("barrier"))).toEqual([4, 5, 6, 7, 8]);
-    expect(fake.of("phase").map((p) => p.type === "phase" && p.name)).toEqual(["load"]);
+    expect(fake.of("phase").map((p) => p.type === "phase" && p.name)).toEqual(["form", "load"]);
     expect(result(out)).toEqual(uninterrupted);
   });
 
@@ -293,6 +294,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
       expect(exit.stdout.trim().split("\n").map((line) => (JSON.parse(line) as { generation: number }).generation)).toEqual([0, 1]);
       expect(fake.requests.map((r) => (r.type === "barrier" ? `barrier ${r.step}` : r.type === "phase" ? `phase ${r.name}` : r.type))).toEqual([
         "attach",
+        "phase form",
         "barrier 1",
         "barrier 2",
         "phase checkpoint-write",

@@ -77,7 +77,8 @@ function startDaemon(h: Harness, host: number, replacements: Record<string, stri
  * which the emulated guest of test:rdma stretches to tens of seconds): the test's own timeout
  * is the bound.
  */
-async function forceMigration(client: ControllerClient, replacement?: string) {
+/** Two jobs that cross both racks, and the move of one of them that the controller plans. */
+async function planMove(client: ControllerClient, replacement?: string) {
   const start = async (job: string, hosts: number[]) => {
     const options = { checkpointBytes: CHECKPOINT, ...(replacement === undefined ? {} : { replacement }) };
     const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, options));
@@ -97,13 +98,26 @@ async function forceMigration(client: ControllerClient, replacement?: string) {
     return (steps.size === 1 && !steps.has(undefined)) || (await client.status()).migrations[0]?.state === "rolled-back";
   };
   await expect.poll(settled, patiently).toBe(true);
-  const stopStep = moving[0]!.stop?.step ?? (await client.status()).migrations[0]?.stopStep;
+  // A move refused at prepare rolls back before the job was told to pause: it has no stop step.
+  const stopStep = moving[0]!.stop?.step ?? (await client.status()).migrations[0]?.stopStep ?? null;
   return {
     move,
-    step: stopStep ?? expect.fail(`move ${move.id} has no stop step: ${JSON.stringify(move)}`),
+    step: stopStep,
     source: moving.find((w) => w.worker.host === move.from)!,
     stayer: moving.find((w) => w.worker.host !== move.from)!,
   };
+}
+
+/** `planMove`, for a move that pauses its job: its stop step. */
+async function forceMigration(client: ControllerClient, replacement?: string) {
+  const planned = await planMove(client, replacement);
+  return { ...planned, step: planned.step ?? expect.fail(`move ${planned.move.id} has no stop step: ${JSON.stringify(planned.move)}`) };
+}
+
+/** A move refused at prepare never paused its job: it had no stop step, and the job trains on. */
+async function expectNeverPaused(step: number | null, ...workers: WorkerClient[]) {
+  expect(step).toBeNull();
+  expect(await Promise.all(workers.map((w) => w.barrier(1)))).toEqual(workers.map(() => ({ kind: "continue" })));
 }
 
 /**
@@ -230,8 +244,8 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
   it("rolls back a job naming a replacement the destination's daemon lacks, naming the flag that configures it", async () => {
     const { harness, client } = await controllerWithDaemons();
     await startDaemons(harness, { probe: "true" });
-    const { move, step, source, stayer } = await forceMigration(client, "ghost");
-    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    const { move, step, source, stayer } = await planMove(client, "ghost");
+    await expectNeverPaused(step, source, stayer);
     expect((await client.status()).migrations[0]).toMatchObject({
       state: "rolled-back",
       reason: `host ${move.to} could not stage: the daemon on host ${move.to} refused: the daemon on host ${move.to} has no replacement "ghost" (job ${move.job} names it); start the daemon with --replacement ghost=COMMAND`,
@@ -244,16 +258,16 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const started = join(dir, "started");
     await startDaemons(harness, { probe: `touch ${started}` }, null);
-    const { move, step, source, stayer } = await forceMigration(client, "probe");
-    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    const { move, step, source, stayer } = await planMove(client, "probe");
+    await expectNeverPaused(step, source, stayer);
     expect((await client.status()).migrations[0]?.reason).toContain(`the daemon on host ${move.to} runs as root and starts no replacement as root; start it with --run-as USER`);
     expect(existsSync(started)).toBe(false);
   }, SAFETY_NET_MS);
 
   it("rolls back when the destination has no daemon, naming the host", async () => {
     const { client } = await controllerWithDaemons();
-    const { move, step, source, stayer } = await forceMigration(client);
-    expect(await Promise.all([source.barrier(step), stayer.barrier(step)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    const { move, step, source, stayer } = await planMove(client);
+    await expectNeverPaused(step, source, stayer);
     expect((await client.status()).migrations[0]).toMatchObject({
       state: "rolled-back",
       reason: expect.stringContaining(`no daemon is registered for host ${move.to}`),

@@ -5,6 +5,7 @@ import { afterEach, expect } from "vitest";
 import { ControllerClient } from "../../sdk/client.ts";
 import { createLogger } from "../../sdk/log.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { DEFAULT_TIMEOUTS } from "../../controller/service/migration.ts";
 import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
 import type { Topology } from "../../controller/model/snapshot.ts";
 import { RecordingHosts } from "./doubles.ts";
@@ -57,6 +58,9 @@ export async function startController(
     launcher: hosts,
     logger: createLogger("controller", (line) => logs.push(line), "debug"),
     tickMs: 20,
+    // These tests' replacements register after the commit, as a slow one would: the job pauses
+    // as soon as staging is granted. Tests of the wait for a ready replacement set their own.
+    timeouts: { ...DEFAULT_TIMEOUTS, starting: 0 },
     ...options.overrides,
   });
   const harness: Harness = {

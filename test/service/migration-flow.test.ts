@@ -6,6 +6,7 @@ import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import type { Directive } from "../../sdk/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
+import { DEFAULT_TIMEOUTS } from "../../controller/service/migration.ts";
 import { PlanThread, type PlanRunner } from "../../controller/service/plan-thread.ts";
 import { Doubling, Gated, Heedless, RecordingScheduler, Watched } from "./doubles.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
@@ -138,25 +139,37 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     expect(await client.report({ worker: source.worker, generation: 0, step: stopStep, stepMs: null, hold: null })).toMatchObject({ kind: "stop" });
   });
 
-  it("holds a replacement that registers before its move commits, and admits it at the commit", async () => {
-    harness = await startController();
+  it("pauses the job only once its replacement is ready, holds that registration, and admits it at the commit", async () => {
+    harness = await startController({ overrides: { timeouts: { ...DEFAULT_TIMEOUTS, starting: 60_000 } } });
     const client = connect(harness);
-    const { move, step, source, stayer } = await plannedMove(client);
-    const stayerBarrier = stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
-    // Started at prepare, the replacement calls in while the checkpoint is still on its way.
+    const a = await startJob(client, "a", [0, 4]);
+    const b = await startJob(client, "b", [1, 5]);
+    const move = (await plannedMoves(client))[0]!;
+    const moving = move.job === "a" ? a : b;
+    // Staged, the move waits for its replacement to start; the job trains on, told of no stop.
+    await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("starting");
+    for (const w of moving) expect(await w.barrier(1)).toEqual({ kind: "continue" });
+    expect(moving.map((w) => w.stop)).toEqual([null, null]);
+    // The replacement registers once its processes wait at attach: that is when the job pauses.
     let admitted = false;
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
-    const registered = replacement.register(5_000).then((assignment) => ((admitted = true), assignment));
-    // The controller has the registration and holds it: no answer until the commit.
-    await expect.poll(() => harness!.logs.join("\n"), { timeout: 10_000 }).toContain(`migration ${move.id}: the replacement on host ${move.to} is up before the commit`);
+    const registered = replacement.register(60_000).then((assignment) => ((admitted = true), assignment));
+    const step = await stopKnown(moving, client);
+    expect(step).toBeGreaterThan(1);
+    expect(harness.logs.join("\n")).toContain(`migration ${move.id}: the replacement on host ${move.to} is ready before the commit`);
+    const source = moving.find((w) => w.worker.host === move.from)!;
+    const stayer = moving.find((w) => w.worker.host !== move.from)!;
+    const stayerBarrier = stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    // The controller holds the registration: no answer until the commit.
     expect(admitted).toBe(false);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
     expect(await registered).toMatchObject({ generation: 1, resumeStep: step });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
-    expect((await client.status()).migrations[0]?.state).toBe("done");
+    const done = (await client.status()).migrations[0]!;
+    expect(done.history.map((h) => h.state)).toEqual(["planned", "staging", "starting", "ready", "pausing", "transferring", "verifying", "staged", "committing", "resuming", "done"]);
   });
 
   it("refuses a replacement that registered early once its move rolls back", async () => {

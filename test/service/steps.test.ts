@@ -13,6 +13,11 @@ describe("step orchestration", () => {
     expect(decideStep([move("0", 0, "planned"), move("1", 0, "planned"), move("2", 1, "planned")])).toEqual({ type: "start", ids: ["0", "1"] });
   });
 
+  it("pauses the step's jobs together once every move's replacement is ready, not before", () => {
+    expect(decideStep([move("0", 0, "ready"), move("1", 0, "starting"), move("2", 1, "planned")])).toEqual({ type: "wait" });
+    expect(decideStep([move("0", 0, "ready"), move("1", 0, "ready"), move("2", 1, "planned")])).toEqual({ type: "pause", ids: ["0", "1"] });
+  });
+
   it("waits until every source of the step has staged before any destination loads", () => {
     expect(decideStep([move("0", 0, "staged"), move("1", 0, "transferring"), move("2", 1, "planned")])).toEqual({ type: "wait" });
     expect(decideStep([move("0", 0, "staged"), move("1", 0, "staged"), move("2", 1, "planned")])).toEqual({ type: "commit", ids: ["0", "1"] });

@@ -124,7 +124,7 @@ describe("the controller's event log", { timeout: SAFETY_NET_MS }, () => {
     expect(events[2]).toMatchObject({ event: "fragmentation", racks: [2, 2], lambda: 1, over: [0, 1] });
     expect(events[3]).toMatchObject({ event: "plan", plan: "p0", status: "optimal", moves: 1, steps: 1 });
     const moves = events.filter((e): e is Extract<ControllerEvent, { event: "move" }> => e.event === "move");
-    expect(moves.map((e) => `${e.from}→${e.to}`)).toEqual(["planned→pausing", "pausing→transferring", "transferring→verifying", "verifying→rolled-back"]);
+    expect(moves.map((e) => `${e.from}→${e.to}`)).toEqual(["planned→staging", "staging→ready", "ready→pausing", "pausing→transferring", "transferring→verifying", "verifying→rolled-back"]);
     expect(moves[0]).toMatchObject({ migration: move.id, job: move.job, source: move.from, destination: move.to });
     expect(events.at(-1)).toMatchObject({ event: "rollback", migration: move.id, reason: expect.stringContaining("checksum mismatch: crc32c 0x1 != 0x2") });
 
