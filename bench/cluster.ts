@@ -131,7 +131,7 @@ export async function startLoopbackCluster(job: ExampleJob, options: LoopbackOpt
     const tail = launchTail(job, training);
     const hostCount = job.topology.racks * job.topology.hostsPerRack;
     // Room for the job's checkpoint or the other job's, whichever a host receives.
-    const staging = 2 * Math.max(training.checkpointBytes, OTHER_STATE_BYTES) + 2 ** 20;
+    const staging = Math.max(training.checkpointBytes, OTHER_STATE_BYTES) + 2 ** 20;
     const daemons = Array.from({ length: hostCount }, (_, host) =>
       group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(staging), ...replacementFlags(job, env, tail, options.tenant)]),
     );

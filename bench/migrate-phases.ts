@@ -56,15 +56,16 @@ export interface MoveLogs {
 
 /** The phases, in the order they happen; seconds each. Medians of these need not add up to the downtime's. */
 export const PHASES = [
-  ["barrierWait", "barrier wait (pausing: the job trains on, the replacement starts)"],
-  ["stagingWait", "waiting for staging after the barrier (skipped when granted earlier)"],
+  ["replacementReady", "replacement start: staged → its processes wait at attach (the job trains on)"],
+  ["barrierWait", "pausing: ready → every worker at the stop barrier (the job trains on)"],
   ["checkpointWrite", "checkpoint write (DCP into shared memory; slowest local rank)"],
   ["transfer", "transfer (engine)"],
-  ["transferring", "transferring, in all"],
+  ["transferring", "transferring, in all (migrate-out → verified)"],
   ["verify", "verify + the plan step's other moves (verifying, staged)"],
-  ["replacementStart", "replacement launcher start and registration (committing)"],
+  ["commit", "commit → replacement admitted (committing)"],
+  ["form", "group formation on the replacement (slowest rank)"],
   ["load", "load on the replacement (slowest local rank)"],
-  ["reform", "process-group re-formation (stayers wait for the replacement; slowest rank)"],
+  ["reform", "group re-formation on the stayers (slowest rank)"],
   ["firstStep", "reconfigure → first step done with the replacement (slowest stayer)"],
   ["step", "a training step after the move (median of three)"],
 ] as const;
@@ -131,8 +132,8 @@ function stepTime(reached: ReadonlyMap<number, number>, from: number): number {
 /** Downtime and its phases for a move that is done and whose logs are `complete`. */
 export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
   const at = (state: string) => move.history.find((h) => h.state === state)?.at ?? NaN;
-  // The state after pausing (staging or transferring) starts once every worker is at the barrier.
-  const stopped = move.history[move.history.findIndex((h) => h.state === "pausing") + 1]?.at ?? NaN;
+  // Transferring starts once every worker is at the barrier.
+  const stopped = at("transferring");
   const resumes = logs.stayers.map((stayer) => resumed(stayer));
   const first = resumes[0]?.step ?? NaN;
   // The job steps at its slowest stayer's pace.
@@ -140,13 +141,14 @@ export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
   const [, bytes, seconds] = all(logs.source, /sent (\d+) bytes in ([\d.]+) s/)[0]?.match ?? [];
   const [, written] = all(logs.source, /every local process saved, (\d+) bytes in all/)[0]?.match ?? [];
   const phases: Record<Phase, number> = {
+    replacementReady: (at("ready") - at("staging")) / 1000,
     barrierWait: (stopped - at("pausing")) / 1000,
-    stagingWait: Number.isNaN(at("staging")) ? 0 : (at("transferring") - at("staging")) / 1000,
     checkpointWrite: slowest(logs.source, "checkpoint-write"),
     transfer: Number(seconds ?? NaN),
     transferring: (at("verifying") - at("transferring")) / 1000,
     verify: (at("committing") - at("verifying")) / 1000,
-    replacementStart: (at("resuming") - at("committing")) / 1000,
+    commit: (at("resuming") - at("committing")) / 1000,
+    form: slowest(logs.destination, "form"),
     load: slowest(logs.destination, "load"),
     reform: Math.max(...logs.stayers.map((stayer) => slowest(stayer, "reform"))),
     firstStep: Math.max(...resumes.map((r) => r?.seconds ?? NaN)),

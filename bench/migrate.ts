@@ -1,27 +1,28 @@
-// Migration downtime of each example job (bench/example-jobs.ts: DDP, FSDP2, TP, PP; gloo on CPU),
-// split into phases, with the bytes moved. Everything runs on this machine over loopback: for
-// every run a fresh cluster (bench/cluster.ts) — a controller, a daemon per host, the example
-// under `monkeytree launch` on its hosts — where a second job arrives and makes the controller
-// swap one of the example's hosts to the other rack. Each job type runs --runs times; the
-// report gives the median of every row and the range of the downtime.
+// Migration downtime of each example job (bench/example-jobs.ts: DDP, FSDP2, TP, PP; gloo on CPU)
+// at each checkpoint size per host, split into phases, beside the bytes' own floor. Everything
+// runs on this machine over loopback: for every run a fresh cluster (bench/cluster.ts) — a
+// controller, a daemon per host, the example under `monkeytree launch` on its hosts — where a
+// second job arrives and makes the controller swap one of the example's hosts to the other rack.
 //
-//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--runs 3] [--width 256] [--layers 4] [--keep] [--json]
+//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--sizes 100MiB,1GiB] [--runs 5] [--layers 4] [--keep] [--json]
 //
-// The transfer engine's raw rate is measured in the same run, once the job's clusters are gone:
-// the same number of bytes, staging buffer to staging buffer over loopback.
+// The floor is measured in the same run, once a row's clusters are gone: the time to copy the
+// host's checkpoint bytes (memcpy) and to send them over a plain socket on the same path
+// (bench/socket-baseline.ts), whichever is slower. Overhead = downtime − floor.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { replacementUser } from "../cli/demo/processes.ts";
+import { byteSize, intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { killByEnvironment, replacementUser } from "../cli/demo/processes.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
-import { Listener, send, StagingBuffer } from "../native/index.ts";
+import { StagingBuffer } from "../native/index.ts";
 import { startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
 import { EXAMPLE_JOBS, type ExampleJob } from "./example-jobs.ts";
 import { complete, LogRecorder, measure, median, PHASES, type MoveLogs, type MoveMeasurement, type Phase } from "./migrate-phases.ts";
 import { benchMain } from "./entry.ts";
+import { baselineRun, LOOPBACK } from "./socket-baseline.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 /** The interpreter the tests use: $MONKEYTREE_PYTHON, else the checkout's .venv (`npm run setup:python`). */
@@ -35,19 +36,24 @@ const WAIT_MS = 300_000;
 const MiB = 2 ** 20;
 const PAGE = 4096;
 
+const DEFAULT_JOBS = ["ddp", "fsdp", "tp", "pp"];
+
 const help = `usage: npm run bench:migrate -- [options]
 
-Downtime of one live move of each example job (DDP, FSDP2, TP, PP under monkeytree launch,
-gloo on CPU, over loopback), by phase, with the bytes moved, beside the transfer engine's raw
-rate for the same bytes. Every run starts a fresh cluster.
+Downtime of one live move of each example job (under monkeytree launch, gloo on CPU, over
+loopback) at each checkpoint size per host, by phase, beside the bytes' floor measured in the
+same run: the slower of copying the host's checkpoint bytes (memcpy) and sending them over a
+plain socket on loopback. Overhead = downtime − floor. Every run starts a fresh cluster.
 
 options:
-  --jobs LIST   example jobs to run, comma-separated (default ${EXAMPLE_JOBS.map((job) => job.name).join(",")})
-  --runs N      runs per job; the report gives medians and the downtime's range (default 3)
-  --width N     model width, passed to the examples (default 256; even: two attention heads)
+  --jobs LIST   example jobs, comma-separated (default ${DEFAULT_JOBS.join(",")}; there are ${EXAMPLE_JOBS.map((job) => job.name).join(", ")})
+  --sizes LIST  checkpoint bytes per host, comma-separated, e.g. 100MiB,1GiB (the default): each
+                row's model width is the one whose checkpoint comes closest
+  --runs N      moves per job and size; the report gives medians and the downtime's range (default 5)
   --layers N    transformer blocks, passed to the examples (default 4; a multiple of the stages)
   --keep        keep each run's working directory (logs, journal)
-  --json        print one JSON object instead of tables
+  --json        print one JSON document instead of tables:
+                {"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}
   -h, --help    show this help
 
 Needs torch for $MONKEYTREE_PYTHON, else for .venv/bin/python (npm run setup:python). Run as
@@ -56,8 +62,8 @@ root, the daemons start replacements as nobody, who must be able to run that int
 interface Options {
   readonly help: boolean;
   readonly jobs: readonly ExampleJob[];
+  readonly sizes: readonly number[];
   readonly runs: number;
-  readonly width: number;
   readonly layers: number;
   readonly keep: boolean;
   readonly json: boolean;
@@ -65,20 +71,19 @@ interface Options {
 
 function parse(argv: string[]): Options {
   const flags = parseFlags(argv, {
-    help: { type: "boolean", short: "h" }, jobs: { type: "string" }, runs: { type: "string" }, width: { type: "string" },
+    help: { type: "boolean", short: "h" }, jobs: { type: "string" }, sizes: { type: "string" }, runs: { type: "string" },
     layers: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" },
   });
-  const jobs = (flags.jobs ?? EXAMPLE_JOBS.map((job) => job.name).join(",")).split(",").map((name) => {
+  const jobs = (flags.jobs ?? DEFAULT_JOBS.join(",")).split(",").map((name) => {
     const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
     if (!job) throw new UsageError(`--jobs: there is no example job "${name}" (there are ${EXAMPLE_JOBS.map((j) => j.name).join(", ")})`);
     return job;
   });
-  const width = intFlag("width", flags.width, 256, 8);
-  if (width % 2) throw new UsageError(`--width must be even (the model has two attention heads), got ${width}`);
+  const sizes = (flags.sizes ?? "100MiB,1GiB").split(",").map((size) => byteSize("sizes", size));
   const layers = intFlag("layers", flags.layers, 4, 1);
   const stages = Math.max(...jobs.map((job) => job.parallelism.pp));
   if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
-  return { help: flags.help ?? false, jobs, runs: intFlag("runs", flags.runs, 3, 1), width, layers, keep: flags.keep ?? false, json: flags.json ?? false };
+  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, keep: flags.keep ?? false, json: flags.json ?? false };
 }
 
 /**
@@ -94,6 +99,18 @@ function checkpointBytes(job: ExampleJob, width: number, layers: number): number
   const share = shares[job.name] ?? 1;
   const perProcess = 3 * 4 * (blocks * share + rest) * 1.02 + MiB;
   return job.nproc * Math.ceil(perProcess / PAGE) * PAGE;
+}
+
+/** The even width (two attention heads) whose checkpoint per host comes closest to `target` bytes. */
+function widthFor(job: ExampleJob, target: number, layers: number): number {
+  let [low, high] = [4, 8192]; // halves of even widths: the first whose checkpoint reaches the target lies in (low, high]
+  while (high - low > 1) {
+    const middle = (low + high) >> 1;
+    if (checkpointBytes(job, 2 * middle, layers) >= target) high = middle;
+    else low = middle;
+  }
+  const miss = (half: number) => Math.abs(checkpointBytes(job, 2 * half, layers) - target);
+  return 2 * (high > 4 && miss(high - 1) < miss(high) ? high - 1 : high);
 }
 
 /** The environment of every process a run starts; also set here, since the launchers inherit it. */
@@ -133,12 +150,21 @@ interface Setup {
 /** Runs started so far: each gets master ports of its own, since a previous run's sockets may linger. */
 let runsStarted = 0;
 
-/** One move of `job` on a fresh cluster in a directory of its own, kept with --keep or when the run fails (its logs explain why). */
-async function runOnce(job: ExampleJob, options: Options, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
-  const dir = mkdtempSync(join(tmpdir(), `monkeytree-bench-migrate-${job.name}-`));
+/** What one row runs: a job, with a model of this shape. */
+interface RowSpec {
+  readonly job: ExampleJob;
+  readonly width: number;
+  readonly layers: number;
+}
+
+const bytesOf = (row: RowSpec): number => checkpointBytes(row.job, row.width, row.layers);
+
+/** One move on a fresh cluster in a directory of its own, kept with --keep or when the run fails (its logs explain why). */
+async function runOnce(row: RowSpec, options: Options, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
+  const dir = mkdtempSync(join(tmpdir(), `monkeytree-bench-migrate-${row.job.name}-`));
   let keep = true;
   try {
-    const measured = await runIn(dir, job, options, setup, progress);
+    const measured = await runIn(dir, row, setup, progress);
     keep = options.keep;
     return measured;
   } finally {
@@ -147,18 +173,21 @@ async function runOnce(job: ExampleJob, options: Options, setup: Setup, progress
   }
 }
 
-async function runIn(dir: string, job: ExampleJob, options: Options, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
-  const bytes = checkpointBytes(job, options.width, options.layers);
-  const args = ["--steps", String(STEPS), "--width", String(options.width), "--layers", String(options.layers)];
-  const training = { python: PYTHON, args, checkpointBytes: bytes, masterPort: 29800 + 16 * (runsStarted++ % 64) };
+async function runIn(dir: string, row: RowSpec, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
+  const { job } = row;
+  const args = ["--steps", String(STEPS), "--width", String(row.width), "--layers", String(row.layers)];
+  const training = { python: PYTHON, args, checkpointBytes: bytesOf(row), masterPort: 29800 + 16 * (runsStarted++ % 64) };
   progress("starting the cluster");
-  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker: `${MARKER}=${setup.env[MARKER]}`, tenant: setup.tenant, timeoutMs: WAIT_MS });
+  const marker = `${MARKER}=${setup.env[MARKER]}`;
+  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker, tenant: setup.tenant, timeoutMs: WAIT_MS });
   const recorder = new LogRecorder([...cluster.launchers.values(), ...cluster.daemons].map((managed) => managed.log));
   try {
     return await move(job, cluster, recorder, progress);
   } finally {
     recorder.stop();
     await cluster.stop();
+    const left = killByEnvironment(marker, 0);
+    if (left.length) progress(`processes left behind after the cluster stopped: ${left.join(", ")}`);
   }
 }
 
@@ -186,65 +215,75 @@ async function move(job: ExampleJob, cluster: LoopbackCluster, recorder: LogReco
   return measure(done, logs());
 }
 
-/** The same engine, staging to staging over loopback, for `bytes`: seconds of the best of three. */
-async function rawTransfer(bytes: number): Promise<number> {
+/** The bytes' floor: seconds to copy `bytes` (memcpy) and to send them over a plain socket on loopback, best of three each. */
+async function floor(bytes: number): Promise<{ memcpyS: number; socketS: number; floorS: number }> {
   const source = StagingBuffer.create({ size: bytes, lock: false });
   const destination = StagingBuffer.create({ size: bytes, lock: false });
-  const listener = Listener.open({});
   try {
     source.bytes().fill(7);
-    let best = Infinity;
+    destination.bytes().fill(0);
+    let [memcpyS, socketS] = [Infinity, Infinity];
     for (let run = 0; run < 3; run++) {
-      const grant = listener.grant(destination, { length: bytes });
       const started = performance.now();
-      await send({ ticket: grant.ticket, buffer: source });
-      await grant.completion;
-      best = Math.min(best, (performance.now() - started) / 1000);
+      destination.bytes().set(source.bytes());
+      memcpyS = Math.min(memcpyS, (performance.now() - started) / 1000);
+      socketS = Math.min(socketS, await baselineRun(LOOPBACK, source, destination, bytes));
     }
-    return best;
+    return { memcpyS, socketS, floorS: Math.max(memcpyS, socketS) };
   } finally {
-    listener.close();
     source.free();
     destination.free();
   }
 }
 
-interface JobResult {
+/** One row of the report: a job at one checkpoint size, its runs' medians and its floor. */
+interface Row {
   readonly job: string;
-  readonly checkpointBytes: number;
+  readonly bytesPerHost: number;
+  readonly width: number;
   readonly runs: readonly MoveMeasurement[];
   readonly failures: readonly string[];
-  readonly median: { readonly downtime: number; readonly phases: Record<Phase, number>; readonly bytesSent: number; readonly bytesWritten: number };
-  readonly downtimeRange: readonly [number, number];
-  /** Bytes per second: the moves' transfers (median) and the engine's raw rate. */
-  readonly transfer: { readonly migration: number; readonly raw: number; readonly rawSeconds: number; readonly ratio: number };
+  readonly downtimeS: number;
+  readonly downtimeRangeS: readonly [number, number];
+  readonly memcpyS: number;
+  readonly socketS: number;
+  readonly floorS: number;
+  readonly overheadS: number;
+  readonly phases: Record<Phase, number>;
+  /** Medians of what the source wrote and sent. */
+  readonly bytesWritten: number;
+  readonly bytesSent: number;
 }
 
-function summarize(job: ExampleJob, bytes: number, runs: readonly MoveMeasurement[], failures: readonly string[], rawSeconds: number): JobResult {
+function summarize(spec: RowSpec, runs: readonly MoveMeasurement[], failures: readonly string[], bytesFloor: Awaited<ReturnType<typeof floor>>): Row {
   const of = (value: (run: MoveMeasurement) => number) => (runs.length ? median(runs.map(value)) : NaN);
   const downtimes = runs.map((run) => run.downtime);
-  const phases = Object.fromEntries(PHASES.map(([key]) => [key, of((run) => run.phases[key])])) as Record<Phase, number>;
-  const migration = of((run) => run.bytesSent / run.phases.transfer);
-  const raw = bytes / rawSeconds;
+  const downtimeS = of((run) => run.downtime);
   return {
-    job: job.name,
-    checkpointBytes: bytes,
+    job: spec.job.name,
+    bytesPerHost: bytesOf(spec),
+    width: spec.width,
     runs,
     failures,
-    median: { downtime: of((run) => run.downtime), phases, bytesSent: of((run) => run.bytesSent), bytesWritten: of((run) => run.bytesWritten) },
-    downtimeRange: [Math.min(...downtimes), Math.max(...downtimes)],
-    transfer: { migration, raw, rawSeconds, ratio: migration / raw },
+    downtimeS,
+    downtimeRangeS: [Math.min(...downtimes), Math.max(...downtimes)],
+    ...bytesFloor,
+    overheadS: downtimeS - bytesFloor.floorS,
+    phases: Object.fromEntries(PHASES.map(([key]) => [key, of((run) => run.phases[key])])) as Record<Phase, number>,
+    bytesWritten: of((run) => run.bytesWritten),
+    bytesSent: of((run) => run.bytesSent),
   };
 }
 
-/** Every run of `job`, then the engine's raw rate for its bytes; a failed run is reported and skipped. */
-async function benchJob(job: ExampleJob, options: Options, setup: Setup, say: Progress): Promise<JobResult> {
+/** Every run of one row, then its floor; a failed run is reported and skipped. */
+async function benchRow(spec: RowSpec, options: Options, setup: Setup, say: Progress): Promise<Row> {
+  const name = `${spec.job.name} ${mib(bytesOf(spec))}/host`;
   const runs: MoveMeasurement[] = [];
   const failures: string[] = [];
   for (let run = 1; run <= options.runs; run++) {
-    const progress = (line: string) => say(`${job.name} run ${run}/${options.runs}: ${line}`);
+    const progress = (line: string) => say(`${name} run ${run}/${options.runs}: ${line}`);
     try {
-      const measured = await runOnce(job, options, setup, progress);
+      const measured = await runOnce(spec, options, setup, progress);
       runs.push(measured);
       progress(`downtime ${measured.downtime.toFixed(3)} s`);
     } catch (error) {
@@ -252,29 +291,28 @@ async function benchJob(job: ExampleJob, options: Options, setup: Setup, say: Pr
       progress(`failed: ${(error as Error).message}`);
     }
   }
-  const bytes = checkpointBytes(job, options.width, options.layers);
-  say(`${job.name}: the engine's raw rate for ${(bytes / MiB).toFixed(1)} MiB`);
-  return summarize(job, bytes, runs, failures, await rawTransfer(bytes));
+  say(`${name}: the floor (memcpy, plain socket)`);
+  return summarize(spec, runs, failures, await floor(bytesOf(spec)));
 }
 
 const fixed = (value: number, digits = 3) => (Number.isFinite(value) ? value.toFixed(digits) : "-");
 const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixed(1)} MiB` : "-");
-const gbits = (rate: number) => (Number.isFinite(rate) ? `${((rate * 8) / 1e9).toFixed(2)} Gbit/s` : "-");
 
-function report(options: Options, results: readonly JobResult[]): void {
+function report(options: Options, rows: readonly Row[]): void {
   if (options.json) {
-    process.stdout.write(`${JSON.stringify({ python: PYTHON, width: options.width, layers: options.layers, runs: options.runs, jobs: results })}\n`);
+    process.stdout.write(`${JSON.stringify({ python: PYTHON, layers: options.layers, runs: options.runs, rows })}\n`);
     return;
   }
-  const summary = results.map((r) => [
-    r.job, `${r.runs.length}/${options.runs}`, fixed(r.median.downtime), `${fixed(r.downtimeRange[0])}–${fixed(r.downtimeRange[1])}`,
-    mib(r.median.bytesWritten), mib(r.median.bytesSent), gbits(r.transfer.migration), gbits(r.transfer.raw), fixed(r.transfer.ratio, 2),
+  const summary = rows.map((r) => [
+    r.job, mib(r.bytesPerHost), r.width, `${r.runs.length}/${options.runs}`, fixed(r.downtimeS), `${fixed(r.downtimeRangeS[0])}–${fixed(r.downtimeRangeS[1])}`,
+    fixed(r.memcpyS), fixed(r.socketS), fixed(r.floorS), fixed(r.overheadS),
   ]);
-  const header = ["job", "runs", "downtime s (median)", "min–max", "checkpoint written", "moved", "migration transfer", "engine raw (same bytes)", "ratio"];
-  process.stdout.write(`model: width ${options.width}, ${options.layers} layers\n\n${table(header, summary)}\n\n`);
-  const rows = [...PHASES.map(([key, label]) => [label, ...results.map((r) => fixed(r.median.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...results.map((r) => fixed(r.median.downtime))]];
-  process.stdout.write(`${table(["phase (seconds, median of the runs)", ...results.map((r) => r.job)], rows)}\n`);
-  for (const r of results.filter((result) => result.failures.length)) process.stdout.write(`\n${r.job}: ${r.failures.length} run(s) failed: ${r.failures.join("; ")}\n`);
+  const header = ["job", "checkpoint/host", "width", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
+  process.stdout.write(`${options.layers} layers; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
+  const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
+  const phases = [...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))]];
+  process.stdout.write(`${table(["phase (seconds, median of the runs)", ...columns], phases)}\n`);
+  for (const r of rows.filter((row) => row.failures.length)) process.stdout.write(`\n${r.job} ${mib(r.bytesPerHost)}: ${r.failures.length} run(s) failed: ${r.failures.join("; ")}\n`);
 }
 
 async function run(options: Options): Promise<number> {
@@ -293,13 +331,16 @@ async function run(options: Options): Promise<number> {
   const interrupted = () => void stopMarked(`${MARKER}=${env[MARKER]}`).then(() => process.exit(130));
   process.once("SIGINT", interrupted).once("SIGTERM", interrupted);
   const setup = { env, tenant: replacementUser() };
-  const results: JobResult[] = [];
+  const rows: Row[] = [];
   for (const job of options.jobs) {
-    say(`${job.name}: ${(checkpointBytes(job, options.width, options.layers) / MiB).toFixed(1)} MiB of checkpoint staging per host`);
-    results.push(await benchJob(job, options, setup, say));
+    for (const size of options.sizes) {
+      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers };
+      say(`${job.name}: width ${spec.width}, ${mib(bytesOf(spec))} of checkpoint staging per host (asked for ${mib(size)})`);
+      rows.push(await benchRow(spec, options, setup, say));
+    }
   }
-  report(options, results);
-  return results.some((r) => r.failures.length) ? 1 : 0;
+  report(options, rows);
+  return rows.some((r) => r.failures.length) ? 1 : 0;
 }
 
 await benchMain("migrate", help, parse, run);

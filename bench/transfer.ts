@@ -9,7 +9,7 @@
 //   npm run bench:transfer -- --size 1GiB --rounds 3
 import { spawnSync } from "node:child_process";
 import { z } from "zod";
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { byteSize, numberFlag, parseFlags, table } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import { baselineRun, LOOPBACK, Peer, secondsSchema, type Namespaces } from "./socket-baseline.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
@@ -38,12 +38,7 @@ options:
   --help            this text`;
 
 function byteFlag(name: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined) return fallback;
-  const match = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?$/i.exec(raw.trim());
-  const unit = { b: 1, kib: 1024, mib: MiB, gib: GiB }[(match?.[2] ?? "b").toLowerCase()];
-  const value = match && unit ? Math.round(Number(match[1]) * unit) : NaN;
-  if (!Number.isSafeInteger(value) || value <= 0) throw new UsageError(`--${name} takes a size such as 4GiB or 1048576, got "${raw}"`);
-  return value;
+  return raw === undefined ? fallback : byteSize(name, raw);
 }
 
 function options(argv: string[]) {

@@ -89,6 +89,17 @@ export function shmCapacity(): number | null {
   }
 }
 
+const SIZE_UNITS: Readonly<Record<string, number>> = { b: 1, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30 };
+
+/** A size such as 4GiB, 512MiB or 1048576 (bytes), given to `--name`. */
+export function byteSize(name: string, raw: string): number {
+  const match = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?$/i.exec(raw.trim());
+  const unit = SIZE_UNITS[(match?.[2] ?? "b").toLowerCase()];
+  const value = match && unit ? Math.round(Number(match[1]) * unit) : NaN;
+  if (!Number.isSafeInteger(value) || value <= 0) throw new UsageError(`--${name} takes a size such as 4GiB or 1048576, got "${raw}"`);
+  return value;
+}
+
 /**
  * A size of shared memory in bytes such as `--staging-bytes N`: a whole number from `min` to
  * what /dev/shm holds in all, since no buffer larger than that can ever be allocated.

@@ -26,7 +26,9 @@ def build(args: argparse.Namespace) -> Worker:
     # There are no unused parameters, but looking for them keeps DDP's gradient buckets as first laid
     # out; otherwise DDP lays them out anew after its first iteration, so the wrapper rebuilt after a
     # re-formed group would sum that iteration's gradients in another order (over two ranks, other bits).
-    model = DistributedDataParallel(module, find_unused_parameters=True)
+    # Every rank builds the same seeded model, and a replacement loads what the others hold: there
+    # is nothing to broadcast, which at a re-formation would hold the whole job for the model's bytes.
+    model = DistributedDataParallel(module, find_unused_parameters=True, init_sync=False)
     optimizer = adamw(module)
     replica = dist.get_rank()
     return Worker(module, optimizer, "a replica of the whole model",

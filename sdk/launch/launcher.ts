@@ -137,6 +137,9 @@ export class Launcher {
           },
         },
       });
+      // Allocated (and its pages faulted in) once, before training: at a migration it is ready.
+      // Before the registration too: a replacement's first step waits for none of it.
+      this.outbox = StagingBuffer.create({ size: options.checkpointBytes, lock: false });
       // A replacement registers once every local process waits at attach: its registration
       // tells the controller it is ready, and the job pauses for the move only then.
       const agent = this.agent;
@@ -156,8 +159,6 @@ export class Launcher {
         died.catch(() => undefined);
         assignment = await Promise.race([this.registration, died]);
         this.groupOf(0);
-        // Allocated (and its pages faulted in) once, before training: at a migration it is ready.
-        this.outbox = StagingBuffer.create({ size: options.checkpointBytes, lock: false });
       } catch (error) {
         this.terminate("SIGTERM");
         await exited;

@@ -201,11 +201,13 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Creates the per-parameter state a fresh optimizer lacks (Adam's moments and step) without
     changing any parameter, so ``optimizer.state_dict()`` has every tensor ``load`` fills in place.
 
-    It takes one step with a learning rate of 0 and zero gradients where a parameter has none,
-    then puts the learning rates and gradients back.
+    For Adam and AdamW it creates the state their first step would (zeros), without the step's
+    arithmetic, which costs a replacement or a re-formed group about 0.5 s per 44M parameters on a
+    CPU core. Any other optimizer takes one step with a learning rate of 0 and zero gradients
+    where a parameter has none, then gets its learning rates and gradients back.
     """
     missing = [p for group in optimizer.param_groups for p in group["params"] if p not in optimizer.state]
-    if not missing:
+    if not missing or _zero_adam_state(optimizer, missing):
         return
     rates = [group["lr"] for group in optimizer.param_groups]
     without_grad = [p for p in missing if p.grad is None]
@@ -221,3 +223,26 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
                 group["lr"] = rate
             for p in without_grad:
                 p.grad = None
+
+
+def _zero_adam_state(optimizer: torch.optim.Optimizer, missing: list[torch.Tensor]) -> bool:
+    """Gives ``missing`` the state torch's Adam and AdamW create at their first step; False for
+    other optimizers, or settings (fused, capturable, differentiable) whose state differs."""
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
+        return False
+    settings = ("fused", "capturable", "differentiable")
+    if any(group.get(setting) for group in optimizer.param_groups for setting in settings):
+        return False
+    amsgrad = {id(p): bool(group.get("amsgrad")) for group in optimizer.param_groups for p in group["params"]}
+    # As torch.optim.optimizer._get_scalar_dtype chooses it for the step count.
+    step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    for p in missing:
+        state: dict[str, torch.Tensor] = {
+            "step": torch.tensor(0.0, dtype=step_dtype),
+            "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+            "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+        }
+        if amsgrad[id(p)]:
+            state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        optimizer.state[p] = state
+    return True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -169,3 +170,21 @@ def test_init_optimizer_state_creates_moments_without_moving_parameters() -> Non
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert all(p.grad is None for p in model.parameters())
     assert optimizer.param_groups[0]["lr"] == 0.5
+
+
+@pytest.mark.parametrize("make", [
+    lambda params: torch.optim.Adam(params, lr=0.5),
+    lambda params: torch.optim.AdamW(params, lr=0.5, amsgrad=True),
+    lambda params: torch.optim.SGD(params, lr=0.5, momentum=0.9),
+])
+def test_init_optimizer_state_matches_what_a_first_step_creates(make: Callable[[Any], torch.optim.Optimizer]) -> None:
+    made, stepped = _model(), _model()
+    optimizer, reference = make(made.parameters()), make(stepped.parameters())
+    monkeytree.init_optimizer_state(optimizer)
+    for p in stepped.parameters():
+        p.grad = torch.zeros_like(p)
+    reference.step()
+    for mine, theirs in zip(optimizer.state_dict()["state"].values(), reference.state_dict()["state"].values()):
+        assert sorted(mine) == sorted(theirs)
+        for key, value in theirs.items():
+            assert (mine[key].dtype, mine[key].shape) == (value.dtype, value.shape), key
