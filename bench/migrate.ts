@@ -14,8 +14,10 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import type { z } from "zod";
 import { byteSize, intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { killByEnvironment, replacementUser } from "../cli/demo/processes.ts";
+import { MigrationBenchSchema } from "../cli/simulate/restart.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
 import { StagingBuffer } from "../native/index.ts";
 import { startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
@@ -300,7 +302,10 @@ const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixe
 
 function report(options: Options, rows: readonly Row[]): void {
   if (options.json) {
-    process.stdout.write(`${JSON.stringify({ python: PYTHON, layers: options.layers, runs: options.runs, rows })}\n`);
+    // The document `monkeytree simulate --restart-from` reads.
+    const document = { python: PYTHON, layers: options.layers, runs: options.runs, rows };
+    const read: z.input<typeof MigrationBenchSchema> = document;
+    process.stdout.write(`${JSON.stringify(read)}\n`);
     return;
   }
   const summary = rows.map((r) => [

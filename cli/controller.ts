@@ -7,6 +7,7 @@ import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { DEFAULT_TIMEOUTS } from "../controller/service/migration.ts";
 import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS } from "../controller/service/sessions.ts";
 import { DEFAULT_REPORT_INTERVAL_MS } from "../sdk/agent.ts";
 import { join } from "node:path";
@@ -39,7 +40,7 @@ const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (4 * DEFAULT_REPORT_INTERVAL_MS) / 1000;
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
                              [--keys DIR | --insecure] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
-                             [--lost-job-grace S] [--stop-lead N] [--replan-backoff S] [--metrics ADDR]
+                             [--lost-job-grace S] [--stop-lead N] [--replacement-wait S] [--replan-backoff S] [--metrics ADDR]
                              [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
 
 Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
@@ -71,6 +72,9 @@ ${TOPOLOGY_HELP}
   --stop-lead N          steps a job trains after its replacement is ready, before its workers
                          stop together (default ${DEFAULT_STOP_LEAD_STEPS}). The job trains on while the destination's
                          replacement starts (Python, torch, the script) and pauses only then
+  --replacement-wait S   longest a job trains on while its move's replacement starts (default
+                         ${DEFAULT_TIMEOUTS.starting / 1000}); past it the job pauses without waiting, and the move
+                         waits for the replacement after its commit. 0 pauses at once
   --replan-backoff S     after a plan rolls back, and after a restart, plan again S seconds
                          later (default ${DEFAULT_REPLAN_BACKOFF_MS / 1000}): a cause that persists (a dead host) then
                          does not pause jobs over and over
@@ -122,6 +126,7 @@ export const command: Command = {
       "worker-heartbeat-timeout": { type: "string" },
       "lost-job-grace": { type: "string" },
       "stop-lead": { type: "string" },
+      "replacement-wait": { type: "string" },
       "replan-backoff": { type: "string" },
       ...TOPOLOGY_FLAGS,
       scheduler: { type: "string" },
@@ -131,6 +136,7 @@ export const command: Command = {
     });
     const metricsAt = metricsFlag(flags.metrics);
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
+    const replacementWaitMs = secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0);
     const replanBackoffMs = secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0);
     const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
     const heartbeatTimeoutMs = secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
@@ -187,6 +193,7 @@ export const command: Command = {
         workerHeartbeatTimeoutMs,
         lostJobGraceMs,
         stopLeadSteps,
+        timeouts: { ...DEFAULT_TIMEOUTS, starting: replacementWaitMs },
         replanBackoffMs,
         logger,
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),

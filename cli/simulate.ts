@@ -35,6 +35,7 @@ import {
   type TraceGeneration,
 } from "../controller/sim/index.ts";
 import { barChart, lineChart, type Series } from "./simulate/plot.ts";
+import { restartFromBench } from "./simulate/restart.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 
@@ -52,7 +53,7 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
-                           [--lambda N] [--restart SEC] [--model NAME] [--json] [--csv DIR]
+                           [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
                            [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -100,6 +101,9 @@ options:
                      the front-end can place now, reserving nothing for the jobs it passes)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
   --restart SEC      restart cost of a migration after its transfers (default 10)
+  --restart-from FILE  the restart cost measured here: \`npm run bench:migrate -- --json\`'s
+                     document, whose largest overhead (a move's downtime beyond its bytes'
+                     own time, which the simulator charges as transfers) it takes
   --json             print one JSON document (schema: SimulationReportSchema) instead of tables
   --csv DIR          write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system
   --plot DIR         draw SVG charts: slowdown (avg, p99) against load, the busiest rack's and
@@ -137,6 +141,7 @@ export const command: Command = {
       queue: { type: "string", default: "fifo" },
       lambda: { type: "string" },
       restart: { type: "string" },
+      "restart-from": { type: "string" },
       json: { type: "boolean", default: false },
       csv: { type: "string" },
       plot: { type: "string" },
@@ -188,7 +193,7 @@ export const command: Command = {
       scheduler,
       queue,
       seed,
-      restartSeconds: numberFlag("restart", flags.restart, 10, 0),
+      restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };
 
     const traces: { load: number | null; jobs: SimJob[] }[] = [];
@@ -274,6 +279,12 @@ async function readSacct(path: string): Promise<unknown> {
   } catch (error) {
     throw new InvalidInputError(`sacct ${path}`, [{ path: "", message: `not JSON (${(error as Error).message}); give the output of sacct --json` }]);
   }
+}
+
+/** `--restart SEC` or the overhead `--restart-from FILE` measured; 10 s without either. */
+function restartSeconds(seconds: string | undefined, bench: string | undefined): number {
+  if (seconds !== undefined && bench !== undefined) throw new UsageError("--restart and --restart-from both give the restart cost; pass one");
+  return bench === undefined ? numberFlag("restart", seconds, 10, 0) : restartFromBench(bench);
 }
 
 async function readTraceFile(path: string): Promise<SimJob[]> {

@@ -153,8 +153,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       );
     // The running jobs, and the arriving one, train no further than a third of their
     // iterations before the arrival is planned (on the controller's planner thread, while they
-    // train), so however slow this machine, the plan finds them training: their stop barrier
-    // is the next one they reach, and the moves hold them there.
+    // train) and the moves' replacements are ready, so however slow this machine, the moves
+    // find them training: their stop barrier is the next one they reach, and the moves hold
+    // them there.
     const planned = join(dir, "planned");
     // The arriving job's processes start now and wait at a gate, so it arrives on cue however
     // long processes take to start on a busy machine.
@@ -172,10 +173,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const arrival = placed([...DEMO_RUNNING, DEMO_ARRIVING]);
     printRacks(print, arrival);
     await until(group, async () => (await status()).migrations.length > 0, options.timeoutMs, "a plan");
-    writeFileSync(planned, "");
     const plan = (await status()).migrations;
     print(`${elapsed()}  plan: ${plan.length} move${plan.length === 1 ? "" : "s"} in one step (every source stages before any destination loads, so swaps need no free host)`);
     for (const m of plan) print(`           ${m.id}  ${m.job} worker on host ${m.from} (rack ${rackOf(m.from)}) → host ${m.to} (rack ${rackOf(m.to)})`);
+    // A move stops its job only once its replacement is ready: the jobs wait until then.
+    const told = async () => (await status()).migrations.every((m) => m.stopStep !== null || m.state === "rolled-back");
+    await until(group, told, options.timeoutMs, "the moves' replacements to be ready");
+    writeFileSync(planned, "");
 
     const expected = new Map([...DEMO_RUNNING, DEMO_ARRIVING].map((job) => [job.id, job.hosts.length]));
     const jobEvents = (job: string) => {
@@ -279,7 +283,7 @@ function printRacks(print: (line: string) => void, report: RackView): void {
   print(`           rings      ${report.fragmentation.map((d) => `${d}${d > report.lambda ? "!" : ""}`.padStart(width)).join(" ")}   (bound ${report.lambda}${report.withinBounds ? ", all within" : "; ! = over"})`);
 }
 
-const PHASES = ["pausing", "staging", "transferring", "verifying", "staged", "committing", "resuming"] as const;
+const PHASES = ["staging", "starting", "ready", "pausing", "transferring", "verifying", "staged", "committing", "resuming"] as const;
 
 function phaseTable(moves: StatusReport["migrations"]): string {
   const header = ["move", "job", "from→to", "barrier", ...PHASES, "total", "outcome"];
@@ -289,6 +293,7 @@ function phaseTable(moves: StatusReport["migrations"]): string {
       const next = m.history[index + 1];
       return index < 0 || !next ? "-" : String(next.at - m.history[index]!.at);
     };
+    // From the stop: before it, the job trained on.
     const first = m.history.find((h) => h.state === "pausing") ?? m.history[0]!;
     const total = m.history[m.history.length - 1]!.at - first.at;
     return [m.id, m.job, `${m.from}→${m.to}`, String(m.stopStep ?? "-"), ...PHASES.map(time), String(total), m.state === "done" ? "done" : `${m.state}: ${m.reason ?? ""}`];

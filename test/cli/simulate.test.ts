@@ -90,6 +90,21 @@ describe("monkeytree simulate", () => {
     expect(report.systems[0]!.jobs).toBe(30);
   });
 
+  it("takes the restart cost from bench:migrate's document: the largest overhead it measured", async () => {
+    const bench = join(dir, "bench-migrate.json");
+    const row = (job: string, overheadS: number | null) => ({ job, bytesPerHost: 2 ** 20, downtimeS: 1, floorS: 0.1, overheadS, phases: {} });
+    writeFileSync(bench, JSON.stringify({ rows: [row("ddp", 0.31), row("pp", 0.42), row("tp", null)] }));
+    const result = await runCli("simulate", "--preset", "small", "--jobs", "10", "--systems", "monkeytree", "--restart-from", bench, "--json");
+    expect(result.code, result.stderr).toBe(0);
+    expect(SimulationReportSchema.parse(JSON.parse(result.stdout)).config.restartSeconds).toBe(0.42);
+    const both = await runCli("simulate", "--preset", "small", "--restart", "3", "--restart-from", bench);
+    expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining("--restart and --restart-from both give the restart cost; pass one") });
+    writeFileSync(bench, JSON.stringify({ rows: [row("ddp", null)] }));
+    const failed = await runCli("simulate", "--preset", "small", "--restart-from", bench);
+    expect(failed.stderr).toContain("no row measured an overhead (every run failed); run the bench again");
+    expect(failed.code).not.toBe(0);
+  });
+
   it("generates traces with the local batch given, and records it in the report and beside saved traces", async () => {
     const run = async (...extra: string[]) => {
       const traces = join(dir, `batch${extra.join("")}`);

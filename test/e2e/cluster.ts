@@ -36,6 +36,8 @@ export interface ClusterOptions {
   readonly holdTimeoutS?: number;
   /** The controller's --replan-backoff; its default without it. */
   readonly replanBackoffS?: number;
+  /** The controller's --replacement-wait; its default without it. */
+  readonly replacementWaitS?: number;
   /**
    * Runs the controller in this emulated host's namespace (one no job uses) instead of beside
    * the bridge, so that a test can cut it off (`hosts.link(controllerHost, "down")`).
@@ -43,7 +45,7 @@ export interface ClusterOptions {
   readonly controllerHost?: number;
 }
 
-export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, controllerHost }: ClusterOptions) {
+export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, replacementWaitS, controllerHost }: ClusterOptions) {
   // Replacements, run as the tenant, write the job's result here too.
   const dir = tenantDir();
   const group = new ProcessGroup(dir);
@@ -59,6 +61,7 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
     const args = [
       ...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS),
       ...(replanBackoffS === undefined ? [] : ["--replan-backoff", String(replanBackoffS)]),
+      ...(replacementWaitS === undefined ? [] : ["--replacement-wait", String(replacementWaitS)]),
     ];
     const name = restarts ? `controller-${restarts}` : "controller";
     return controllerHost === undefined ? group.start(name, args) : startIn(name, controllerHost, args);

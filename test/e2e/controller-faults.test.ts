@@ -158,7 +158,10 @@ describe.skipIf(!runs)("training with the controller down", () => {
     }
   }
 
-  /** Holds training still until the controller has planned the job's move, as the migration tests do. */
+  /**
+   * Holds training still until the controller has told the job to pause for its move (once the
+   * move's replacement is ready), as the migration tests do.
+   */
   async function plannedWhilePaused(planned: () => Promise<boolean>): Promise<void> {
     expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
     await expect.poll(planned, { ...patiently, interval: 200 }).toBe(true);
@@ -169,7 +172,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
   async function moveUnderWay(c: Cluster): Promise<MigrationStatus> {
     writeFileSync(c.gate, "");
     const first = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
-    await plannedWhilePaused(async () => (await first()) !== undefined);
+    await plannedWhilePaused(async () => (await first())?.stopStep != null);
     await expect.poll(async () => ["transferring", "verifying", "staged"].includes((await first())?.state ?? ""), { ...patiently, interval: 50 }).toBe(true);
     return (await first())!;
   }
@@ -218,7 +221,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
         // Nothing is held back this time: the other job arrives, and both moves run through.
         writeFileSync(`${hold}.go`, "");
         writeFileSync(c.gate, "");
-        await plannedWhilePaused(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name));
+        await plannedWhilePaused(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.stopStep !== null));
         await movesDone(c);
         await endsBitIdentical(c, 1);
       });
@@ -238,7 +241,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
         expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
         await outage.end(c);
         expect(await rollbackReason(c, move.id)).toMatch(outage.rollback);
-        await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.id !== move.id), { ...patiently, interval: 200 }).toBe(true);
+        await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.id !== move.id && m.stopStep !== null), { ...patiently, interval: 200 }).toBe(true);
         pauseTraining(env.hosts, DDP, "SIGCONT");
         await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
         await endsBitIdentical(c, 1);
@@ -247,10 +250,12 @@ describe.skipIf(!runs)("training with the controller down", () => {
   });
 
   it.each(OUTAGES.filter((o) => o.controllerHost === undefined))("controller $name after a move commits: the sealed hosts wait; back, the move completes", async (outage) => {
-    await withCluster({ replanBackoffS: 1 }, async (c, hold) => {
+    // The job pauses without waiting for its replacement, as it does for one slower to start
+    // than --replacement-wait.
+    await withCluster({ replanBackoffS: 1, replacementWaitS: 0 }, async (c, hold) => {
       writeFileSync(c.gate, "");
       const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
-      await plannedWhilePaused(async () => (await move()) !== undefined);
+      await plannedWhilePaused(async () => (await move())?.stopStep != null);
       const { id, to } = (await move())!;
       // The replacement is held still as soon as it starts, before it can register: the move
       // commits and then waits in `committing` for it.
@@ -275,12 +280,12 @@ describe.skipIf(!runs)("training with the controller down", () => {
     await withCluster({ controllerHost: CONTROLLER_HOST }, async (c, hold) => {
       writeFileSync(c.gate, "");
       const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
-      await plannedWhilePaused(async () => (await move()) !== undefined);
+      await plannedWhilePaused(async () => (await move())?.stopStep != null);
       const { id, to, from, stopStep } = (await move())!;
       // The replacement, up before the commit, registered and waits for it; it is then held still,
       // so the move stays committed but not done while the controller is cut off: it can report
       // its new generation only later.
-      await expect.poll(() => c.log(c.controller()), patiently).toContain(`migration ${id}: the replacement on host ${to} is up before the commit`);
+      await expect.poll(() => c.log(c.controller()), patiently).toContain(`migration ${id}: the replacement on host ${to} is ready before the commit`);
       const replacement = replacementLauncher(env.hosts, to)!;
       expect(replacement).toBeDefined();
       process.kill(replacement, "SIGSTOP");

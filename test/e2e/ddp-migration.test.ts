@@ -34,13 +34,13 @@ describe.skipIf(!runs)("a live DDP migration rolled back between network namespa
       await expect.poll(() => c.log(c.launchers[0]!), patiently).toMatch(/barrier \d+ reached/);
       expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
       writeFileSync(c.gate, "");
-      await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === "ddp"), { ...patiently, interval: 200 }).toBe(true);
+      await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === "ddp" && m.stopStep !== null), { ...patiently, interval: 200 }).toBe(true);
       pauseTraining(env.hosts, DDP, "SIGCONT");
-      // Once the destination's daemon has been asked to stage, kill it.
-      const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.state !== "planned" && m.state !== "pausing");
+      // Once the job stopped and its checkpoint is on its way to the destination, kill that host's daemon.
+      const staging = async () => (await c.client.status()).migrations.find((m) => m.job === "ddp" && m.stopStep !== null && m.state !== "pausing");
       await expect.poll(staging, { ...patiently, interval: 20 }).toBeDefined();
       const move = (await staging())!;
-      expect(["staging", "transferring", "verifying", "staged"]).toContain(move.state);
+      expect(["transferring", "verifying", "staged"]).toContain(move.state);
       c.group.kill(c.daemons[move.to]!, "SIGKILL");
       expect(await rollbackReason(c, move.id)).toMatch(/host \d+/);
       writeFileSync(`${hold}.go`, "");

@@ -46,10 +46,11 @@ describe.skipIf(!runs)("example jobs migrated live between network namespaces", 
     dirs.push(c.dir);
     try {
       await expect.poll(() => c.log(c.launchers[0]!), patiently).toMatch(/barrier \d+ reached/);
-      // Held still while the second job arrives and the controller plans, so training cannot end first.
+      // Held still while the second job arrives, the controller plans and the move's replacement
+      // starts (the job pauses only once it is ready), so training cannot end first.
       expect(pauseTraining(hosts, job, "SIGSTOP")).toBe(job.hosts.flat().length * job.nproc);
       writeFileSync(c.gate, "");
-      await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === job.name), { ...patiently, interval: 200 }).toBe(true);
+      await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === job.name && m.stopStep !== null), { ...patiently, interval: 200 }).toBe(true);
       pauseTraining(hosts, job, "SIGCONT");
       await movesDone(c);
       const status = await c.client.status();
