@@ -114,7 +114,9 @@ async function startController(snapshot: Snapshot): Promise<Server> {
   try {
     const path = join(dir, "topology.json");
     writeFileSync(path, JSON.stringify({ ...snapshot, jobs: [] }));
-    return await startProcess("controller", dir, [...CLI, "controller", "--snapshot", path, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
+    // No replacement is started here (the daemon is simulated): the move pauses its job as
+    // soon as staging is granted, which is what this bench times from.
+    return await startProcess("controller", dir, [...CLI, "controller", "--snapshot", path, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--replacement-wait", "0"]);
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
@@ -580,8 +582,8 @@ async function planToStop(hosts: number, stepMs: number): Promise<PlanToStop> {
     if (!move) throw new Error(`the controller planned no move of the big job:\n${controller.log().slice(-4000)}`);
     const pausing = move.history.find((h) => h.state === "pausing")?.at;
     if (pausing === undefined) throw new Error(`move ${move.id} never paused: ${JSON.stringify(move)}`);
-    const paused = move.history.find((h) => h.at >= pausing && h.state !== "pausing" && h.state !== "planned")?.at ?? null;
-    const first = /: planned → pausing on start at barrier (\d+)/.exec(controller.log())?.[1];
+    const paused = move.history.find((h) => h.at >= pausing && h.state !== "pausing" && h.state !== "ready")?.at ?? null;
+    const first = /→ pausing on pause at barrier (\d+)/.exec(controller.log())?.[1];
     const firstStopStep = first === undefined ? Math.min(...firstStop.map((s) => s ?? Infinity)) : Number(first);
     let atPlan = stepStarts.length - 1;
     while (atPlan > 0 && stepStarts[atPlan]! > pausing) atPlan--;
