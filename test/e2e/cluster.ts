@@ -36,7 +36,10 @@ export interface ClusterOptions {
   readonly holdTimeoutS?: number;
   /** The controller's --replan-backoff; its default without it. */
   readonly replanBackoffS?: number;
-  /** The controller's --replacement-wait; its default without it. */
+  /**
+   * The controller's --replacement-wait, 60 s without it: a replacement slower than that on a
+   * loaded machine is waited for after the commit, so the job still pauses within the tests' polls.
+   */
   readonly replacementWaitS?: number;
   /**
    * Runs the controller in this emulated host's namespace (one no job uses) instead of beside
@@ -45,7 +48,7 @@ export interface ClusterOptions {
   readonly controllerHost?: number;
 }
 
-export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, replacementWaitS, controllerHost }: ClusterOptions) {
+export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, replacementWaitS = 60, controllerHost }: ClusterOptions) {
   // Replacements, run as the tenant, write the job's result here too.
   const dir = tenantDir();
   const group = new ProcessGroup(dir);
@@ -61,7 +64,7 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
     const args = [
       ...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS),
       ...(replanBackoffS === undefined ? [] : ["--replan-backoff", String(replanBackoffS)]),
-      ...(replacementWaitS === undefined ? [] : ["--replacement-wait", String(replacementWaitS)]),
+      "--replacement-wait", String(replacementWaitS),
     ];
     const name = restarts ? `controller-${restarts}` : "controller";
     return controllerHost === undefined ? group.start(name, args) : startIn(name, controllerHost, args);
