@@ -14,7 +14,7 @@ from torch import nn
 
 import monkeytree
 
-from .gpt import Config, lm_loss
+from .gpt import GPT, Config, lm_loss
 from .state import average_gradients, digest, fill, local_state, saved_state
 
 
@@ -26,6 +26,30 @@ class Worker:
     optimizer: torch.optim.Optimizer
     part: str  # which part of the job's state they are; a replacement or a re-formed group must hold the same
     train_step: Callable[[int], None]  # one optimizer step on the batch of the given step
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a build starts from: where this process's state will come from."""
+
+    # False when the state is about to be overwritten, by a replacement's load or by what a re-formed
+    # group's processes carry over: initialising a model of 1 GiB would cost the job seconds for nothing.
+    initialise: bool = True
+    # The worker on the group this process just left.
+    previous: Worker | None = None
+
+    def model(self, shape: Config, seed: int) -> GPT:
+        """The whole GPT, its parameters seeded, or left as they are in fresh memory when not ``initialise``."""
+        if self.initialise:
+            return GPT(shape, seed)
+        with torch.device("meta"):
+            module = GPT(shape, seed)
+        return module.to_empty(device="cpu")
+
+    def kept(self, part: str) -> Worker | None:
+        """The previous worker, when it holds ``part`` again: its module and optimizer, which hold no
+        process group unless sharded, can train on in the new group without a copy of their state."""
+        return self.previous if self.previous is not None and self.previous.part == part else None
 
 
 class Job(Protocol):
@@ -41,7 +65,7 @@ class Job(Protocol):
     def barrier(self, step: int, state_fn: Callable[[], dict]) -> str: ...
 
 
-Build = Callable[[argparse.Namespace], Worker]
+Build = Callable[[argparse.Namespace, Start], Worker]
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -98,8 +122,10 @@ def _resume(job: Job, worker: Worker) -> int:
 
 
 def _carry_over(old: Worker, new: Worker) -> Worker:
-    # The old objects hold the destroyed group, but their local tensors are still this process's state.
     _check_part(old.part, new)
+    if new.module is old.module and new.optimizer is old.optimizer:
+        return new
+    # The old objects hold the destroyed group, but their local tensors are still this process's state.
     monkeytree.init_optimizer_state(new.optimizer)
     fill(local_state(new.module, new.optimizer), local_state(old.module, old.optimizer))
     return new
@@ -108,7 +134,7 @@ def _carry_over(old: Worker, new: Worker) -> Worker:
 def _train(job: Job, args: argparse.Namespace, build: Build) -> tuple[Worker, int] | None:
     """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step;
     None when this process was told to stop (moved to another host: the replacement carries on)."""
-    worker = build(args)
+    worker = build(args, Start(initialise=not job.resuming))
     step = _resume(job, worker) if job.resuming else 0
     while step < args.steps:
         worker.train_step(step)
@@ -117,7 +143,7 @@ def _train(job: Job, args: argparse.Namespace, build: Build) -> tuple[Worker, in
         if directive == "stop":
             return None
         if directive == "reconfigured":
-            worker = _carry_over(worker, build(args))
+            worker = _carry_over(worker, build(args, Start(initialise=False, previous=worker)))
     return worker, step
 
 

@@ -17,21 +17,25 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import GPT, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, adamw, batch, config, main, parser, train_step
+
+PART = "a replica of the whole model"
 
 
-def build(args: argparse.Namespace) -> Worker:
+def build(args: argparse.Namespace, start: Start) -> Worker:
     shape = config(args)
-    module = GPT(shape, args.seed)
+    # Only the wrapper holds the process group: a re-formed group's processes wrap the same module.
+    kept = start.kept(PART)
+    module = kept.module if kept else start.model(shape, args.seed)
     # There are no unused parameters, but looking for them keeps DDP's gradient buckets as first laid
     # out; otherwise DDP lays them out anew after its first iteration, so the wrapper rebuilt after a
     # re-formed group would sum that iteration's gradients in another order (over two ranks, other bits).
     # Every rank builds the same seeded model, and a replacement loads what the others hold: there
     # is nothing to broadcast, which at a re-formation would hold the whole job for the model's bytes.
     model = DistributedDataParallel(module, find_unused_parameters=True, init_sync=False)
-    optimizer = adamw(module)
+    optimizer = kept.optimizer if kept else adamw(module)
     replica = dist.get_rank()
-    return Worker(module, optimizer, "a replica of the whole model",
+    return Worker(module, optimizer, PART,
                   lambda step: train_step(model, optimizer, batch(shape, args.seed, step, replica)))
 
 

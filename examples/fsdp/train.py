@@ -18,16 +18,18 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import GPT, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, adamw, batch, config, main, parser, train_step
 
 # The logits are a view; FSDP2 warns that an in-place op on them would skip its backward hook, and
 # the loss reads them out of place.
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
-def build(args: argparse.Namespace) -> Worker:
+def build(args: argparse.Namespace, start: Start) -> Worker:
     shape = config(args)
-    module = GPT(shape, args.seed)
+    # The parameters are DTensors on the mesh of the group they were built on: a re-formed group's
+    # processes shard a new module, whose shards the loop fills from the old ones.
+    module = start.model(shape, args.seed)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in module.blocks.values():
         fully_shard(block, mesh=mesh)

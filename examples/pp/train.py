@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import GPT, Worker, adamw, batch, config, lm_loss, main, parser, update
+from common import GPT, Start, Worker, adamw, batch, config, lm_loss, main, parser, update
 
 MICROBATCHES = 4
 
@@ -40,16 +40,19 @@ def stage_of(model: GPT, stage: int, stages: int) -> GPT:
     return model
 
 
-def build(args: argparse.Namespace) -> Worker:
+def build(args: argparse.Namespace, start: Start) -> Worker:
     shape, world = config(args), dist.get_world_size()
     if world % args.pp or shape.layers % args.pp:
         raise ValueError(f"--pp {args.pp} must divide the world size ({world}) and --layers ({shape.layers})")
     mesh = init_device_mesh("cpu", (args.pp, world // args.pp), mesh_dim_names=("pp", "dp"))
     stage, replica = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
-    module = stage_of(GPT(shape, args.seed), stage, args.pp)
+    part = f"stage {stage} of {args.pp}"
+    # Only the pipeline's stage and schedule hold a process group; the stage's module does not.
+    kept = start.kept(part)
+    module = kept.module if kept else stage_of(start.model(shape, args.seed), stage, args.pp)
     pipe = PipelineStage(module, stage, args.pp, torch.device("cpu"), group=mesh.get_group("pp"))
     schedule = ScheduleGPipe(pipe, MICROBATCHES, loss_fn=lm_loss)
-    optimizer = adamw(module)
+    optimizer = kept.optimizer if kept else adamw(module)
     dp_group = mesh.get_group("dp")
 
     def train_step(step: int) -> None:
@@ -57,7 +60,7 @@ def build(args: argparse.Namespace) -> Worker:
         schedule.step(*([inputs] if stage == 0 else []), target=targets if stage == args.pp - 1 else None)
         update(optimizer, dp_group)
 
-    return Worker(module, optimizer, f"stage {stage} of {args.pp}", train_step)
+    return Worker(module, optimizer, part, train_step)
 
 
 if __name__ == "__main__":

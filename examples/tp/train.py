@@ -20,15 +20,16 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import GPT, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, adamw, batch, config, main, parser, train_step
 
 
-def build(args: argparse.Namespace) -> Worker:
+def build(args: argparse.Namespace, start: Start) -> Worker:
     shape, world = config(args), dist.get_world_size()
     if world % args.tp or shape.heads % args.tp:
         raise ValueError(f"--tp {args.tp} must divide the world size ({world}) and the heads ({shape.heads})")
     mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
-    module = GPT(shape, args.seed)
+    # The slices are DTensors on the mesh of the group they were built on, as FSDP2's shards are.
+    module = start.model(shape, args.seed)
     for block in module.blocks.values():
         parallelize_module(block, mesh["tp"], {
             "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
