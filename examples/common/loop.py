@@ -19,12 +19,18 @@ from .state import average_gradients, digest, fill, local_state, saved_state
 
 
 @dataclass
-class Worker:
-    """This process's share of the job, built on the current process group."""
+class State:
+    """This process's share of the job's training state."""
 
     module: nn.Module  # the parameters this process holds, named as in the whole GPT
     optimizer: torch.optim.Optimizer
     part: str  # which part of the job's state they are; a replacement or a re-formed group must hold the same
+
+
+@dataclass
+class Worker(State):
+    """This process's share of the job, built on the current process group."""
+
     train_step: Callable[[int], None]  # one optimizer step on the batch of the given step
 
 
@@ -35,8 +41,8 @@ class Start:
     # False when the state is about to be overwritten, by a replacement's load or by what a re-formed
     # group's processes carry over: initialising a model of 1 GiB would cost the job seconds for nothing.
     initialise: bool = True
-    # The worker on the group this process just left.
-    previous: Worker | None = None
+    # The worker on the group this process just left, or what a replacement built before it attached.
+    previous: State | None = None
 
     def model(self, shape: Config, seed: int) -> GPT:
         """The whole GPT, its parameters seeded, or left as they are in fresh memory when not ``initialise``."""
@@ -46,8 +52,8 @@ class Start:
             module = GPT(shape, seed)
         return module.to_empty(device="cpu")
 
-    def kept(self, part: str) -> Worker | None:
-        """The previous worker, when it holds ``part`` again: its module and optimizer, which hold no
+    def kept(self, part: str) -> State | None:
+        """The previous state, when it is ``part`` again: its module and optimizer, which hold no
         process group unless sharded, can train on in the new group without a copy of their state."""
         return self.previous if self.previous is not None and self.previous.part == part else None
 
@@ -66,6 +72,8 @@ class Job(Protocol):
 
 
 Build = Callable[[argparse.Namespace, Start], Worker]
+# What an example can build without a process group, so a replacement builds it before it attaches.
+Prepare = Callable[[argparse.Namespace], State]
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -75,13 +83,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     options.add_argument("--seed", type=int, default=0)
     options.add_argument("--width", type=int, default=Config.width, help="model width (two attention heads)")
     options.add_argument("--layers", type=int, default=Config.layers, help="transformer blocks")
+    options.add_argument("--rows", type=int, default=Config.rows, help="sequences per data-parallel replica per step")
     options.add_argument("--out", help="JSON file rank 0 writes at the end: step, worldSize, generation and the"
                                        " SHA-256 of all parameters and optimizer state")
     return options
 
 
 def config(args: argparse.Namespace) -> Config:
-    return Config(width=args.width, layers=args.layers)
+    return Config(width=args.width, layers=args.layers, rows=args.rows)
 
 
 def adamw(module: nn.Module) -> torch.optim.AdamW:
@@ -131,10 +140,10 @@ def _carry_over(old: Worker, new: Worker) -> Worker:
     return new
 
 
-def _train(job: Job, args: argparse.Namespace, build: Build) -> tuple[Worker, int] | None:
+def _train(job: Job, args: argparse.Namespace, build: Build, held: State | None) -> tuple[Worker, int] | None:
     """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step;
     None when this process was told to stop (moved to another host: the replacement carries on)."""
-    worker = build(args, Start(initialise=not job.resuming))
+    worker = build(args, Start(initialise=not job.resuming, previous=held))
     step = _resume(job, worker) if job.resuming else 0
     while step < args.steps:
         worker.train_step(step)
@@ -147,9 +156,9 @@ def _train(job: Job, args: argparse.Namespace, build: Build) -> tuple[Worker, in
     return worker, step
 
 
-def run(job: Job, args: argparse.Namespace, build: Build) -> None:
+def run(job: Job, args: argparse.Namespace, build: Build, held: State | None = None) -> None:
     """Trains, writes ``--out`` on rank 0 once training ended, and leaves the process group."""
-    trained = _train(job, args, build)
+    trained = _train(job, args, build, held)
     if trained is not None:
         worker, step = trained
         result = digest(worker.module, worker.optimizer)  # every rank takes part
@@ -171,6 +180,16 @@ def run(job: Job, args: argparse.Namespace, build: Build) -> None:
         dist.destroy_process_group()
 
 
-def main(build: Build, options: argparse.ArgumentParser) -> None:
+def _prepared(prepare: Prepare, args: argparse.Namespace) -> State:
+    held = prepare(args)
+    # Adam's moments too: all of it in memory already touched, which the load only overwrites.
+    monkeytree.init_optimizer_state(held.optimizer)
+    return held
+
+
+def main(build: Build, options: argparse.ArgumentParser, prepare: Prepare | None = None) -> None:
     args = options.parse_args()
-    run(monkeytree.attach(), args, build)
+    # A replacement's attach returns once its move commits, with the job stopped: what needs no
+    # process group it builds first, while the job still trains.
+    held = _prepared(prepare, args) if prepare is not None and monkeytree.resuming() else None
+    run(monkeytree.attach(), args, build, held)

@@ -9,7 +9,7 @@ import { ControllerClient } from "../client.ts";
 import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
-import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, RESUMING_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
@@ -204,7 +204,8 @@ export class Launcher {
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
     const [program, ...args] = this.options.torchrun.local(await unusedPort());
-    const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath } });
+    const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, [RESUMING_ENV]: this.options.replacement ? "1" : "0" };
+    const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env });
     this.child = child;
     let started: () => void;
     const spawned = new Promise<void>((resolve) => (started = resolve));

@@ -24,6 +24,12 @@ export const CHANNEL_VERSION = 1;
 export const CHANNEL_ENV = "MONKEYTREE_CHANNEL";
 /** The launcher also names the addon's CRC32C library for its processes, so the hook checksums checkpoints fast. */
 export const CRC32C_LIBRARY_ENV = "MONKEYTREE_CRC32C_LIB";
+/**
+ * "1" in a replacement's processes, "0" in the others. A replacement's attach is answered only
+ * once its move commits, with the job stopped; read before attach, this lets the script build
+ * what needs no process group, and that its checkpoint will fill, while the job still trains.
+ */
+export const RESUMING_ENV = "MONKEYTREE_RESUMING";
 
 /**
  * The longest request line the launcher reads (a request is well under 200 bytes); a longer one

@@ -20,6 +20,7 @@ interface Entry {
   reply?: { type: string; rank: number; generation: number; resume: { step: number } | null; directive?: { kind: string; generation?: number } };
   resumeCheck?: boolean;
   length?: number;
+  resuming?: string;
   done?: boolean;
 }
 
@@ -146,6 +147,9 @@ describe("monkeytree launch", () => {
     // Four launchers and at least one replacement, two local processes each; world = nodes × nproc.
     expect(attached.length).toBeGreaterThanOrEqual(10);
     for (const a of attached) expect(a).toMatchObject({ type: "attached", worldSize: 4, masterAddr: "127.0.0.1", masterPort: 29600 + a.generation });
+    // Told before attach whether they resume: replacements, and only they.
+    const attaches = entries().filter((e) => e.sent === "attach");
+    expect(attaches.map((e) => e.resuming)).toEqual(attaches.map((e) => (e.reply?.resume ? "1" : "0")));
     const fresh = attached.filter((a) => a.resume === null && a.generation === 0);
     expect(fresh.map((a) => a.rank).sort()).toEqual([0, 0, 1, 1, 2, 2, 3, 3]);
 

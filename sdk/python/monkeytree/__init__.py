@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hook import ChannelError as ChannelError
     from .hook import Job as Job
     from .hook import attach as attach
+    from .hook import resuming as resuming
     from .layout import CheckpointError as CheckpointError
     from .state import init_optimizer_state as init_optimizer_state
     from .state import load as load
@@ -34,6 +35,7 @@ _EXPORTS = {
     "ChannelError": "hook",
     "Job": "hook",
     "attach": "hook",
+    "resuming": "hook",
     "CheckpointError": "layout",
     "init_optimizer_state": "state",
     "load": "state",

@@ -37,6 +37,7 @@ from .state import save as _save
 
 CHANNEL_VERSION = 1
 CHANNEL_ENV = "MONKEYTREE_CHANNEL"
+RESUMING_ENV = "MONKEYTREE_RESUMING"
 _MAX_LINE = 1 << 20
 
 
@@ -316,6 +317,16 @@ def _preload() -> None:
     CPU core). A replacement registers, and so lets the job pause, only once all its processes
     have attached: loaded before that, it costs the job no downtime."""
     importlib.import_module("torch._dynamo")
+
+
+def resuming() -> bool:
+    """Whether this process is a replacement's, which ``attach`` will hand a checkpoint to load.
+
+    Known before ``attach``, which a replacement's launcher answers only once the move commits,
+    with the job stopped: a script may build before it what needs no process group and what its
+    load will fill (a DDP job's module and optimizer), while the job still trains.
+    """
+    return os.environ.get(CHANNEL_ENV) is not None and os.environ.get(RESUMING_ENV) == "1"
 
 
 def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> Job:

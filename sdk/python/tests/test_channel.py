@@ -159,3 +159,19 @@ def test_an_unmanaged_job_always_continues_and_cannot_load() -> None:
     with pytest.raises(RuntimeError, match="this process is not a replacement"):
         job.load({})
 
+
+
+@pytest.mark.parametrize(("channel", "flag", "expected"), [
+    ("/run/launcher.sock", "1", True),
+    ("/run/launcher.sock", "0", False),
+    ("/run/launcher.sock", None, False),
+    (None, "1", False),  # a plain run resumes nothing, whatever its environment says
+])
+def test_resuming_is_known_before_attach(monkeypatch: pytest.MonkeyPatch, channel: str | None, flag: str | None,
+                                         expected: bool) -> None:
+    for name, value in ((hook.CHANNEL_ENV, channel), (hook.RESUMING_ENV, flag)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert hook.resuming() is expected
