@@ -4,7 +4,7 @@
 // controller, a daemon per host, the example under `monkeytree launch` on its hosts — where a
 // second job arrives and makes the controller swap one of the example's hosts to the other rack.
 //
-//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--sizes 100MiB,1GiB] [--runs 5] [--layers 4] [--keep] [--json]
+//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--sizes 100MiB,1GiB] [--runs 5] [--layers 4] [--rows 4] [--keep] [--json]
 //
 // The floor is measured in the same run, once a row's clusters are gone: the time to copy the
 // host's checkpoint bytes (memcpy) and to send them over a plain socket on the same path
@@ -39,6 +39,8 @@ const MiB = 2 ** 20;
 const PAGE = 4096;
 
 const DEFAULT_JOBS = ["ddp", "fsdp", "tp", "pp"];
+/** The pipeline example's microbatches (examples/pp/train.py), which split each replica's rows. */
+const MICROBATCHES = 4;
 
 const help = `usage: npm run bench:migrate -- [options]
 
@@ -53,6 +55,9 @@ options:
                 row's model width is the one whose checkpoint comes closest
   --runs N      moves per job and size; the report gives medians and the downtime's range (default 5)
   --layers N    transformer blocks, passed to the examples (default 4; a multiple of the stages)
+  --rows N      sequences per data-parallel replica per step, passed to the examples (default 4,
+                half theirs: a step on these CPUs stays short beside a move, as a GPU's would;
+                a multiple of the pipeline's 4 microbatches)
   --keep        keep each run's working directory (logs, journal)
   --json        print one JSON document instead of tables:
                 {"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}
@@ -67,6 +72,7 @@ interface Options {
   readonly sizes: readonly number[];
   readonly runs: number;
   readonly layers: number;
+  readonly rows: number;
   readonly keep: boolean;
   readonly json: boolean;
 }
@@ -74,7 +80,7 @@ interface Options {
 function parse(argv: string[]): Options {
   const flags = parseFlags(argv, {
     help: { type: "boolean", short: "h" }, jobs: { type: "string" }, sizes: { type: "string" }, runs: { type: "string" },
-    layers: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" },
+    layers: { type: "string" }, rows: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" },
   });
   const jobs = (flags.jobs ?? DEFAULT_JOBS.join(",")).split(",").map((name) => {
     const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
@@ -85,7 +91,9 @@ function parse(argv: string[]): Options {
   const layers = intFlag("layers", flags.layers, 4, 1);
   const stages = Math.max(...jobs.map((job) => job.parallelism.pp));
   if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
-  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, keep: flags.keep ?? false, json: flags.json ?? false };
+  const rows = intFlag("rows", flags.rows, 4, 1);
+  if (rows % MICROBATCHES) throw new UsageError(`--rows must be a multiple of ${MICROBATCHES} (the pipeline's microbatches), got ${rows}`);
+  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, rows, keep: flags.keep ?? false, json: flags.json ?? false };
 }
 
 /**
@@ -157,6 +165,7 @@ interface RowSpec {
   readonly job: ExampleJob;
   readonly width: number;
   readonly layers: number;
+  readonly rows: number;
 }
 
 const bytesOf = (row: RowSpec): number => checkpointBytes(row.job, row.width, row.layers);
@@ -177,7 +186,7 @@ async function runOnce(row: RowSpec, options: Options, setup: Setup, progress: P
 
 async function runIn(dir: string, row: RowSpec, setup: Setup, progress: Progress): Promise<MoveMeasurement> {
   const { job } = row;
-  const args = ["--steps", String(STEPS), "--width", String(row.width), "--layers", String(row.layers)];
+  const args = ["--steps", String(STEPS), "--width", String(row.width), "--layers", String(row.layers), "--rows", String(row.rows)];
   const training = { python: PYTHON, args, checkpointBytes: bytesOf(row), masterPort: 29800 + 16 * (runsStarted++ % 64) };
   progress("starting the cluster");
   const marker = `${MARKER}=${setup.env[MARKER]}`;
@@ -303,7 +312,7 @@ const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixe
 function report(options: Options, rows: readonly Row[]): void {
   if (options.json) {
     // The document `monkeytree simulate --restart-from` reads.
-    const document = { python: PYTHON, layers: options.layers, runs: options.runs, rows };
+    const document = { python: PYTHON, layers: options.layers, rowsPerStep: options.rows, runs: options.runs, rows };
     const read: z.input<typeof MigrationBenchSchema> = document;
     process.stdout.write(`${JSON.stringify(read)}\n`);
     return;
@@ -313,7 +322,7 @@ function report(options: Options, rows: readonly Row[]): void {
     fixed(r.memcpyS), fixed(r.socketS), fixed(r.floorS), fixed(r.overheadS),
   ]);
   const header = ["job", "checkpoint/host", "width", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
-  process.stdout.write(`${options.layers} layers; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
+  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
   const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
   const phases = [...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))]];
   process.stdout.write(`${table(["phase (seconds, median of the runs)", ...columns], phases)}\n`);
@@ -339,7 +348,7 @@ async function run(options: Options): Promise<number> {
   const rows: Row[] = [];
   for (const job of options.jobs) {
     for (const size of options.sizes) {
-      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers };
+      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers, rows: options.rows };
       say(`${job.name}: width ${spec.width}, ${mib(bytesOf(spec))} of checkpoint staging per host (asked for ${mib(size)})`);
       rows.push(await benchRow(spec, options, setup, say));
     }

@@ -44,6 +44,8 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
     shape, world = config(args), dist.get_world_size()
     if world % args.pp or shape.layers % args.pp:
         raise ValueError(f"--pp {args.pp} must divide the world size ({world}) and --layers ({shape.layers})")
+    if shape.rows % MICROBATCHES:
+        raise ValueError(f"--rows {shape.rows} must be a multiple of the schedule's {MICROBATCHES} microbatches")
     mesh = init_device_mesh("cpu", (args.pp, world // args.pp), mesh_dim_names=("pp", "dp"))
     stage, replica = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
     part = f"stage {stage} of {args.pp}"
