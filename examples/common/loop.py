@@ -44,13 +44,15 @@ class Start:
     # The worker on the group this process just left, or what a replacement built before it attached.
     previous: State | None = None
 
-    def model(self, shape: Config, seed: int) -> GPT:
-        """The whole GPT, its parameters seeded, or left as they are in fresh memory when not ``initialise``."""
+    def model(self, shape: Config, seed: int, empty: str = "cpu") -> GPT:
+        """The whole GPT, its parameters seeded; when not ``initialise``, left unset on device ``empty``:
+        in fresh memory, or with none on ``"meta"`` until ``to_empty``, so that a wrapper that shards
+        them allocates only this process's shards."""
         if self.initialise:
             return GPT(shape, seed)
         with torch.device("meta"):
             module = GPT(shape, seed)
-        return module.to_empty(device="cpu")
+        return module if empty == "meta" else module.to_empty(device=empty)
 
     def kept(self, part: str) -> State | None:
         """The previous state, when it is ``part`` again: its module and optimizer, which hold no

@@ -29,11 +29,13 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
     shape = config(args)
     # The parameters are DTensors on the mesh of the group they were built on: a re-formed group's
     # processes shard a new module, whose shards the loop fills from the old ones.
-    module = start.model(shape, args.seed)
+    module = start.model(shape, args.seed, empty="meta")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in module.blocks.values():
         fully_shard(block, mesh=mesh)
     fully_shard(module, mesh=mesh)
+    if not start.initialise:
+        module.to_empty(device="cpu")
     optimizer = adamw(module)
     rank = dist.get_rank()
     return Worker(module, optimizer, f"shard {rank} of {mesh.size()}",

@@ -29,11 +29,13 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
         raise ValueError(f"--tp {args.tp} must divide the world size ({world}) and the heads ({shape.heads})")
     mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
     # The slices are DTensors on the mesh of the group they were built on, as FSDP2's shards are.
-    module = start.model(shape, args.seed)
+    module = start.model(shape, args.seed, empty="meta")
     for block in module.blocks.values():
         parallelize_module(block, mesh["tp"], {
             "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
+    if not start.initialise:
+        module.to_empty(device="cpu")
     optimizer = adamw(module)
     replica, dp_group = mesh.get_local_rank("dp"), mesh.get_group("dp")
     return Worker(module, optimizer, f"tensor-parallel slice {mesh.get_local_rank('tp')} of {args.tp}",
