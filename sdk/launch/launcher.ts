@@ -13,7 +13,6 @@ import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, RESUMING_ENV, type Ch
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
-import { unusedPort } from "./ports.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
 
@@ -203,7 +202,7 @@ export class Launcher {
 
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
-    const [program, ...args] = this.options.torchrun.local(await unusedPort());
+    const [program, ...args] = this.options.torchrun.local;
     const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, [RESUMING_ENV]: this.options.replacement ? "1" : "0" };
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env });
     this.child = child;

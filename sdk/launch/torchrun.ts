@@ -1,10 +1,11 @@
 /**
  * The user's torchrun command line, adapted for `monkeytree launch`: the launcher owns the
  * cross-host rendezvous (the hook forms the job's process group from the controller's
- * assignment), so each host's torchrun is a single-node job with a rendezvous of its own on
- * a free local port, and flags that would set up a multi-node rendezvous are refused rather
- * than silently overridden. (`--standalone` is not used: it picks its own store port, which the
- * launcher would not know.)
+ * assignment), so each host's torchrun is a single-node job with a rendezvous of its own, and
+ * flags that would set up a multi-node rendezvous are refused rather than silently overridden.
+ * Its store listens on a port the kernel picks as it binds (`--master_port=0`): a free port
+ * chosen before torchrun starts could be taken by the time torchrun, seconds later, binds it.
+ * The processes' own group never uses that store: the hook forms it from the assignment.
  */
 import { MAX_GPUS_PER_HOST } from "../protocol/limits.ts";
 
@@ -20,8 +21,8 @@ export interface TorchrunCommand {
   readonly argv: readonly string[];
   /** Processes torchrun starts on this host (`--nproc-per-node`, default 1). */
   readonly nprocPerNode: number;
-  /** The command to run: a single-node torchrun whose rendezvous store listens on `port`. */
-  local(port: number): string[];
+  /** The command to run: a single-node torchrun with a rendezvous store of its own. */
+  readonly local: readonly string[];
 }
 
 const flagName = (arg: string): string | null => (arg.startsWith("--") ? arg.slice(2).split("=")[0]!.replaceAll("_", "-") : null);
@@ -54,7 +55,7 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
       nprocPerNode = count;
     }
   }
-  const local = (port: number) => [...program, "--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", `--master_port=${port}`, ...rest];
+  const local = [...program, "--nnodes=1", "--node_rank=0", "--master_addr=127.0.0.1", "--master_port=0", ...rest];
   return { argv: [...argv], nprocPerNode, local };
 }
 
