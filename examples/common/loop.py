@@ -15,7 +15,7 @@ from torch import nn
 import monkeytree
 
 from .gpt import GPT, Config, lm_loss
-from .state import average_gradients, digest, fill, local_state, saved_state
+from .state import adopt_optimizer_state, adopted, average_gradients, digest, fill, local_state, saved_state
 
 
 @dataclass
@@ -135,6 +135,9 @@ def _resume(job: Job, worker: Worker) -> int:
 def _carry_over(old: Worker, new: Worker) -> Worker:
     _check_part(old.part, new)
     if new.module is old.module and new.optimizer is old.optimizer:
+        return new
+    if adopted(new.module, old.module):
+        adopt_optimizer_state(new.module, new.optimizer, old.module, old.optimizer)
         return new
     # The old objects hold the destroyed group, but their local tensors are still this process's state.
     monkeytree.init_optimizer_state(new.optimizer)

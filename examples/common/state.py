@@ -44,6 +44,41 @@ def local_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     return _own(module, optimizer, _local)
 
 
+def _placed_as(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s local piece, placed as ``like`` is: a DTensor on ``like``'s mesh over the same memory."""
+    local = _local(tensor)
+    if not isinstance(like, DTensor):
+        return local
+    return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
+
+
+def adopt_parameters(module: nn.Module, previous: nn.Module) -> None:
+    """Gives every parameter of ``module``, built for a new process group on the meta device, the
+    memory of its namesake in ``previous``: sliced ones stay DTensors, now on the new mesh, over the
+    same local tensors. Nothing is allocated or copied."""
+    held = dict(previous.named_parameters())
+    for name, p in list(module.named_parameters()):
+        owner, _, leaf = name.rpartition(".")
+        placed = nn.Parameter(_placed_as(held[name], p), requires_grad=p.requires_grad)
+        setattr(module.get_submodule(owner), leaf, placed)
+
+
+def adopted(module: nn.Module, previous: nn.Module) -> bool:
+    """Whether ``module``'s parameters are ``previous``'s memory (``adopt_parameters``)."""
+    held = dict(previous.named_parameters())
+    return all(_local(p).data_ptr() == _local(held[name]).data_ptr() for name, p in module.named_parameters())
+
+
+def adopt_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, previous: nn.Module,
+                          previous_optimizer: torch.optim.Optimizer) -> None:
+    """Gives ``optimizer`` the state ``previous_optimizer`` holds for the parameters ``module`` adopted,
+    placed as those parameters are."""
+    held = dict(previous.named_parameters())
+    for name, p in module.named_parameters():
+        optimizer.state[p] = {key: _placed_as(value, p) if value.dim() else value
+                              for key, value in previous_optimizer.state[held[name]].items()}
+
+
 def fill(target: dict, source: dict) -> None:
     """Copies every tensor of ``source`` into its counterpart in ``target``, exactly."""
     with torch.no_grad():

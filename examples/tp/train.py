@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import Start, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, adamw, adopt_parameters, batch, config, main, parser, train_step
 
 
 def build(args: argparse.Namespace, start: Start) -> Worker:
@@ -28,17 +28,22 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
     if world % args.tp or shape.heads % args.tp:
         raise ValueError(f"--tp {args.tp} must divide the world size ({world}) and the heads ({shape.heads})")
     mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
-    # The slices are DTensors on the mesh of the group they were built on, as FSDP2's shards are.
+    part = f"tensor-parallel slice {mesh.get_local_rank('tp')} of {args.tp}"
     module = start.model(shape, args.seed, empty="meta")
     for block in module.blocks.values():
         parallelize_module(block, mesh["tp"], {
             "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
-    if not start.initialise:
+    # The slices are DTensors on the old group's mesh: a re-formed group's processes place the
+    # same local tensors on the new mesh instead of allocating and copying them.
+    kept = start.kept(part)
+    if kept:
+        adopt_parameters(module, kept.module)
+    elif not start.initialise:
         module.to_empty(device="cpu")
     optimizer = adamw(module)
     replica, dp_group = mesh.get_local_rank("dp"), mesh.get_group("dp")
-    return Worker(module, optimizer, f"tensor-parallel slice {mesh.get_local_rank('tp')} of {args.tp}",
+    return Worker(module, optimizer, part,
                   lambda step: train_step(module, optimizer, batch(shape, args.seed, step, replica), dp_group))
 
 
