@@ -2,7 +2,9 @@
 // `monkeytree launch` per host of the job, and the arriving job's workers, held back by a file.
 // The command lines are built apart from where they run, so a harness that puts each host in a
 // network namespace can run the same ones.
+import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { CLI, killByEnvironment, ProcessGroup, shellCommand, WORKER, type Managed } from "../cli/demo/processes.ts";
@@ -110,6 +112,28 @@ export interface LoopbackOptions {
   /** Who the daemons run replacements as; undefined: as themselves. */
   readonly tenant: Tenant | undefined;
   readonly timeoutMs: number;
+  /** Pins each host's daemon and launcher, and so what they start, to CPU host mod the CPUs (`pinHosts`). */
+  readonly pin: boolean;
+}
+
+/**
+ * Whether this machine can pin the emulated hosts: `taskset` runs and there are at least two
+ * CPUs; otherwise why not.
+ */
+export function pinning(): true | string {
+  if (availableParallelism() < 2) return "one CPU: every host shares it";
+  const probe = spawnSync("taskset", ["-p", String(process.pid)], { encoding: "utf8" });
+  return probe.status === 0 ? true : "taskset (util-linux) is not available";
+}
+
+/**
+ * Keeps one host's processes on one CPU, as on a cluster, where a host's training does not
+ * compete with another host's: set on the daemon and the launcher before they start anything,
+ * their replacements, torchrun and its workers inherit it.
+ */
+function pinHost(managed: Managed, host: number): void {
+  const cpu = host % availableParallelism();
+  spawnSync("taskset", ["-a", "-p", "-c", String(cpu), String(managed.child.pid)], { stdio: "ignore" });
 }
 
 /** Starts the cluster for `job` on loopback (every daemon on 127.0.0.1, any free port); the arriving job waits for `gate`. */
@@ -135,10 +159,12 @@ export async function startLoopbackCluster(job: ExampleJob, options: LoopbackOpt
     const daemons = Array.from({ length: hostCount }, (_, host) =>
       group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(staging), ...replacementFlags(job, env, tail, options.tenant)]),
     );
+    if (options.pin) daemons.forEach(pinHost);
     const registered = client;
     await until(group, "the daemons to register", async () => ((await registered.status()).hosts.registered === hostCount ? true : undefined), options.timeoutMs);
     const launchers = new Map<number, Managed>();
     job.hosts.forEach((stage, g) => stage.forEach((host) => launchers.set(host, group.start(`${job.name}-${host}`, launcherArgs(job, host, g, endpoint, tail)))));
+    if (options.pin) launchers.forEach(pinHost);
     const gate = join(dir, "other.admitted");
     for (const host of job.other.hosts) group.start(`other-${host}`, otherArgs(job, host, endpoint, gate));
     return { group, client: registered, daemons, launchers, gate, stop };

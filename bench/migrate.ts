@@ -4,14 +4,14 @@
 // controller, a daemon per host, the example under `monkeytree launch` on its hosts — where a
 // second job arrives and makes the controller swap one of the example's hosts to the other rack.
 //
-//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--sizes 100MiB,1GiB] [--runs 5] [--layers 4] [--rows 4] [--keep] [--json]
+//   npm run bench:migrate -- [--jobs ddp,fsdp,tp,pp] [--sizes 100MiB,1GiB] [--runs 5] [--layers 4] [--rows 4] [--no-pin] [--keep] [--json]
 //
 // The floor is measured in the same run, once a row's clusters are gone: the time to copy the
 // host's checkpoint bytes (memcpy) and to send them over a plain socket on the same path
 // (bench/socket-baseline.ts), whichever is slower. Overhead = downtime − floor.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { z } from "zod";
@@ -20,7 +20,7 @@ import { killByEnvironment, replacementUser } from "../cli/demo/processes.ts";
 import { MigrationBenchSchema } from "../cli/simulate/restart.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
 import { StagingBuffer } from "../native/index.ts";
-import { startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
+import { pinning, startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
 import { EXAMPLE_JOBS, type ExampleJob } from "./example-jobs.ts";
 import { complete, LogRecorder, measure, median, PHASES, type MoveLogs, type MoveMeasurement, type Phase } from "./migrate-phases.ts";
 import { benchMain } from "./entry.ts";
@@ -58,6 +58,10 @@ options:
   --rows N      sequences per data-parallel replica per step, passed to the examples (default 4,
                 half theirs: a step on these CPUs stays short beside a move, as a GPU's would;
                 a multiple of the pipeline's 4 microbatches)
+  --no-pin      leave every process free to run on any CPU; by default each emulated host's daemon
+                and launcher, and so its training processes and replacements, run on CPU
+                host mod the CPUs, so that a host's training does not compete with its
+                neighbour's as it would not on a cluster (needs taskset and two CPUs)
   --keep        keep each run's working directory (logs, journal)
   --json        print one JSON document instead of tables:
                 {"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}
@@ -73,6 +77,7 @@ interface Options {
   readonly runs: number;
   readonly layers: number;
   readonly rows: number;
+  readonly pin: boolean;
   readonly keep: boolean;
   readonly json: boolean;
 }
@@ -80,7 +85,7 @@ interface Options {
 function parse(argv: string[]): Options {
   const flags = parseFlags(argv, {
     help: { type: "boolean", short: "h" }, jobs: { type: "string" }, sizes: { type: "string" }, runs: { type: "string" },
-    layers: { type: "string" }, rows: { type: "string" }, keep: { type: "boolean" }, json: { type: "boolean" },
+    layers: { type: "string" }, rows: { type: "string" }, "no-pin": { type: "boolean" }, keep: { type: "boolean" }, json: { type: "boolean" },
   });
   const jobs = (flags.jobs ?? DEFAULT_JOBS.join(",")).split(",").map((name) => {
     const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
@@ -93,7 +98,7 @@ function parse(argv: string[]): Options {
   if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
   const rows = intFlag("rows", flags.rows, 4, 1);
   if (rows % MICROBATCHES) throw new UsageError(`--rows must be a multiple of ${MICROBATCHES} (the pipeline's microbatches), got ${rows}`);
-  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, rows, keep: flags.keep ?? false, json: flags.json ?? false };
+  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, rows, pin: !(flags["no-pin"] ?? false), keep: flags.keep ?? false, json: flags.json ?? false };
 }
 
 /**
@@ -155,6 +160,7 @@ function tenantCannotRun(): string | null {
 interface Setup {
   readonly env: Record<string, string>;
   readonly tenant: Tenant | undefined;
+  readonly pin: boolean;
 }
 
 /** Runs started so far: each gets master ports of its own, since a previous run's sockets may linger. */
@@ -190,7 +196,7 @@ async function runIn(dir: string, row: RowSpec, setup: Setup, progress: Progress
   const training = { python: PYTHON, args, checkpointBytes: bytesOf(row), masterPort: 29800 + 16 * (runsStarted++ % 64) };
   progress("starting the cluster");
   const marker = `${MARKER}=${setup.env[MARKER]}`;
-  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker, tenant: setup.tenant, timeoutMs: WAIT_MS });
+  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker, tenant: setup.tenant, timeoutMs: WAIT_MS, pin: setup.pin });
   const recorder = new LogRecorder([...cluster.launchers.values(), ...cluster.daemons].map((managed) => managed.log));
   try {
     return await move(job, cluster, recorder, progress);
@@ -309,10 +315,10 @@ async function benchRow(spec: RowSpec, options: Options, setup: Setup, say: Prog
 const fixed = (value: number, digits = 3) => (Number.isFinite(value) ? value.toFixed(digits) : "-");
 const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixed(1)} MiB` : "-");
 
-function report(options: Options, rows: readonly Row[]): void {
+function report(options: Options, setup: Setup, rows: readonly Row[]): void {
   if (options.json) {
     // The document `monkeytree simulate --restart-from` reads.
-    const document = { python: PYTHON, layers: options.layers, rowsPerStep: options.rows, runs: options.runs, rows };
+    const document = { python: PYTHON, layers: options.layers, rowsPerStep: options.rows, pinned: setup.pin, runs: options.runs, rows };
     const read: z.input<typeof MigrationBenchSchema> = document;
     process.stdout.write(`${JSON.stringify(read)}\n`);
     return;
@@ -322,7 +328,8 @@ function report(options: Options, rows: readonly Row[]): void {
     fixed(r.memcpyS), fixed(r.socketS), fixed(r.floorS), fixed(r.overheadS),
   ]);
   const header = ["job", "checkpoint/host", "width", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
-  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
+  const where = setup.pin ? `each host on CPU host mod ${availableParallelism()}` : "hosts not pinned";
+  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step, ${where}; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
   const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
   const phases = [...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))]];
   process.stdout.write(`${table(["phase (seconds, median of the runs)", ...columns], phases)}\n`);
@@ -344,7 +351,9 @@ async function run(options: Options): Promise<number> {
   // The clusters' processes run in sessions of their own, out of a terminal's reach.
   const interrupted = () => void stopMarked(`${MARKER}=${env[MARKER]}`).then(() => process.exit(130));
   process.once("SIGINT", interrupted).once("SIGTERM", interrupted);
-  const setup = { env, tenant: replacementUser() };
+  const pinnable = pinning();
+  if (options.pin && pinnable !== true) say(`hosts not pinned to CPUs: ${pinnable}`);
+  const setup = { env, tenant: replacementUser(), pin: options.pin && pinnable === true };
   const rows: Row[] = [];
   for (const job of options.jobs) {
     for (const size of options.sizes) {
@@ -353,7 +362,7 @@ async function run(options: Options): Promise<number> {
       rows.push(await benchRow(spec, options, setup, say));
     }
   }
-  report(options, rows);
+  report(options, setup, rows);
   return rows.some((r) => r.failures.length) ? 1 : 0;
 }
 
