@@ -112,28 +112,30 @@ export interface LoopbackOptions {
   /** Who the daemons run replacements as; undefined: as themselves. */
   readonly tenant: Tenant | undefined;
   readonly timeoutMs: number;
-  /** Pins each host's daemon and launcher, and so what they start, to CPU host mod the CPUs (`pinHosts`). */
-  readonly pin: boolean;
+  /** CPUs of its own for each host (`cpusPerHost`); null: every process may run on any CPU. */
+  readonly pinned: number | null;
 }
 
 /**
- * Whether this machine can pin the emulated hosts: `taskset` runs and there are at least two
- * CPUs; otherwise why not.
+ * How many CPUs each host of `job`'s cluster can have to itself, one per training process, as
+ * on a cluster, where one host's training never competes with another's; or why it cannot. With
+ * fewer CPUs than that, pinning would only trade that competition for less CPU per host.
  */
-export function pinning(): true | string {
-  if (availableParallelism() < 2) return "one CPU: every host shares it";
+export function cpusPerHost(job: ExampleJob): number | string {
+  const hosts = job.topology.racks * job.topology.hostsPerRack;
+  const cpus = availableParallelism();
+  if (hosts * job.nproc > cpus) return `${cpus} CPUs are fewer than one per process of the ${hosts} hosts (${hosts * job.nproc})`;
   const probe = spawnSync("taskset", ["-p", String(process.pid)], { encoding: "utf8" });
-  return probe.status === 0 ? true : "taskset (util-linux) is not available";
+  return probe.status === 0 ? job.nproc : "taskset (util-linux) is not available";
 }
 
 /**
- * Keeps one host's processes on one CPU, as on a cluster, where a host's training does not
- * compete with another host's: set on the daemon and the launcher before they start anything,
- * their replacements, torchrun and its workers inherit it.
+ * Keeps host `host`'s processes on CPUs of its own: set on the daemon and the launcher before
+ * they start anything, their replacements, torchrun and its workers inherit it.
  */
-function pinHost(managed: Managed, host: number): void {
-  const cpu = host % availableParallelism();
-  spawnSync("taskset", ["-a", "-p", "-c", String(cpu), String(managed.child.pid)], { stdio: "ignore" });
+function pinHost(managed: Managed, host: number, perHost: number): void {
+  const cpus = `${host * perHost}-${(host + 1) * perHost - 1}`;
+  spawnSync("taskset", ["-a", "-p", "-c", cpus, String(managed.child.pid)], { stdio: "ignore" });
 }
 
 /** Starts the cluster for `job` on loopback (every daemon on 127.0.0.1, any free port); the arriving job waits for `gate`. */
@@ -159,12 +161,13 @@ export async function startLoopbackCluster(job: ExampleJob, options: LoopbackOpt
     const daemons = Array.from({ length: hostCount }, (_, host) =>
       group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(staging), ...replacementFlags(job, env, tail, options.tenant)]),
     );
-    if (options.pin) daemons.forEach(pinHost);
+    const perHost = options.pinned;
+    if (perHost !== null) daemons.forEach((daemon, host) => pinHost(daemon, host, perHost));
     const registered = client;
     await until(group, "the daemons to register", async () => ((await registered.status()).hosts.registered === hostCount ? true : undefined), options.timeoutMs);
     const launchers = new Map<number, Managed>();
     job.hosts.forEach((stage, g) => stage.forEach((host) => launchers.set(host, group.start(`${job.name}-${host}`, launcherArgs(job, host, g, endpoint, tail)))));
-    if (options.pin) launchers.forEach(pinHost);
+    if (perHost !== null) launchers.forEach((launcher, host) => pinHost(launcher, host, perHost));
     const gate = join(dir, "other.admitted");
     for (const host of job.other.hosts) group.start(`other-${host}`, otherArgs(job, host, endpoint, gate));
     return { group, client: registered, daemons, launchers, gate, stop };

@@ -11,7 +11,7 @@
 // (bench/socket-baseline.ts), whichever is slower. Overhead = downtime − floor.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { z } from "zod";
@@ -20,7 +20,7 @@ import { killByEnvironment, replacementUser } from "../cli/demo/processes.ts";
 import { MigrationBenchSchema } from "../cli/simulate/restart.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
 import { StagingBuffer } from "../native/index.ts";
-import { pinning, startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
+import { cpusPerHost, startLoopbackCluster, stopMarked, until, type LoopbackCluster } from "./cluster.ts";
 import { EXAMPLE_JOBS, type ExampleJob } from "./example-jobs.ts";
 import { complete, LogRecorder, measure, median, PHASES, type MoveLogs, type MoveMeasurement, type Phase } from "./migrate-phases.ts";
 import { benchMain } from "./entry.ts";
@@ -58,10 +58,11 @@ options:
   --rows N      sequences per data-parallel replica per step, passed to the examples (default 4,
                 half theirs: a step on these CPUs stays short beside a move, as a GPU's would;
                 a multiple of the pipeline's 4 microbatches)
-  --no-pin      leave every process free to run on any CPU; by default each emulated host's daemon
-                and launcher, and so its training processes and replacements, run on CPU
-                host mod the CPUs, so that a host's training does not compete with its
-                neighbour's as it would not on a cluster (needs taskset and two CPUs)
+  --no-pin      leave every process free to run on any CPU. By default, where the machine has a
+                CPU per training process of every host (and taskset), each emulated host's
+                daemon and launcher, and so its training processes and replacements, run on
+                CPUs of their own, so that one host's training does not compete with another's,
+                as on a cluster; with fewer CPUs every process may run on any of them
   --keep        keep each run's working directory (logs, journal)
   --json        print one JSON document instead of tables:
                 {"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}
@@ -160,7 +161,6 @@ function tenantCannotRun(): string | null {
 interface Setup {
   readonly env: Record<string, string>;
   readonly tenant: Tenant | undefined;
-  readonly pin: boolean;
 }
 
 /** Runs started so far: each gets master ports of its own, since a previous run's sockets may linger. */
@@ -172,6 +172,8 @@ interface RowSpec {
   readonly width: number;
   readonly layers: number;
   readonly rows: number;
+  /** CPUs of its own for each host; null: none. */
+  readonly pinned: number | null;
 }
 
 const bytesOf = (row: RowSpec): number => checkpointBytes(row.job, row.width, row.layers);
@@ -196,7 +198,7 @@ async function runIn(dir: string, row: RowSpec, setup: Setup, progress: Progress
   const training = { python: PYTHON, args, checkpointBytes: bytesOf(row), masterPort: 29800 + 16 * (runsStarted++ % 64) };
   progress("starting the cluster");
   const marker = `${MARKER}=${setup.env[MARKER]}`;
-  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker, tenant: setup.tenant, timeoutMs: WAIT_MS, pin: setup.pin });
+  const cluster = await startLoopbackCluster(job, { dir, training, env: setup.env, marker, tenant: setup.tenant, timeoutMs: WAIT_MS, pinned: row.pinned });
   const recorder = new LogRecorder([...cluster.launchers.values(), ...cluster.daemons].map((managed) => managed.log));
   try {
     return await move(job, cluster, recorder, progress);
@@ -258,6 +260,8 @@ interface Row {
   readonly job: string;
   readonly bytesPerHost: number;
   readonly width: number;
+  /** CPUs of its own for each host; null: none. */
+  readonly cpusPerHost: number | null;
   readonly runs: readonly MoveMeasurement[];
   readonly failures: readonly string[];
   readonly downtimeS: number;
@@ -280,6 +284,7 @@ function summarize(spec: RowSpec, runs: readonly MoveMeasurement[], failures: re
     job: spec.job.name,
     bytesPerHost: bytesOf(spec),
     width: spec.width,
+    cpusPerHost: spec.pinned,
     runs,
     failures,
     downtimeS,
@@ -315,21 +320,20 @@ async function benchRow(spec: RowSpec, options: Options, setup: Setup, say: Prog
 const fixed = (value: number, digits = 3) => (Number.isFinite(value) ? value.toFixed(digits) : "-");
 const mib = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / MiB).toFixed(1)} MiB` : "-");
 
-function report(options: Options, setup: Setup, rows: readonly Row[]): void {
+function report(options: Options, rows: readonly Row[]): void {
   if (options.json) {
     // The document `monkeytree simulate --restart-from` reads.
-    const document = { python: PYTHON, layers: options.layers, rowsPerStep: options.rows, pinned: setup.pin, runs: options.runs, rows };
+    const document = { python: PYTHON, layers: options.layers, rowsPerStep: options.rows, runs: options.runs, rows };
     const read: z.input<typeof MigrationBenchSchema> = document;
     process.stdout.write(`${JSON.stringify(read)}\n`);
     return;
   }
   const summary = rows.map((r) => [
-    r.job, mib(r.bytesPerHost), r.width, `${r.runs.length}/${options.runs}`, fixed(r.downtimeS), `${fixed(r.downtimeRangeS[0])}–${fixed(r.downtimeRangeS[1])}`,
+    r.job, mib(r.bytesPerHost), r.width, r.cpusPerHost ?? "shared", `${r.runs.length}/${options.runs}`, fixed(r.downtimeS), `${fixed(r.downtimeRangeS[0])}–${fixed(r.downtimeRangeS[1])}`,
     fixed(r.memcpyS), fixed(r.socketS), fixed(r.floorS), fixed(r.overheadS),
   ]);
-  const header = ["job", "checkpoint/host", "width", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
-  const where = setup.pin ? `each host on CPU host mod ${availableParallelism()}` : "hosts not pinned";
-  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step, ${where}; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
+  const header = ["job", "checkpoint/host", "width", "CPUs/host", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
+  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
   const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
   const phases = [...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))]];
   process.stdout.write(`${table(["phase (seconds, median of the runs)", ...columns], phases)}\n`);
@@ -351,18 +355,18 @@ async function run(options: Options): Promise<number> {
   // The clusters' processes run in sessions of their own, out of a terminal's reach.
   const interrupted = () => void stopMarked(`${MARKER}=${env[MARKER]}`).then(() => process.exit(130));
   process.once("SIGINT", interrupted).once("SIGTERM", interrupted);
-  const pinnable = pinning();
-  if (options.pin && pinnable !== true) say(`hosts not pinned to CPUs: ${pinnable}`);
-  const setup = { env, tenant: replacementUser(), pin: options.pin && pinnable === true };
+  const setup = { env, tenant: replacementUser() };
   const rows: Row[] = [];
   for (const job of options.jobs) {
     for (const size of options.sizes) {
-      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers, rows: options.rows };
+      const cpus = options.pin ? cpusPerHost(job) : "--no-pin";
+      if (typeof cpus === "string") say(`${job.name}: hosts share every CPU: ${cpus}`);
+      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers, rows: options.rows, pinned: typeof cpus === "number" ? cpus : null };
       say(`${job.name}: width ${spec.width}, ${mib(bytesOf(spec))} of checkpoint staging per host (asked for ${mib(size)})`);
       rows.push(await benchRow(spec, options, setup, say));
     }
   }
-  report(options, setup, rows);
+  report(options, rows);
   return rows.some((r) => r.failures.length) ? 1 : 0;
 }
 
