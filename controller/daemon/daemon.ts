@@ -372,6 +372,8 @@ export class HostDaemon {
         MONKEYTREE_TP: spec.parallelism.tp,
         MONKEYTREE_PP: spec.parallelism.pp,
         MONKEYTREE_DP: spec.parallelism.dp,
+        MONKEYTREE_NODE_RANK: spec.place.nodeRank,
+        MONKEYTREE_NODES: spec.place.nodes,
         MONKEYTREE_MIGRATION: staged.migration,
         MONKEYTREE_TOKEN: token,
         MONKEYTREE_STAGING_BUFFER: this.buffer.name,

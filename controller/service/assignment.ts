@@ -1,5 +1,9 @@
 import type { Assignment } from "../../sdk/protocol/worker.ts";
-import type { JobState } from "./state.ts";
+import type { Migration } from "./migration.ts";
+import { commitMove, type DurableState, type JobState } from "./state.ts";
+
+/** A worker's node rank and its job's node count: what decides its share of a sharded model. */
+export type Place = Pick<Assignment, "nodeRank" | "nodes">;
 
 /**
  * A worker's place in its job. Node ranks follow the groups' ring orders, stage by stage, so
@@ -29,6 +33,18 @@ export function assignmentOf(job: JobState, host: number, addressOf: (host: numb
     before += order.length;
   }
   return null;
+}
+
+/** Where the worker `m` moves will sit in its job once `m` commits, as things stand; null when its job is gone. */
+export function placeAfter(state: DurableState, m: Migration): Place | null {
+  const job = commitMove(state, m).get(m.job);
+  return job ? placeOf(job, m.to) : null;
+}
+
+/** The place of the job's worker on `host`; null when the host runs none. */
+export function placeOf(job: JobState, host: number): Place | null {
+  const a = assignmentOf(job, host);
+  return a && { nodeRank: a.nodeRank, nodes: a.nodes };
 }
 
 export const jobHosts = (job: Pick<JobState, "groups">): number[] => job.groups.flat();

@@ -11,6 +11,7 @@ import type { PlanRunner } from "./plan-thread.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
 import { pinnedJobs, type SchedulerWatch } from "./scheduler-watch.ts";
+import { placeAfter, placeOf } from "./assignment.ts";
 import { clusterOf } from "./state.ts";
 import { decideStep } from "./steps.ts";
 import type { HostScheduler, ReplacementLauncher, StagingTransport } from "./transport.ts";
@@ -438,7 +439,8 @@ export class PlanExecution implements SessionMoves {
   private prepareStaging(action: Extract<MigrationAction, { type: "prepare-staging" }>): void {
     const m = this.context.state.migrations.get(action.migration);
     const job = m && this.context.state.jobs.get(m.job);
-    if (!m || !job) return this.later(() => this.fire(action.migration, { type: "fail", reason: "its job ended before staging" }));
+    const place = m && placeAfter(this.context.state, m);
+    if (!m || !job || !place) return this.later(() => this.fire(action.migration, { type: "fail", reason: "its job ended before staging" }));
     const capacity = this.daemons.stagingBytes(action.host);
     if (capacity !== undefined && capacity < action.bytes) {
       const reason = `host ${action.host} stages at most ${capacity} bytes; the checkpoint has ${action.bytes}`;
@@ -457,7 +459,7 @@ export class PlanExecution implements SessionMoves {
         migration: action.migration,
         host: action.host,
         bytes: action.bytes,
-        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, replacement: job.replacement },
+        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, place, replacement: job.replacement },
       })).then(
         (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
         (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
@@ -477,11 +479,12 @@ export class PlanExecution implements SessionMoves {
     // After the whole step committed, when the host's previous worker has left it.
     if (early) this.later(() => this.sessions.admitEarly(action.token, early));
     const job = this.context.state.jobs.get(action.job);
-    if (!job) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
+    const place = job && placeOf(job, action.host);
+    if (!job || !place) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
     this.context.effect(() =>
       this.daemons
         .registered(action.host)
-        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, replacement: job.replacement, host: action.host, token: action.token }))
+        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, place, replacement: job.replacement, host: action.host, token: action.token }))
         .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
     );
   }

@@ -218,7 +218,7 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
 }
 
 /** Moves the worker to its destination, keeping the group's surviving ring order. */
-function commitMove(state: DurableState, m: Migration): Map<string, JobState> {
+export function commitMove(state: DurableState, m: Migration): Map<string, JobState> {
   const job = state.jobs.get(m.job);
   const jobs = new Map(state.jobs);
   if (!job) return jobs;

@@ -15,7 +15,7 @@ from torch import nn
 import monkeytree
 
 from .gpt import GPT, Config, lm_loss
-from .state import adopt_optimizer_state, adopted, average_gradients, digest, fill, local_state, saved_state
+from .state import adopt, average_gradients, digest, saved_state, touch
 
 
 @dataclass
@@ -56,8 +56,22 @@ class Start:
 
     def kept(self, part: str) -> State | None:
         """The previous state, when it is ``part`` again: its module and optimizer, which hold no
-        process group unless sharded, can train on in the new group without a copy of their state."""
+        process group unless sharded, can train on in the new group without a copy of their state.
+
+        A build must then train on that state's memory (keep its objects, or ``materialise``):
+        the loop carries nothing over itself."""
         return self.previous if self.previous is not None and self.previous.part == part else None
+
+    def materialise(self, module: nn.Module, part: str) -> torch.optim.Optimizer:
+        """Gives ``module``, a ``model(empty="meta")`` sharded or sliced on the new group, its
+        memory: the kept state's when it is ``part`` again (adopted, not copied), else fresh.
+        Returns its optimizer, holding the kept state's moments where there are any."""
+        kept = self.kept(part)
+        if kept is not None:
+            return adopt(module, kept.module, kept.optimizer, adamw)
+        if not self.initialise:
+            module.to_empty(device="cpu")
+        return adamw(module)
 
 
 class Job(Protocol):
@@ -74,8 +88,6 @@ class Job(Protocol):
 
 
 Build = Callable[[argparse.Namespace, Start], Worker]
-# What an example can build without a process group, so a replacement builds it before it attaches.
-Prepare = Callable[[argparse.Namespace], State]
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -132,19 +144,6 @@ def _resume(job: Job, worker: Worker) -> int:
     return state["step"]
 
 
-def _carry_over(old: Worker, new: Worker) -> Worker:
-    _check_part(old.part, new)
-    if new.module is old.module and new.optimizer is old.optimizer:
-        return new
-    if adopted(new.module, old.module):
-        adopt_optimizer_state(new.module, new.optimizer, old.module, old.optimizer)
-        return new
-    # The old objects hold the destroyed group, but their local tensors are still this process's state.
-    monkeytree.init_optimizer_state(new.optimizer)
-    fill(local_state(new.module, new.optimizer), local_state(old.module, old.optimizer))
-    return new
-
-
 def _train(job: Job, args: argparse.Namespace, build: Build, held: State | None) -> tuple[Worker, int] | None:
     """Trains from where ``job`` stands to ``args.steps``, meeting the launcher after every step;
     None when this process was told to stop (moved to another host: the replacement carries on)."""
@@ -157,7 +156,10 @@ def _train(job: Job, args: argparse.Namespace, build: Build, held: State | None)
         if directive == "stop":
             return None
         if directive == "reconfigured":
-            worker = _carry_over(worker, build(args, Start(initialise=False, previous=worker)))
+            previous = worker
+            worker = build(args, Start(initialise=False, previous=previous))
+            # The build trains on the previous state's memory only when it holds the same part.
+            _check_part(previous.part, worker)
     return worker, step
 
 
@@ -185,16 +187,24 @@ def run(job: Job, args: argparse.Namespace, build: Build, held: State | None = N
         dist.destroy_process_group()
 
 
-def _prepared(prepare: Prepare, args: argparse.Namespace) -> State:
-    held = prepare(args)
-    # Adam's moments too: all of it in memory already touched, which the load only overwrites.
-    monkeytree.init_optimizer_state(held.optimizer)
-    return held
+def _built_ahead(build: Build, args: argparse.Namespace) -> State | None:
+    """A replacement's state for the place it expects, built on a placeholder group before it
+    attaches: a replacement's attach returns once its move commits, with the job stopped, and
+    its state then costs the job only a load into memory already touched."""
+    place = monkeytree.expected_place()
+    if place is None:
+        return None
+    with monkeytree.placeholder_group(place):
+        worker = build(args, Start(initialise=False))
+        # Adam's moments too, and every page written once: the load then only overwrites, where
+        # a first touch of fresh memory would cost it about as much again.
+        monkeytree.init_optimizer_state(worker.optimizer)
+        touch(worker.module)
+    # Without its training step, which holds the placeholder group's wrappers.
+    return State(worker.module, worker.optimizer, worker.part)
 
 
-def main(build: Build, options: argparse.ArgumentParser, prepare: Prepare | None = None) -> None:
+def main(build: Build, options: argparse.ArgumentParser) -> None:
     args = options.parse_args()
-    # A replacement's attach returns once its move commits, with the job stopped: what needs no
-    # process group it builds first, while the job still trains.
-    held = _prepared(prepare, args) if prepare is not None and monkeytree.resuming() else None
+    held = _built_ahead(build, args)  # before attach, which a replacement's launcher answers at commit
     run(monkeytree.attach(), args, build, held)

@@ -15,13 +15,6 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return (tensor.to_local() if isinstance(tensor, DTensor) else tensor).detach()
 
 
-def _own(module: nn.Module, optimizer: torch.optim.Optimizer, view: Callable[[torch.Tensor], torch.Tensor]) -> dict:
-    named = dict(module.named_parameters())
-    return {"model": {name: view(p) for name, p in named.items()},
-            "optim": {name: {key: view(value) for key, value in optimizer.state[p].items()}
-                      for name, p in named.items()}}
-
-
 def saved_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """This process's parameters and optimizer state, keyed by parameter name, as it saves them
     when it moves: sharded and sliced tensors stay DTensors, so the checkpoint records where each
@@ -35,13 +28,10 @@ def saved_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     communicate for FSDP2 in torch 2.13 (rank 0 alone took and set them while the others slept),
     but nothing promises that they never will; a DTensor's local piece and its placement cannot.
     """
-    return _own(module, optimizer, torch.Tensor.detach)
-
-
-def local_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The same tensors as local ones, which need no process group, not even a live one: what a
-    re-formed group's new objects are filled from."""
-    return _own(module, optimizer, _local)
+    named = dict(module.named_parameters())
+    return {"model": {name: p.detach() for name, p in named.items()},
+            "optim": {name: {key: value.detach() for key, value in optimizer.state[p].items()}
+                      for name, p in named.items()}}
 
 
 def _placed_as(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -52,41 +42,33 @@ def _placed_as(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape, stride=like.stride())
 
 
-def adopt_parameters(module: nn.Module, previous: nn.Module) -> None:
-    """Gives every parameter of ``module``, built for a new process group on the meta device, the
-    memory of its namesake in ``previous``: sliced ones stay DTensors, now on the new mesh, over the
-    same local tensors. Nothing is allocated or copied."""
+def adopt(module: nn.Module, previous: nn.Module, previous_optimizer: torch.optim.Optimizer,
+          optimizer_for: Callable[[nn.Module], torch.optim.Optimizer]) -> torch.optim.Optimizer:
+    """Gives ``module``, built on the meta device for a new process group (sharded or sliced by
+    it, or not), the memory of ``previous``'s namesake parameters; returns its optimizer, made by
+    ``optimizer_for``, with their state. Sharded and sliced tensors stay DTensors, now on the new
+    mesh, over the same local tensors: nothing is allocated or copied. ``previous`` may be built
+    on a group since destroyed.
+
+    Through ``nn.Module._apply``, as ``to_empty`` gives memory: FSDP2 then takes each new local
+    shard as its own, where replacing the parameters by hand would leave its copies of them stale.
+    It replaces plain parameters by new objects, so the optimizer is made after.
+    """
     held = dict(previous.named_parameters())
-    for name, p in list(module.named_parameters()):
-        owner, _, leaf = name.rpartition(".")
-        placed = nn.Parameter(_placed_as(held[name], p), requires_grad=p.requires_grad)
-        setattr(module.get_submodule(owner), leaf, placed)
-
-
-def adopted(module: nn.Module, previous: nn.Module) -> bool:
-    """Whether ``module``'s parameters are ``previous``'s memory (``adopt_parameters``)."""
-    held = dict(previous.named_parameters())
-    return all(_local(p).data_ptr() == _local(held[name]).data_ptr() for name, p in module.named_parameters())
-
-
-def adopt_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, previous: nn.Module,
-                          previous_optimizer: torch.optim.Optimizer) -> None:
-    """Gives ``optimizer`` the state ``previous_optimizer`` holds for the parameters ``module`` adopted,
-    placed as those parameters are."""
-    held = dict(previous.named_parameters())
+    names = {id(p): name for name, p in module.named_parameters()}
+    module._apply(lambda t: _placed_as(held[names[id(t)]], t) if id(t) in names else t)
+    optimizer = optimizer_for(module)
     for name, p in module.named_parameters():
         optimizer.state[p] = {key: _placed_as(value, p) if value.dim() else value
                               for key, value in previous_optimizer.state[held[name]].items()}
+    return optimizer
 
 
-def fill(target: dict, source: dict) -> None:
-    """Copies every tensor of ``source`` into its counterpart in ``target``, exactly."""
+def touch(module: nn.Module) -> None:
+    """Writes every page of this process's parameters (zeros), which ``to_empty`` only reserved."""
     with torch.no_grad():
-        for key, value in target.items():
-            if isinstance(value, dict):
-                fill(value, source[key])
-            else:
-                value.copy_(source[key])
+        for p in module.parameters():
+            _local(p).zero_()
 
 
 def average_gradients(parameters: Iterable[torch.Tensor], group: dist.ProcessGroup) -> None:

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import Start, State, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, adamw, batch, config, main, parser, train_step
 
 PART = "a replica of the whole model"
 
@@ -39,11 +39,5 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
                   lambda step: train_step(model, optimizer, batch(shape, args.seed, step, replica)))
 
 
-def prepare(args: argparse.Namespace) -> State:
-    """What a replacement builds before it attaches: all its state, none of which holds a group."""
-    module = Start().model(config(args), args.seed)
-    return State(module, adamw(module), PART)
-
-
 if __name__ == "__main__":
-    main(build, parser(__doc__), prepare)
+    main(build, parser(__doc__))

@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import Start, Worker, adamw, batch, config, main, parser, train_step
+from common import Start, Worker, batch, config, main, parser, train_step
 
 # The logits are a view; FSDP2 warns that an in-place op on them would skip its backward hook, and
 # the loss reads them out of place.
@@ -28,17 +28,16 @@ warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a vi
 def build(args: argparse.Namespace, start: Start) -> Worker:
     shape = config(args)
     # The parameters are DTensors on the mesh of the group they were built on: a re-formed group's
-    # processes shard a new module, whose shards the loop fills from the old ones.
+    # processes shard a new module on meta and give it the old one's shards.
     module = start.model(shape, args.seed, empty="meta")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in module.blocks.values():
         fully_shard(block, mesh=mesh)
     fully_shard(module, mesh=mesh)
-    if not start.initialise:
-        module.to_empty(device="cpu")
-    optimizer = adamw(module)
     rank = dist.get_rank()
-    return Worker(module, optimizer, f"shard {rank} of {mesh.size()}",
+    part = f"shard {rank} of {mesh.size()}"
+    optimizer = start.materialise(module, part)
+    return Worker(module, optimizer, part,
                   lambda step: train_step(module, optimizer, batch(shape, args.seed, step, rank)))
 
 

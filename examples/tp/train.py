@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import Start, Worker, adamw, adopt_parameters, batch, config, main, parser, train_step
+from common import Start, Worker, batch, config, main, parser, train_step
 
 
 def build(args: argparse.Namespace, start: Start) -> Worker:
@@ -36,12 +36,7 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
             "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()})
     # The slices are DTensors on the old group's mesh: a re-formed group's processes place the
     # same local tensors on the new mesh instead of allocating and copying them.
-    kept = start.kept(part)
-    if kept:
-        adopt_parameters(module, kept.module)
-    elif not start.initialise:
-        module.to_empty(device="cpu")
-    optimizer = adamw(module)
+    optimizer = start.materialise(module, part)
     replica, dp_group = mesh.get_local_rank("dp"), mesh.get_group("dp")
     return Worker(module, optimizer, part,
                   lambda step: train_step(module, optimizer, batch(shape, args.seed, step, replica), dp_group))

@@ -9,7 +9,10 @@ import { ControllerClient } from "../client.ts";
 import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
-import { CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, RESUMING_ENV, type ChannelDirective, type ChannelReply, type ChannelRequest } from "../protocol/channel.ts";
+import {
+  CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, EXPECTED_NODE_RANK_ENV, EXPECTED_NODES_ENV, RESUMING_ENV,
+  type ChannelDirective, type ChannelReply, type ChannelRequest,
+} from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
@@ -203,7 +206,7 @@ export class Launcher {
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
     const [program, ...args] = this.options.torchrun.local;
-    const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, [RESUMING_ENV]: this.options.replacement ? "1" : "0" };
+    const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, ...this.resumingEnv() };
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env });
     this.child = child;
     let started: () => void;
@@ -222,6 +225,13 @@ export class Launcher {
     });
     await spawned;
     return { exited };
+  }
+
+  /** What the processes know before attach of the state they will load, if any (`RESUMING_ENV`). */
+  private resumingEnv(): Record<string, string> {
+    const r = this.options.replacement;
+    if (!r) return { [RESUMING_ENV]: "0" };
+    return { [RESUMING_ENV]: "1", [EXPECTED_NODE_RANK_ENV]: String(r.MONKEYTREE_NODE_RANK), [EXPECTED_NODES_ENV]: String(r.MONKEYTREE_NODES) };
   }
 
   /** The process-group values of one local rank under the current assignment. */

@@ -30,6 +30,13 @@ export const CRC32C_LIBRARY_ENV = "MONKEYTREE_CRC32C_LIB";
  * what needs no process group, and that its checkpoint will fill, while the job still trains.
  */
 export const RESUMING_ENV = "MONKEYTREE_RESUMING";
+/**
+ * Set in a replacement's processes only: the node rank it will most likely have and the job's
+ * node count, so that it can also build its share of a sharded model before attach. A forecast:
+ * the group values attach returns are the ones to form the group with.
+ */
+export const EXPECTED_NODE_RANK_ENV = "MONKEYTREE_EXPECTED_NODE_RANK";
+export const EXPECTED_NODES_ENV = "MONKEYTREE_EXPECTED_NODES";
 
 /**
  * The longest request line the launcher reads (a request is well under 200 bytes); a longer one

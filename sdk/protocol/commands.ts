@@ -3,7 +3,7 @@ import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { ReplacementNameSchema } from "./replacement.ts";
 import { idSchema, intSchema, MAX_HOSTS, textSchema } from "./limits.ts";
-import { ParallelismSchema } from "./worker.ts";
+import { AssignmentSchema, ParallelismSchema } from "./worker.ts";
 
 /**
  * Controller → daemon: commands the controller sends over its ROUTER to a registered daemon's
@@ -12,11 +12,20 @@ import { ParallelismSchema } from "./worker.ts";
  * `daemon.done` or `daemon.refused` carrying the command's id.
  */
 
-/** Who replaces the moved worker: the job, its stage and parallelism, and which configured command starts it. */
+/**
+ * Who replaces the moved worker: the job, its stage and parallelism, where it will sit in the
+ * job, and which configured command starts it.
+ */
 const ReplacementSpecSchema = z.strictObject({
   job: JobIdSchema,
   group: intSchema("group", 0, MAX_HOSTS - 1),
   parallelism: ParallelismSchema,
+  /**
+   * The replacement's node rank and the job's node count once the move commits. At prepare a
+   * forecast (another change to the job may commit first): enough for the replacement to build
+   * its share of a sharded model before the job stops, which its attach confirms or corrects.
+   */
+  place: AssignmentSchema.pick({ nodeRank: true, nodes: true }),
   /** The daemon's --replacement the job named; null when it named none, which the daemon refuses. */
   replacement: ReplacementNameSchema.nullable(),
 });

@@ -27,6 +27,9 @@ export const ReplacementEnvSchema = z.object({
   MONKEYTREE_TP: decimal("MONKEYTREE_TP"),
   MONKEYTREE_PP: decimal("MONKEYTREE_PP"),
   MONKEYTREE_DP: decimal("MONKEYTREE_DP"),
+  /** The replacement's node rank and the job's node count as foreseen when it started (`place`). */
+  MONKEYTREE_NODE_RANK: decimal("MONKEYTREE_NODE_RANK"),
+  MONKEYTREE_NODES: decimal("MONKEYTREE_NODES"),
   MONKEYTREE_MIGRATION: z.string().min(1),
   MONKEYTREE_TOKEN: z.string().min(1),
   /** Name of the daemon's staging buffer under /dev/shm. */

@@ -48,7 +48,7 @@ describe("zod issues as text, one shape", () => {
       }
     })();
     expect(error).toBeInstanceOf(ReplacementEnvironmentError);
-    expect((error as Error).message).toMatchInlineSnapshot(`"replacement environment at MONKEYTREE_HOST: MONKEYTREE_HOST must be a whole number (and 9 more); a replacement gets these from the daemon that starts it"`);
+    expect((error as Error).message).toMatchInlineSnapshot(`"replacement environment at MONKEYTREE_HOST: MONKEYTREE_HOST must be a whole number (and 11 more); a replacement gets these from the daemon that starts it"`);
   });
 
   it("is what a worker event log's bad line says", () => {

@@ -58,6 +58,8 @@ describe("monkeytree launch refusals", () => {
     MONKEYTREE_TP: "1",
     MONKEYTREE_PP: "1",
     MONKEYTREE_DP: "2",
+    MONKEYTREE_NODE_RANK: "1",
+    MONKEYTREE_NODES: "2",
     MONKEYTREE_MIGRATION: "p0/0",
     MONKEYTREE_TOKEN: "t",
     MONKEYTREE_STAGING_BUFFER: "b",

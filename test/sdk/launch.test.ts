@@ -17,10 +17,11 @@ interface Entry {
   pid: number;
   localRank?: number;
   sent?: string;
-  reply?: { type: string; rank: number; generation: number; resume: { step: number } | null; directive?: { kind: string; generation?: number } };
+  reply?: { type: string; rank: number; worldSize: number; generation: number; resume: { step: number } | null; directive?: { kind: string; generation?: number } };
   resumeCheck?: boolean;
   length?: number;
   resuming?: string;
+  expected?: [string | null, string | null];
   done?: boolean;
 }
 
@@ -79,6 +80,8 @@ describe("monkeytree launch", () => {
       MONKEYTREE_TP: "1",
       MONKEYTREE_PP: "1",
       MONKEYTREE_DP: "2",
+      MONKEYTREE_NODE_RANK: "1",
+      MONKEYTREE_NODES: "2",
       MONKEYTREE_MIGRATION: "p9/0",
       MONKEYTREE_TOKEN: "no-such-token",
       MONKEYTREE_STAGING_BUFFER: "nothing",
@@ -150,6 +153,9 @@ describe("monkeytree launch", () => {
     // Told before attach whether they resume: replacements, and only they.
     const attaches = entries().filter((e) => e.sent === "attach");
     expect(attaches.map((e) => e.resuming)).toEqual(attaches.map((e) => (e.reply?.resume ? "1" : "0")));
+    // Replacements are also told the place they get (2 local processes per node); others nothing.
+    const place = (e: Entry) => (e.reply?.resume ? [String((e.reply.rank - e.localRank!) / 2), String(e.reply.worldSize / 2)] : [null, null]);
+    expect(attaches.map((e) => e.expected)).toEqual(attaches.map(place));
     const fresh = attached.filter((a) => a.resume === null && a.generation === 0);
     expect(fresh.map((a) => a.rank).sort()).toEqual([0, 0, 1, 1, 2, 2, 3, 3]);
 

@@ -37,7 +37,7 @@ describe("per-host daemon: requests and commands on one connection", () => {
     await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: registration.id });
     await controller.send({ v: PROTOCOL_VERSION, type: "daemon.release", id: registration.id, token: "nothing-staged" });
     expect(await controller.next("daemon.done")).toEqual({ v: PROTOCOL_VERSION, type: "daemon.done", id: registration.id, host: 2 });
-    const replacement = { job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, replacement: null };
+    const replacement = { job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, place: { nodeRank: 1, nodes: 2 }, replacement: null };
     await controller.send({ v: PROTOCOL_VERSION, type: "daemon.prepare", id: 900, migration: "p0/0", bytes: 0, replacement });
     expect(await controller.next("daemon.refused")).toEqual({
       v: PROTOCOL_VERSION,

@@ -69,7 +69,7 @@ async function registered(options: { runAs?: boolean } = {}): Promise<Rig> {
   return { controller, daemon, logs, command };
 }
 
-const spec = (replacement: string | null) => ({ job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, replacement });
+const spec = (replacement: string | null) => ({ job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, place: { nodeRank: 1, nodes: 2 }, replacement });
 const prepare = (migration: string, bytes: number, replacement: string | null = "fake") => ({ type: "daemon.prepare", migration, bytes, replacement: spec(replacement) });
 
 function refused(code: string, message: string) {

@@ -201,7 +201,10 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
 
     // The replacement registers with the token from its environment; the job re-forms.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: env.MONKEYTREE_TOKEN! });
-    expect(await replacement.register()).toMatchObject({ generation: 1, resumeStep: step });
+    const assignment = await replacement.register();
+    expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
+    // Its place, foreseen when it started (before the job stopped), is the one it got.
+    expect([env.MONKEYTREE_NODE_RANK, env.MONKEYTREE_NODES]).toEqual([String(assignment.nodeRank), String(assignment.nodes)]);
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
     // Done once every worker reports running the new assignment.
     await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");

@@ -99,7 +99,7 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
       token: `token-${move.id}`,
       step: stopStep,
     });
-    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, replacement: null } }]);
+    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null } }]);
 
     // The source has written its checkpoint and waits at the same barrier for the verdict.
     const sourceVerdict = source.barrier(stopStep);
@@ -115,11 +115,14 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     // Verified → committed: the source is told to stop and the destination spawns a replacement.
     expect(await sourceVerdict).toMatchObject({ kind: "stop" });
     await harness.hosts.until(() => harness!.hosts.spawned.length === 1);
-    expect(harness.hosts.spawned[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, replacement: null, host: move.to, token: `token-${move.id}` });
+    expect(harness.hosts.spawned[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null, host: move.to, token: `token-${move.id}` });
 
     // The replacement registers with the token; the job re-forms with a new generation.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
     const assignment = await replacement.register(5_000);
+    // Where it was told it would sit, at staging (before the job stopped) and at the spawn.
+    const place = { nodeRank: assignment.nodeRank, nodes: assignment.nodes };
+    expect([harness.hosts.prepared[0]!.replacement.place, harness.hosts.spawned[0]!.place]).toEqual([place, place]);
     const reconfigured = (await stayerBarrier) as Extract<Directive, { kind: "reconfigure" }>;
     expect(reconfigured.kind).toBe("reconfigure");
     expect(assignment.generation).toBe(1);

@@ -11,6 +11,9 @@ from ._version import __version__ as __version__
 if TYPE_CHECKING:
     # What a type checker sees of the names below, which load lazily at run time;
     # tests/test_package.py keeps the two lists equal.
+    from .ahead import Place as Place
+    from .ahead import expected_place as expected_place
+    from .ahead import placeholder_group as placeholder_group
     from .export import ExportError as ExportError
     from .export import StagedCheckpoint as StagedCheckpoint
     from .export import export_checkpoint as export_checkpoint
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 # Names resolve on first use (PEP 562), so `python3 -m monkeytree --version` and the layout
 # reader work without importing torch; a training script pays for torch when it touches the hook.
 _EXPORTS = {
+    "Place": "ahead",
+    "expected_place": "ahead",
+    "placeholder_group": "ahead",
     "ChannelError": "hook",
     "Job": "hook",
     "attach": "hook",
