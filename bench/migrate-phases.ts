@@ -66,6 +66,9 @@ export const PHASES = [
   ["form", "group formation on the replacement (slowest rank)"],
   ["load", "load on the replacement (slowest local rank)"],
   ["reform", "group re-formation on the stayers (slowest rank)"],
+  // The stop without the first step after it: where a step is long and varies, its noise swamps
+  // the downtime, read from that step, but not this.
+  ["untilLoaded", "all stopped → replacement loaded (transferring to load, no step)"],
   ["firstStep", "reconfigure → first step done with the replacement (slowest stayer)"],
   ["step", "a training step after the move (median of three)"],
 ] as const;
@@ -151,6 +154,7 @@ export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
     form: slowest(logs.destination, "form"),
     load: slowest(logs.destination, "load"),
     reform: Math.max(...logs.stayers.map((stayer) => slowest(stayer, "reform"))),
+    untilLoaded: (at("resuming") - stopped) / 1000 + slowest(logs.destination, "form") + slowest(logs.destination, "load"),
     firstStep: Math.max(...resumes.map((r) => r?.seconds ?? NaN)),
     step,
   };

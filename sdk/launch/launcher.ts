@@ -10,7 +10,8 @@ import type { ControllerRefusedError } from "../connection.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
 import {
-  CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, EXPECTED_NODE_RANK_ENV, EXPECTED_NODES_ENV, RESUMING_ENV,
+  CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, EXPECTED_NODE_RANK_ENV, EXPECTED_NODES_ENV, INBOX_ENV, INBOX_OFFSET_ENV,
+  OUTBOX_ENV, RESUMING_ENV, SHARE_ENV,
   type ChannelDirective, type ChannelReply, type ChannelRequest,
 } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
@@ -206,7 +207,8 @@ export class Launcher {
   /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
   private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
     const [program, ...args] = this.options.torchrun.local;
-    const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, ...this.resumingEnv() };
+    const ranges = { [OUTBOX_ENV]: this.outbox!.name, [SHARE_ENV]: String(this.share) };
+    const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, ...ranges, ...this.resumingEnv() };
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env });
     this.child = child;
     let started: () => void;
@@ -231,7 +233,13 @@ export class Launcher {
   private resumingEnv(): Record<string, string> {
     const r = this.options.replacement;
     if (!r) return { [RESUMING_ENV]: "0" };
-    return { [RESUMING_ENV]: "1", [EXPECTED_NODE_RANK_ENV]: String(r.MONKEYTREE_NODE_RANK), [EXPECTED_NODES_ENV]: String(r.MONKEYTREE_NODES) };
+    return {
+      [RESUMING_ENV]: "1",
+      [EXPECTED_NODE_RANK_ENV]: String(r.MONKEYTREE_NODE_RANK),
+      [EXPECTED_NODES_ENV]: String(r.MONKEYTREE_NODES),
+      [INBOX_ENV]: r.MONKEYTREE_STAGING_BUFFER,
+      [INBOX_OFFSET_ENV]: String(r.MONKEYTREE_STAGING_OFFSET),
+    };
   }
 
   /** The process-group values of one local rank under the current assignment. */

@@ -17,11 +17,16 @@ interface Entry {
   pid: number;
   localRank?: number;
   sent?: string;
-  reply?: { type: string; rank: number; worldSize: number; generation: number; resume: { step: number } | null; directive?: { kind: string; generation?: number } };
+  reply?: {
+    type: string; rank: number; worldSize: number; generation: number;
+    resume: { step: number; buffer: string; offset: number; length: number } | null;
+    directive?: { kind: string; generation?: number; buffer?: string; offset?: number; length?: number };
+  };
   resumeCheck?: boolean;
   length?: number;
   resuming?: string;
   expected?: [string | null, string | null];
+  ranges?: { outbox: string; share: string; inbox?: string; inboxOffset?: string };
   done?: boolean;
 }
 
@@ -156,6 +161,16 @@ describe("monkeytree launch", () => {
     // Replacements are also told the place they get (2 local processes per node); others nothing.
     const place = (e: Entry) => (e.reply?.resume ? [String((e.reply.rank - e.localRank!) / 2), String(e.reply.worldSize / 2)] : [null, null]);
     expect(attaches.map((e) => e.expected)).toEqual(attaches.map(place));
+    // Each process was told its ranges before attach: the ones it was later given to save into and load from.
+    const rangesOf = new Map(attaches.map((e) => [e.pid, e.ranges!]));
+    const share = (e: Entry) => Number(rangesOf.get(e.pid)!.share);
+    for (const e of attaches.filter((a) => a.reply?.resume)) {
+      const { inbox, inboxOffset } = rangesOf.get(e.pid)!;
+      expect(e.reply!.resume).toMatchObject({ buffer: inbox, offset: Number(inboxOffset) + e.localRank! * share(e), length: share(e) });
+    }
+    const outs = entries().filter((e) => e.reply?.directive?.kind === "migrate-out");
+    expect(outs.length).toBe(2 * moves.length);
+    for (const e of outs) expect(e.reply!.directive).toMatchObject({ buffer: rangesOf.get(e.pid)!.outbox, offset: e.localRank! * share(e), length: share(e) });
     const fresh = attached.filter((a) => a.resume === null && a.generation === 0);
     expect(fresh.map((a) => a.rank).sort()).toEqual([0, 0, 1, 1, 2, 2, 3, 3]);
 

@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from .control import ControlBlock
 from .crc import native_library
+from .ranges import Premapped, expected_ranges
 from .state import StateDict
 from .state import load as _load
 from .state import save as _save
@@ -214,7 +215,8 @@ class Job:
 
     def __init__(self, rank: int, world_size: int, local_rank: int, generation: int = 0, managed: bool = False,
                  channel: _Channel | None = None, resume: _Resume | None = None, backend: str = "gloo",
-                 timeout: timedelta = timedelta(minutes=5), control: ControlBlock | None = None) -> None:
+                 timeout: timedelta = timedelta(minutes=5), control: ControlBlock | None = None,
+                 premapped: Premapped | None = None) -> None:
         self.rank, self.world_size, self.local_rank, self.generation = rank, world_size, local_rank, generation
         self.managed = managed
         self.resume_step = resume["step"] if resume else None
@@ -223,6 +225,12 @@ class Job:
         self._channel = channel
         self._control = control
         self._backend, self._timeout = backend, timeout
+        self._premapped = premapped or Premapped([])
+
+    def _where(self, buffer: str, offset: int, length: int) -> dict[str, Any]:
+        """Where a save or load of that range goes: through its mapping when it was mapped ahead."""
+        view = self._premapped.view(buffer, offset, length)
+        return {"buffer": view} if view is not None else {"buffer": buffer, "offset": offset, "length": length}
 
     def load(self, template: StateDict) -> StateDict:
         """Fills ``template`` (as ``monkeytree.load`` does) from the checkpoint this replacement
@@ -232,7 +240,7 @@ class Job:
             raise RuntimeError("Job.load: this process is not a replacement (the launcher sent resume: null);"
                                " check job.resuming first")
         started = time.perf_counter()
-        _load(template, resume["buffer"], offset=resume["offset"], length=resume["length"])
+        _load(template, **self._where(resume["buffer"], resume["offset"], resume["length"]))
         channel.send("phase", name="load", seconds=time.perf_counter() - started)
         return template
 
@@ -276,7 +284,7 @@ class Job:
                 buffer, offset, length = _range({k: v for k, v in directive.items() if k != "kind"},
                                                 "migrate-out directive")
                 started = time.perf_counter()
-                written = _save(state_fn(), buffer, offset=offset, length=length)
+                written = _save(state_fn(), **self._where(buffer, offset, length))
                 channel.send("phase", name="checkpoint-write", seconds=time.perf_counter() - started)
                 channel.send("saved", bytes=written)
                 directive = channel.directive()
@@ -347,6 +355,8 @@ def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> 
     # at its first migration, whose checkpoint write it slows.
     native_library()
     _preload()
+    # Before attach, which a replacement's launcher answers once its move commits: off the stop.
+    premapped = Premapped(expected_ranges(local_rank))
     channel = _Channel(path, local_rank)
     try:
         channel.send("attach", pid=os.getpid())
@@ -363,7 +373,7 @@ def attach(backend: str = "gloo", timeout: timedelta = timedelta(minutes=5)) -> 
             resume = {"buffer": buffer, "offset": offset, "length": length,
                       "step": _whole(message["resume"], "attached message: resume", "step")}
         job = Job(group["rank"], group["world_size"], local_rank, group["generation"], True, channel, resume,
-                  backend, timeout, _control(message["control"]))
+                  backend, timeout, _control(message["control"]), premapped)
         job._form(group)
         channel.send("phase", name="form", seconds=time.perf_counter() - answered)
         return job

@@ -58,10 +58,10 @@ SHM_DIRECTORY = "/dev/shm"
 
 def open_staging_buffer(name: str) -> mmap.mmap:
     """Maps ``/dev/shm/<name>`` read-write, whole, as ``StagingBuffer.open`` does in TypeScript."""
-    return _map(name, 0, None)[0]
+    return map_range(name, 0, None)[0]
 
 
-def _map(name: str, offset: int, length: int | None) -> tuple[mmap.mmap, int]:
+def map_range(name: str, offset: int, length: int | None) -> tuple[mmap.mmap, int]:
     """Maps the pages of ``/dev/shm/<name>`` that hold ``[offset, offset + length)`` (to its end
     when ``length`` is None), their page tables filled at once; returns the mapping and where the
     range starts in it.
@@ -95,7 +95,7 @@ class _Mapped:
         whole: Buffer
         self._mapping: mmap.mmap | None
         if isinstance(buffer, str):
-            self._mapping, offset = _map(buffer, offset, length)
+            self._mapping, offset = map_range(buffer, offset, length)
             whole = self._mapping
             length = len(whole) - offset if length is None else length
         else:
