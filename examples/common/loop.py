@@ -156,10 +156,12 @@ def _train(job: Job, args: argparse.Namespace, build: Build, held: State | None)
         if directive == "stop":
             return None
         if directive == "reconfigured":
-            previous = worker
-            worker = build(args, Start(initialise=False, previous=previous))
+            # Only the new worker may outlive the build: the old one's wrappers hold the destroyed
+            # group, whose last reference must go before the hook's does at the next barrier.
+            part = worker.part
+            worker = build(args, Start(initialise=False, previous=worker))
             # The build trains on the previous state's memory only when it holds the same part.
-            _check_part(previous.part, worker)
+            _check_part(part, worker)
     return worker, step
 
 

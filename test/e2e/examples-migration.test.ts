@@ -67,7 +67,9 @@ describe.skipIf(!runs)("example jobs migrated live between network namespaces", 
       expect(result).toEqual({ ...expected, generation: 1 });
       // The source's launcher stopped cleanly once its replacement took over; the others, and
       // the replacement (started by the destination's daemon), ran to the end and exited 0.
-      expect(await Promise.all(c.launchers.map((launcher) => launcher.exited))).toEqual(c.launchers.map(() => 0));
+      const codes = await Promise.all(c.launchers.map((launcher) => launcher.exited));
+      const failed = c.launchers.filter((_, i) => codes[i] !== 0).map((launcher) => `${launcher.name}:\n${c.log(launcher).slice(-4_000)}`);
+      expect(codes, failed.join("\n")).toEqual(c.launchers.map(() => 0));
       await expect.poll(() => c.log(c.daemons[moved.to]!), patiently).toMatch(/replacement launcher exited \(code 0\)/);
     } finally {
       await c.teardown();
