@@ -35,8 +35,10 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
     model = DistributedDataParallel(module, find_unused_parameters=True, init_sync=False)
     optimizer = kept.optimizer if kept else adamw(module)
     replica = dist.get_rank()
+    # DDP's gradient hooks cannot run on a placeholder group: a replacement rehearses unwrapped.
     return Worker(module, optimizer, PART,
-                  lambda step: train_step(model, optimizer, batch(shape, args.seed, step, replica)))
+                  lambda step: train_step(model, optimizer, batch(shape, args.seed, step, replica)),
+                  lambda: train_step(module, optimizer, batch(shape, args.seed, 0, replica)))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import GPT, Start, Worker, adamw, batch, config, lm_loss, main, parser, update
+from common import GPT, Config, Start, Worker, adamw, batch, config, lm_loss, main, parser, update
 
 MICROBATCHES = 4
 
@@ -40,6 +40,17 @@ def stage_of(model: GPT, stage: int, stages: int) -> GPT:
     return model
 
 
+def microbatch(shape: Config, stage: int, stages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``stage`` takes in and gives out per microbatch, as tensors on the meta device: token
+    ids into the first stage, logits out of the last, activations in between."""
+    rows = shape.rows // MICROBATCHES
+    with torch.device("meta"):
+        tokens = torch.empty(rows, shape.context, dtype=torch.long)
+        hidden = torch.empty(rows, shape.context, shape.width, requires_grad=True)  # a gradient flows back
+        logits = torch.empty(rows, shape.context, shape.vocab)
+    return tokens if stage == 0 else hidden, logits if stage == stages - 1 else hidden
+
+
 def build(args: argparse.Namespace, start: Start) -> Worker:
     shape, world = config(args), dist.get_world_size()
     if world % args.pp or shape.layers % args.pp:
@@ -52,7 +63,11 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
     # Only the pipeline's stage and schedule hold a process group; the stage's module does not.
     kept = start.kept(part)
     module = kept.module if kept else stage_of(start.model(shape, args.seed), stage, args.pp)
-    pipe = PipelineStage(module, stage, args.pp, torch.device("cpu"), group=mesh.get_group("pp"))
+    # Given each microbatch's shapes, the schedule's first step need not ask the other stages for
+    # them, which every re-formed group's first step would otherwise do again.
+    taken, given = microbatch(shape, stage, args.pp)
+    pipe = PipelineStage(module, stage, args.pp, torch.device("cpu"), input_args=taken, output_args=given,
+                         group=mesh.get_group("pp"))
     schedule = ScheduleGPipe(pipe, MICROBATCHES, loss_fn=lm_loss)
     optimizer = kept.optimizer if kept else adamw(module)
     dp_group = mesh.get_group("dp")
@@ -62,7 +77,14 @@ def build(args: argparse.Namespace, start: Start) -> Worker:
         schedule.step(*([inputs] if stage == 0 else []), target=targets if stage == args.pp - 1 else None)
         update(optimizer, dp_group)
 
-    return Worker(module, optimizer, part, train_step)
+    def rehearse() -> None:
+        # The schedule's first step waits on the other stages even on a placeholder group: the
+        # stage's own work instead, its microbatches on zeros, held at once as GPipe holds them.
+        inputs = torch.zeros_like(taken, device="cpu").requires_grad_(taken.is_floating_point())
+        sum(module(inputs).sum() for _ in range(MICROBATCHES)).backward()
+        update(optimizer)
+
+    return Worker(module, optimizer, part, train_step, rehearse)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,3 @@ class Premapped:
     def view(self, buffer: str, offset: int, length: int) -> memoryview | None:
         """The mapped range, when it is exactly one of those mapped."""
         return self._views.get((buffer, offset, length))
-
-    def __len__(self) -> int:
-        return len(self._views)
