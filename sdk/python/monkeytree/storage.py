@@ -305,9 +305,26 @@ class StagingReader(_Mapped, dcp.StorageReader):
             self._verified.add(blob.offset)
         return raw
 
+    def _copied_whole(self, blob: Blob, dtype: torch.dtype | None, sizes: list[int], target: torch.Tensor) -> bool:
+        """Copies an unverified blob into ``target`` while checksumming it, where ``target`` takes
+        the blob whole, byte for byte: one pass over the bytes instead of two. Raises on a
+        mismatch, ``target`` then holding the corrupt bytes, as a failed load leaves its state."""
+        whole = (blob.offset not in self._verified and target.dtype == dtype and target.is_contiguous()
+                 and list(target.size()) == sizes and target.numel() * target.element_size() == blob.length > 0)
+        if whole:
+            raw = _raw_bytes(self.buffer, blob.offset, blob.length)
+            blob.check(copy_with_crc32c(target.reshape(-1).view(torch.uint8), raw))
+            self._verified.add(blob.offset)
+        return whole
+
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         for item in plan.items:
             blob, dtype, sizes = self._storage[item.storage_index]
+            if item.type == _planner.LoadItemType.TENSOR and sizes is not None and list(item.lengths) == list(sizes):
+                target = planner.resolve_tensor(item).detach()
+                if self._copied_whole(blob, dtype, list(sizes), target):
+                    planner.commit_tensor(item, target)
+                    continue
             raw = self._stored(blob)
             if item.type == _planner.LoadItemType.BYTE_IO:
                 planner.load_bytes(item, io.BytesIO(bytes(self.checkpoint.view(blob))))
