@@ -26,6 +26,7 @@ import {
   systemSpec,
   SYSTEMS,
   moveEvents,
+  type Preset,
   type PresetName,
   type QueueName,
   type SchedulerName,
@@ -123,6 +124,8 @@ interface Cell {
   readonly seconds: number;
 }
 
+const meanHoursOf = (preset: Preset) => (preset.meanHours === undefined ? {} : { meanHours: preset.meanHours });
+
 /** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
 async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
   const { preset } = o;
@@ -131,7 +134,7 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
   const load = o.loads[0]!;
   const hostCount = gpus / gpn;
-  const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, meanHours: preset.meanHours, gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
+  const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...meanHoursOf(preset), gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
   const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
   const cells = new Map<string, SystemReport>();
   const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
@@ -171,7 +174,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const traces: SimJob[][] = [];
   for (const load of o.loads) {
     const ep = "epFactor" in preset ? { epFactor: preset.epFactor, warmupJobs: preset.warmupJobs } : {};
-    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...ep, meanHours: preset.meanHours, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
+    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...ep, ...meanHoursOf(preset), gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
     traces.push(jobs);
     for (const system of o.systems) {

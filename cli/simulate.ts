@@ -10,6 +10,7 @@ import {
   generateJobs,
   MAX_TOKENS_PER_REPLICA,
   MIXES,
+  SIM_MIXES,
   MODELS,
   parseSimJobs,
   sacctToTrace,
@@ -22,7 +23,7 @@ import {
   systemSpec,
   SYSTEMS,
   type Preset,
-  type Mix,
+  type SimMix,
   type PresetName,
   type QueueName,
   type SchedulerName,
@@ -85,7 +86,9 @@ options:
                      your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
                      uplinks per rack (one per spine), link speed (default: the preset's; a
                      3-tier or rail preset keeps its racks per pod, core links or rails)
-  --mix NAME         job mix of generated traces: ${MIXES.join(" | ")} (default: the preset's)
+  --mix NAME         job mix of generated traces (default: the preset's): ${MIXES.join(" or ")}, drawn
+                     from the paper's model table in hosts and hours, or paper, the ten job types
+                     the paper's authors published (16-64 GPUs, 100-1,000 iterations each)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
                      bytes (paper §7.10: 10; default: the preset's, else 0); experimental, see README
@@ -178,9 +181,13 @@ export const command: Command = {
     if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
       throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
     }
-    const mix = (flags.mix ?? preset.mix) as Mix;
-    if (!MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${MIXES.join(", ")}, got "${flags.mix}"`);
-    const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours, 0.001);
+    const mix = (flags.mix ?? preset.mix) as SimMix;
+    if (!SIM_MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${SIM_MIXES.join(", ")}, got "${flags.mix}"`);
+    const costFlags = (["mean-hours", "ep-factor", "tokens-per-replica"] as const).filter((f) => flags[f] !== undefined);
+    if (mix === "paper" && costFlags.length) {
+      throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the paper mix's jobs come with their own iterations and costs`);
+    }
+    const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001);
     const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR);
     const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
     for (const flag of ["csv", "plot", "save-trace"] as const) {

@@ -2,8 +2,17 @@ import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, idSchema } from "../../sdk/protocol/limits.ts";
 import { DEFAULT_TOKENS_PER_REPLICA, iterationCost, MAX_TOKENS_PER_REPLICA, MODELS } from "./models.ts";
+import { drawPublished, meanGpuSeconds, PUBLISHED_TYPES, publishedJob } from "./published.ts";
 import { Random } from "./random.ts";
 import { MIXES, workload } from "./workload.ts";
+
+/**
+ * Job mixes of generated traces: the planner's (`MIXES`, sized in hosts, durations drawn in
+ * hours, iterations costed from the model table), or `paper`, the workload the paper's authors
+ * published (`published.ts`: ten job types on 16–64 GPUs, 100–1,000 iterations each).
+ */
+export const SIM_MIXES = [...MIXES, "paper"] as const;
+export type SimMix = (typeof SIM_MIXES)[number];
 
 /**
  * One job of a simulated history: one line of a trace file (JSON lines). Everything the
@@ -66,7 +75,7 @@ export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNu
 export const GenerateOptionsSchema = z.strictObject({
   seed: z.int(),
   hostCount: z.int().min(1).max(MAX_HOSTS),
-  mix: z.enum(MIXES),
+  mix: z.enum(SIM_MIXES),
   /** Offered load: expected fraction of hosts busy, counting jobs at their ideal durations. */
   load: z.number().gt(0).max(1),
   jobs: z.int().min(1),
@@ -99,6 +108,7 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
   const parsed = GenerateOptionsSchema.safeParse(input);
   if (!parsed.success) throw InvalidInputError.fromZod("trace options", parsed.error);
   const options = parsed.data;
+  if (options.mix === "paper") return publishedJobs(options, nicBytesPerSecond);
   const random = new Random(options.seed);
   const mix = workload(options.mix, options.hostCount);
   const meanSeconds = options.meanHours * 3600;
@@ -116,6 +126,35 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
     const warmup = n < options.warmupJobs;
     return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes, warmup };
+  });
+}
+
+/** The largest job of the published mix, in GPUs. */
+const PUBLISHED_MAX_GPUS = Math.max(...PUBLISHED_TYPES.flatMap((type) => type.gpus));
+/** The published job types' tensor-parallel groups fill a host of this many GPUs. */
+const PUBLISHED_GPUS_PER_HOST = 8;
+
+/**
+ * A trace of the published workload, drawn as its authors' generator draws one: a type by
+ * weight, a GPU count and 100–1,000 iterations uniformly, the first arrival at 0 and Poisson
+ * arrivals at the rate that offers the load, reckoned as theirs is (`meanGpuSeconds`).
+ */
+function publishedJobs(options: z.infer<typeof GenerateOptionsSchema>, nicBytesPerSecond: number): SimJob[] {
+  const gpus = options.hostCount * options.gpusPerHost;
+  const problems = [
+    ...(options.gpusPerHost === PUBLISHED_GPUS_PER_HOST ? [] : [{ path: "gpusPerHost", message: `the paper mix's tensor-parallel jobs fill hosts of ${PUBLISHED_GPUS_PER_HOST} GPUs, not ${options.gpusPerHost}` }]),
+    ...(gpus >= PUBLISHED_MAX_GPUS ? [] : [{ path: "hostCount", message: `the paper mix has jobs of ${PUBLISHED_MAX_GPUS} GPUs; give a cluster of at least ${PUBLISHED_MAX_GPUS / options.gpusPerHost} hosts` }]),
+  ];
+  if (problems.length) throw new InvalidInputError("trace options", problems);
+  const random = new Random(options.seed);
+  const rate = (options.load * gpus) / meanGpuSeconds(PUBLISHED_TYPES, nicBytesPerSecond);
+  let now = 0;
+  return Array.from({ length: options.warmupJobs + options.jobs }, (_, n) => {
+    const { type, gpus: size, iterations } = drawPublished(random, PUBLISHED_TYPES);
+    const arrival = now;
+    now += random.exponential(rate);
+    const job = publishedJob(type, size, options.gpusPerHost);
+    return { id: `${type.model}-${n}`, arrival, model: type.model, iterations, ...job, warmup: n < options.warmupJobs };
   });
 }
 

@@ -1,17 +1,18 @@
 import type { FabricShape } from "./fabric.ts";
 import type { SystemName } from "./simulate.ts";
 import { SYSTEMS_2TIER } from "./simulate.ts";
-import type { Mix } from "./workload.ts";
+import type { SimMix } from "./jobs.ts";
 
 /** A named experiment: the fabric, MonkeyTree's bound, and the traces to generate. */
 export interface Preset {
   readonly description: string;
   readonly fabric: FabricShape;
   readonly lambda?: number;
-  readonly mix: Mix;
+  readonly mix: SimMix;
   readonly loads: readonly number[];
   readonly jobs: number;
-  readonly meanHours: number;
+  /** Mean ideal job duration of the planner's mixes (the paper mix's jobs count iterations); default 2. */
+  readonly meanHours?: number;
   readonly systems: readonly SystemName[];
   /** Expert-parallel all-to-all bytes per host as a multiple of its DP ring bytes. */
   readonly epFactor?: number;
@@ -98,6 +99,14 @@ export const PRESETS = {
     systems: SYSTEMS_2TIER,
     epFactor: 10,
     warmupJobs: 50,
+  },
+  "fig-slowdown": {
+    description: "Fig. 6: 1,024 GPUs, 16 uplinks per rack (4:1), the workload the paper's authors published, loads 50-100%",
+    fabric: { ...GPUS_1024, uplinksPerRack: 16 },
+    mix: "paper",
+    loads: PAPER_LOADS,
+    jobs: 1000,
+    systems: SYSTEMS_2TIER,
   },
   small: {
     description: "a quick look: 512 GPUs (8 racks of 8 hosts), 2 uplinks per rack (32:1), 100 DP/FSDP jobs at 90% load",

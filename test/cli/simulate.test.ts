@@ -122,11 +122,22 @@ describe("monkeytree simulate", () => {
     expect(half.jobs.map((j) => j.computeSeconds)).toEqual(full.jobs.map((j) => j.computeSeconds / 2));
   });
 
+  it("generates the published workload with --mix paper", async () => {
+    const args = ["--mix", "paper", "--racks", "2", "--hosts-per-rack", "8", "--uplinks", "4", "--jobs", "20", "--systems", "ecmp,spray", "--json"];
+    const result = await runCli("simulate", ...args);
+    expect(result.code).toBe(0);
+    const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(report.generation?.mix).toBe("paper");
+    expect(report.systems.map((s) => s.jobs)).toEqual([20, 20]);
+  });
+
   it.each([
     [["--tokens-per-replica", "0"], /--tokens-per-replica must be a whole number from 1 to 16777216, got "0"/],
     [["--trace", "x.jsonl", "--tokens-per-replica", "4096"], /with --trace the file gives the jobs/],
     [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
-    [["--mix", "moe"], /--mix must be one of dp, tp8pp, got "moe"/],
+    [["--mix", "moe"], /--mix must be one of dp, tp8pp, paper, got "moe"/],
+    [["--mix", "paper", "--mean-hours", "3"], /--mean-hours shape the dp and tp8pp mixes; the paper mix's jobs come with their own/],
+    [["--mix", "paper", "--racks", "1", "--hosts-per-rack", "4"], /hostCount: the paper mix has jobs of 64 GPUs; give a cluster of at least 8 hosts/],
     [["--queue", "lifo"], /--queue must be one of fifo, backfill, got "lifo"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
