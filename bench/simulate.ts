@@ -125,6 +125,7 @@ interface Cell {
 }
 
 const meanHoursOf = (preset: Preset) => (preset.meanHours === undefined ? {} : { meanHours: preset.meanHours });
+const queueInMovesOf = (preset: Preset) => (preset.queueInMoves === undefined ? {} : { queueInMoves: preset.queueInMoves });
 
 /** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
 async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
@@ -144,7 +145,7 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
       const fabric = { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps };
       for (const system of o.systems) {
         const t = performance.now();
-        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue }, system, planner), load));
+        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue, ...queueInMovesOf(preset) }, system, planner), load));
         process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
       }
     }
@@ -168,7 +169,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const { preset } = o;
   const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
+  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler, queue: o.queue, ...queueInMovesOf(preset) };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];

@@ -54,7 +54,7 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
-                           [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
+                           [--queue-in-moves place|hold] [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
                            [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -102,6 +102,10 @@ options:
   --queue NAME       queue discipline: ${QUEUES.join(" | ")} (default fifo: the queue's head waits
                      for room and everyone behind it waits too; backfill starts any queued job
                      the front-end can place now, reserving nothing for the jobs it passes)
+  --queue-in-moves place|hold
+                     whether queued jobs start while a migration's jobs stop and move their
+                     state (place), or wait until the moves are done (hold, as the paper's
+                     simulator does; the fig-* presets' setting); default: the preset's, else place
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
   --restart SEC      restart cost of a migration after its transfers (default 10)
   --restart-from FILE  the restart cost measured here: \`npm run bench:migrate -- --json\`'s
@@ -142,6 +146,7 @@ export const command: Command = {
       seed: { type: "string" },
       scheduler: { type: "string", default: "best-fit" },
       queue: { type: "string", default: "fifo" },
+      "queue-in-moves": { type: "string" },
       lambda: { type: "string" },
       restart: { type: "string" },
       "restart-from": { type: "string" },
@@ -161,6 +166,8 @@ export const command: Command = {
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
     const queue = flags.queue as QueueName;
     if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
+    const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
+    if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
     if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
     const replayed = flags.trace ?? flags["from-sacct"];
     const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
@@ -199,6 +206,7 @@ export const command: Command = {
       ...(lambda === undefined ? {} : { lambda }),
       scheduler,
       queue,
+      queueInMoves,
       seed,
       restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };

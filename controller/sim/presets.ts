@@ -16,6 +16,8 @@ export interface Preset {
   readonly systems: readonly SystemName[];
   /** Expert-parallel all-to-all bytes per host as a multiple of its DP ring bytes. */
   readonly epFactor?: number;
+  /** Whether the queue starts jobs while a migration moves state; the paper's simulator holds it. */
+  readonly queueInMoves?: "place" | "hold";
   /** Jobs run before the measured ones, to start them on a busy cluster. */
   readonly warmupJobs?: number;
 }
@@ -107,6 +109,7 @@ export const PRESETS = {
     loads: PAPER_LOADS,
     jobs: 1000,
     systems: SYSTEMS_2TIER,
+    queueInMoves: "hold",
   },
   small: {
     description: "a quick look: 512 GPUs (8 racks of 8 hosts), 2 uplinks per rack (32:1), 100 DP/FSDP jobs at 90% load",

@@ -44,6 +44,12 @@ export const SimConfigSchema = z.strictObject({
    * now, as Slurm's backfill does, but without reserving hosts for the jobs it passes over.
    */
   queue: z.enum(QUEUES).default("fifo"),
+  /**
+   * Whether the queue starts jobs while a migration's jobs head for their barrier and move
+   * their state (`place`), or waits until those moves are done (`hold`), as the paper's
+   * simulator does; both place during the restart after.
+   */
+  queueInMoves: z.enum(["place", "hold"]).default("place"),
   /** Seeds the queue pairs' source ports (ECMP), SGLB's choices and the random scheduler. */
   seed: z.int().default(1),
   /** Re-initialisation after a migration's transfers, before the moved jobs resume (paper: 10 s). */
@@ -407,6 +413,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   };
 
   const startQueued = (): boolean => {
+    if (config.queueInMoves === "hold" && migration !== undefined && migration.phase !== "restart") return false;
     let started = false;
     for (let i = 0; i < queue.length; ) {
       const job = queue[i]!;

@@ -128,6 +128,7 @@ describe("monkeytree simulate", () => {
     expect(result.code).toBe(0);
     const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
     expect(report.generation?.mix).toBe("paper");
+    expect(report.config.queueInMoves).toBe("place");
     expect(report.systems.map((s) => s.jobs)).toEqual([20, 20]);
   });
 
@@ -139,6 +140,7 @@ describe("monkeytree simulate", () => {
     [["--mix", "paper", "--mean-hours", "3"], /--mean-hours shape the dp and tp8pp mixes; the paper mix's jobs come with their own/],
     [["--mix", "paper", "--racks", "1", "--hosts-per-rack", "4"], /hostCount: the paper mix has jobs of 64 GPUs; give a cluster of at least 8 hosts/],
     [["--queue", "lifo"], /--queue must be one of fifo, backfill, got "lifo"/],
+    [["--queue-in-moves", "drop"], /--queue-in-moves must be place or hold, got "drop"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
     [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],

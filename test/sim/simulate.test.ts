@@ -94,6 +94,20 @@ describe("simulateSystem", () => {
     expect(finish(run, "m").slowdown).toBeCloseTo(1, 9);
   });
 
+  it("holds the queue while a migration's state moves, with queueInMoves hold, and starts it for the restart", () => {
+    // 4 racks: hosts 6 and 7 stay free while b's worker moves, and a job arrives meanwhile.
+    const roomy: SimConfigInput = { ...tiny, fabric: { ...tiny.fabric, racks: 4 } };
+    const jobs = [...collide(8e9), job("late", 1, { arrival: 1 })];
+    const placed = simulateSystem(jobs, roomy, "monkeytree", planner);
+    const held = simulateSystem(jobs, { ...roomy, queueInMoves: "hold" }, "monkeytree", planner);
+    expect(finish(placed, "late").start).toBeCloseTo(1, 9);
+    // The move started at 0; its restart began 10 s before it ended.
+    expect(held.migrationSeconds).toHaveLength(1);
+    expect(held.migrationSeconds[0]!).toBeGreaterThan(11);
+    expect(finish(held, "late").start).toBeCloseTo(held.migrationSeconds[0]! - 10, 9);
+    expect(simulationReport({ ...roomy, queueInMoves: "hold" }, [{ run: held, load: null }]).config.queueInMoves).toBe("hold");
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
