@@ -18,6 +18,7 @@ the run was migrated or its group re-formed.
 """
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -113,6 +114,11 @@ def main(args: argparse.Namespace) -> None:
             json.dump({"step": trainer.global_step, "worldSize": trainer.world_size,
                        "generation": trainer.strategy.job.generation, "digest": result, "losses": losses.losses}, out)
         os.replace(args.out + ".tmp", args.out)
+    # Freed before the group, as examples/common/loop.py's run frees its worker: FSDP's modules and
+    # hooks refer to each other, so only the collector frees them, and left to the interpreter's
+    # exit they take the group down there with its threads running, which aborts the process.
+    del trainer, model
+    gc.collect()
     dist.destroy_process_group()
 
 
