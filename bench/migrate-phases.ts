@@ -70,6 +70,9 @@ export const PHASES = [
   // the downtime, read from that step, but not this.
   ["untilLoaded", "all stopped → replacement loaded (transferring to load, no step)"],
   ["firstStep", "reconfigure → first step done with the replacement (slowest stayer)"],
+  // CPU time, unlike the wall's, is what a process itself did: a first step whose wall grows but
+  // whose CPU does not waited, for a peer or for a CPU other processes held.
+  ["firstStepWork", "first step's extra CPU: its CPU less the second step's (the process whose grew most)"],
   ["step", "a training step after the move (median of three)"],
 ] as const;
 export type Phase = (typeof PHASES)[number][0];
@@ -91,10 +94,24 @@ const all = (lines: readonly Line[], pattern: RegExp) => lines.flatMap((line) =>
   return match ? [{ at: line.at, match }] : [];
 });
 
+/** Per process of `lines` (by local rank), the ms its `phase` took. */
+function byRank(lines: readonly Line[], phase: string): Map<number, number> {
+  return new Map(all(lines, new RegExp(`local rank (\\d+): ${phase} took (\\d+) ms`)).map(({ match }) => [Number(match[1]), Number(match[2])]));
+}
+
 /** The slowest local rank's `phase` in `lines`, in seconds; NaN when none reported it. */
 function slowest(lines: readonly Line[], phase: string): number {
-  const ms = all(lines, new RegExp(`local rank \\d+: ${phase} took (\\d+) ms`)).map(({ match }) => Number(match[1]));
+  const ms = [...byRank(lines, phase).values()];
   return ms.length ? Math.max(...ms) / 1000 : NaN;
+}
+
+/** The most a process's first step after the move took of its own CPU beyond its second step's, in seconds. */
+function firstStepWork(logs: MoveLogs): number {
+  const growth = [logs.destination, ...logs.stayers].flatMap((lines) => {
+    const second = byRank(lines, "second-step-cpu");
+    return [...byRank(lines, "first-step-cpu")].flatMap(([rank, ms]) => (second.has(rank) ? [(ms - second.get(rank)!) / 1000] : []));
+  });
+  return growth.length ? Math.max(...growth) : NaN;
 }
 
 /** The barrier a stayer reached first after re-forming, and the seconds since it was told to. */
@@ -116,9 +133,9 @@ function barriers(stayer: readonly Line[]): Map<number, number> {
 /** Steps after the resumed barrier that the step time is taken from. */
 const STEPS_AFTER = 3;
 
-/** Whether the logs hold all a measurement needs: every replacement rank loaded, every stayer three steps past its re-formation. */
+/** Whether the logs hold all a measurement needs: every replacement rank two steps past its load, every stayer three past its re-formation. */
 export function complete(logs: MoveLogs, nproc: number): boolean {
-  if (all(logs.destination, /local rank \d+: load took/).length < nproc) return false;
+  if (all(logs.destination, /local rank \d+: second-step-cpu took/).length < nproc) return false;
   const step = resumed(logs.stayers[0] ?? []);
   return step !== undefined && logs.stayers.every((stayer) => [...barriers(stayer).keys()].some((s) => s >= step.step + STEPS_AFTER));
 }
@@ -156,6 +173,7 @@ export function measure(move: Move, logs: MoveLogs): MoveMeasurement {
     reform: Math.max(...logs.stayers.map((stayer) => slowest(stayer, "reform"))),
     untilLoaded: (at("resuming") - stopped) / 1000 + slowest(logs.destination, "form") + slowest(logs.destination, "load"),
     firstStep: Math.max(...resumes.map((r) => r?.seconds ?? NaN)),
+    firstStepWork: firstStepWork(logs),
     step,
   };
   return {

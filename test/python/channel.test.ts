@@ -116,6 +116,8 @@ const attached = (localRank: number, g: Group, resume: Attached["resume"] = null
 const directive = (d: ChannelDirective): ChannelReply => ({ ...head, type: "directive", directive: d });
 const proceed = directive({ kind: "continue" });
 const stop = directive({ kind: "stop", reason: "test" });
+/** What a process reports of its first two steps after a load or a re-formation. */
+const TIMED_STEPS = ["first-step", "first-step-cpu", "second-step", "second-step-cpu"];
 
 interface Result {
   step: number;
@@ -169,7 +171,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
       expect(fake.of("attach", local)).toEqual([{ v: 1, type: "attach", localRank: local, pid: exits[local]?.pid }]);
       // One request per barrier, one reply each: 4 continues, the reconfigure, 2 continues, the stop.
       expect(steps(fake.of("barrier", local))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-      expect(fake.of("phase", local)).toEqual(["form", "reform"].map((name) => ({ v: 1, type: "phase", localRank: local, name, seconds: expect.any(Number) })));
+      expect(fake.of("phase", local)).toEqual(["form", "reform", ...TIMED_STEPS].map((name) => ({ v: 1, type: "phase", localRank: local, name, seconds: expect.any(Number) })));
       expect(fake.of("saved", local)).toEqual([]);
     }
   });
@@ -197,7 +199,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(fake.violations).toEqual([]);
     for (const local of [0, 1]) {
       expect(steps(fake.of("barrier", local))).toEqual([1, 2, 3, 4, 5, 6]);
-      expect(fake.of("phase", local).map((p) => p.type === "phase" && p.name)).toEqual(["form", "reform"]);
+      expect(fake.of("phase", local).map((p) => p.type === "phase" && p.name)).toEqual(["form", "reform", ...TIMED_STEPS]);
     }
     expect(result(out)).toEqual({ ...plain2, generation: 1 });
   });
@@ -273,7 +275,7 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     expect(exit.code, exit.stderr).toBe(0);
     expect(fake.violations).toEqual([]);
     expect(steps(fake.of("barrier"))).toEqual([4, 5, 6, 7, 8]);
-    expect(fake.of("phase").map((p) => p.type === "phase" && p.name)).toEqual(["form", "load"]);
+    expect(fake.of("phase").map((p) => p.type === "phase" && p.name)).toEqual(["form", "load", ...TIMED_STEPS]);
     expect(result(out)).toEqual(uninterrupted);
   });
 
@@ -304,6 +306,8 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
         "phase checkpoint-write",
         "saved",
         "phase reform",
+        "phase first-step",
+        "phase first-step-cpu",
         "barrier 5",
       ]);
       const last = fake.of("saved")[1];

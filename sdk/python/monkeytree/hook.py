@@ -226,6 +226,10 @@ class Job:
         self._control = control
         self._backend, self._timeout = backend, timeout
         self._premapped = premapped or Premapped([])
+        # The steps after a move that are still to be timed, and when the current one began (wall,
+        # this process's CPU): from the end of a replacement's load or a stayer's re-formation.
+        self._timed_steps: list[str] = []
+        self._step_began = (0.0, 0.0)
 
     def _where(self, buffer: str, offset: int, length: int) -> dict[str, Any]:
         """Where a save or load of that range goes: through its mapping when it was mapped ahead."""
@@ -242,6 +246,7 @@ class Job:
         started = time.perf_counter()
         _load(template, **self._where(resume["buffer"], resume["offset"], resume["length"]))
         channel.send("phase", name="load", seconds=time.perf_counter() - started)
+        self._time_steps()
         return template
 
     def barrier(self, step: int, state_fn: Callable[[], Mapping[str, object]]) -> Directive:
@@ -252,6 +257,7 @@ class Job:
         channel = self._channel
         if not self.managed or channel is None:
             return "continue"
+        self._report_step(channel)
         # By now the script has rebuilt whatever it built on a group a reconfigure destroyed.
         _left_groups.clear()
         if self._control is not None and self._control.passes(step):
@@ -272,6 +278,7 @@ class Job:
                 _leave_groups()
                 self._form(group)
                 channel.send("phase", name="reform", seconds=time.perf_counter() - started)
+                self._time_steps()
                 return "reconfigured"
             if kind == "stop":
                 _exact(directive, "stop directive", ("kind", "reason"))
@@ -293,6 +300,21 @@ class Job:
             allowed = "continue, reconfigure or stop" if saved else "continue, reconfigure, migrate-out or stop"
             raise ChannelError(f"directive: kind must be {allowed}, received {kind!r}")
 
+    def _time_steps(self) -> None:
+        self._timed_steps = ["first-step", "second-step"]
+        self._step_began = _clocks()
+
+    def _report_step(self, channel: _Channel) -> None:
+        # The first step's wall and CPU time against the second's tell what a move added to it:
+        # work of this process's own, or waiting (for a slower peer, or for a CPU others held).
+        if not self._timed_steps:
+            return
+        (wall, cpu), (began_wall, began_cpu) = _clocks(), self._step_began
+        name = self._timed_steps.pop(0)
+        channel.send("phase", name=name, seconds=wall - began_wall)
+        channel.send("phase", name=f"{name}-cpu", seconds=cpu - began_cpu)
+        self._step_began = _clocks()
+
     def _form(self, group: _Group) -> None:
         # torchrun's static rendezvous tells its workers that its agent hosts the store
         # (TORCHELASTIC_USE_AGENT_STORE), so rank 0 would only connect to a store nobody
@@ -303,6 +325,10 @@ class Job:
         dist.init_process_group(self._backend, init_method=f"tcp://{group['addr']}:{group['port']}",
                                 rank=group["rank"], world_size=group["world_size"], timeout=self._timeout)
         self.rank, self.world_size, self.generation = group["rank"], group["world_size"], group["generation"]
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
 
 
 def _await_store(addr: str, port: int, timeout: timedelta) -> None:
