@@ -19,6 +19,8 @@ import {
   iterationSeconds,
   MAX_TOKENS_PER_REPLICA,
   PRESETS,
+  presetConfig,
+  presetGeneration,
   QUEUES,
   SCHEDULERS,
   simulateSystem,
@@ -77,8 +79,9 @@ function options(argv: string[]) {
     uplinks: { type: "string" },
     help: { type: "boolean", default: false },
   });
-  const preset = PRESETS[flags.preset as PresetName];
+  const preset: Preset | undefined = PRESETS[flags.preset as PresetName];
   if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}`);
+  if (preset.variants) throw new UsageError(`--preset ${flags.preset} sweeps variants beside its loads; run it with monkeytree simulate`);
   const loads = flags.loads === undefined ? [...preset.loads] : flags.loads.split(",").map(Number);
   if (loads.some((l) => !(l > 0 && l <= 1))) throw new UsageError("--loads must be numbers in (0, 1]");
   const systems = (flags.systems === undefined ? [...preset.systems] : flags.systems.split(",")) as SystemName[];
@@ -124,9 +127,6 @@ interface Cell {
   readonly seconds: number;
 }
 
-const meanHoursOf = (preset: Preset) => (preset.meanHours === undefined ? {} : { meanHours: preset.meanHours });
-const queueInMovesOf = (preset: Preset) => (preset.queueInMoves === undefined ? {} : { queueInMoves: preset.queueInMoves });
-
 /** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
 async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
   const { preset } = o;
@@ -135,7 +135,7 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
   const load = o.loads[0]!;
   const hostCount = gpus / gpn;
-  const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...meanHoursOf(preset), gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
+  const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
   const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
   const cells = new Map<string, SystemReport>();
   const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
@@ -145,7 +145,8 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
       const fabric = { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps };
       for (const system of o.systems) {
         const t = performance.now();
-        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, { fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue, ...queueInMovesOf(preset) }, system, planner), load));
+        const config = { ...presetConfig(preset), fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue };
+        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, config, system, planner), load));
         process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
       }
     }
@@ -169,13 +170,12 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
   const { preset } = o;
   const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { fabric: preset.fabric, ...("lambda" in preset ? { lambda: preset.lambda } : {}), seed: o.seed, scheduler: o.scheduler, queue: o.queue, ...queueInMovesOf(preset) };
+  const config = { ...presetConfig(preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];
   for (const load of o.loads) {
-    const ep = "epFactor" in preset ? { epFactor: preset.epFactor, warmupJobs: preset.warmupJobs } : {};
-    const generate = { seed: o.seed, hostCount, mix: preset.mix, load, jobs: o.jobs, ...ep, ...meanHoursOf(preset), gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
+    const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
     traces.push(jobs);
     for (const system of o.systems) {
@@ -187,7 +187,7 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
     }
   }
   const f = preset.fabric;
-  const lambda = "lambda" in preset ? preset.lambda : f.uplinksPerRack;
+  const lambda = preset.lambda ?? f.uplinksPerRack;
   process.stdout.write(
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
       `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue\n\n`,

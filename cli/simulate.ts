@@ -15,6 +15,10 @@ import {
   parseSimJobs,
   sacctToTrace,
   PRESETS,
+  applyVariant,
+  presetConfig,
+  isPublishedMix,
+  sweptFlags,
   QUEUES,
   SCHEDULERS,
   simulateSystem,
@@ -34,6 +38,7 @@ import {
   type SystemReport,
   type SystemRun,
   type TraceGeneration,
+  type Variant,
 } from "../controller/sim/index.ts";
 import { barChart, lineChart, type Series } from "./simulate/plot.ts";
 import { restartFromBench } from "./simulate/restart.ts";
@@ -51,7 +56,7 @@ const MAX_EP_FACTOR = 1_000;
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
-                           [--loads LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
+                           [--loads LIST] [--variants LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
                            [--queue-in-moves place|hold] [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
@@ -81,6 +86,9 @@ options:
   --systems LIST     comma-separated (default: the preset's), from
                      ${SYSTEMS.join(", ")}
   --loads LIST       offered loads in (0, 1], comma-separated (default: the preset's)
+  --variants LIST    of a preset that sweeps something beside the load (a fig-* preset's λ,
+                     front-ends or fabrics; see its description), the variants to run, by name
+                     (default: all); the flags of what it sweeps are then its own
   --jobs N           jobs per generated trace (default: the preset's)
   --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
                      your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
@@ -133,6 +141,7 @@ export const command: Command = {
       model: { type: "string" },
       systems: { type: "string" },
       loads: { type: "string" },
+      variants: { type: "string" },
       jobs: { type: "string" },
       racks: { type: "string" },
       "hosts-per-rack": { type: "string" },
@@ -144,7 +153,7 @@ export const command: Command = {
       "ep-factor": { type: "string" },
       "tokens-per-replica": { type: "string" },
       seed: { type: "string" },
-      scheduler: { type: "string", default: "best-fit" },
+      scheduler: { type: "string" },
       queue: { type: "string", default: "fifo" },
       "queue-in-moves": { type: "string" },
       lambda: { type: "string" },
@@ -162,7 +171,8 @@ export const command: Command = {
       if (!(SYSTEMS as readonly string[]).includes(name)) throw new UsageError(`--systems: unknown system "${name}"; choose from ${SYSTEMS.join(", ")}`);
       return name as SystemName;
     });
-    const scheduler = flags.scheduler as SchedulerName;
+    const variants = chooseVariants(presetName, preset, flags);
+    const scheduler = (flags.scheduler ?? "best-fit") as SchedulerName;
     if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
     const queue = flags.queue as QueueName;
     if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
@@ -191,8 +201,8 @@ export const command: Command = {
     const mix = (flags.mix ?? preset.mix) as SimMix;
     if (!SIM_MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${SIM_MIXES.join(", ")}, got "${flags.mix}"`);
     const costFlags = (["mean-hours", "ep-factor", "tokens-per-replica"] as const).filter((f) => flags[f] !== undefined);
-    if (mix === "paper" && costFlags.length) {
-      throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the paper mix's jobs come with their own iterations and costs`);
+    if (isPublishedMix(mix) && costFlags.length) {
+      throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the ${mix} mix's jobs come with their own iterations and costs`);
     }
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001);
     const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR);
@@ -202,6 +212,7 @@ export const command: Command = {
       if (dir !== undefined) outputDir(flag, dir);
     }
     const config: SimConfigInput = {
+      ...presetConfig(preset),
       fabric,
       ...(lambda === undefined ? {} : { lambda }),
       scheduler,
@@ -211,18 +222,21 @@ export const command: Command = {
       restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };
 
-    const traces: { load: number | null; jobs: SimJob[] }[] = [];
+    // Replayed traces, or a function of the cluster's size: a variant may change it.
+    let traces: (hostCount: number) => readonly Trace[];
     let generation: TraceGeneration | null = null;
     if (flags.trace !== undefined) {
-      traces.push({ load: null, jobs: await readTraceFile(flags.trace) });
+      const replay = [{ load: null, jobs: await readTraceFile(flags.trace) }];
+      traces = () => replay;
     } else if (flags["from-sacct"] !== undefined) {
       const path = flags["from-sacct"];
       const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
       const { jobs, skipped } = sacctToTrace(await readSacct(path), options, `sacct ${path}`);
       if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
       if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
-      traces.push({ load: null, jobs });
-      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces);
+      const replay = [{ load: null, jobs }];
+      traces = () => replay;
+      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
     } else {
       const loads = listFlag("loads", flags.loads, [...preset.loads], (raw) => {
         const load = Number(raw);
@@ -230,55 +244,114 @@ export const command: Command = {
         return load;
       });
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
-      const hostCount = fabric.racks * fabric.hostsPerRack;
-      generation = { mix, jobs: jobCount, warmupJobs: preset.warmupJobs ?? 0, meanHours, epFactor, tokensPerReplica };
-      for (const load of loads) {
-        const options = { ...generation, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost };
-        traces.push({ load, jobs: generateJobs(options, bytesPerSecond(fabric.nicGbps)) });
+      const drawn = { mix, jobs: jobCount, warmupJobs: preset.warmupJobs ?? 0, meanHours, epFactor, tokensPerReplica };
+      generation = drawn;
+      const generated = new Map<number, Trace[]>();
+      traces = (hostCount) => {
+        if (!generated.has(hostCount)) {
+          const draw = (load: number) => generateJobs({ ...drawn, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost }, bytesPerSecond(fabric.nicGbps));
+          generated.set(hostCount, loads.map((load) => ({ load, jobs: draw(load) })));
+        }
+        return generated.get(hostCount)!;
+      };
+      const saveDir = flags["save-trace"];
+      if (saveDir !== undefined) {
+        const base = fabric.racks * fabric.hostsPerRack;
+        const saved = new Set<number>();
+        for (const variant of variants) {
+          const shape = applyVariant(config, variant).fabric;
+          const hosts = shape.racks * shape.hostsPerRack;
+          // A variant on another number of hosts draws traces of its own.
+          if (!saved.has(hosts)) await saveTraces(saveDir, traces(hosts), { ...drawn, seed, fabric: shape, loads }, hosts === base ? "" : `hosts-${hosts}-`);
+          saved.add(hosts);
+        }
       }
-      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], traces, { ...generation, seed, fabric, loads });
     }
 
     const planner = systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
     const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
-    const progress = new Progress(io, traces.length * systems.length);
-    const runs: { run: SystemRun; load: number | null }[] = [];
-    const fragmentation: { system: SystemName; load: number | null; busiest: Series; total: Series }[] = [];
-    for (const { load, jobs } of traces) {
-      for (const system of systems) {
-        const rows = new CsvRows(system, load);
-        const busiest: [number, number][] = [];
-        const total: [number, number][] = [];
-        if (flags.plot !== undefined) fragmentation.push({ system, load, busiest: { name: system, points: busiest }, total: { name: system, points: total } });
-        progress.begin(system, load, jobs.length);
-        const run = simulateSystem(jobs, config, system, planner, {
-          jobDone: (job) => {
-            rows.job(job);
-            progress.tick();
-          },
-          planned: (event) => rows.plan(event),
-          sample: (sample) => {
-            rows.sample(sample);
-            if (flags.plot === undefined) return;
-            busiest.push([sample.time / 3600, sample.maxRack]);
-            total.push([sample.time / 3600, sample.total]);
-          },
-        });
-        runs.push({ run, load });
-        progress.end();
-        await csv?.append(rows, systemReport(run, load));
-        // Let the progress line and CSV rows out before the next system's synchronous run.
-        await new Promise((resolve) => setImmediate(resolve));
+    const hostCounts = variants.map((variant) => {
+      const shape = applyVariant(config, variant).fabric;
+      return shape.racks * shape.hostsPerRack;
+    });
+    const progress = new Progress(io, hostCounts.reduce((sum, hosts) => sum + traces(hosts).length, 0) * systems.length);
+    const runs: VariantRun[] = [];
+    const fragmentation: FragmentationSeries[] = [];
+    for (const [i, variant] of variants.entries()) {
+      const variantConfig = applyVariant(config, variant);
+      const name = variant?.name ?? null;
+      for (const { load, jobs } of traces(hostCounts[i]!)) {
+        for (const system of systems) {
+          const rows = new CsvRows(system, name, load);
+          const busiest: [number, number][] = [];
+          const total: [number, number][] = [];
+          const series = name === null ? system : `${system} ${name}`;
+          if (flags.plot !== undefined) fragmentation.push({ load, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
+          progress.begin(name === null ? system : `${system} ${name}`, load, jobs.length);
+          const run = simulateSystem(jobs, variantConfig, system, planner, {
+            jobDone: (job) => {
+              rows.job(job);
+              progress.tick();
+            },
+            planned: (event) => rows.plan(event),
+            sample: (sample) => {
+              rows.sample(sample);
+              if (flags.plot === undefined) return;
+              busiest.push([sample.time / 3600, sample.maxRack]);
+              total.push([sample.time / 3600, sample.total]);
+            },
+          });
+          runs.push({ run, load, variant: name });
+          progress.end();
+          await csv?.append(rows, systemReport(run, load, name));
+          // Let the progress line and CSV rows out before the next system's synchronous run.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
       }
     }
     progress.done();
-    const report = simulationReport(config, runs, generation);
+    const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
     if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
     return ExitCode.ok;
   },
 };
+
+/** A trace to run: generated for a load, or replayed (`load` null). */
+interface Trace {
+  readonly load: number | null;
+  readonly jobs: SimJob[];
+}
+
+interface VariantRun {
+  readonly run: SystemRun;
+  readonly load: number | null;
+  readonly variant: string | null;
+}
+
+interface FragmentationSeries {
+  readonly load: number | null;
+  readonly busiest: Series;
+  readonly total: Series;
+}
+
+/** The preset's variants that `--variants` names (all by default); [null] for a preset that sweeps nothing. */
+function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Record<string, string | boolean | undefined>>): (Variant | null)[] {
+  const all = preset.variants ?? [];
+  if (all.length === 0) {
+    if (flags.variants !== undefined) throw new UsageError(`--variants: the ${presetName} preset sweeps nothing beside its loads`);
+    return [null];
+  }
+  const names = all.map((v) => v.name);
+  const swept = sweptFlags(all).filter((flag) => flags[flag] !== undefined);
+  if (swept.length) throw new UsageError(`--${swept.join(", --")}: the ${presetName} preset sweeps ${swept.length > 1 ? "these" : "it"} itself (variants ${names.join(", ")}); pick variants with --variants`);
+  return listFlag("variants", flags.variants as string | undefined, [...all], (name) => {
+    const variant = all.find((v) => v.name === name);
+    if (!variant) throw new UsageError(`--variants: the ${presetName} preset has no variant "${name}"; choose from ${names.join(", ")}`);
+    return variant;
+  });
+}
 
 function listFlag<T>(name: string, raw: string | undefined, fallback: T[], parse: (item: string) => T): T[] {
   if (raw === undefined) return fallback;
@@ -323,19 +396,21 @@ async function readTraceFile(path: string): Promise<SimJob[]> {
 /** Writes the traces, and for generated ones DIR/generation.json: what drew them. */
 async function saveTraces(
   dir: string,
-  traces: readonly { load: number | null; jobs: readonly SimJob[] }[],
+  traces: readonly Trace[],
   generation?: TraceGeneration & { seed: number; fabric: SimConfigInput["fabric"]; loads: readonly number[] },
+  prefix = "",
 ): Promise<void> {
   for (const { load, jobs } of traces) {
-    await writeFile(join(dir, `trace-${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
+    await writeFile(join(dir, `trace-${prefix}${load ?? "sacct"}.jsonl`), jobs.map((job) => JSON.stringify(job)).join("\n") + "\n");
   }
-  if (generation) await writeFile(join(dir, "generation.json"), `${JSON.stringify(generation, null, 2)}\n`);
+  if (generation) await writeFile(join(dir, `${prefix}generation.json`), `${JSON.stringify(generation, null, 2)}\n`);
 }
 
-async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly { system: SystemName; load: number | null; busiest: Series; total: Series }[]): Promise<void> {
-  const names = [...new Set(report.systems.map((s) => s.name))];
+async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Promise<void> {
+  const label = (s: SystemReport) => (s.variant === null ? s.name : `${s.name} ${s.variant}`);
+  const names = [...new Set(report.systems.map(label))];
   const bySystem = (pick: (s: SystemReport) => number): Series[] =>
-    names.map((name) => ({ name, points: report.systems.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));
+    names.map((name) => ({ name, points: report.systems.filter((s) => label(s) === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));
   const load = "offered load (%)";
   await writeFile(join(dir, "slowdown-p99.svg"), lineChart({ title: "p99 job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.p99), yFrom: 1 }));
   await writeFile(join(dir, "slowdown-avg.svg"), lineChart({ title: "average job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.avg), yFrom: 1 }));
@@ -354,10 +429,10 @@ async function writePlots(dir: string, report: SimulationReport, fragmentation: 
 }
 
 const csvHeaders = {
-  jobs: "system,load,job,arrival,start,finish,ideal,slowdown,moves",
-  plans: "system,load,time,status,moves,solve_ms",
-  fragmentation: "system,load,time,max_rack,mean_rack,fragmented_groups,total",
-  summary: "system,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
+  jobs: "system,variant,load,job,arrival,start,finish,ideal,slowdown,moves",
+  plans: "system,variant,load,time,status,moves,solve_ms",
+  fragmentation: "system,variant,load,time,max_rack,mean_rack,fragmented_groups,total",
+  summary: "system,variant,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
 } as const;
 
 /** One system's CSV rows, gathered during its run. */
@@ -366,8 +441,8 @@ class CsvRows {
   readonly plans: string[] = [];
   readonly fragmentation: string[] = [];
   readonly #prefix: string;
-  constructor(system: SystemName, load: number | null) {
-    this.#prefix = `${system},${load ?? ""}`;
+  constructor(system: SystemName, variant: string | null, load: number | null) {
+    this.#prefix = `${system},${variant ?? ""},${load ?? ""}`;
   }
   job(j: { id: string; arrival: number; start: number; finish: number; ideal: number; slowdown: number; moves: number }): void {
     this.jobs.push(`${this.#prefix},${j.id},${j.arrival},${j.start},${j.finish},${j.ideal},${j.slowdown},${j.moves}`);
@@ -396,6 +471,7 @@ class CsvFiles {
     await appendFile(join(this.dir, "fragmentation.csv"), lines(rows.fragmentation));
     const summary = [
       s.name,
+      s.variant ?? "",
       s.load ?? "",
       s.jobs,
       s.slowdown.avg,
@@ -431,9 +507,9 @@ class Progress {
     this.#tty = (io.err as { isTTY?: boolean }).isTTY === true;
   }
 
-  begin(system: SystemName, load: number | null, jobs: number): void {
+  begin(what: string, load: number | null, jobs: number): void {
     this.#run++;
-    this.#label = `[${this.#run}/${this.runs}] ${system}${load === null ? "" : ` at load ${load}`}`;
+    this.#label = `[${this.#run}/${this.runs}] ${what}${load === null ? "" : ` at load ${load}`}`;
     this.#done = 0;
     this.#total = jobs;
     this.#shown = -1;
@@ -471,7 +547,9 @@ function render(systems: readonly SystemReport[], config: SimConfigInput): strin
   const f = config.fabric;
   const oversubscription = (f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack;
   const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1)${fabricSummary(f)}, λ = ${config.lambda ?? f.uplinksPerRack}`;
+  const variants = systems.some((s) => s.variant !== null);
   const rows = systems.map((s) => [
+    ...(variants ? [s.variant ?? ""] : []),
     s.load === null ? "trace" : `${Math.round(s.load * 100)}%`,
     s.name,
     s.jobs,
@@ -488,6 +566,6 @@ function render(systems: readonly SystemReport[], config: SimConfigInput): strin
   return [
     head,
     "",
-    table(["load", "system", "jobs", "slowdown avg", "p50", "p90", "p99", "makespan h", "moves", "events", "moves/event", "solve ms/plan"], rows),
+    table([...(variants ? ["variant"] : []), "load", "system", "jobs", "slowdown avg", "p50", "p90", "p99", "makespan h", "moves", "events", "moves/event", "solve ms/plan"], rows),
   ].join("\n");
 }

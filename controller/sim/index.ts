@@ -4,7 +4,7 @@ export { bestFit, firstFree, randomFree, scheduler, SCHEDULERS, type Scheduler, 
 export { trace, TraceOptionsSchema, type TraceOptions, type TraceSummary } from "./trace.ts";
 export { maxMinRates, type MaxMinProblem } from "./maxmin.ts";
 export { MODELS, DEFAULT_TOKENS_PER_REPLICA, MAX_TOKENS_PER_REPLICA, iterationCost, type ModelSpec, type IterationCost, type Parallelism } from "./models.ts";
-export { generateJobs, SIM_MIXES, type SimMix, iterationSeconds, parseSimJobs, SimJobSchema, GenerateOptionsSchema, TraceGenerationSchema, type SimJob, type GenerateOptions, type TraceGeneration } from "./jobs.ts";
+export { generateJobs, isPublishedMix, SIM_MIXES, type SimMix, iterationSeconds, parseSimJobs, SimJobSchema, GenerateOptionsSchema, TraceGenerationSchema, type SimJob, type GenerateOptions, type TraceGeneration } from "./jobs.ts";
 export { bytesPerSecond, Fabric, FabricSchema, fabricKind, fabricSummary, type FabricShape, type FabricKind } from "./fabric.ts";
 export { ROUTINGS, choosePaths, ecmpSpine, sourcePort, type RoutingName } from "./routing.ts";
 export {
@@ -25,5 +25,5 @@ export {
   type SimObserver,
 } from "./simulate.ts";
 export { simulationReport, systemReport, moveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
-export { PRESETS, type Preset, type PresetName } from "./presets.ts";
+export { applyVariant, PRESETS, presetConfig, presetGeneration, sweptFlags, VariantSchema, type Preset, type PresetName, type Variant } from "./presets.ts";
 export { sacctToTrace, MAX_SACCT_JOBS, type SacctOptions, type SacctConversion } from "./sacct.ts";

@@ -2,17 +2,21 @@ import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, idSchema } from "../../sdk/protocol/limits.ts";
 import { DEFAULT_TOKENS_PER_REPLICA, iterationCost, MAX_TOKENS_PER_REPLICA, MODELS } from "./models.ts";
-import { drawPublished, meanGpuSeconds, PUBLISHED_TYPES, publishedJob } from "./published.ts";
+import { drawPublished, meanGpuSeconds, PUBLISHED_MIXES, publishedJob, type JobType, type PublishedMix } from "./published.ts";
 import { Random } from "./random.ts";
 import { MIXES, workload } from "./workload.ts";
 
 /**
  * Job mixes of generated traces: the planner's (`MIXES`, sized in hosts, durations drawn in
- * hours, iterations costed from the model table), or `paper`, the workload the paper's authors
- * published (`published.ts`: ten job types on 16–64 GPUs, 100–1,000 iterations each).
+ * hours, iterations costed from the model table), or the workload the paper's authors
+ * published (`published.ts`: `paper`, ten job types on 16–64 GPUs, 100–1,000 iterations each;
+ * `paper-dp`, its DP and FSDP types; `paper-ep`, the EP figure's models).
  */
-export const SIM_MIXES = [...MIXES, "paper"] as const;
+export const SIM_MIXES = [...MIXES, ...(Object.keys(PUBLISHED_MIXES) as PublishedMix[])] as const;
 export type SimMix = (typeof SIM_MIXES)[number];
+
+/** Whether `mix` is one the paper's authors published, whose jobs bring their own iterations and costs. */
+export const isPublishedMix = (mix: SimMix): mix is PublishedMix => mix in PUBLISHED_MIXES;
 
 /**
  * One job of a simulated history: one line of a trace file (JSON lines). Everything the
@@ -108,7 +112,7 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
   const parsed = GenerateOptionsSchema.safeParse(input);
   if (!parsed.success) throw InvalidInputError.fromZod("trace options", parsed.error);
   const options = parsed.data;
-  if (options.mix === "paper") return publishedJobs(options, nicBytesPerSecond);
+  if (isPublishedMix(options.mix)) return publishedJobs(options, PUBLISHED_MIXES[options.mix], nicBytesPerSecond);
   const random = new Random(options.seed);
   const mix = workload(options.mix, options.hostCount);
   const meanSeconds = options.meanHours * 3600;
@@ -129,8 +133,6 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
   });
 }
 
-/** The largest job of the published mix, in GPUs. */
-const PUBLISHED_MAX_GPUS = Math.max(...PUBLISHED_TYPES.flatMap((type) => type.gpus));
 /** The published job types' tensor-parallel groups fill a host of this many GPUs. */
 const PUBLISHED_GPUS_PER_HOST = 8;
 
@@ -139,18 +141,19 @@ const PUBLISHED_GPUS_PER_HOST = 8;
  * weight, a GPU count and 100–1,000 iterations uniformly, the first arrival at 0 and Poisson
  * arrivals at the rate that offers the load, reckoned as theirs is (`meanGpuSeconds`).
  */
-function publishedJobs(options: z.infer<typeof GenerateOptionsSchema>, nicBytesPerSecond: number): SimJob[] {
+function publishedJobs(options: z.infer<typeof GenerateOptionsSchema>, types: readonly JobType[], nicBytesPerSecond: number): SimJob[] {
   const gpus = options.hostCount * options.gpusPerHost;
+  const largest = Math.max(...types.flatMap((type) => type.gpus));
   const problems = [
-    ...(options.gpusPerHost === PUBLISHED_GPUS_PER_HOST ? [] : [{ path: "gpusPerHost", message: `the paper mix's tensor-parallel jobs fill hosts of ${PUBLISHED_GPUS_PER_HOST} GPUs, not ${options.gpusPerHost}` }]),
-    ...(gpus >= PUBLISHED_MAX_GPUS ? [] : [{ path: "hostCount", message: `the paper mix has jobs of ${PUBLISHED_MAX_GPUS} GPUs; give a cluster of at least ${PUBLISHED_MAX_GPUS / options.gpusPerHost} hosts` }]),
+    ...(options.gpusPerHost === PUBLISHED_GPUS_PER_HOST ? [] : [{ path: "gpusPerHost", message: `the ${options.mix} mix's jobs fill hosts of ${PUBLISHED_GPUS_PER_HOST} GPUs, not ${options.gpusPerHost}` }]),
+    ...(gpus >= largest ? [] : [{ path: "hostCount", message: `the ${options.mix} mix has jobs of ${largest} GPUs; give a cluster of at least ${largest / options.gpusPerHost} hosts` }]),
   ];
   if (problems.length) throw new InvalidInputError("trace options", problems);
   const random = new Random(options.seed);
-  const rate = (options.load * gpus) / meanGpuSeconds(PUBLISHED_TYPES, nicBytesPerSecond);
+  const rate = (options.load * gpus) / meanGpuSeconds(types, nicBytesPerSecond);
   let now = 0;
   return Array.from({ length: options.warmupJobs + options.jobs }, (_, n) => {
-    const { type, gpus: size, iterations } = drawPublished(random, PUBLISHED_TYPES);
+    const { type, gpus: size, iterations } = drawPublished(random, types);
     const arrival = now;
     now += random.exponential(rate);
     const job = publishedJob(type, size, options.gpusPerHost);

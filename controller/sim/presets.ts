@@ -1,7 +1,23 @@
+import { z } from "zod";
 import type { FabricShape } from "./fabric.ts";
-import type { SystemName } from "./simulate.ts";
+import type { SimConfigInput, SystemName } from "./simulate.ts";
 import { SYSTEMS_2TIER } from "./simulate.ts";
 import type { SimMix } from "./jobs.ts";
+import { SCHEDULERS } from "./scheduler.ts";
+
+/**
+ * One point of a preset's sweep beside its loads (a λ, a front-end, a fabric): what it changes
+ * of the preset's settings. Every variant runs every load and system.
+ */
+export const VariantSchema = z.strictObject({
+  /** Short and flag-friendly: `--variants` picks variants by name. */
+  name: z.string(),
+  fabric: z.strictObject({ racks: z.int().min(1), hostsPerRack: z.int().min(1), uplinksPerRack: z.int().min(1) }).partial().optional(),
+  lambda: z.int().min(0).optional(),
+  scheduler: z.enum(SCHEDULERS).optional(),
+  sglbK: z.int().min(1).optional(),
+});
+export type Variant = z.infer<typeof VariantSchema>;
 
 /** A named experiment: the fabric, MonkeyTree's bound, and the traces to generate. */
 export interface Preset {
@@ -20,11 +36,69 @@ export interface Preset {
   readonly queueInMoves?: "place" | "hold";
   /** Jobs run before the measured ones, to start them on a busy cluster. */
   readonly warmupJobs?: number;
+  /** SGLB's choice set; the paper's figures give it half the rack's uplinks. */
+  readonly sglbK?: number;
+  /** A sweep beside the loads; none: the preset's settings as they are. */
+  readonly variants?: readonly Variant[];
+}
+
+/** A preset's simulation settings, before any flag or variant changes them. */
+export function presetConfig(preset: Preset): Pick<SimConfigInput, "fabric" | "lambda" | "queueInMoves" | "sglbK"> {
+  const { fabric, lambda, queueInMoves, sglbK } = preset;
+  return { fabric, ...(lambda === undefined ? {} : { lambda }), ...(queueInMoves === undefined ? {} : { queueInMoves }), ...(sglbK === undefined ? {} : { sglbK }) };
+}
+
+/** How a preset's traces are drawn, before any flag changes it. */
+export function presetGeneration(preset: Preset): { mix: SimMix; warmupJobs: number; meanHours?: number; epFactor?: number } {
+  const { mix, warmupJobs, meanHours, epFactor } = preset;
+  return { mix, warmupJobs: warmupJobs ?? 0, ...(meanHours === undefined ? {} : { meanHours }), ...(epFactor === undefined ? {} : { epFactor }) };
+}
+
+/** What `variant` makes of a simulation's settings. */
+export function applyVariant(config: SimConfigInput, variant: Variant | null): SimConfigInput {
+  if (variant === null) return config;
+  const { fabric, lambda, scheduler, sglbK } = variant;
+  return {
+    ...config,
+    fabric: { ...config.fabric, ...fabric },
+    ...(lambda === undefined ? {} : { lambda }),
+    ...(scheduler === undefined ? {} : { scheduler }),
+    ...(sglbK === undefined ? {} : { sglbK }),
+  };
+}
+
+/** The settings a variant of some preset sweeps, by the flag that would set each otherwise. */
+export function sweptFlags(variants: readonly Variant[]): string[] {
+  const fabric = variants.flatMap((v) => Object.keys(v.fabric ?? {}));
+  const flags = { racks: "racks", hostsPerRack: "hosts-per-rack", uplinksPerRack: "uplinks" } as const;
+  return [
+    ...new Set([
+      ...fabric.map((key) => flags[key as keyof typeof flags]),
+      ...(variants.some((v) => v.lambda !== undefined) ? ["lambda"] : []),
+      ...(variants.some((v) => v.scheduler !== undefined) ? ["scheduler"] : []),
+    ]),
+  ];
 }
 
 const PAPER_LOADS = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0] as const;
 /** 1,024 GPUs: 16 racks of 8 hosts of 8 GPUs, a 400 Gbps NIC per GPU (paper §7.1). */
 const GPUS_1024 = { racks: 16, hostsPerRack: 8, gpusPerHost: 8, nicGbps: 400 } as const;
+
+/** SGLB's K in the paper's figures: half the spines a rack reaches. */
+const halfOf = (uplinks: number): number => Math.max(1, Math.floor(uplinks / 2));
+
+/**
+ * What the paper's figures share, as its authors' simulator runs them: Fig. 6's fabric, their
+ * published workload (1,000 jobs, as their scripts draw), a queue that places nothing while a
+ * migration moves state, and SGLB choosing among half the spines.
+ */
+const FIGURE = {
+  fabric: { ...GPUS_1024, uplinksPerRack: 16 },
+  mix: "paper",
+  jobs: 1000,
+  queueInMoves: "hold",
+  sglbK: 8,
+} as const;
 
 export const PRESETS = {
   "paper-1024": {
@@ -104,12 +178,88 @@ export const PRESETS = {
   },
   "fig-slowdown": {
     description: "Fig. 6: 1,024 GPUs, 16 uplinks per rack (4:1), the workload the paper's authors published, loads 50-100%",
-    fabric: { ...GPUS_1024, uplinksPerRack: 16 },
-    mix: "paper",
+    ...FIGURE,
     loads: PAPER_LOADS,
-    jobs: 1000,
     systems: SYSTEMS_2TIER,
-    queueInMoves: "hold",
+  },
+  "fig-fragmentation": {
+    description: "Fig. 7: 1,024 GPUs, 3 uplinks per rack, the published DP and FSDP jobs, loads 70-100%: fragmentation over time",
+    ...FIGURE,
+    fabric: { ...GPUS_1024, uplinksPerRack: 3 },
+    mix: "paper-dp",
+    loads: [0.7, 0.8, 0.9, 1],
+    systems: ["ecmp", "crux", "monkeytree"],
+  },
+  "fig-oversubscription": {
+    description: "Fig. 8: 2,048 GPUs in racks of 16-256 GPUs with 16-64 uplinks each (variants g<GPUs per rack>-u<uplinks>), 80% load",
+    ...FIGURE,
+    fabric: { racks: 8, hostsPerRack: 32, gpusPerHost: 8, nicGbps: 400, uplinksPerRack: 16 },
+    loads: [0.8],
+    systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree"],
+    variants: [16, 32, 64, 128, 256].flatMap((gpus) =>
+      [16, 32, 64].filter((uplinks) => uplinks <= gpus).map((uplinks) => ({
+        name: `g${gpus}-u${uplinks}`,
+        fabric: { racks: 2048 / gpus, hostsPerRack: gpus / 8, uplinksPerRack: uplinks },
+        sglbK: halfOf(uplinks),
+      })),
+    ),
+  },
+  "fig-moves": {
+    description: "Fig. 9: MonkeyTree's moves per defragmentation event on 128-2,048 GPUs (variants gpus-<N>), racks of 64 GPUs with 16 uplinks, loads 70-100%",
+    ...FIGURE,
+    loads: [0.7, 0.8, 0.9, 1],
+    systems: ["monkeytree"],
+    variants: [128, 256, 512, 1024, 2048].map((gpus) => ({ name: `gpus-${gpus}`, fabric: { racks: gpus / 64 } })),
+  },
+  "fig-migration-duration": {
+    description: "Fig. 12: how long MonkeyTree's migrations take, stop to restart, on Fig. 6's cluster at loads 70-100%",
+    ...FIGURE,
+    loads: [0.7, 0.8, 0.9, 1],
+    systems: ["monkeytree"],
+  },
+  "fig-threshold": {
+    description: "Fig. 13: MonkeyTree's bound λ from 2 to 8 (variants lambda-<λ>), 1,024 GPUs with 4 uplinks per rack (16:1), 1,200 published DP and FSDP jobs at 100% load",
+    ...FIGURE,
+    fabric: { ...GPUS_1024, uplinksPerRack: 4 },
+    mix: "paper-dp",
+    loads: [1],
+    jobs: 1200,
+    systems: ["monkeytree"],
+    variants: [2, 3, 4, 5, 6, 7, 8].map((lambda) => ({ name: `lambda-${lambda}`, lambda })),
+  },
+  "fig-rail": {
+    description: "Fig. 14a: 1,024 GPUs rail-optimised, 8 pods of 16 hosts, each rail with 2 uplinks (8:1), loads 50-100%",
+    ...FIGURE,
+    fabric: { racks: 8, hostsPerRack: 16, gpusPerHost: 8, nicGbps: 400, uplinksPerRack: 16, uplinksPerRail: 2 },
+    loads: PAPER_LOADS,
+    systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree"],
+    sglbK: 1,
+  },
+  "fig-3tier": {
+    description: "Fig. 14b: 1,024 GPUs in a 3-tier Clos, 4 pods of 4 racks, 16 uplinks per rack (4:1), each aggregation switch linked to all 16 cores, loads 50-100%",
+    ...FIGURE,
+    fabric: { ...GPUS_1024, uplinksPerRack: 16, racksPerPod: 4, aggUplinks: 16 },
+    loads: PAPER_LOADS,
+    systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree3"],
+  },
+  "fig-frontend": {
+    description: "Fig. 15: MonkeyTree behind each front-end (variants best-fit, fifo, random), 512 GPUs with 16 uplinks per rack (4:1), loads 10-100%",
+    ...FIGURE,
+    fabric: { ...GPUS_1024, racks: 8, uplinksPerRack: 16 },
+    loads: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1],
+    systems: ["monkeytree"],
+    variants: SCHEDULERS.map((scheduler) => ({ name: scheduler, scheduler })),
+  },
+  "fig-ep": {
+    description: "Fig. 16: EP-dominated jobs on 1,024 GPUs with 2-16 uplinks per rack (variants u<uplinks>), λ = 2, 100 jobs after 50 that fill the cluster, 100% load",
+    ...FIGURE,
+    lambda: 2,
+    mix: "paper-ep",
+    loads: [1],
+    jobs: 100,
+    warmupJobs: 50,
+    systems: ["ecmp", "crux", "perfect", "sglb", "monkeytree", "monkeytree-sglb"],
+    variants: [2, 4, 8, 16].map((uplinks) => ({ name: `u${uplinks}`, fabric: { uplinksPerRack: uplinks }, sglbK: halfOf(uplinks) })),
   },
   small: {
     description: "a quick look: 512 GPUs (8 racks of 8 hosts), 2 uplinks per rack (32:1), 100 DP/FSDP jobs at 90% load",

@@ -87,6 +87,31 @@ export const PUBLISHED_TYPES: readonly JobType[] = [
   },
 ];
 
+/**
+ * The expert-parallel models of the paper's EP figure (the artifact's `jobs/seq16k`, 16k-token
+ * sequences): a compute step, an all-to-all whose bytes per GPU are about ten times its
+ * all-reduce's, then the all-reduce. The artifact gives no weights: each is as likely.
+ */
+const EP_TYPES: readonly JobType[] = [
+  { model: "gpt-20b-ep16", weight: 1, gpus: [16], computeUs: 638_000, modelBytes: 1.7976e9, pattern: { kind: "moe", a2aBytes: 543.58e9 } },
+  { model: "gpt-20b-ep32", weight: 1, gpus: [32], computeUs: 629_000, modelBytes: 1.7976e9, pattern: { kind: "moe", a2aBytes: 1123.4e9 } },
+  { model: "gpt-120b-ep32", weight: 1, gpus: [32], computeUs: 955_000, modelBytes: 2.18e9, pattern: { kind: "moe", a2aBytes: 1685.1e9 } },
+  { model: "qwen3-a3b-ep16", weight: 1, gpus: [16], computeUs: 1_230_000, modelBytes: 1.541e9, pattern: { kind: "moe", a2aBytes: 1546.19e9 } },
+  { model: "qwen3-a3b-ep32", weight: 1, gpus: [32], computeUs: 1_230_000, modelBytes: 1.541e9, pattern: { kind: "moe", a2aBytes: 3195.46e9 } },
+];
+
+/**
+ * The published mixes by name: `paper`, the main evaluation's ten types; `paper-dp`, its pure
+ * data-parallel and FSDP types (one ring each, as the fragmentation and threshold figures
+ * run); `paper-ep`, the EP figure's models.
+ */
+export const PUBLISHED_MIXES = {
+  paper: PUBLISHED_TYPES,
+  "paper-dp": PUBLISHED_TYPES.filter((type) => type.pattern.kind === "all-reduce"),
+  "paper-ep": EP_TYPES,
+} as const satisfies Record<string, readonly JobType[]>;
+export type PublishedMix = keyof typeof PUBLISHED_MIXES;
+
 /** Iterations per job, drawn uniformly (inclusive), as the artifact's traces do. */
 export const PUBLISHED_ITERATIONS = { min: 100, max: 1000 } as const;
 

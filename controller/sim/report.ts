@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { TraceGenerationSchema, type TraceGeneration } from "./jobs.ts";
 import { SimConfigSchema, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
+import { VariantSchema, type Variant } from "./presets.ts";
 
 const Quantiles = z.strictObject({ avg: z.number(), p50: z.number(), p90: z.number(), p99: z.number() });
 
@@ -19,6 +20,8 @@ export type MoveEvents = z.infer<typeof MoveEventsSchema>;
 
 export const SystemReportSchema = z.strictObject({
   name: z.string(),
+  /** The preset's variant it ran (`SimulationReport.variants`); null for a preset that sweeps none. */
+  variant: z.string().nullable(),
   load: z.number().nullable(),
   jobs: z.int().min(0),
   slowdown: Quantiles,
@@ -45,8 +48,12 @@ export type SystemReport = z.infer<typeof SystemReportSchema>;
 
 /** The document `monkeytree simulate --json` prints. */
 export const SimulationReportSchema = z.strictObject({
+  /** The preset whose settings (and variants) ran, flags aside; null where none did. */
+  preset: z.string().nullable(),
   /** What was simulated: the fabric, λ, front-end, seed, restart cost and plan budget. */
   config: SimConfigSchema,
+  /** What each variant changes of `config`; empty for a preset that sweeps none. */
+  variants: z.array(VariantSchema),
   /** How the traces were generated; null when they were replayed (`--trace`, `--from-sacct`). */
   generation: TraceGenerationSchema.nullable(),
   systems: z.array(SystemReportSchema),
@@ -81,11 +88,12 @@ export function moveEvents(plans: readonly PlanEvent[]): MoveEvents {
   };
 }
 
-export function systemReport(run: SystemRun, load: number | null): SystemReport {
+export function systemReport(run: SystemRun, load: number | null, variant: string | null = null): SystemReport {
   const moves = run.jobs.map((j) => j.moves);
   const solve = run.plans.map((p) => p.solveMs).sort((a, b) => a - b);
   return {
     name: run.system,
+    variant,
     load,
     jobs: run.jobs.length,
     slowdown: quantiles(run.jobs.map((j) => j.slowdown)),
@@ -102,13 +110,16 @@ export function systemReport(run: SystemRun, load: number | null): SystemReport 
 
 export function simulationReport(
   config: SimConfigInput,
-  runs: readonly { run: SystemRun; load: number | null }[],
+  runs: readonly { run: SystemRun; load: number | null; variant?: string | null }[],
   generation: TraceGeneration | null = null,
+  preset: { preset: string; variants: readonly Variant[] } | null = null,
 ): SimulationReport {
   return {
+    preset: preset?.preset ?? null,
     config: SimConfigSchema.parse(config),
+    variants: [...(preset?.variants ?? [])],
     generation,
-    systems: runs.map(({ run, load }) => systemReport(run, load)),
+    systems: runs.map(({ run, load, variant }) => systemReport(run, load, variant ?? null)),
     events: moveEvents(runs.flatMap(({ run }) => run.plans)),
   };
 }

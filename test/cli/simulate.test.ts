@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,7 +34,7 @@ describe("monkeytree simulate", () => {
     expect(lines("jobs.csv")).toHaveLength(1 + 4 * 100);
     expect(lines("summary.csv").slice(1).map((l) => l.split(",")[0])).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
     expect(lines("plans.csv").length - 1).toBe(first.systems.reduce((n, s) => n + s.solver.plans, 0));
-    expect(lines("fragmentation.csv")[0]).toBe("system,load,time,max_rack,mean_rack,fragmented_groups,total");
+    expect(lines("fragmentation.csv")[0]).toBe("system,variant,load,time,max_rack,mean_rack,fragmented_groups,total");
     expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
   });
 
@@ -132,11 +132,50 @@ describe("monkeytree simulate", () => {
     expect(report.systems.map((s) => s.jobs)).toEqual([20, 20]);
   });
 
+  it("runs a preset's variants, each with its own settings, and names them in the report", async () => {
+    const args = ["--preset", "fig-threshold", "--variants", "lambda-2,lambda-8", "--jobs", "150", "--json"];
+    const result = await runCli("simulate", ...args);
+    expect(result.code, result.stderr).toBe(0);
+    const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(report.preset).toBe("fig-threshold");
+    expect(report.generation?.mix).toBe("paper-dp");
+    expect(report.variants).toEqual([{ name: "lambda-2", lambda: 2 }, { name: "lambda-8", lambda: 8 }]);
+    const [tight, loose] = report.systems;
+    expect([tight?.variant, loose?.variant]).toEqual(["lambda-2", "lambda-8"]);
+    // Four uplinks per rack: a bound of 8 lets racks fragment that a bound of 2 repairs.
+    expect(tight!.migrations).toBeGreaterThan(loose!.migrations);
+    expect(tight!.fragmentation.meanMaxRack).toBeLessThan(loose!.fragmentation.meanMaxRack);
+  });
+
+  it("draws a variant on another cluster size its own traces", async () => {
+    const saved = join(dir, "moves-traces");
+    mkdirSync(saved);
+    const args = ["--preset", "fig-moves", "--variants", "gpus-128,gpus-256", "--loads", "0.9", "--jobs", "30", "--save-trace", saved, "--json"];
+    const result = await runCli("simulate", ...args);
+    expect(result.code, result.stderr).toBe(0);
+    const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
+    expect(report.systems.map((s) => s.variant)).toEqual(["gpus-128", "gpus-256"]);
+    // Neither is the preset's own 128 hosts.
+    expect(readdirSync(saved).sort()).toEqual(["hosts-16-generation.json", "hosts-32-generation.json", "trace-hosts-16-0.9.jsonl", "trace-hosts-32-0.9.jsonl"]);
+    expect(JSON.parse(readFileSync(join(saved, "hosts-32-generation.json"), "utf8")).fabric.racks).toBe(4);
+  });
+
+  it.each([
+    [["--preset", "fig-threshold", "--lambda", "3"], /--lambda: the fig-threshold preset sweeps it itself \(variants lambda-2, .*\); pick variants with --variants/],
+    [["--preset", "fig-frontend", "--scheduler", "fifo"], /--scheduler: the fig-frontend preset sweeps it itself/],
+    [["--preset", "fig-ep", "--variants", "u3"], /--variants: the fig-ep preset has no variant "u3"; choose from u2, u4, u8, u16/],
+    [["--preset", "small", "--variants", "a"], /--variants: the small preset sweeps nothing beside its loads/],
+  ])("refuses %j, which a preset's variants decide, with exit code 2", async (args, message) => {
+    const result = await runCli("simulate", ...args);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(message);
+  });
+
   it.each([
     [["--tokens-per-replica", "0"], /--tokens-per-replica must be a whole number from 1 to 16777216, got "0"/],
     [["--trace", "x.jsonl", "--tokens-per-replica", "4096"], /with --trace the file gives the jobs/],
     [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
-    [["--mix", "moe"], /--mix must be one of dp, tp8pp, paper, got "moe"/],
+    [["--mix", "moe"], /--mix must be one of dp, tp8pp, paper, paper-dp, paper-ep, got "moe"/],
     [["--mix", "paper", "--mean-hours", "3"], /--mean-hours shape the dp and tp8pp mixes; the paper mix's jobs come with their own/],
     [["--mix", "paper", "--racks", "1", "--hosts-per-rack", "4"], /hostCount: the paper mix has jobs of 64 GPUs; give a cluster of at least 8 hosts/],
     [["--queue", "lifo"], /--queue must be one of fifo, backfill, got "lifo"/],

@@ -3,7 +3,7 @@ import { createPlanner } from "../../controller/plan/index.ts";
 import { simulateSystem } from "../../controller/sim/simulate.ts";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { generateJobs, iterationSeconds, SimJobSchema } from "../../controller/sim/jobs.ts";
-import { meanGpuSeconds, PUBLISHED_TYPES, publishedIterationSeconds, publishedJob, type JobType } from "../../controller/sim/published.ts";
+import { meanGpuSeconds, PUBLISHED_MIXES, PUBLISHED_TYPES, publishedIterationSeconds, publishedJob, type JobType } from "../../controller/sim/published.ts";
 
 /** 400 Gbit/s, the artifact's link and NIC speed. */
 const NIC = 50e9;
@@ -52,6 +52,26 @@ describe("the published workload", () => {
     expect(() => publishedJob(typeNamed("llama2-70b-fsdp"), 20, 8)).toThrow(/20 GPUs are not whole hosts of 8/);
     expect(() => publishedJob(typeNamed("llama2-70b-tp-dp-pp4"), 40, 8)).toThrow(/40 GPUs do not make 4 stages/);
     expect(() => publishedJob(typeNamed("llama2-70b-tp-dp"), 16, 4)).toThrow(/need hosts of 8 GPUs/);
+  });
+});
+
+describe("the published figures' other mixes", () => {
+  it("paper-dp draws the main mix's DP and FSDP jobs alone: one ring each, no all-to-all", () => {
+    expect(PUBLISHED_MIXES["paper-dp"].map((t) => t.model)).toEqual(["llama2-70b-fsdp", "llama3-70b-fsdp", "gpt-7b-dp", "gpt-13b-dp"]);
+    const jobs = generateJobs({ seed: 2, hostCount: 128, mix: "paper-dp", load: 0.8, jobs: 200 }, NIC);
+    expect(new Set(jobs.map((j) => j.rings))).toEqual(new Set([1]));
+    expect(jobs.every((j) => j.a2aBytes === 0 && [2, 3, 4].includes(j.hostsPerStage))).toBe(true);
+  });
+
+  it("paper-ep's jobs send at least ten times as much in their all-to-all as in their all-reduce (paper §7.10)", () => {
+    const jobs = generateJobs({ seed: 2, hostCount: 128, mix: "paper-ep", load: 1, jobs: 100 }, NIC);
+    expect(new Set(jobs.map((j) => j.model)).size).toBe(5);
+    for (const job of jobs) {
+      // A host's all-to-all against one ring hop of each of its 8 GPUs.
+      const ratio = job.a2aBytes / (8 * job.ringBytes);
+      expect(ratio).toBeGreaterThan(10);
+      expect(ratio).toBeLessThan(40);
+    }
   });
 });
 
