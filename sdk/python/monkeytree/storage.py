@@ -24,7 +24,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.metadata import TensorProperties as _TensorProperties
-from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem, SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
@@ -317,30 +317,33 @@ class StagingReader(_Mapped, dcp.StorageReader):
             self._verified.add(blob.offset)
         return whole
 
+    def _copy_part(self, item: ReadItem, blob: Blob, dtype: torch.dtype, sizes: list[int],
+                   target: torch.Tensor) -> None:
+        """Copies the part of a verified blob that ``item`` reads into ``target``."""
+        raw = self._stored(blob)
+        source = raw.view(dtype).reshape(sizes) if blob.length else torch.empty(sizes, dtype=dtype)
+        for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
+            source = source.narrow(dim, start, length)
+        if target.size() != source.size():
+            raise CheckpointError(
+                f"{item.dest_index.fqn}: the checkpoint holds {list(source.size())} here but the state dict"
+                f" expects {list(target.size())}", "invalid_item")
+        target.copy_(source)
+
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         for item in plan.items:
             blob, dtype, sizes = self._storage[item.storage_index]
-            if item.type == _planner.LoadItemType.TENSOR and sizes is not None and list(item.lengths) == list(sizes):
-                target = planner.resolve_tensor(item).detach()
-                if self._copied_whole(blob, dtype, list(sizes), target):
-                    planner.commit_tensor(item, target)
-                    continue
-            raw = self._stored(blob)
             if item.type == _planner.LoadItemType.BYTE_IO:
+                self._stored(blob)
                 planner.load_bytes(item, io.BytesIO(bytes(self.checkpoint.view(blob))))
                 continue
             if dtype is None or sizes is None:
                 raise CheckpointError(f"{item.dest_index.fqn}: the checkpoint holds a bytes item, the state dict a"
                                       " tensor", "unknown_fqn")
-            source = raw.view(dtype).reshape(sizes) if blob.length else torch.empty(sizes, dtype=dtype)
-            for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
-                source = source.narrow(dim, start, length)
             target = planner.resolve_tensor(item).detach()
-            if target.size() != source.size():
-                raise CheckpointError(
-                    f"{item.dest_index.fqn}: the checkpoint holds {list(source.size())} here but the state dict"
-                    f" expects {list(target.size())}", "invalid_item")
-            target.copy_(source)
+            # The whole blob into a matching tensor is copied while checksummed, in one pass.
+            if not (list(item.lengths) == sizes and self._copied_whole(blob, dtype, sizes, target)):
+                self._copy_part(item, blob, dtype, sizes, target)
             planner.commit_tensor(item, target)
         future: Future[None] = Future()
         future.set_result(None)
