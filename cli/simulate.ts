@@ -72,7 +72,7 @@ load, job slowdown (completion time ÷ ideal), makespan, migrations and planner 
 options:
   --preset NAME      ${presetNames.join(" | ")}
                      (default small): the fabric, λ, job mix, loads, job count and systems
-                     of an experiment (see README)
+                     of an experiment (see README; fig-*: docs/paper-evaluation.md)
   --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
                      line; see README); runs on the preset's fabric unless given one
   --from-sacct FILE  replay your cluster's history: the output of \`sacct --json\` (Slurm
@@ -96,7 +96,8 @@ options:
                      3-tier or rail preset keeps its racks per pod, core links or rails)
   --mix NAME         job mix of generated traces (default: the preset's): ${MIXES.join(" or ")}, drawn
                      from the paper's model table in hosts and hours, or paper, the ten job types
-                     the paper's authors published (16-64 GPUs, 100-1,000 iterations each)
+                     the paper's authors published (16-64 GPUs, 100-1,000 iterations each), or
+                     its DP and FSDP types alone (paper-dp), or its EP figure's models (paper-ep)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
                      bytes (paper §7.10: 10; default: the preset's, else 0); experimental, see README
