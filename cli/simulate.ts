@@ -17,8 +17,9 @@ import {
   PRESETS,
   applyVariant,
   presetConfig,
+  presetGeneration,
   isPublishedMix,
-  sweptFlags,
+  sweptSettings,
   QUEUES,
   SCHEDULERS,
   simulateSystem,
@@ -223,6 +224,11 @@ export const command: Command = {
       restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };
 
+    // Each variant's settings, and the number of hosts its traces are drawn for.
+    const settings = variants.map((variant) => {
+      const variantConfig = applyVariant(config, variant);
+      return { name: variant?.name ?? null, config: variantConfig, hosts: variantConfig.fabric.racks * variantConfig.fabric.hostsPerRack };
+    });
     // Replayed traces, or a function of the cluster's size: a variant may change it.
     let traces: (hostCount: number) => readonly Trace[];
     let generation: TraceGeneration | null = null;
@@ -245,7 +251,7 @@ export const command: Command = {
         return load;
       });
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
-      const drawn = { mix, jobs: jobCount, warmupJobs: preset.warmupJobs ?? 0, meanHours, epFactor, tokensPerReplica };
+      const drawn = { ...presetGeneration(preset), mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
       generation = drawn;
       const generated = new Map<number, Trace[]>();
       traces = (hostCount) => {
@@ -259,9 +265,7 @@ export const command: Command = {
       if (saveDir !== undefined) {
         const base = fabric.racks * fabric.hostsPerRack;
         const saved = new Set<number>();
-        for (const variant of variants) {
-          const shape = applyVariant(config, variant).fabric;
-          const hosts = shape.racks * shape.hostsPerRack;
+        for (const { config: { fabric: shape }, hosts } of settings) {
           // A variant on another number of hosts draws traces of its own.
           if (!saved.has(hosts)) await saveTraces(saveDir, traces(hosts), { ...drawn, seed, fabric: shape, loads }, hosts === base ? "" : `hosts-${hosts}-`);
           saved.add(hosts);
@@ -271,24 +275,18 @@ export const command: Command = {
 
     const planner = systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
     const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
-    const hostCounts = variants.map((variant) => {
-      const shape = applyVariant(config, variant).fabric;
-      return shape.racks * shape.hostsPerRack;
-    });
-    const progress = new Progress(io, hostCounts.reduce((sum, hosts) => sum + traces(hosts).length, 0) * systems.length);
+    const progress = new Progress(io, settings.reduce((sum, { hosts }) => sum + traces(hosts).length, 0) * systems.length);
     const runs: VariantRun[] = [];
     const fragmentation: FragmentationSeries[] = [];
-    for (const [i, variant] of variants.entries()) {
-      const variantConfig = applyVariant(config, variant);
-      const name = variant?.name ?? null;
-      for (const { load, jobs } of traces(hostCounts[i]!)) {
+    for (const { name, config: variantConfig, hosts } of settings) {
+      for (const { load, jobs } of traces(hosts)) {
         for (const system of systems) {
           const rows = new CsvRows(system, name, load);
           const busiest: [number, number][] = [];
           const total: [number, number][] = [];
-          const series = name === null ? system : `${system} ${name}`;
+          const series = runLabel(system, name);
           if (flags.plot !== undefined) fragmentation.push({ load, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
-          progress.begin(name === null ? system : `${system} ${name}`, load, jobs.length);
+          progress.begin(series, load, jobs.length);
           const run = simulateSystem(jobs, variantConfig, system, planner, {
             jobDone: (job) => {
               rows.job(job);
@@ -337,6 +335,12 @@ interface FragmentationSeries {
   readonly total: Series;
 }
 
+/** The flag that sets each setting a preset's variants may sweep. */
+const SWEPT_FLAGS = { racks: "racks", hostsPerRack: "hosts-per-rack", uplinksPerRack: "uplinks", lambda: "lambda", scheduler: "scheduler" } as const;
+
+/** A run's name beside its system's, where the preset has variants. */
+const runLabel = (system: string, variant: string | null): string => (variant === null ? system : `${system} ${variant}`);
+
 /** The preset's variants that `--variants` names (all by default); [null] for a preset that sweeps nothing. */
 function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Record<string, string | boolean | undefined>>): (Variant | null)[] {
   const all = preset.variants ?? [];
@@ -345,7 +349,7 @@ function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Reco
     return [null];
   }
   const names = all.map((v) => v.name);
-  const swept = sweptFlags(all).filter((flag) => flags[flag] !== undefined);
+  const swept = sweptSettings(all).map((setting) => SWEPT_FLAGS[setting]).filter((flag) => flags[flag] !== undefined);
   if (swept.length) throw new UsageError(`--${swept.join(", --")}: the ${presetName} preset sweeps ${swept.length > 1 ? "these" : "it"} itself (variants ${names.join(", ")}); pick variants with --variants`);
   return listFlag("variants", flags.variants as string | undefined, [...all], (name) => {
     const variant = all.find((v) => v.name === name);
@@ -408,7 +412,7 @@ async function saveTraces(
 }
 
 async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Promise<void> {
-  const label = (s: SystemReport) => (s.variant === null ? s.name : `${s.name} ${s.variant}`);
+  const label = (s: SystemReport) => runLabel(s.name, s.variant);
   const names = [...new Set(report.systems.map(label))];
   const bySystem = (pick: (s: SystemReport) => number): Series[] =>
     names.map((name) => ({ name, points: report.systems.filter((s) => label(s) === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));

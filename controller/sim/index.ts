@@ -25,5 +25,5 @@ export {
   type SimObserver,
 } from "./simulate.ts";
 export { simulationReport, systemReport, moveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
-export { applyVariant, PRESETS, presetConfig, presetGeneration, sweptFlags, VariantSchema, type Preset, type PresetName, type Variant } from "./presets.ts";
+export { applyVariant, PRESETS, presetConfig, presetGeneration, sweptSettings, VariantSchema, type Preset, type PresetName, type Variant } from "./presets.ts";
 export { sacctToTrace, MAX_SACCT_JOBS, type SacctOptions, type SacctConversion } from "./sacct.ts";

@@ -67,15 +67,14 @@ export function applyVariant(config: SimConfigInput, variant: Variant | null): S
   };
 }
 
-/** The settings a variant of some preset sweeps, by the flag that would set each otherwise. */
-export function sweptFlags(variants: readonly Variant[]): string[] {
-  const fabric = variants.flatMap((v) => Object.keys(v.fabric ?? {}));
-  const flags = { racks: "racks", hostsPerRack: "hosts-per-rack", uplinksPerRack: "uplinks" } as const;
+/** The settings some variant of `variants` sets: the fabric's by their field, λ, the front-end. */
+export function sweptSettings(variants: readonly Variant[]): ("racks" | "hostsPerRack" | "uplinksPerRack" | "lambda" | "scheduler")[] {
+  const fabric = variants.flatMap((v) => Object.keys(v.fabric ?? {}) as (keyof NonNullable<Variant["fabric"]>)[]);
   return [
     ...new Set([
-      ...fabric.map((key) => flags[key as keyof typeof flags]),
-      ...(variants.some((v) => v.lambda !== undefined) ? ["lambda"] : []),
-      ...(variants.some((v) => v.scheduler !== undefined) ? ["scheduler"] : []),
+      ...fabric,
+      ...(variants.some((v) => v.lambda !== undefined) ? (["lambda"] as const) : []),
+      ...(variants.some((v) => v.scheduler !== undefined) ? (["scheduler"] as const) : []),
     ]),
   ];
 }
