@@ -94,14 +94,17 @@ const all = (lines: readonly Line[], pattern: RegExp) => lines.flatMap((line) =>
   return match ? [{ at: line.at, match }] : [];
 });
 
-/** Per process of `lines` (by local rank), the ms its `phase` took. */
-function byRank(lines: readonly Line[], phase: string): Map<number, number> {
-  return new Map(all(lines, new RegExp(`local rank (\\d+): ${phase} took (\\d+) ms`)).map(({ match }) => [Number(match[1]), Number(match[2])]));
+/** Every report of `phase` in `lines`: which local rank, and the ms it took. */
+function reports(lines: readonly Line[], phase: string): { rank: number; ms: number }[] {
+  return all(lines, new RegExp(`local rank (\\d+): ${phase} took (\\d+) ms`)).map(({ match }) => ({ rank: Number(match[1]), ms: Number(match[2]) }));
 }
+
+/** Per process of `lines` (by local rank), the ms its `phase` took. */
+const byRank = (lines: readonly Line[], phase: string): Map<number, number> => new Map(reports(lines, phase).map(({ rank, ms }) => [rank, ms]));
 
 /** The slowest local rank's `phase` in `lines`, in seconds; NaN when none reported it. */
 function slowest(lines: readonly Line[], phase: string): number {
-  const ms = [...byRank(lines, phase).values()];
+  const ms = reports(lines, phase).map((r) => r.ms);
   return ms.length ? Math.max(...ms) / 1000 : NaN;
 }
 
