@@ -388,10 +388,12 @@ export class HostDaemon {
     child.once("exit", (code, signal) => {
       const how = signal ?? `code ${code}`;
       const current = this.staged.get(token) === staged && staged.replacement === child;
+      // The controller decides what the exit means for the move; one this daemon stopped (a
+      // release, a failed transfer) belongs to a move the controller already gave up.
+      if (current) this.report({ type: "daemon.replacement-exited", host: this.options.host, token, code, signal });
       if (current && staged.state === "receiving") {
         // Its checkpoint is still on its way: the range stays reserved until the transfer settles
-        // or the controller releases it (never free while a sender may still write into it),
-        // and the spawn at commit starts another launcher.
+        // or the controller releases it (never free while a sender may still write into it).
         staged.replacement = null;
         this.log.warn(() => `migration ${staged.migration}: replacement launcher exited (${how}) before its checkpoint arrived; its staging stays reserved`);
         return;

@@ -63,6 +63,7 @@ export function authorize(caller: Caller, message: Request | CommandReply): Refu
     case "daemon.register":
     case "daemon.heartbeat":
     case "daemon.transfer-result":
+    case "daemon.replacement-exited":
     case "daemon.prepared":
     case "daemon.done":
     case "daemon.refused":

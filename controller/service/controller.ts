@@ -233,6 +233,8 @@ export class Controller {
         return this.daemons.heartbeat(target, request);
       case "daemon.transfer-result":
         return this.plan.transferResult(target, request);
+      case "daemon.replacement-exited":
+        return this.plan.replacementExited(target, request);
       case "status":
         return this.context.send(target, statusReport(request.id, this.view()));
       case "events":

@@ -3,7 +3,7 @@ import type { Cluster } from "../model/cluster.ts";
 import type { Plan } from "../plan/planner.ts";
 import { applyMoves, PlanError } from "../plan/check.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { TransferResult } from "../../sdk/protocol/daemon.ts";
+import type { ReplacementExited, TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
 import { assertNever, isCommitted, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
@@ -142,6 +142,22 @@ export class PlanExecution implements SessionMoves {
         m.id,
         req.outcome === "verified" ? { type: "verified" } : { type: "checksum-mismatch", detail: req.detail ?? `host ${req.host} computed another checksum` },
       );
+    }
+    this.context.ack(target);
+  }
+
+  /**
+   * A replacement launcher ended. Until its workers registered (`resuming`), its move cannot
+   * finish: one not yet committed rolls back now, and a committed one raises its alert now,
+   * rather than either waiting out its state's deadline. Later exits are the job's own end or
+   * the worker's loss, which the worker's liveness covers; a token no move holds any longer is
+   * a finished move's.
+   */
+  replacementExited(target: ReplyTarget, req: ReplacementExited): void {
+    const m = this.openMigrations().find((x) => x.token === req.token && x.to === req.host);
+    if (m && m.state !== "resuming") {
+      const how = req.signal ?? `code ${req.code ?? "unknown"}`;
+      this.fire(m.id, { type: "fail", reason: `the replacement launcher on host ${req.host} exited (${how}) before its workers registered; its output is in the log of host ${req.host}'s daemon` });
     }
     this.context.ack(target);
   }

@@ -41,5 +41,21 @@ export const TransferResultSchema = z.strictObject({
 });
 export type TransferResult = z.infer<typeof TransferResultSchema>;
 
+/**
+ * A replacement launcher this daemon started has exited. Before its workers registered, the
+ * move it was to finish cannot: the controller rolls it back while it still can, or raises its
+ * alert at once after the commit, rather than waiting out the state's deadline.
+ */
+export const ReplacementExitedSchema = z.strictObject({
+  ...envelope("daemon.replacement-exited"),
+  host: HostSchema,
+  token: idSchema("token"),
+  /** The launcher's exit code, or null when a signal ended it. */
+  code: intSchema("code", 0, 255).nullable(),
+  /** The signal that ended it (`SIGKILL`), or null. */
+  signal: z.string().regex(/^SIG[A-Z0-9]{1,12}$/, { error: "signal is a signal's name, such as SIGKILL" }).nullable(),
+});
+export type ReplacementExited = z.infer<typeof ReplacementExitedSchema>;
+
 export const AckSchema = z.strictObject({ ...envelope("ack") });
 export type Ack = z.infer<typeof AckSchema>;

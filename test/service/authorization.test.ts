@@ -14,6 +14,7 @@ const messages = {
   daemon: (host: number): Request => ({ ...head, type: "daemon.register", host, incarnation, stagingBytes: 1, endpoint: "tcp://h:1" }),
   heartbeat: (host: number): Request => ({ ...head, type: "daemon.heartbeat", host, incarnation }),
   result: (host: number): Request => ({ ...head, type: "daemon.transfer-result", host, token: "t", bytes: 1, outcome: "verified" }),
+  exited: (host: number): Request => ({ ...head, type: "daemon.replacement-exited", host, token: "t", code: 1, signal: null }),
   prepared: (host: number): CommandReply => ({ ...head, type: "daemon.prepared", host, endpoint: "tcp://h:1", token: "t" }),
   status: (): Request => ({ ...head, type: "status" }),
   events: (): Request => ({ ...head, type: "events", after: 3 }),
@@ -35,7 +36,7 @@ describe("authorize", () => {
   });
 
   it("lets a daemon credential speak for its own host only, its answers to commands included", () => {
-    for (const message of [messages.daemon, messages.heartbeat, messages.result, messages.prepared]) {
+    for (const message of [messages.daemon, messages.heartbeat, messages.result, messages.exited, messages.prepared]) {
       expect(ruleOf(host3, message(3))).toBe("allowed");
       expect(ruleOf(host3, message(4))).toBe("daemon-credential-own-host");
       expect(ruleOf(jobA, message(3))).toBe("daemon-credential-own-host");

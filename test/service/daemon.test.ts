@@ -1,5 +1,5 @@
 import { randomFillSync } from "node:crypto";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
@@ -137,6 +137,12 @@ async function migrateOut(client: ControllerClient, source: WorkerClient, step: 
  */
 const FIRST_PLAN_MS = DEFAULT_PLAN_START_MS + SAFETY_NET_MS;
 
+/**
+ * A launcher that stays until its daemon stops it, as a real one waits for its move's commit:
+ * one that exits before its workers register fails its move.
+ */
+const IDLE = { idle: "exec sleep 600" };
+
 const checkpoint = (): StagingBuffer => {
   const buffer = StagingBuffer.create({ size: CHECKPOINT });
   randomFillSync(buffer.bytes());
@@ -210,10 +216,44 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
   }, FIRST_PLAN_MS);
 
+  it("rolls back when the replacement launcher exits before it registers, naming how it exited, and the job trains on", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    await startDaemons(harness, { crash: "exit 3" });
+    const { move, step, source, stayer } = await planMove(client, "crash");
+    // Whether the job was told to stop before the exit came or not, it trains on.
+    expect(await Promise.all([source.barrier(step ?? 0), stayer.barrier(step ?? 0)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+    await expect.poll(async () => (await client.status()).migrations.find((m) => m.id === move.id)?.state, patiently).toBe("rolled-back");
+    expect((await client.status()).migrations.find((m) => m.id === move.id)?.reason).toBe(
+      `the replacement launcher on host ${move.to} exited (code 3) before its workers registered; its output is in the log of host ${move.to}'s daemon`,
+    );
+  }, SAFETY_NET_MS);
+
+  it("raises the alert of a committed move at once when its replacement launcher exits before it registers", async () => {
+    const { harness, client } = await controllerWithDaemons();
+    const dir = tenantDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const crash = join(dir, "crash");
+    // It starts with the staging, and dies (by a signal) only once the test says so: after the commit.
+    await startDaemons(harness, { late: `while [ ! -e ${crash} ]; do sleep 0.05; done; kill -KILL $$` });
+    const { move, step, source, stayer } = await forceMigration(client, "late");
+    // Held until the job re-forms, which it never does here.
+    stayer.barrier(step).catch(() => undefined);
+    const { endpoint, token } = await migrateOut(client, source, step);
+    await send({ ticket: ticketFor(endpoint, token, CHECKPOINT), buffer: checkpoint(), offset: 0 });
+    expect(await source.barrier(step)).toMatchObject({ kind: "stop" });
+    expect((await client.status()).migrations[0]).toMatchObject({ state: "committing", reason: null });
+    writeFileSync(crash, "");
+    const reason = `the replacement launcher on host ${move.to} exited (SIGKILL) before its workers registered; its output is in the log of host ${move.to}'s daemon`;
+    await expect.poll(async () => (await client.status()).migrations[0]?.reason, patiently).toBe(reason);
+    // The move stands, for an operator, who the error in the log calls.
+    expect((await client.status()).migrations[0]?.state).toBe("committing");
+    expect(harness.logs.filter((line) => line.includes(`failure after commit: ${reason}`))).toHaveLength(1);
+  }, FIRST_PLAN_MS);
+
   it("rolls back when the destination's daemon dies before the transfer: the source continues", async () => {
     // The daemon is declared lost after this long without a heartbeat (it sends one every 100 ms).
     const { harness, client } = await controllerWithDaemons(2_000);
-    const daemons = await startDaemons(harness, { idle: "true" });
+    const daemons = await startDaemons(harness, IDLE);
     const { move, step, source, stayer } = await forceMigration(client, "idle");
     const daemon = daemons[move.to]!;
 
@@ -230,7 +270,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
   it("plans again after that rollback, moving no worker to the host whose daemon is lost", async () => {
     // Lost after 2 s without a heartbeat; the controller plans again a second after a rollback.
     const { harness, client } = await controllerWithDaemons(2_000, 1_000);
-    const daemons = await startDaemons(harness, { idle: "true" });
+    const daemons = await startDaemons(harness, IDLE);
     const { move, step, source, stayer } = await forceMigration(client, "idle");
     const stayerBarrier = stayer.barrier(step);
     await migrateOut(client, source, step);
