@@ -6,7 +6,7 @@ import { JournalError } from "../controller/service/journal.ts";
 import { loadKeyring } from "../controller/service/keys.ts";
 import { createLogger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
-import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { DEFAULT_PLAN_TIME_LIMIT_MS, DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { DEFAULT_TIMEOUTS } from "../controller/service/migration.ts";
 import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS } from "../controller/service/sessions.ts";
 import { DEFAULT_REPORT_INTERVAL_MS } from "../sdk/agent.ts";
@@ -61,7 +61,7 @@ ${TOPOLOGY_HELP}
                          operator \`status\`). Required to bind anything but loopback
   --insecure             bind another address without a keyring: anyone who reaches it may
                          register daemons and jobs, and so run commands on every host
-  --plan-time-limit S    planner budget per event in seconds (default 2)
+  --plan-time-limit S    planner budget per event in seconds (default ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000})
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
   --worker-heartbeat-timeout S
                          declare a worker lost after S seconds without a word from its
@@ -138,7 +138,7 @@ export const command: Command = {
     const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
     const replacementWaitMs = secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0);
     const replanBackoffMs = secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0);
-    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], 2, 0.01);
+    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], DEFAULT_PLAN_TIME_LIMIT_MS / 1000, 0.01);
     const heartbeatTimeoutMs = secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
     const workerHeartbeatTimeoutMs = secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S);
     const lostJobGraceMs = secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0);

@@ -7,6 +7,7 @@ import {
   bytesPerSecond,
   DEFAULT_TOKENS_PER_REPLICA,
   fabricSummary,
+  FREE_PLAN_TIME_LIMIT_MS,
   generateJobs,
   MAX_TOKENS_PER_REPLICA,
   MIXES,
@@ -43,8 +44,9 @@ import {
 } from "../controller/sim/index.ts";
 import { barChart, lineChart, type Series } from "./simulate/plot.ts";
 import { restartFromBench } from "./simulate/restart.ts";
-import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
+import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/controller.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
 /**
@@ -60,7 +62,7 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--loads LIST] [--variants LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
-                           [--queue-in-moves place|hold] [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
+                           [--queue-in-moves place|hold] [--plan-time free|solve] [--plan-time-limit S] [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
                            [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -116,6 +118,16 @@ options:
                      whether queued jobs start while a migration's jobs stop and move their
                      state (place), or wait until the moves are done (hold, as the paper's
                      simulator does; the fig-* presets' setting); default: the preset's, else place
+  --plan-time free|solve
+                     what planning costs in simulated time: nothing (free, as the paper's
+                     simulator charges it; the default), or the planner's own solve time, during
+                     which the cluster runs on and after which a plan for a cluster that changed
+                     meanwhile is dropped and the cluster planned again (solve, as the controller
+                     plans; its results then depend on this machine's speed)
+  --plan-time-limit S
+                     the planner's time per event (default: with --plan-time solve the
+                     controller's, ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000} s; else ${FREE_PLAN_TIME_LIMIT_MS / 1000} s, where the planner's work caps end
+                     a plan first, so that a replay takes the same path on any machine)
   --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
   --restart SEC      restart cost of a migration after its transfers (default 10)
   --restart-from FILE  the restart cost measured here: \`npm run bench:migrate -- --json\`'s
@@ -158,6 +170,8 @@ export const command: Command = {
       scheduler: { type: "string" },
       queue: { type: "string", default: "fifo" },
       "queue-in-moves": { type: "string" },
+      "plan-time": { type: "string", default: "free" },
+      "plan-time-limit": { type: "string" },
       lambda: { type: "string" },
       restart: { type: "string" },
       "restart-from": { type: "string" },
@@ -180,6 +194,9 @@ export const command: Command = {
     if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
     const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
     if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
+    const planTime = flags["plan-time"];
+    if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
+    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
     if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
     const replayed = flags.trace ?? flags["from-sacct"];
     const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
@@ -220,6 +237,8 @@ export const command: Command = {
       scheduler,
       queue,
       queueInMoves,
+      planTime,
+      planTimeLimitMs: Math.round(planTimeLimitMs),
       seed,
       restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };

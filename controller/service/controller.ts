@@ -81,6 +81,8 @@ export interface ControllerOptions {
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
 export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
+/** The planner's time per event: a plan within it, improved until it or proved optimal. */
+export const DEFAULT_PLAN_TIME_LIMIT_MS = 2_000;
 /** A scheduler's changes (a job starting, a node drained) reach the plan within this. */
 export const DEFAULT_SCHEDULER_POLL_MS = 3_000;
 /** Steps a job trains between the start of its move and its stop barrier. */
@@ -143,7 +145,7 @@ export class Controller {
       watch: this.watch,
       unavailable: options.unavailable ?? [],
       timeouts: options.timeouts ?? DEFAULT_TIMEOUTS,
-      planTimeLimitMs: options.planTimeLimitMs ?? 2_000,
+      planTimeLimitMs: options.planTimeLimitMs ?? DEFAULT_PLAN_TIME_LIMIT_MS,
       stopLeadSteps: options.stopLeadSteps ?? DEFAULT_STOP_LEAD_STEPS,
       replanBackoffMs: options.replanBackoffMs ?? DEFAULT_REPLAN_BACKOFF_MS,
     });

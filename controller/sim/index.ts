@@ -11,6 +11,7 @@ export {
   simulateSystem,
   systemSpec,
   SimConfigSchema,
+  FREE_PLAN_TIME_LIMIT_MS,
   QUEUES,
   SYSTEMS,
   SYSTEMS_2TIER,

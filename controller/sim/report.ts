@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { TraceGenerationSchema, type TraceGeneration } from "./jobs.ts";
-import { SimConfigSchema, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
+import { SimConfigSchema, STALE_PLAN, type SimConfigInput, type PlanEvent, type SystemRun } from "./simulate.ts";
 import { VariantSchema, type Variant } from "./presets.ts";
 
 const Quantiles = z.strictObject({ avg: z.number(), p50: z.number(), p90: z.number(), p99: z.number() });
@@ -41,7 +41,14 @@ export const SystemReportSchema = z.strictObject({
     /** Time-averaged count of groups spread over more than one rack. */
     meanFragmentedGroups: z.number().min(0),
   }),
-  solver: z.strictObject({ plans: z.int().min(0), totalMs: z.number().min(0), p50Ms: z.number().min(0), p99Ms: z.number().min(0) }),
+  solver: z.strictObject({
+    plans: z.int().min(0),
+    /** Plans dropped because the cluster changed while they were computed (`planTime: solve`). */
+    stale: z.int().min(0),
+    totalMs: z.number().min(0),
+    p50Ms: z.number().min(0),
+    p99Ms: z.number().min(0),
+  }),
   events: MoveEventsSchema,
 });
 export type SystemReport = z.infer<typeof SystemReportSchema>;
@@ -103,7 +110,7 @@ export function systemReport(run: SystemRun, load: number | null, variant: strin
     bytesMoved: run.bytesMoved,
     migrationSeconds: run.migrationSeconds.length ? quantiles(run.migrationSeconds) : null,
     fragmentation: run.fragmentation,
-    solver: { plans: solve.length, totalMs: solve.reduce((a, b) => a + b, 0), p50Ms: quantile(solve, 0.5), p99Ms: quantile(solve, 0.99) },
+    solver: { plans: solve.length, stale: run.plans.filter((p) => p.status === STALE_PLAN).length, totalMs: solve.reduce((a, b) => a + b, 0), p50Ms: quantile(solve, 0.5), p99Ms: quantile(solve, 0.99) },
     events: moveEvents(run.plans),
   };
 }

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
 import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
-import type { Move, Planner } from "../plan/index.ts";
+import type { Move, Plan, Planner } from "../plan/index.ts";
 import { dpFlows, ppFlows, ringOrder, type DpFlow, type PpFlow } from "../route/index.ts";
 import { Fabric, FabricSchema } from "./fabric.ts";
 import { iterationSeconds, type SimJob } from "./jobs.ts";
@@ -31,6 +31,12 @@ export function systemSpec(name: SystemName): { routing: RoutingName; migrate: b
 export const QUEUES = ["fifo", "backfill"] as const;
 export type QueueName = (typeof QUEUES)[number];
 
+/**
+ * The planner's time limit where planning costs no simulated time: long, so that the work caps
+ * (`planBudget`) end a plan first and a replay takes the same path on any machine.
+ */
+export const FREE_PLAN_TIME_LIMIT_MS = 60_000;
+
 export const SimConfigSchema = z.strictObject({
   fabric: FabricSchema,
   /** Per-rack fragmentation bound MonkeyTree keeps; defaults to the uplinks per rack. */
@@ -54,8 +60,16 @@ export const SimConfigSchema = z.strictObject({
   seed: z.int().default(1),
   /** Re-initialisation after a migration's transfers, before the moved jobs resume (paper: 10 s). */
   restartSeconds: z.number().min(0).default(10),
-  /** The controller's planning time limit. */
-  planTimeLimitMs: z.int().min(1).default(60_000),
+  /** The planner's time per event. */
+  planTimeLimitMs: z.int().min(1).default(FREE_PLAN_TIME_LIMIT_MS),
+  /**
+   * What planning costs in simulated time: `free`, nothing, as the paper's simulator charges it
+   * (the cluster is planned in an instant); `solve`, the planner's own solve time, at most
+   * `planTimeLimitMs`, during which the cluster runs on. A plan whose cluster changed meanwhile
+   * (a job started, ended or finished moving) is discarded and the cluster planned again, as the
+   * controller does. `solve` makes a run depend on the machine's speed.
+   */
+  planTime: z.enum(["free", "solve"]).default("free"),
   /**
    * Work caps on every plan, so that a replay takes the same path on any machine (the time
    * limit alone would make plans depend on the machine's speed).
@@ -81,9 +95,13 @@ export interface JobOutcome {
   readonly moves: number;
 }
 
+/** A plan's status when the cluster changed while it was computed, and nothing moved. */
+export const STALE_PLAN = "stale";
+
 /** One time MonkeyTree found a rack over its bound and planned. */
 export interface PlanEvent {
   readonly time: number;
+  /** The planner's status, or `STALE_PLAN` (`planTime: solve`). */
   readonly status: string;
   readonly moves: number;
   readonly solveMs: number;
@@ -214,6 +232,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const migrationSeconds: number[] = [];
   let bytesMoved = 0;
   let migration: Migration | undefined;
+  /** A plan still being computed in simulated time (`planTime: solve`), and the placement it is for. */
+  let computing: { readonly plan: Plan; readonly time: number; readonly ready: number; readonly placement: number } | undefined;
+  /** Counts placement changes: a plan computed for an older count is stale. */
+  let placements = 0;
   let now = 0;
   let nextArrival = 0;
   let routesDirty = true;
@@ -434,22 +456,40 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     return started;
   };
 
+  const planned = (event: PlanEvent) => {
+    plans.push(event);
+    observer.planned?.(event);
+  };
+
   const maybePlan = () => {
-    if (!spec.migrate || !planner || migration) return;
+    if (!spec.migrate || !planner || migration || computing) return;
     if (routesDirty) reroute();
     if (withinBounds(cluster)) return;
     let plan;
     try {
       plan = planner.plan(cluster, { timeLimitMs: config.planTimeLimitMs, budget: config.planBudget });
     } catch (error) {
-      const event = { time: now, status: error instanceof Error ? error.name : "error", moves: 0, solveMs: 0 };
-      plans.push(event);
-      observer.planned?.(event);
+      return planned({ time: now, status: error instanceof Error ? error.name : "error", moves: 0, solveMs: 0 });
+    }
+    if (config.planTime === "solve" && plan.moves.length > 0) {
+      computing = { plan, time: now, ready: now + Math.min(plan.solveMs, config.planTimeLimitMs) / 1000, placement: placements };
       return;
     }
-    const event = { time: now, status: plan.status, moves: plan.moveCount, solveMs: plan.solveMs };
-    plans.push(event);
-    observer.planned?.(event);
+    planned({ time: now, status: plan.status, moves: plan.moveCount, solveMs: plan.solveMs });
+    migrate(plan);
+  };
+
+  /** The plan computed in simulated time arrives: carried out, or discarded if the cluster changed meanwhile. */
+  const planArrived = () => {
+    const { plan, time, placement } = computing!;
+    computing = undefined;
+    const stale = placement !== placements;
+    planned({ time, status: stale ? STALE_PLAN : plan.status, moves: stale ? 0 : plan.moveCount, solveMs: plan.solveMs });
+    if (stale) maybePlan();
+    else migrate(plan);
+  };
+
+  const migrate = (plan: Plan) => {
     if (plan.moves.length === 0) return;
     const steps: Move[][] = [];
     for (const m of plan.moves) (steps[m.step] ??= []).push(m);
@@ -547,6 +587,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     }
     if (migration?.phase === "transfer") for (const t of migration.transfers) next = Math.min(next, now + Math.max(0, t.remaining) / t.rate);
     if (migration?.phase === "restart") next = Math.min(next, migration.restartEnds);
+    if (computing) next = Math.min(next, computing.ready);
     if (next === Infinity) throw new Error(`the simulation stalled at ${now} s with ${queue.length} jobs queued and ${running.size} running`);
     advance(Math.max(now, next));
     const due = (t: number) => t <= now + SAME_TIME * Math.max(1, now);
@@ -577,7 +618,9 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     }
     while (nextArrival < jobs.length && due(jobs[nextArrival]!.arrival)) queue.push(jobs[nextArrival++]!);
     if (startQueued()) placementChanged = true;
-    if (placementChanged) maybePlan();
+    if (placementChanged) placements++;
+    if (computing && due(computing.ready)) planArrived();
+    else if (placementChanged) maybePlan();
   }
 
   return {

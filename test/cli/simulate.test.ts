@@ -180,6 +180,8 @@ describe("monkeytree simulate", () => {
     [["--mix", "paper", "--racks", "1", "--hosts-per-rack", "4"], /hostCount: the paper mix has jobs of 64 GPUs; give a cluster of at least 8 hosts/],
     [["--queue", "lifo"], /--queue must be one of fifo, backfill, got "lifo"/],
     [["--queue-in-moves", "drop"], /--queue-in-moves must be place or hold, got "drop"/],
+    [["--plan-time", "wall"], /--plan-time must be free or solve, got "wall"/],
+    [["--plan-time", "solve", "--plan-time-limit", "0"], /--plan-time-limit must be a number from 0.001 to \d+, got "0"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
     [["--loads", "0.5,1.5"], /each load must be a number in \(0, 1\], got "1.5"/],

@@ -34,6 +34,6 @@ describe("simulation reports", () => {
     expect(report.migrations).toBe(3);
     expect(report.migrationsPerJob).toEqual({ avg: 1, max: 2 });
     expect(report.migrationSeconds).toEqual({ avg: 11, p50: 10, p90: 12, p99: 12 });
-    expect(report.solver).toEqual({ plans: 1, totalMs: 4, p50Ms: 4, p99Ms: 4 });
+    expect(report.solver).toEqual({ plans: 1, stale: 0, totalMs: 4, p50Ms: 4, p99Ms: 4 });
   });
 });

@@ -108,6 +108,26 @@ describe("simulateSystem", () => {
     expect(simulationReport({ ...roomy, queueInMoves: "hold" }, [{ run: held, load: null }]).config.queueInMoves).toBe("hold");
   });
 
+  it("charges a plan's solve time in simulated time with planTime solve, at most the time limit, and drops a plan whose cluster changed meanwhile", () => {
+    // Every plan takes 12 s of the machine's time. x ends at 10 s, while the first is computed.
+    const slow: Planner = { plan: (cluster, options) => ({ ...planner.plan(cluster, options), solveMs: 12_000 }) };
+    const dropped = simulateSystem(collide(), { ...tiny, planTime: "solve" }, "monkeytree", slow);
+    expect(dropped.plans.map((p) => [p.time, p.status, p.moves])).toEqual([[0, "stale", 0], [12, "optimal", 1]]);
+    expect(simulationReport(tiny, [{ run: dropped, load: null }]).systems[0]?.solver).toMatchObject({ plans: 2, stale: 1 });
+    // Planned again when the first arrived, carried out at 24 s, where a and b (3 s an
+    // iteration side by side) end their 8th iteration; the one moved resumes after the 10 s
+    // restart, and each runs alone.
+    const [moved, stayed] = ["a", "b"].map((id) => finish(dropped, id)).sort((x, y) => y.moves - x.moves);
+    expect([moved!.moves, moved!.finish, stayed!.finish]).toEqual([1, expect.closeTo(24 + 10 + 2 * 2, 9), expect.closeTo(24 + 2 * 2, 9)]);
+    // Within 5 s the plan arrives before x ends: b stops after its 2nd iteration, at 6 s.
+    const limited = simulateSystem(collide(), { ...tiny, planTime: "solve", planTimeLimitMs: 5_000 }, "monkeytree", slow);
+    expect(limited.plans.map((p) => [p.time, p.status, p.moves])).toEqual([[0, "optimal", 1]]);
+    expect(finish(limited, "b").finish).toBeCloseTo(6 + 10 + 8 * 2, 9);
+    expect(limited.migrationSeconds).toEqual([11]);
+    // Free, as the paper's simulator charges it: planned and stopped at 0 s.
+    expect(finish(simulateSystem(collide(), tiny, "monkeytree", slow), "b").finish).toBeCloseTo(10 + 20, 9);
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
