@@ -62,7 +62,8 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--loads LIST] [--variants LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
                            [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
-                           [--queue-in-moves place|hold] [--plan-time free|solve] [--plan-time-limit S] [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
+                           [--queue-in-moves place|hold] [--migrate-by plan|job] [--plan-time free|solve] [--plan-time-limit S]
+                           [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
                            [--plot DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
@@ -118,6 +119,11 @@ options:
                      whether queued jobs start while a migration's jobs stop and move their
                      state (place), or wait until the moves are done (hold, as the paper's
                      simulator does; the fig-* presets' setting); default: the preset's, else place
+  --migrate-by plan|job
+                     whether a plan's jobs stop, move and restart together, as the controller
+                     moves a plan step (plan, the default), or each on its own: its transfers
+                     start once it and the jobs it displaces have stopped, and it restarts once
+                     its own state arrived (job, as the paper's simulator moves them)
   --plan-time free|solve
                      what planning costs in simulated time: nothing (free, as the paper's
                      simulator charges it; the default), or the planner's own solve time, during
@@ -170,6 +176,7 @@ export const command: Command = {
       scheduler: { type: "string" },
       queue: { type: "string", default: "fifo" },
       "queue-in-moves": { type: "string" },
+      "migrate-by": { type: "string", default: "plan" },
       "plan-time": { type: "string", default: "free" },
       "plan-time-limit": { type: "string" },
       lambda: { type: "string" },
@@ -194,6 +201,8 @@ export const command: Command = {
     if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
     const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
     if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
+    const migrateBy = flags["migrate-by"];
+    if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
     const planTime = flags["plan-time"];
     if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
     const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
@@ -237,6 +246,7 @@ export const command: Command = {
       scheduler,
       queue,
       queueInMoves,
+      migrateBy,
       planTime,
       planTimeLimitMs: Math.round(planTimeLimitMs),
       seed,

@@ -56,6 +56,13 @@ export const SimConfigSchema = z.strictObject({
    * simulator does; both place during the restart after.
    */
   queueInMoves: z.enum(["place", "hold"]).default("place"),
+  /**
+   * How a plan's jobs move: `plan`, together, as the controller moves a plan step (every job
+   * waits for the plan's last barrier, its last transfer and one restart); `job`, each on its
+   * own, as the paper's simulator moves them: its transfers start once it and the jobs it
+   * displaces have stopped, and it restarts once its own state arrived.
+   */
+  migrateBy: z.enum(["plan", "job"]).default("plan"),
   /** Seeds the queue pairs' source ports (ECMP), SGLB's choices and the random scheduler. */
   seed: z.int().default(1),
   /** Re-initialisation after a migration's transfers, before the moved jobs resume (paper: 10 s). */
@@ -164,6 +171,7 @@ interface Transfer {
   rate: number;
 }
 
+/** Jobs of a plan that move together: all of them, or one (`migrateBy`). */
 interface Migration {
   readonly started: number;
   readonly jobs: Set<string>;
@@ -231,7 +239,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const plans: PlanEvent[] = [];
   const migrationSeconds: number[] = [];
   let bytesMoved = 0;
-  let migration: Migration | undefined;
+  // The plan in flight, in the parts that move on their own; empty when none is.
+  let migrations: Migration[] = [];
   /** A plan still being computed in simulated time (`planTime: solve`), and the placement it is for. */
   let computing: { readonly plan: Plan; readonly time: number; readonly ready: number; readonly placement: number } | undefined;
   /** Counts placement changes: a plan computed for an older count is stale. */
@@ -345,7 +354,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       if (entity === undefined) return;
       paths[entity]!.push(...linksOf.a2a[i]!);
     });
-    const transfers = migration?.transfers ?? [];
+    const transfers = migrations.flatMap((m) => m.transfers);
     const firstTransfer = paths.length;
     for (const t of transfers) {
       paths.push(t.links);
@@ -405,7 +414,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const recomputeOccupancy = () => {
     occupied.fill(false);
     for (const r of running.values()) for (const hosts of r.groups) for (const h of hosts) occupied[h] = true;
-    for (const step of migration?.steps ?? []) for (const m of step) occupied[m.to] = true;
+    for (const m of migrations) for (const step of m.steps) for (const move of step) occupied[move.to] = true;
   };
 
   const finishJob = (r: Running) => {
@@ -424,18 +433,21 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       outcomes.push(outcome);
       observer.jobDone?.(outcome);
     }
-    if (migration?.jobs.delete(r.job.id)) {
+    const m = migrations.find((candidate) => candidate.jobs.has(r.job.id));
+    if (m) {
+      m.jobs.delete(r.job.id);
       // Its moves are moot: its hosts are free now, which only helps the other moves.
-      for (const step of migration.steps) step.splice(0, step.length, ...step.filter((m) => m.job !== r.job.id));
-      if (migration.jobs.size === 0) migration = undefined;
-      else beginTransfersIfReady();
+      for (const step of m.steps) step.splice(0, step.length, ...step.filter((move) => move.job !== r.job.id));
+      if (m.jobs.size === 0) migrations = migrations.filter((other) => other !== m);
     }
     recomputeOccupancy();
     routesDirty = true;
+    // Gone, it holds up no part that waited for it: its own, or one moving onto its hosts.
+    beginTransfersIfReady();
   };
 
   const startQueued = (): boolean => {
-    if (config.queueInMoves === "hold" && migration !== undefined && migration.phase !== "restart") return false;
+    if (config.queueInMoves === "hold" && migrations.some((m) => m.phase !== "restart")) return false;
     let started = false;
     for (let i = 0; i < queue.length; ) {
       const job = queue[i]!;
@@ -462,7 +474,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   };
 
   const maybePlan = () => {
-    if (!spec.migrate || !planner || migration || computing) return;
+    if (!spec.migrate || !planner || migrations.length > 0 || computing) return;
     if (routesDirty) reroute();
     if (withinBounds(cluster)) return;
     let plan;
@@ -491,14 +503,19 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
 
   const migrate = (plan: Plan) => {
     if (plan.moves.length === 0) return;
-    const steps: Move[][] = [];
-    for (const m of plan.moves) (steps[m.step] ??= []).push(m);
-    migration = { started: now, jobs: new Set(plan.moves.map((m) => m.job)), steps: steps.filter(Boolean), step: -1, phase: "barrier", transfers: [], restartEnds: 0 };
+    const parts = config.migrateBy === "plan" ? [plan.moves] : [...new Set(plan.moves.map((m) => m.job))].map((job) => plan.moves.filter((m) => m.job === job));
+    migrations = parts.map((moves) => {
+      const steps: Move[][] = [];
+      for (const m of moves) (steps[m.step] ??= []).push(m);
+      return { started: now, jobs: new Set(moves.map((m) => m.job)), steps: steps.filter(Boolean), step: -1, phase: "barrier", transfers: [], restartEnds: 0 };
+    });
     recomputeOccupancy();
-    for (const id of migration.jobs) {
-      const r = running.get(id)!;
-      r.stopAt = Math.min(r.job.iterations, Math.ceil(r.progress - SAME_TIME));
-      if (r.stopAt <= r.progress + SAME_TIME && r.stopAt < r.job.iterations) pause(r);
+    for (const m of migrations) {
+      for (const id of m.jobs) {
+        const r = running.get(id)!;
+        r.stopAt = Math.min(r.job.iterations, Math.ceil(r.progress - SAME_TIME));
+        if (r.stopAt <= r.progress + SAME_TIME && r.stopAt < r.job.iterations) pause(r);
+      }
     }
     beginTransfersIfReady();
   };
@@ -509,15 +526,23 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     ratesDirty = true;
   };
 
+  /**
+   * Starts the transfers of every part whose jobs wait at their barrier, as do the jobs on its
+   * destinations: a part moved on its own (`migrateBy: job`) goes once the jobs it displaces
+   * have stopped, as the paper's simulator moves them, and restarts once its own state arrived.
+   */
   const beginTransfersIfReady = () => {
-    if (!migration || migration.phase !== "barrier") return;
-    for (const id of migration.jobs) if (!running.get(id)?.paused) return;
-    migration.phase = "transfer";
-    nextStep();
+    for (const m of [...migrations]) {
+      if (m.phase !== "barrier") continue;
+      const to = new Set(m.steps.flatMap((step) => step.map((move) => move.to)));
+      const holds = (r: Running) => m.jobs.has(r.job.id) || r.groups.some((hosts) => hosts.some((h) => to.has(h)));
+      if ([...running.values()].some((r) => holds(r) && !r.paused)) continue;
+      m.phase = "transfer";
+      nextStep(m);
+    }
   };
 
-  const nextStep = () => {
-    const m = migration!;
+  const nextStep = (m: Migration) => {
     m.step++;
     ratesDirty = true;
     if (m.step >= m.steps.length) {
@@ -535,12 +560,11 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
         return { links: fabric.path(move.from, move.to, nicIndex, choices), remaining: bytes, rate: 0 };
       });
     });
-    if (m.transfers.length === 0) nextStep();
+    if (m.transfers.length === 0) nextStep(m);
   };
 
-  const endMigration = () => {
-    const m = migration!;
-    migration = undefined;
+  const endMigration = (m: Migration) => {
+    migrations = migrations.filter((other) => other !== m);
     for (const step of m.steps) {
       for (const move of step) {
         const r = running.get(move.job)!;
@@ -566,7 +590,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     const dt = to - now;
     if (dt > 0) {
       for (const r of running.values()) if (!r.paused) r.progress += r.rate * dt;
-      for (const t of migration?.transfers ?? []) t.remaining -= t.rate * dt;
+      for (const m of migrations) for (const t of m.transfers) t.remaining -= t.rate * dt;
       fragmentation.maxIntegral += fragmentation.current.max * dt;
       fragmentation.totalIntegral += fragmentation.current.total * dt;
       fragmentation.groupsIntegral += fragmentation.current.groups * dt;
@@ -585,8 +609,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       const target = r.stopAt ?? r.job.iterations;
       next = Math.min(next, now + Math.max(0, target - r.progress) / r.rate);
     }
-    if (migration?.phase === "transfer") for (const t of migration.transfers) next = Math.min(next, now + Math.max(0, t.remaining) / t.rate);
-    if (migration?.phase === "restart") next = Math.min(next, migration.restartEnds);
+    for (const m of migrations) {
+      if (m.phase === "transfer") for (const t of m.transfers) next = Math.min(next, now + Math.max(0, t.remaining) / t.rate);
+      if (m.phase === "restart") next = Math.min(next, m.restartEnds);
+    }
     if (computing) next = Math.min(next, computing.ready);
     if (next === Infinity) throw new Error(`the simulation stalled at ${now} s with ${queue.length} jobs queued and ${running.size} running`);
     advance(Math.max(now, next));
@@ -606,14 +632,15 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
         beginTransfersIfReady();
       }
     }
-    if (migration?.phase === "transfer") {
-      const m = migration;
+    for (const m of [...migrations]) {
+      if (m.phase !== "transfer") continue;
       m.transfers = m.transfers.filter((t) => !due(now + Math.max(0, t.remaining) / t.rate));
-      if (m.transfers.length === 0) nextStep();
+      if (m.transfers.length === 0) nextStep(m);
       else ratesDirty = true;
     }
-    if (migration?.phase === "restart" && due(migration.restartEnds)) {
-      endMigration();
+    for (const m of [...migrations]) {
+      if (m.phase !== "restart" || !due(m.restartEnds)) continue;
+      endMigration(m);
       placementChanged = true;
     }
     while (nextArrival < jobs.length && due(jobs[nextArrival]!.arrival)) queue.push(jobs[nextArrival++]!);

@@ -128,6 +128,26 @@ describe("simulateSystem", () => {
     expect(finish(simulateSystem(collide(), tiny, "monkeytree", slow), "b").finish).toBeCloseTo(10 + 20, 9);
   });
 
+  it("moves each job of a plan on its own with migrateBy job, where plan moves them together", () => {
+    // collide()'s jobs on racks 0-2 and, 2 s slower an iteration, again on racks 3-5; hosts 5
+    // and 11 hold jobs of 1 s. The plan at 0 s moves x's, y's and c's workers, which have no
+    // state, and one of a's, whose 8 GB take 16 s.
+    const fabric = { ...tiny.fabric, racks: 6 };
+    const hole = (id: string) => job(id, 1, { iterations: 1, ringBytes: 0 });
+    const slow = { computeSeconds: 2 };
+    const jobs = [...collide(8e9), hole("h5"), job("y", 1), job("c", 2, slow), job("d", 2, slow), hole("h11")];
+    const together = simulateSystem(jobs, { ...tiny, fabric }, "monkeytree", planner);
+    const apart = simulateSystem(jobs, { ...tiny, fabric, migrateBy: "job" }, "monkeytree", planner);
+    for (const run of [together, apart]) expect(run.plans.map((p) => [p.time, p.moves])).toEqual([[0, 4]]);
+    const ends = (run: SystemRun) => Object.fromEntries(run.jobs.filter((j) => j.moves > 0).map((j) => [j.id, j.finish]));
+    // Together, every moved job waits for the 8 GB, then restarts; apart, each restarts once its
+    // own state (none for three of them) arrived, 16 s sooner.
+    expect(together.migrationSeconds).toEqual([26]);
+    expect([...apart.migrationSeconds].sort((x, y) => x - y)).toEqual([10, 10, 10, 26]);
+    expect(ends(together)).toEqual({ x: 36, y: 36, a: 46, c: 56 });
+    expect(ends(apart)).toEqual({ x: 20, y: 20, a: 46, c: 40 });
+  });
+
   it("queues jobs first in, first out until the front-end can place them", () => {
     const jobs = [job("big", 6), job("next", 1, { arrival: 1 })];
     const run = simulateSystem(jobs, tiny, "ecmp", undefined);
