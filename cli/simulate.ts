@@ -42,7 +42,7 @@ import {
   type TraceGeneration,
   type Variant,
 } from "../controller/sim/index.ts";
-import { barChart, lineChart, type Series } from "./simulate/plot.ts";
+import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";
 import { restartFromBench } from "./simulate/restart.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
@@ -64,7 +64,7 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
                            [--queue-in-moves place|hold] [--migrate-by plan|job] [--plan-time free|solve] [--plan-time-limit S]
                            [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
-                           [--plot DIR] [--save-trace DIR]
+                           [--plot DIR] [--report DIR] [--save-trace DIR]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
@@ -141,9 +141,12 @@ options:
                      own time, which the simulator charges as transfers) it takes
   --json             print one JSON document (schema: SimulationReportSchema) instead of tables
   --csv DIR          write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system
-  --plot DIR         draw SVG charts: slowdown (avg, p99) against load, the busiest rack's and
-                     the total (summed over racks) fragmentation over time per load, moves per
-                     defragmentation event
+  --plot DIR         write each chart of --report's page as an SVG file: slowdown-p99.svg and
+                     slowdown-avg.svg (against load, or per variant), fragmentation-LOAD.svg and
+                     fragmentation-total-LOAD.svg (over time), moves.svg (moves per event)
+  --report DIR       write DIR/index.html: the paper's headline numbers beside this run's
+                     (for a fig-* preset), the figures (a chart per variant) and every run's
+                     numbers, one page that any browser opens
   --save-trace DIR   write each generated (or converted) trace as DIR/trace-LOAD.jsonl
                      (trace-sacct.jsonl), replayable with --trace; generated ones with
                      DIR/generation.json, the options that drew them
@@ -185,6 +188,7 @@ export const command: Command = {
       json: { type: "boolean", default: false },
       csv: { type: "string" },
       plot: { type: "string" },
+      report: { type: "string" },
       "save-trace": { type: "string" },
     });
     const presetName = (flags.preset ?? "small") as PresetName;
@@ -235,7 +239,7 @@ export const command: Command = {
     const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001);
     const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR);
     const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
-    for (const flag of ["csv", "plot", "save-trace"] as const) {
+    for (const flag of ["csv", "plot", "report", "save-trace"] as const) {
       const dir = flags[flag];
       if (dir !== undefined) outputDir(flag, dir);
     }
@@ -314,7 +318,8 @@ export const command: Command = {
           const busiest: [number, number][] = [];
           const total: [number, number][] = [];
           const series = runLabel(system, name);
-          if (flags.plot !== undefined) fragmentation.push({ load, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
+          const drawn = flags.plot !== undefined || flags.report !== undefined;
+          if (drawn) fragmentation.push({ load, variant: name, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
           progress.begin(series, load, jobs.length);
           const run = simulateSystem(jobs, variantConfig, system, planner, {
             jobDone: (job) => {
@@ -324,7 +329,7 @@ export const command: Command = {
             planned: (event) => rows.plan(event),
             sample: (sample) => {
               rows.sample(sample);
-              if (flags.plot === undefined) return;
+              if (!drawn) return;
               busiest.push([sample.time / 3600, sample.maxRack]);
               total.push([sample.time / 3600, sample.total]);
             },
@@ -340,6 +345,7 @@ export const command: Command = {
     progress.done();
     const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
     if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
+    if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(report, fragmentation));
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
     return ExitCode.ok;
@@ -356,12 +362,6 @@ interface VariantRun {
   readonly run: SystemRun;
   readonly load: number | null;
   readonly variant: string | null;
-}
-
-interface FragmentationSeries {
-  readonly load: number | null;
-  readonly busiest: Series;
-  readonly total: Series;
 }
 
 /** The flag that sets each setting a preset's variants may sweep. */
@@ -440,26 +440,9 @@ async function saveTraces(
   if (generation) await writeFile(join(dir, `${prefix}generation.json`), `${JSON.stringify(generation, null, 2)}\n`);
 }
 
+/** Each of the report page's charts as DIR/NAME.svg. */
 async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Promise<void> {
-  const label = (s: SystemReport) => runLabel(s.name, s.variant);
-  const names = [...new Set(report.systems.map(label))];
-  const bySystem = (pick: (s: SystemReport) => number): Series[] =>
-    names.map((name) => ({ name, points: report.systems.filter((s) => label(s) === name).map((s) => [100 * (s.load ?? 1), pick(s)] as const) }));
-  const load = "offered load (%)";
-  await writeFile(join(dir, "slowdown-p99.svg"), lineChart({ title: "p99 job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.p99), yFrom: 1 }));
-  await writeFile(join(dir, "slowdown-avg.svg"), lineChart({ title: "average job slowdown", xLabel: load, yLabel: "JCT ÷ ideal JCT", series: bySystem((s) => s.slowdown.avg), yFrom: 1 }));
-  for (const l of new Set(fragmentation.map((f) => f.load))) {
-    const atLoad = fragmentation.filter((f) => f.load === l);
-    const suffix = l === null ? "" : ` at ${Math.round(l * 100)}% load`;
-    const busiest = { title: `busiest rack's fragmentation${suffix}`, xLabel: "hours", yLabel: "max rings per rack", series: atLoad.map((f) => f.busiest), step: true };
-    await writeFile(join(dir, `fragmentation-${l ?? "trace"}.svg`), lineChart(busiest));
-    const total = { title: `total fragmentation${suffix}`, xLabel: "hours", yLabel: "rings per rack, summed over racks", series: atLoad.map((f) => f.total), step: true };
-    await writeFile(join(dir, `fragmentation-total-${l ?? "trace"}.svg`), lineChart(total));
-  }
-  const histogram = Object.entries(report.events.moves.histogram).sort(([a], [b]) => Number(a) - Number(b));
-  if (histogram.length) {
-    await writeFile(join(dir, "moves.svg"), barChart("moves per defragmentation event (MonkeyTree systems)", "moves", "events", histogram));
-  }
+  for (const figure of figures(report, fragmentation)) await writeFile(join(dir, `${figure.name}.svg`), figure.svg);
 }
 
 const csvHeaders = {

@@ -65,12 +65,14 @@ describe("monkeytree simulate", () => {
       expect(text.startsWith("<svg ")).toBe(true);
       expect(text.trimEnd().endsWith("</svg>")).toBe(true);
       // One line and one legend entry per system.
-      expect(text.match(/<polyline /g)).toHaveLength(4);
+      expect(text.match(/<polyline class="mark" fill=/g)).toHaveLength(4);
       for (const system of ["ecmp", "perfect", "monkeytree", "spray"]) expect(text).toContain(`>${system}</text>`);
     }
-    // Each slowdown line has a point per load.
-    expect(svg("slowdown-p99.svg").match(/<circle /g)).toHaveLength(4 * 2);
-    expect(svg("moves.svg")).toMatch(/<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="[\d.]+" fill="#1f77b4"\/>/);
+    // Each slowdown line has a marker per load and one in the legend, a shape of its own.
+    const p99 = svg("slowdown-p99.svg");
+    expect(p99.match(/class="mark"/g)).toHaveLength(4 + 4 * (2 + 1));
+    expect([/<circle class="mark"/g, /<polygon class="mark"/g].map((shape) => p99.match(shape)?.length)).toEqual([3, 9]);
+    expect(svg("moves.svg")).toMatch(/<rect class="mark" x="[\d.]+" y="[\d.]+" width="[\d.]+" height="[\d.]+" fill="#1f77b4"\/>/);
   });
 
   it("prints a table by default", async () => {

@@ -131,3 +131,14 @@ export function prometheus(): Prerequisite {
     promisedBy: ci,
   };
 }
+
+/** A browser to open `simulate --report`'s page in, headless. */
+export function chromium(): Prerequisite {
+  const probe = spawnSync("chromium", ["--version"], { encoding: "utf8" });
+  return {
+    what: "the chromium browser",
+    missing: probe.status === 0 ? null : `chromium --version failed: ${probe.error?.message ?? probe.stderr?.trim()}`,
+    install: "apt-get install chromium",
+    promisedBy: ci,
+  };
+}

@@ -1,0 +1,78 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { runCli } from "../helpers/cli.ts";
+import { canRun, chromium } from "../helpers/prerequisites.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "monkeytree-report-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A fig-* preset, reduced to a few jobs and what `args` pick: its JSON report and its page. */
+async function reported(name: string, ...args: string[]): Promise<{ report: SimulationReport; page: string; path: string }> {
+  const out = join(dir, name);
+  const result = await runCli("simulate", ...args, "--report", out, "--json");
+  expect(result.stderr).not.toMatch(/error/i);
+  expect(result.code).toBe(0);
+  const path = join(out, "index.html");
+  return { report: SimulationReportSchema.parse(JSON.parse(result.stdout)), page: readFileSync(path, "utf8"), path };
+}
+
+/** The page's headline table: number → [paper, ours]. */
+const headlines = (page: string): Map<string, [string, string]> => {
+  const table = page.split("<h2>The paper's numbers beside ours</h2>")[1]?.split("</table>")[0] ?? "";
+  const rows = [...table.matchAll(/<tr><td>[^<]*<\/td><td>([^<]*)<\/td><td>([^<]*)<\/td><td>([^<]*)<\/td>/g)];
+  return new Map(rows.map(([, label, paper, ours]) => [label!.replace(/&amp;/g, "&"), [paper!, ours!]]));
+};
+
+const run = (report: SimulationReport, system: string, load: number, variant: string | null = null) =>
+  report.systems.find((s) => s.name === system && s.load === load && s.variant === variant)!;
+
+/** The counts the page's own check leaves on <body> once chromium has laid it out. */
+function drawnInChromium(path: string): { figures: number; drawn: number } {
+  const dump = spawnSync("chromium", ["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", `file://${path}`], { encoding: "utf8", timeout: 60_000 });
+  const body = /<body data-figures="(\d+)" data-drawn="(\d+)">/.exec(dump.stdout);
+  if (!body) return expect.fail(`chromium's DOM has no counts on <body>: ${dump.stdout.slice(0, 300)} ${dump.stderr.slice(-300)}`);
+  return { figures: Number(body[1]), drawn: Number(body[2]) };
+}
+
+describe("monkeytree simulate --report", () => {
+  let slowdown: Awaited<ReturnType<typeof reported>>;
+  let threshold: Awaited<ReturnType<typeof reported>>;
+
+  it("writes one page with the paper's headline numbers beside the run's own, a figure per chart and every run", async () => {
+    slowdown = await reported("slowdown", "--preset", "fig-slowdown", "--jobs", "100", "--loads", "0.9,1");
+    const rows = headlines(slowdown.page);
+    const mt = run(slowdown.report, "monkeytree", 1).slowdown.p99;
+    expect(rows.get("MonkeyTree p99, 100% load")).toEqual(["1.044", mt.toFixed(3)]);
+    expect(rows.get("ECMP p99 ÷ MonkeyTree's, 100%")).toEqual(["3.590", (run(slowdown.report, "ecmp", 1).slowdown.p99 / mt).toFixed(3)]);
+    // p99 and average slowdown against load; the busiest rack's and the total fragmentation per load.
+    expect(slowdown.page.match(/<figure>/g)?.length).toBeGreaterThanOrEqual(2 + 2 * 2);
+    for (const system of ["ecmp", "crux", "sglb", "perfect", "monkeytree", "monkeytree-ecmp", "monkeytree-crux", "monkeytree-sglb", "spray"]) {
+      expect(slowdown.page).toContain(`<td>${system}</td>`);
+    }
+  });
+
+  it("charts a one-load preset against its variants, and says which of the paper's numbers the run left out", async () => {
+    threshold = await reported("threshold", "--preset", "fig-threshold", "--jobs", "60", "--variants", "lambda-2,lambda-4");
+    const rows = headlines(threshold.page);
+    expect(rows.get("p99 at λ = 4")).toEqual(["1.060", run(threshold.report, "monkeytree", 1, "lambda-4").slowdown.p99.toFixed(3)]);
+    expect(rows.get("migrations at λ = 2")).toEqual(["266", String(run(threshold.report, "monkeytree", 1, "lambda-2").migrations)]);
+    expect(rows.get("p99 at λ = 8")).toEqual(["1.831", "not run"]);
+    expect(threshold.page).toContain("p99 job slowdown at 100% load");
+    expect(threshold.page).toMatch(/>lambda-2<\/text>/);
+  });
+
+  it.skipIf(!canRun("the report's page in a browser", chromium()))("draws every figure in headless chromium, and the page's check finds a figure without marks undrawn", () => {
+    for (const { path, page } of [slowdown, threshold]) {
+      const counts = drawnInChromium(path);
+      expect(counts.figures).toBe(page.match(/<figure>/g)?.length);
+      expect(counts.drawn).toBe(counts.figures);
+    }
+    const unmarked = join(dir, "unmarked.html");
+    writeFileSync(unmarked, slowdown.page.replaceAll('class="mark"', ""));
+    expect(drawnInChromium(unmarked)).toMatchObject({ drawn: 0 });
+  });
+});
