@@ -42,6 +42,7 @@ import {
   type TraceGeneration,
   type Variant,
 } from "../controller/sim/index.ts";
+import { mergeReports } from "./simulate/merge.ts";
 import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";
 import { restartFromBench } from "./simulate/restart.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
@@ -57,6 +58,8 @@ const MAX_NIC_GBPS = 100_000;
 const MAX_EP_FACTOR = 1_000;
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
+/** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
+const MAX_REPORT_BYTES = 16 * 1024 * 1024;
 
 const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
                            [--loads LIST] [--variants LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
@@ -151,6 +154,13 @@ options:
                      (trace-sacct.jsonl), replayable with --trace; generated ones with
                      DIR/generation.json, the options that drew them
 
+       monkeytree simulate --merge FILES [--report DIR] [--plot DIR] [--json]
+
+--merge FILES        comma-separated JSON reports (\`--json\`'s) of one preset's runs, made apart: one
+                     per seed, or the parts of a sweep split by variant or load. Prints one report per
+                     seed (--json: their list); --report's page gives the paper's numbers as the mean
+                     and range over the seeds, and charts their mean
+
 Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
 
 export const command: Command = {
@@ -190,7 +200,9 @@ export const command: Command = {
       plot: { type: "string" },
       report: { type: "string" },
       "save-trace": { type: "string" },
+      merge: { type: "string" },
     });
+    if (flags.merge !== undefined) return merge(argv, flags.merge, flags, io);
     const presetName = (flags.preset ?? "small") as PresetName;
     const preset: Preset | undefined = PRESETS[presetName];
     if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}, got "${flags.preset}"`);
@@ -344,13 +356,29 @@ export const command: Command = {
     }
     progress.done();
     const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
-    if (flags.plot !== undefined) await writePlots(flags.plot, report, fragmentation);
-    if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(report, fragmentation));
+    if (flags.plot !== undefined) await writePlots(flags.plot, [report], fragmentation);
+    if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage([report], fragmentation));
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
     return ExitCode.ok;
   },
 };
+
+/** The flags `--merge` works with: it runs nothing, so nothing that shapes a run applies. */
+const MERGE_FLAGS = new Set(["merge", "report", "plot", "json"]);
+
+async function merge(argv: readonly string[], files: string, flags: { report?: string; plot?: string; json: boolean }, io: Io): Promise<ExitCode> {
+  const others = argv.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0]!).filter((name) => !MERGE_FLAGS.has(name));
+  if (others.length) throw new UsageError(`--${others.join(", --")}: --merge reads runs already made; give only --report, --plot or --json with it`);
+  for (const flag of ["report", "plot"] as const) if (flags[flag] !== undefined) outputDir(flag, flags[flag]);
+  const paths = listFlag("merge", files, [], (path) => path);
+  const reports = mergeReports(await Promise.all(paths.map(async (path) => ({ path, text: await readInputFile(path, "report", MAX_REPORT_BYTES) }))));
+  if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(reports, []));
+  if (flags.plot !== undefined) await writePlots(flags.plot, reports, []);
+  if (flags.json) await writeJson(io, reports);
+  else io.out.write(`${reports.map((r) => `seed ${r.config.seed}\n${render(r.systems, r.config)}`).join("\n\n")}\n`);
+  return ExitCode.ok;
+}
 
 /** A trace to run: generated for a load, or replayed (`load` null). */
 interface Trace {
@@ -441,8 +469,8 @@ async function saveTraces(
 }
 
 /** Each of the report page's charts as DIR/NAME.svg. */
-async function writePlots(dir: string, report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Promise<void> {
-  for (const figure of figures(report, fragmentation)) await writeFile(join(dir, `${figure.name}.svg`), figure.svg);
+async function writePlots(dir: string, reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Promise<void> {
+  for (const figure of figures(reports, fragmentation)) await writeFile(join(dir, `${figure.name}.svg`), figure.svg);
 }
 
 const csvHeaders = {

@@ -1,4 +1,5 @@
 import { HEADLINES, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { pooledEvents } from "./merge.ts";
 import { barChart, escape, lineChart, type Series } from "./plot.ts";
 
 /**
@@ -26,7 +27,13 @@ export interface Figure {
 const fixed = (value: number, digits: number) => value.toFixed(digits);
 const percent = (load: number | null) => (load === null ? "trace" : `${Math.round(load * 100)}%`);
 
-export function reportPage(report: SimulationReport, fragmentation: readonly FragmentationSeries[]): string {
+/**
+ * The page of one run (`reports` of one seed), or of one preset's runs over several seeds
+ * (`--merge`): the paper's numbers beside ours as their mean and range, the charts of the mean
+ * over seeds, and every seed's runs.
+ */
+export function reportPage(reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): string {
+  const report = meanOverSeeds(reports);
   const title = report.preset === null ? "MonkeyTree simulation" : `MonkeyTree simulation: ${report.preset}`;
   return [
     "<!doctype html>",
@@ -34,14 +41,14 @@ export function reportPage(report: SimulationReport, fragmentation: readonly Fra
     `<head><meta charset="utf-8"><title>${escape(title)}</title><style>${STYLE}</style></head>`,
     "<body>",
     `<h1>${escape(title)}</h1>`,
-    `<p>${escape(settings(report))}</p>`,
-    headlineTable(report),
+    `<p>${escape(settings(report, reports))}</p>`,
+    headlineTable(reports),
     "<h2>Figures</h2>",
     '<div class="figures">',
-    ...figures(report, fragmentation).map((f) => `<figure>${f.svg}<figcaption>${escape(f.caption)}</figcaption></figure>`),
+    ...figures(reports, fragmentation).map((f) => `<figure>${f.svg}<figcaption>${escape(f.caption)}</figcaption></figure>`),
     "</div>",
     "<h2>Every run</h2>",
-    runTable(report.systems),
+    runTable(reports),
     `<script>${SELF_CHECK}</script>`,
     "</body>",
     "</html>",
@@ -49,33 +56,54 @@ export function reportPage(report: SimulationReport, fragmentation: readonly Fra
   ].join("\n");
 }
 
-/** Every chart of a run, in the page's order. */
-export function figures(report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Figure[] {
+/** Every chart of a run (or the mean of several seeds' runs), in the page's order. */
+export function figures(reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Figure[] {
+  const report = meanOverSeeds(reports);
   return [...slowdownFigures(report), ...fragmentationFigures(fragmentation), ...movesFigure(report)];
 }
 
-function settings(report: SimulationReport): string {
+/** One report whose slowdowns are the mean over `reports`' seeds, and whose moves per event are every seed's. */
+function meanOverSeeds(reports: readonly SimulationReport[]): SimulationReport {
+  const [first] = reports;
+  if (first === undefined) throw new RangeError("a report page needs at least one report");
+  if (reports.length === 1) return first;
+  const key = (s: SystemReport) => `${s.name}/${s.load}/${s.variant}`;
+  const all = reports.flatMap((r) => r.systems);
+  const systems = [...new Map(all.map((s) => [key(s), s] as const)).values()].map((s) => {
+    const same = all.filter((o) => key(o) === key(s));
+    const mean = (pick: (o: SystemReport) => number) => same.reduce((sum, o) => sum + pick(o), 0) / same.length;
+    return { ...s, slowdown: { avg: mean((o) => o.slowdown.avg), p50: mean((o) => o.slowdown.p50), p90: mean((o) => o.slowdown.p90), p99: mean((o) => o.slowdown.p99) } };
+  });
+  return { ...first, systems, events: pooledEvents(all) };
+}
+
+function settings(report: SimulationReport, reports: readonly SimulationReport[]): string {
   const { config } = report;
   const f = config.fabric;
   const loads = [...new Set(report.systems.map((s) => percent(s.load)))].join(", ");
   const systems = [...new Set(report.systems.map((s) => s.name))].join(", ");
   return (
     `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack, λ = ${config.lambda ?? f.uplinksPerRack}; ` +
-    `seed ${config.seed}; loads ${loads}; systems ${systems}; ${config.scheduler} front-end, queue ${config.queue} (${config.queueInMoves} while moving), ` +
+    `${reports.length > 1 ? `seeds ${reports.map((r) => r.config.seed).join(", ")} (charts: their mean)` : `seed ${config.seed}`}; loads ${loads}; systems ${systems}; ${config.scheduler} front-end, queue ${config.queue} (${config.queueInMoves} while moving), ` +
     `restart ${config.restartSeconds} s, plan time ${config.planTime}, plans moved by ${config.migrateBy}` +
     (report.variants.length ? `; variants ${report.variants.map((v) => v.name).join(", ")}` : "")
   );
 }
 
-function headlineTable(report: SimulationReport): string {
-  const rows = HEADLINES.filter((h) => h.preset === report.preset);
+/** The paper's numbers for the preset; ours as each seed's, or their mean (range) over seeds. */
+function headlineTable(reports: readonly SimulationReport[]): string {
+  const rows = HEADLINES.filter((h) => h.preset === reports[0]?.preset);
   if (rows.length === 0) return "";
   const cells = rows.map((h) => {
-    const ours = h.measure(report);
+    const values = reports.map((r) => h.measure(r)).filter((v): v is number => v !== null);
     const digits = Number.isInteger(h.paper) && h.paper >= 10 ? 0 : 3;
-    return [h.figure, h.label, fixed(h.paper, digits), ours === null ? "not run" : fixed(ours, digits), ours === null ? "" : fixed(ours / h.paper, 2)];
+    if (values.length === 0) return [h.figure, h.label, fixed(h.paper, digits), "not run", ""];
+    const mean = values.reduce((a, b) => a + b, 0) / values.length;
+    const range = values.length > 1 ? ` (${fixed(Math.min(...values), digits)}–${fixed(Math.max(...values), digits)})` : "";
+    return [h.figure, h.label, fixed(h.paper, digits), `${fixed(mean, digits)}${range}`, fixed(mean / h.paper, 2)];
   });
-  return ["<h2>The paper's numbers beside ours</h2>", table(["fig.", "number", "paper", "ours", "ours ÷ paper"], cells)].join("\n");
+  const head = ["fig.", "number", "paper", reports.length > 1 ? `ours: mean (range) over ${reports.length} seeds` : "ours", "ours ÷ paper"];
+  return ["<h2>The paper's numbers beside ours</h2>", table(head, cells)].join("\n");
 }
 
 const label = (s: SystemReport) => s.name;
@@ -130,8 +158,13 @@ function movesFigure(report: SimulationReport): Figure[] {
   return [{ name: "moves", caption, svg: barChart(caption, "moves", "events", histogram) }];
 }
 
-function runTable(systems: readonly SystemReport[]): string {
-  const rows = systems.map((s) => [
+function runTable(reports: readonly SimulationReport[]): string {
+  const rows = reports.flatMap((r) => r.systems.map((s) => [String(r.config.seed), ...runCells(s)]));
+  return table(["seed", "variant", "load", "system", "jobs", "slowdown avg", "p50", "p90", "p99", "makespan h", "moves", "events", "moves/event"], rows);
+}
+
+function runCells(s: SystemReport): string[] {
+  return [
     s.variant ?? "",
     percent(s.load),
     s.name,
@@ -144,8 +177,7 @@ function runTable(systems: readonly SystemReport[]): string {
     String(s.migrations),
     String(s.events.count),
     s.events.count ? fixed(s.events.moves.avg, 2) : "",
-  ]);
-  return table(["variant", "load", "system", "jobs", "slowdown avg", "p50", "p90", "p99", "makespan h", "moves", "events", "moves/event"], rows);
+  ];
 }
 
 function table(head: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -157,7 +189,7 @@ const STYLE = [
   "body{font-family:sans-serif;margin:2em;max-width:1500px}",
   "table{border-collapse:collapse;margin:1em 0}",
   "th,td{border:1px solid #ccc;padding:2px 8px;text-align:right}",
-  "th:nth-child(-n+3),td:nth-child(-n+3){text-align:left}",
+  "th:nth-child(-n+4),td:nth-child(-n+4){text-align:left}",
   ".figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:1em}",
   "figure{margin:0}",
   "figure svg{width:100%;height:auto}",

@@ -65,6 +65,49 @@ describe("monkeytree simulate --report", () => {
     expect(threshold.page).toMatch(/>lambda-2<\/text>/);
   });
 
+  it("merges a sweep's parts into the run they split, and seeds into the paper's numbers' mean and range", async () => {
+    const part = async (name: string, ...args: string[]) => {
+      const result = await runCli("simulate", "--preset", "fig-threshold", "--jobs", "60", ...args, "--json");
+      expect(result.code).toBe(0);
+      writeFileSync(join(dir, name), result.stdout);
+      return join(dir, name);
+    };
+    const [low, high, seed2] = await Promise.all([part("low.json", "--variants", "lambda-2"), part("high.json", "--variants", "lambda-4"), part("seed2.json", "--variants", "lambda-2,lambda-4", "--seed", "2")]);
+    const whole = join(dir, "whole.json");
+    writeFileSync(whole, JSON.stringify(threshold.report));
+    const merged = await runCli("simulate", "--merge", [low, high].join(","), "--json");
+    expect(merged.code).toBe(0);
+    const [one, ...none] = (JSON.parse(merged.stdout) as unknown[]).map((r) => SimulationReportSchema.parse(r));
+    expect(none).toEqual([]);
+    const withoutTimes = (r: SimulationReport) => r.systems.map(({ solver: _, ...rest }) => rest);
+    expect(withoutTimes(one!)).toEqual(withoutTimes(threshold.report));
+    expect(one!.variants.map((v) => v.name)).toEqual(["lambda-2", "lambda-4"]);
+
+    const out = join(dir, "seeds");
+    const seeds = await runCli("simulate", "--merge", [whole, seed2].join(","), "--report", out);
+    expect(seeds.code).toBe(0);
+    const page = readFileSync(join(out, "index.html"), "utf8");
+    const second = SimulationReportSchema.parse(JSON.parse(readFileSync(seed2, "utf8")));
+    const p99s = [threshold.report, second].map((r) => run(r, "monkeytree", 1, "lambda-4").slowdown.p99);
+    const [lo, hi] = [Math.min(...p99s), Math.max(...p99s)].map((v) => v.toFixed(3));
+    expect(headlines(page).get("p99 at λ = 4")).toEqual(["1.060", `${((p99s[0]! + p99s[1]!) / 2).toFixed(3)} (${lo}–${hi})`]);
+    expect(page).toContain("ours: mean (range) over 2 seeds");
+    expect(page.match(/<tr><td>2<\/td><td>lambda-/g)).toHaveLength(2);
+  });
+
+  it.each([
+    [["--merge", "SELF,SELF"], /report \S+whole.json at systems: repeats monkeytree at load 1, variant lambda-2 of seed 1, which \S+whole.json holds/],
+    [["--merge", "SELF,OTHER"], /report \S+slowdown.json at preset: is "fig-slowdown", where \S+whole.json has "fig-threshold": merge one preset's runs/],
+    [["--merge", "SELF", "--seed", "3"], /--seed: --merge reads runs already made; give only --report, --plot or --json with it/],
+    [["--merge", "NONE"], /report \S+none.json: cannot read it/],
+  ])("refuses %j with exit code 2, naming the file and what to fix", async (args, message) => {
+    writeFileSync(join(dir, "slowdown.json"), JSON.stringify(slowdown.report));
+    const paths = { SELF: join(dir, "whole.json"), OTHER: join(dir, "slowdown.json"), NONE: join(dir, "none.json") };
+    const result = await runCli("simulate", ...args.map((a) => a.replace(/SELF|OTHER|NONE/g, (k) => paths[k as keyof typeof paths])));
+    expect(result.stderr).toMatch(message);
+    expect(result.code).toBe(2);
+  });
+
   it.skipIf(!canRun("the report's page in a browser", chromium()))("draws every figure in headless chromium, and the page's check finds a figure without marks undrawn", () => {
     for (const { path, page } of [slowdown, threshold]) {
       const counts = drawnInChromium(path);
