@@ -43,6 +43,7 @@ import {
   type Variant,
 } from "../controller/sim/index.ts";
 import { mergeReports } from "./simulate/merge.ts";
+import { submitArray } from "./simulate/slurm-array.ts";
 import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";
 import { restartFromBench } from "./simulate/restart.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
@@ -154,8 +155,15 @@ options:
                      (trace-sacct.jsonl), replayable with --trace; generated ones with
                      DIR/generation.json, the options that drew them
 
+       monkeytree simulate --preset NAME [run flags] --slurm-array DIR [--sbatch ARGS]
        monkeytree simulate --merge FILES [--report DIR] [--plot DIR] [--json]
 
+--slurm-array DIR    run the sweep on Slurm: one job array task per variant and load (each a
+                     simulate of its own, its JSON report in DIR/part-K.json, its log in
+                     DIR/task-K.log), then a job that merges them once all succeeded into
+                     DIR/merged.json and DIR/report/index.html. Submits both with sbatch and
+                     prints their ids; DIR/array.sh stays for a resubmission
+--sbatch ARGS        more sbatch options for both jobs, space-separated ("--partition=cpu --time=4:00:00")
 --merge FILES        comma-separated JSON reports (\`--json\`'s) of one preset's runs, made apart: one
                      per seed, or the parts of a sweep split by variant or load. Prints one report per
                      seed (--json: their list); --report's page gives the paper's numbers as the mean
@@ -201,6 +209,8 @@ export const command: Command = {
       report: { type: "string" },
       "save-trace": { type: "string" },
       merge: { type: "string" },
+      "slurm-array": { type: "string" },
+      sbatch: { type: "string" },
     });
     if (flags.merge !== undefined) return merge(argv, flags.merge, flags, io);
     const presetName = (flags.preset ?? "small") as PresetName;
@@ -269,6 +279,17 @@ export const command: Command = {
       restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
     };
 
+    if (flags["slurm-array"] !== undefined) {
+      if (replayed !== undefined) throw new UsageError(`--slurm-array splits a preset's generated runs by variant and load; a --${flags.trace === undefined ? "from-sacct" : "trace"} file is one run`);
+      const dir = flags["slurm-array"];
+      outputDir("slurm-array", dir);
+      const kept = withoutFlags(argv, SWEEP_FLAGS);
+      const tasks = variants.flatMap((v) => loadsFlag(flags.loads, preset).map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
+      const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
+      const submitted = submitArray(dir, tasks, sbatchArgs);
+      io.out.write(`submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`);
+      return ExitCode.ok;
+    }
     // Each variant's settings, and the number of hosts its traces are drawn for.
     const settings = variants.map((variant) => {
       const variantConfig = applyVariant(config, variant);
@@ -290,11 +311,7 @@ export const command: Command = {
       traces = () => replay;
       if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
     } else {
-      const loads = listFlag("loads", flags.loads, [...preset.loads], (raw) => {
-        const load = Number(raw);
-        if (!(load > 0 && load <= 1)) throw new UsageError(`--loads: each load must be a number in (0, 1], got "${raw}"`);
-        return load;
-      });
+      const loads = loadsFlag(flags.loads, preset);
       const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
       const drawn = { ...presetGeneration(preset), mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
       generation = drawn;
@@ -363,6 +380,32 @@ export const command: Command = {
     return ExitCode.ok;
   },
 };
+
+/** Offered loads: `--loads`, else the preset's. */
+function loadsFlag(raw: string | undefined, preset: Preset): number[] {
+  return listFlag("loads", raw, [...preset.loads], (item) => {
+    const load = Number(item);
+    if (!(load > 0 && load <= 1)) throw new UsageError(`--loads: each load must be a number in (0, 1], got "${item}"`);
+    return load;
+  });
+}
+
+/**
+ * What a `--slurm-array` task is not given of the user's flags: the array's own, the outputs
+ * (each task prints its JSON report; the merge writes the page) and what splits the sweep.
+ */
+const SWEEP_FLAGS = new Set(["slurm-array", "sbatch", "report", "plot", "csv", "save-trace", "json", "variants", "loads"]);
+
+/** `argv` without the flags named (and the value of each that takes one). */
+function withoutFlags(argv: readonly string[], names: ReadonlySet<string>): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const [name, inline] = argv[i]!.startsWith("--") ? argv[i]!.slice(2).split(/=(.*)/s) : [];
+    if (name === undefined || !names.has(name)) kept.push(argv[i]!);
+    else if (inline === undefined && name !== "json") i++;
+  }
+  return kept;
+}
 
 /** The flags `--merge` works with: it runs nothing, so nothing that shapes a run applies. */
 const MERGE_FLAGS = new Set(["merge", "report", "plot", "json"]);

@@ -184,6 +184,7 @@ describe("monkeytree simulate", () => {
     [["--queue-in-moves", "drop"], /--queue-in-moves must be place or hold, got "drop"/],
     [["--plan-time", "wall"], /--plan-time must be free or solve, got "wall"/],
     [["--migrate-by", "rack"], /--migrate-by must be plan or job, got "rack"/],
+    [["--trace", "x.jsonl", "--slurm-array", "out"], /--slurm-array splits a preset's generated runs by variant and load; a --trace file is one run/],
     [["--plan-time", "solve", "--plan-time-limit", "0"], /--plan-time-limit must be a number from 0.001 to \d+, got "0"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
     [["--preset", "nope"], /--preset must be one of paper-1024, /],
