@@ -96,7 +96,7 @@ function headlineTable(reports: readonly SimulationReport[]): string {
   if (rows.length === 0) return "";
   const cells = rows.map((h) => {
     const values = reports.map((r) => h.measure(r)).filter((v): v is number => v !== null);
-    const digits = Number.isInteger(h.paper) && h.paper >= 10 ? 0 : 3;
+    const { digits } = h;
     if (values.length === 0) return [h.figure, h.label, fixed(h.paper, digits), "not run", ""];
     const mean = values.reduce((a, b) => a + b, 0) / values.length;
     const range = values.length > 1 ? ` (${fixed(Math.min(...values), digits)}–${fixed(Math.max(...values), digits)})` : "";
