@@ -390,7 +390,7 @@ export class HostDaemon {
       const current = this.staged.get(token) === staged && staged.replacement === child;
       // The controller decides what the exit means for the move; one this daemon stopped (a
       // release, a failed transfer) belongs to a move the controller already gave up.
-      if (current) this.report({ type: "daemon.replacement-exited", host: this.options.host, token, code, signal });
+      if (current) this.report({ type: "daemon.replacement-exited", host: this.options.host, migration: staged.migration, token, code, signal });
       if (current && staged.state === "receiving") {
         // Its checkpoint is still on its way: the range stays reserved until the transfer settles
         // or the controller releases it (never free while a sender may still write into it).

@@ -154,8 +154,12 @@ export class PlanExecution implements SessionMoves {
    * a finished move's.
    */
   replacementExited(target: ReplyTarget, req: ReplacementExited): void {
-    const m = this.openMigrations().find((x) => x.token === req.token && x.to === req.host);
-    if (m && m.state !== "resuming") {
+    const m = this.context.state.migrations.get(req.migration);
+    // Its token is the move's unless the move has not taken the grant in yet: the daemon
+    // starts the launcher as it answers the prepare, and a launcher that fails at once may be
+    // heard of first.
+    const ours = m !== undefined && m.to === req.host && (m.token === null || m.token === req.token);
+    if (ours && !isFinished(m.state) && m.state !== "resuming") {
       const how = req.signal ?? `code ${req.code ?? "unknown"}`;
       this.fire(m.id, { type: "fail", reason: `the replacement launcher on host ${req.host} exited (${how}) before its workers registered; its output is in the log of host ${req.host}'s daemon` });
     }

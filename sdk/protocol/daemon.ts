@@ -49,6 +49,8 @@ export type TransferResult = z.infer<typeof TransferResultSchema>;
 export const ReplacementExitedSchema = z.strictObject({
   ...envelope("daemon.replacement-exited"),
   host: HostSchema,
+  /** Named by its move as well: the exit may reach the controller before the grant's token did. */
+  migration: idSchema("migration"),
   token: idSchema("token"),
   /** The launcher's exit code, or null when a signal ended it. */
   code: intSchema("code", 0, 255).nullable(),
