@@ -1,5 +1,5 @@
 import { InvalidInputError } from "../../sdk/errors.ts";
-import { SimulationReportSchema, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { pooledMoveEvents, SimulationReportSchema, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
 
 /**
  * `monkeytree simulate --merge`: the JSON reports of one preset's runs, made by separate
@@ -59,15 +59,5 @@ function mergeSeed(parts: readonly { path: string; report: SimulationReport }[])
     }
   }
   const variants = [...new Map(parts.flatMap((p) => p.report.variants).map((v) => [v.name, v] as const)).values()];
-  return { ...first!.report, variants, systems, events: pooledEvents(systems) };
-}
-
-/** Moves per event over every run, from each run's own histogram. */
-export function pooledEvents(systems: readonly SystemReport[]): SimulationReport["events"] {
-  const histogram: Record<string, number> = {};
-  for (const s of systems) for (const [moves, count] of Object.entries(s.events.moves.histogram)) histogram[moves] = (histogram[moves] ?? 0) + count;
-  const entries = Object.entries(histogram).map(([moves, count]) => [Number(moves), count] as const);
-  const count = entries.reduce((sum, [, n]) => sum + n, 0);
-  const share = (pick: (moves: number) => number) => (count ? entries.reduce((sum, [moves, n]) => sum + pick(moves) * n, 0) / count : 0);
-  return { count, moves: { avg: share((m) => m), shareOneOrTwo: share((m) => (m <= 2 ? 1 : 0)), histogram } };
+  return { ...first!.report, variants, systems, events: pooledMoveEvents(systems) };
 }

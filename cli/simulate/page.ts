@@ -1,5 +1,4 @@
-import { HEADLINES, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
-import { pooledEvents } from "./merge.ts";
+import { HEADLINES, pooledMoveEvents, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
 import { barChart, escape, lineChart, type Series } from "./plot.ts";
 
 /**
@@ -45,7 +44,7 @@ export function reportPage(reports: readonly SimulationReport[], fragmentation: 
     headlineTable(reports),
     "<h2>Figures</h2>",
     '<div class="figures">',
-    ...figures(reports, fragmentation).map((f) => `<figure>${f.svg}<figcaption>${escape(f.caption)}</figcaption></figure>`),
+    ...charts(report, fragmentation).map((f) => `<figure>${f.svg}<figcaption>${escape(f.caption)}</figcaption></figure>`),
     "</div>",
     "<h2>Every run</h2>",
     runTable(reports),
@@ -58,7 +57,10 @@ export function reportPage(reports: readonly SimulationReport[], fragmentation: 
 
 /** Every chart of a run (or the mean of several seeds' runs), in the page's order. */
 export function figures(reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Figure[] {
-  const report = meanOverSeeds(reports);
+  return charts(meanOverSeeds(reports), fragmentation);
+}
+
+function charts(report: SimulationReport, fragmentation: readonly FragmentationSeries[]): Figure[] {
   return [...slowdownFigures(report), ...fragmentationFigures(fragmentation), ...movesFigure(report)];
 }
 
@@ -74,7 +76,7 @@ function meanOverSeeds(reports: readonly SimulationReport[]): SimulationReport {
     const mean = (pick: (o: SystemReport) => number) => same.reduce((sum, o) => sum + pick(o), 0) / same.length;
     return { ...s, slowdown: { avg: mean((o) => o.slowdown.avg), p50: mean((o) => o.slowdown.p50), p90: mean((o) => o.slowdown.p90), p99: mean((o) => o.slowdown.p99) } };
   });
-  return { ...first, systems, events: pooledEvents(all) };
+  return { ...first, systems, events: pooledMoveEvents(all) };
 }
 
 function settings(report: SimulationReport, reports: readonly SimulationReport[]): string {
@@ -106,19 +108,17 @@ function headlineTable(reports: readonly SimulationReport[]): string {
   return ["<h2>The paper's numbers beside ours</h2>", table(head, cells)].join("\n");
 }
 
-const label = (s: SystemReport) => s.name;
-
 /** p99 and average slowdown against load, a chart per variant; against the variants where the preset runs one load. */
 function slowdownFigures(report: SimulationReport): Figure[] {
   const variants = [...new Set(report.systems.map((s) => s.variant))];
   const loads = [...new Set(report.systems.map((s) => s.load))];
-  const systems = [...new Set(report.systems.map(label))];
+  const systems = [...new Set(report.systems.map((s) => s.name))];
   const charts: Figure[] = [];
   for (const [stat, title] of [["p99", "p99 job slowdown"], ["avg", "average job slowdown"]] as const) {
     if (loads.length > 1 || variants.length === 1) {
       for (const variant of variants) {
         const runs = report.systems.filter((s) => s.variant === variant);
-        const series = systems.map((name) => ({ name, points: runs.filter((s) => label(s) === name).map((s) => [100 * (s.load ?? 1), s.slowdown[stat]] as const) }));
+        const series = systems.map((name) => ({ name, points: runs.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), s.slowdown[stat]] as const) }));
         const caption = variant === null ? title : `${title}, ${variant}`;
         charts.push({ name: `slowdown-${stat}${variant === null ? "" : `-${variant}`}`, caption, svg: lineChart({ title: caption, xLabel: "offered load (%)", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1 }) });
       }
@@ -126,7 +126,7 @@ function slowdownFigures(report: SimulationReport): Figure[] {
       const names = variants.map((v) => v ?? "");
       const series = systems.map((name) => ({
         name,
-        points: report.systems.filter((s) => label(s) === name).map((s) => [names.indexOf(s.variant ?? ""), s.slowdown[stat]] as const),
+        points: report.systems.filter((s) => s.name === name).map((s) => [names.indexOf(s.variant ?? ""), s.slowdown[stat]] as const),
       }));
       const caption = `${title} at ${percent(loads[0] ?? null)} load`;
       charts.push({ name: `slowdown-${stat}`, caption, svg: lineChart({ title: caption, xLabel: "variant", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1, xNames: names }) });

@@ -1,5 +1,5 @@
 import type { PresetName } from "./presets.ts";
-import type { SimulationReport, SystemReport } from "./report.ts";
+import { pooledMoveEvents, type SimulationReport, type SystemReport } from "./report.ts";
 
 /**
  * The paper's headline numbers, each with how a report of its figure's preset measures ours:
@@ -57,11 +57,9 @@ const lowest =
 const pooledEvents =
   (variant: string, what: "avg" | "shareOneOrTwo"): Measure =>
   (report) => {
-    const runs = report.systems.filter((s) => s.variant === variant && s.events.count > 0);
-    const count = runs.reduce((sum, s) => sum + s.events.count, 0);
-    if (count === 0) return null;
-    const pooled = runs.reduce((sum, s) => sum + s.events.count * s.events.moves[what], 0) / count;
-    return what === "avg" ? pooled : 100 * pooled;
+    const events = pooledMoveEvents(report.systems.filter((s) => s.variant === variant));
+    if (events.count === 0) return null;
+    return what === "avg" ? events.moves.avg : 100 * events.moves.shareOneOrTwo;
   };
 
 const MT = "monkeytree";

@@ -25,7 +25,7 @@ export {
   type FragmentationSample,
   type SimObserver,
 } from "./simulate.ts";
-export { simulationReport, systemReport, moveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
+export { simulationReport, systemReport, moveEvents, pooledMoveEvents, SimulationReportSchema, SystemReportSchema, type SimulationReport, type SystemReport } from "./report.ts";
 export { HEADLINES, type Headline } from "./headlines.ts";
 export { applyVariant, PRESETS, presetConfig, presetGeneration, sweptSettings, VariantSchema, type Preset, type PresetName, type Variant } from "./presets.ts";
 export { sacctToTrace, MAX_SACCT_JOBS, type SacctOptions, type SacctConversion } from "./sacct.ts";

@@ -82,17 +82,23 @@ function quantiles(values: readonly number[]): z.infer<typeof Quantiles> {
 }
 
 export function moveEvents(plans: readonly PlanEvent[]): MoveEvents {
-  const moved = plans.filter((p) => p.moves > 0).map((p) => p.moves);
   const histogram: Record<string, number> = {};
-  for (const m of moved) histogram[String(m)] = (histogram[String(m)] ?? 0) + 1;
-  return {
-    count: moved.length,
-    moves: {
-      avg: moved.length ? moved.reduce((a, b) => a + b, 0) / moved.length : 0,
-      shareOneOrTwo: moved.length ? moved.filter((m) => m <= 2).length / moved.length : 0,
-      histogram,
-    },
-  };
+  for (const { moves } of plans) if (moves > 0) histogram[String(moves)] = (histogram[String(moves)] ?? 0) + 1;
+  return eventsOf(histogram);
+}
+
+/** Moves per event over several runs (a variant's loads, a merge's parts), from each run's own histogram. */
+export function pooledMoveEvents(systems: readonly SystemReport[]): MoveEvents {
+  const histogram: Record<string, number> = {};
+  for (const s of systems) for (const [moves, count] of Object.entries(s.events.moves.histogram)) histogram[moves] = (histogram[moves] ?? 0) + count;
+  return eventsOf(histogram);
+}
+
+function eventsOf(histogram: Record<string, number>): MoveEvents {
+  const entries = Object.entries(histogram).map(([moves, count]) => [Number(moves), count] as const);
+  const count = entries.reduce((sum, [, n]) => sum + n, 0);
+  const share = (weight: (moves: number) => number) => (count ? entries.reduce((sum, [moves, n]) => sum + weight(moves) * n, 0) / count : 0);
+  return { count, moves: { avg: share((m) => m), shareOneOrTwo: share((m) => (m <= 2 ? 1 : 0)), histogram } };
 }
 
 export function systemReport(run: SystemRun, load: number | null, variant: string | null = null): SystemReport {
