@@ -284,7 +284,8 @@ export const command: Command = {
       const dir = flags["slurm-array"];
       outputDir("slurm-array", dir);
       const kept = withoutFlags(argv, SWEEP_FLAGS);
-      const tasks = variants.flatMap((v) => loadsFlag(flags.loads, preset).map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
+      const loads = loadsFlag(flags.loads, preset);
+      const tasks = variants.flatMap((v) => loads.map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
       const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
       const submitted = submitArray(dir, tasks, sbatchArgs);
       io.out.write(`submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`);
@@ -340,6 +341,7 @@ export const command: Command = {
     const progress = new Progress(io, settings.reduce((sum, { hosts }) => sum + traces(hosts).length, 0) * systems.length);
     const runs: VariantRun[] = [];
     const fragmentation: FragmentationSeries[] = [];
+    const drawn = flags.plot !== undefined || flags.report !== undefined;
     for (const { name, config: variantConfig, hosts } of settings) {
       for (const { load, jobs } of traces(hosts)) {
         for (const system of systems) {
@@ -347,7 +349,6 @@ export const command: Command = {
           const busiest: [number, number][] = [];
           const total: [number, number][] = [];
           const series = runLabel(system, name);
-          const drawn = flags.plot !== undefined || flags.report !== undefined;
           if (drawn) fragmentation.push({ load, variant: name, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
           progress.begin(series, load, jobs.length);
           const run = simulateSystem(jobs, variantConfig, system, planner, {
@@ -373,8 +374,7 @@ export const command: Command = {
     }
     progress.done();
     const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
-    if (flags.plot !== undefined) await writePlots(flags.plot, [report], fragmentation);
-    if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage([report], fragmentation));
+    await writeCharts(flags, [report], fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, config)}\n`);
     return ExitCode.ok;
@@ -416,8 +416,7 @@ async function merge(argv: readonly string[], files: string, flags: { report?: s
   for (const flag of ["report", "plot"] as const) if (flags[flag] !== undefined) outputDir(flag, flags[flag]);
   const paths = listFlag("merge", files, [], (path) => path);
   const reports = mergeReports(await Promise.all(paths.map(async (path) => ({ path, text: await readInputFile(path, "report", MAX_REPORT_BYTES) }))));
-  if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(reports, []));
-  if (flags.plot !== undefined) await writePlots(flags.plot, reports, []);
+  await writeCharts(flags, reports, []);
   if (flags.json) await writeJson(io, reports);
   else io.out.write(`${reports.map((r) => `seed ${r.config.seed}\n${render(r.systems, r.config)}`).join("\n\n")}\n`);
   return ExitCode.ok;
@@ -511,9 +510,10 @@ async function saveTraces(
   if (generation) await writeFile(join(dir, `${prefix}generation.json`), `${JSON.stringify(generation, null, 2)}\n`);
 }
 
-/** Each of the report page's charts as DIR/NAME.svg. */
-async function writePlots(dir: string, reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Promise<void> {
-  for (const figure of figures(reports, fragmentation)) await writeFile(join(dir, `${figure.name}.svg`), figure.svg);
+/** `--plot`'s SVG files, each of the report page's charts as DIR/NAME.svg, and `--report`'s page. */
+async function writeCharts(flags: { report?: string; plot?: string }, reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Promise<void> {
+  if (flags.plot !== undefined) for (const figure of figures(reports, fragmentation)) await writeFile(join(flags.plot, `${figure.name}.svg`), figure.svg);
+  if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(reports, fragmentation));
 }
 
 const csvHeaders = {
