@@ -85,7 +85,9 @@ def batch(config: Config, seed: int, step: int, replica: int) -> tuple[torch.Ten
     start = torch.randint(config.vocab, (config.rows, 1), generator=generator)
     stride = torch.randint(1, 8, (config.rows, 1), generator=generator)
     tokens = (start + stride * torch.arange(config.context + 1)) % config.vocab
-    return tokens[:, :-1], tokens[:, 1:]
+    # Contiguous, not views of ``tokens``: torch 2.11's pipeline stages refuse an input whose
+    # strides differ from the shapes they were given.
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
