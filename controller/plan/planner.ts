@@ -104,6 +104,13 @@ export class PlanTimeoutError extends Error {
  */
 const FIRST_SLICE_MS = 500;
 const DIVE_SLICE_MS = 500;
+/**
+ * Where a phase has a work cap (`PlanBudget`), its slices end by work instead, so that the path
+ * does not depend on the machine's speed: the exact search's first slice after this many nodes
+ * (about what 500 ms visits on one core of a 2-core development machine), each dive at its
+ * node cap.
+ */
+const FIRST_SLICE_NODES = 150_000;
 /** Deeper than this the search's branching outgrows the ILP. */
 const SEARCH_DEPTH = 12;
 /** Longest plan a dive looks for, and its beam widths, narrowest (fastest) first. */
@@ -200,8 +207,8 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const now = () => performance.now();
   const proved = () => incumbent !== undefined && best <= lowerBound;
   let exactDone = false;
-  const search = (until: number): Plan | undefined => {
-    const outcome = exact.run(Math.min(SEARCH_DEPTH, best - 1), until);
+  const search = (until: number, pauseAt?: number): Plan | undefined => {
+    const outcome = exact.run(Math.min(SEARCH_DEPTH, best - 1), until, pauseAt);
     // Deepening from below, the first plan found is minimal.
     if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
     lowerBound = Math.max(lowerBound, outcome.depth + 1);
@@ -212,11 +219,12 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   };
   // Past its depth or its budget the exact search can do no more: HiGHS takes the rest.
   const close = () => (exactDone ? (ilp(deadline, mipNodes) ?? settle()) : settle());
-  const first = search(Math.min(deadline, start + FIRST_SLICE_MS));
+  const first = exactNodes === undefined ? search(Math.min(deadline, start + FIRST_SLICE_MS)) : search(deadline, FIRST_SLICE_NODES);
   if (first) return first;
   for (const beam of DIVE_BEAMS) {
     if (proved() || now() >= deadline) break;
-    const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), Math.min(deadline, now() + DIVE_SLICE_MS), { firstDepth: lowerBound, beam, ...capped(diveNodes) });
+    const until = diveNodes === undefined ? Math.min(deadline, now() + DIVE_SLICE_MS) : deadline;
+    const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), until, { firstDepth: lowerBound, beam, ...capped(diveNodes) });
     if (outcome.kind !== "found") continue;
     incumbent = applyRackMoves(state, outcome.moves);
     best = outcome.moves.length;

@@ -67,6 +67,8 @@ export class Search {
   private readonly failed = new Map<number, number>();
   private nodes = 0;
   private deadline = 0;
+  /** This run pauses once the search has visited this many nodes in all. */
+  private pauseAt = Number.POSITIVE_INFINITY;
   private timedOut = false;
   /** The next depth to try: every plan shorter than it is ruled out. */
   private depth: number;
@@ -82,9 +84,11 @@ export class Search {
     return this.nodes >= this.nodeLimit;
   }
 
-  run(maxDepth: number, deadline: number): SearchOutcome {
+  /** Deepens up to `maxDepth`; pauses at `deadline`, or once `pauseAt` nodes are visited in all runs. */
+  run(maxDepth: number, deadline: number, pauseAt = Number.POSITIVE_INFINITY): SearchOutcome {
     if (!hasDefect(this.state)) return { kind: "found", moves: [] };
     this.deadline = deadline;
+    this.pauseAt = pauseAt;
     this.timedOut = false;
     for (; this.depth <= maxDepth; this.depth++) {
       if (this.dfs(this.depth)) return { kind: "found", moves: pair(this.lifts, this.drops) };
@@ -96,7 +100,7 @@ export class Search {
   private dfs(depth: number): boolean {
     const state = this.state;
     if ((this.failed.get(state.hash) ?? -1) >= depth) return false;
-    if (++this.nodes > this.nodeLimit || ((this.nodes & 127) === 0 && performance.now() > this.deadline)) this.timedOut = true;
+    if (++this.nodes > Math.min(this.nodeLimit, this.pauseAt) || ((this.nodes & 127) === 0 && performance.now() > this.deadline)) this.timedOut = true;
     if (this.timedOut) return false;
     const found = hasDefect(state) ? this.repair(depth) : this.place(depth);
     if (!found && !this.timedOut) {

@@ -1,4 +1,5 @@
-import { beforeAll, describe, expect, it } from "vitest";
+import { readFileSync } from "node:fs";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import type { Cluster } from "../../controller/model/index.ts";
 import { createPlanner, PlanTimeoutError, type Plan, type PlanBudget, type Planner, type PlanProgress } from "../../controller/plan/index.ts";
 import { trace } from "../../controller/sim/index.ts";
@@ -29,6 +30,21 @@ function run(cluster: Cluster, budget?: PlanBudget): Run {
   const plan = planner.plan(cluster, { timeLimitMs: TIME_LIMIT_MS, onProgress: (p) => events.push(p), ...(budget ? { budget } : {}) });
   const path = events.length === 0 ? "first search" : events.at(-1)!.phase === "ilp" ? "ilp" : "dive";
   return { plan, events, path };
+}
+
+/**
+ * Runs `body` as on a machine many times slower: 10 ms pass at every reading of the clock, so
+ * a slice of the schedule that the clock ends (500 ms) ends after a few thousand nodes.
+ */
+function racingClock<T>(body: () => T): T {
+  const now = performance.now.bind(performance);
+  let readings = 0;
+  const clock = vi.spyOn(performance, "now").mockImplementation(() => now() + 10 * readings++);
+  try {
+    return body();
+  } finally {
+    clock.mockRestore();
+  }
 }
 
 /** What every plan must satisfy, checked against the oracle's minimum. */
@@ -143,6 +159,20 @@ describe.each([
       expect(error.lowerBound).toBeLessThanOrEqual(minimum);
       expect(error.message).toBe(`no plan found within ${TIME_LIMIT_MS / 1000} s and the work budget (at least ${error.lowerBound} moves are needed); raise the budget or --time-limit`);
     }
+  });
+});
+
+describe("a plan under a work budget", () => {
+  // An event of fig-slowdown (seed 1, 1,000 jobs, MonkeyTree-Crux at 100% load) whose proof
+  // takes the exact search millions of nodes: every phase runs, and ends by its cap.
+  const event = JSON.parse(readFileSync(new URL("fixtures/sim-event-1024.json", import.meta.url), "utf8")) as Cluster;
+  const budget = { exactNodes: 300_000, diveNodes: 50_000, mipNodes: 0 };
+  const path = ({ plan, events }: Run) => ({ moves: plan.moves, status: plan.status, lowerBound: plan.lowerBound, events: events.map(({ phase, lowerBound, best }) => ({ phase, lowerBound, best })) });
+
+  it("takes the same path to the same plan however slow the machine", () => {
+    const steady = path(run(event, budget));
+    expect(steady.events.map((e) => e.phase)).toEqual(["search", "dive", "dive", "dive", "search", "ilp"]);
+    expect(racingClock(() => path(run(event, budget)))).toEqual(steady);
   });
 });
 
