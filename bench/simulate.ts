@@ -10,6 +10,7 @@
 import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
+import { defaultThreads, runAll } from "../cli/simulate/runs.ts";
 import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
@@ -63,6 +64,9 @@ options:
                   (full bisection), at the first load; prints p99 and average slowdown per
                   system, GPUs per rack against uplinks
   --uplinks LIST  uplinks per rack to sweep (default 16,32,64)
+  --threads N     runs of a load side by side, each in a thread of its own (default: one per
+                  core, at most one per system); the table of seconds gives the load's
+                  wall-clock time beside its runs' own times summed
   --help          this text`;
 
 function options(argv: string[]) {
@@ -77,6 +81,7 @@ function options(argv: string[]) {
     "tokens-per-replica": { type: "string" },
     "gpus-per-rack": { type: "string" },
     uplinks: { type: "string" },
+    threads: { type: "string" },
     help: { type: "boolean", default: false },
   });
   const preset: Preset | undefined = PRESETS[flags.preset as PresetName];
@@ -117,6 +122,7 @@ function options(argv: string[]) {
     systems,
     jobs: intFlag("jobs", flags.jobs, preset.jobs, 1),
     seed: intFlag("seed", flags.seed, 1, 0),
+    threads: intFlag("threads", flags.threads, defaultThreads(systems.length), 1, 1_024),
     tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
   };
 }
@@ -168,23 +174,28 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
 async function run(o: ReturnType<typeof options>): Promise<number> {
   if (o.sweep) return sweep(o, o.sweep);
   const { preset } = o;
-  const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
   const config = { ...presetConfig(preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
   const cells = new Map<string, Cell>();
   const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];
+  /** Wall-clock seconds of each load's runs, side by side on `o.threads` threads. */
+  const walls = new Map<number, number>();
   for (const load of o.loads) {
     const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
     const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
     traces.push(jobs);
-    for (const system of o.systems) {
-      const started = performance.now();
-      const result = simulateSystem(jobs, config, system, planner);
-      const seconds = (performance.now() - started) / 1000;
-      cells.set(key(system, load), { report: systemReport(result, load), plans: result.plans, seconds });
-      process.stderr.write(`${system} at load ${load}: ${seconds.toFixed(1)} s\n`);
-    }
+    const requests = o.systems.map((system, index) => ({ index, system, variant: null, load, config, jobs, samples: false }));
+    const started = performance.now();
+    await runAll(requests, o.threads, {
+      progress: () => undefined,
+      finished: ({ index, run, seconds }) => {
+        const system = o.systems[index]!;
+        cells.set(key(system, load), { report: systemReport(run, load), plans: run.plans, seconds });
+        process.stderr.write(`${system} at load ${load}: ${seconds.toFixed(1)} s\n`);
+      },
+    });
+    walls.set(load, (performance.now() - started) / 1000);
   }
   const f = preset.fabric;
   const lambda = preset.lambda ?? f.uplinksPerRack;
@@ -273,9 +284,10 @@ ${table(
     const runs = o.systems.map((s) => cells.get(key(s, l))!);
     const seconds = runs.reduce((sum, c) => sum + c.seconds, 0);
     const planning = runs.reduce((sum, c) => sum + c.report.solver.totalMs, 0) / 1000;
-    return [pct(l), seconds.toFixed(1), planning.toFixed(1), `${Math.round((100 * planning) / seconds)}%`];
+    return [pct(l), walls.get(l)!.toFixed(1), seconds.toFixed(1), planning.toFixed(1), `${Math.round((100 * planning) / seconds)}%`];
   });
-  process.stdout.write(`seconds per load, every system (${o.jobs} jobs)\n${table(["load", "seconds", "planning s", "planning share"], loadRows)}\n`);
+  const header = ["load", `seconds (${o.threads} thread${o.threads > 1 ? "s" : ""})`, "runs' seconds, summed", "planning s", "planning share"];
+  process.stdout.write(`seconds per load, every system (${o.jobs} jobs)\n${table(header, loadRows)}\n`);
   return 0;
 }
 

@@ -2,7 +2,6 @@ import { appendFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
-import { createPlanner } from "../controller/plan/index.ts";
 import {
   bytesPerSecond,
   DEFAULT_TOKENS_PER_REPLICA,
@@ -23,10 +22,8 @@ import {
   sweptSettings,
   QUEUES,
   SCHEDULERS,
-  simulateSystem,
   simulationReport,
   systemReport,
-  systemSpec,
   SYSTEMS,
   type Preset,
   type SimMix,
@@ -46,6 +43,8 @@ import { mergeReports } from "./simulate/merge.ts";
 import { submitArray } from "./simulate/slurm-array.ts";
 import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";
 import { restartFromBench } from "./simulate/restart.ts";
+import { Progress } from "./simulate/progress.ts";
+import { defaultThreads, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/controller.ts";
@@ -59,6 +58,8 @@ const MAX_NIC_GBPS = 100_000;
 const MAX_EP_FACTOR = 1_000;
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
+/** Far past the cores of any one machine; each thread holds a planner and a run's state. */
+const MAX_THREADS = 1_024;
 /** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
 const MAX_REPORT_BYTES = 16 * 1024 * 1024;
 
@@ -68,7 +69,7 @@ const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-
                            [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
                            [--queue-in-moves place|hold] [--migrate-by plan|job] [--plan-time free|solve] [--plan-time-limit S]
                            [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
-                           [--plot DIR] [--report DIR] [--save-trace DIR]
+                           [--plot DIR] [--report DIR] [--save-trace DIR] [--threads N]
 
 What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
@@ -154,6 +155,10 @@ options:
   --save-trace DIR   write each generated (or converted) trace as DIR/trace-LOAD.jsonl
                      (trace-sacct.jsonl), replayable with --trace; generated ones with
                      DIR/generation.json, the options that drew them
+  --threads N        runs (a system on a load and variant) side by side, each in a thread of
+                     its own; the results are the same for any N (default: one per core, at
+                     most one per run; with --plan-time solve, 1, since runs side by side would
+                     slow each other's planner down and so change what they charge)
 
        monkeytree simulate --preset NAME [run flags] --slurm-array DIR [--sbatch ARGS]
        monkeytree simulate --merge FILES [--report DIR] [--plot DIR] [--json]
@@ -211,6 +216,7 @@ export const command: Command = {
       merge: { type: "string" },
       "slurm-array": { type: "string" },
       sbatch: { type: "string" },
+      threads: { type: "string" },
     });
     if (flags.merge !== undefined) return merge(argv, flags.merge, flags, io);
     const presetName = (flags.preset ?? "small") as PresetName;
@@ -232,6 +238,7 @@ export const command: Command = {
     const planTime = flags["plan-time"];
     if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
     const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
+    const threadCount = flags.threads === undefined ? undefined : intFlag("threads", flags.threads, 1, 1, MAX_THREADS);
     if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
     const replayed = flags.trace ?? flags["from-sacct"];
     const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
@@ -336,42 +343,29 @@ export const command: Command = {
       }
     }
 
-    const planner = systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
-    const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
-    const progress = new Progress(io, settings.reduce((sum, { hosts }) => sum + traces(hosts).length, 0) * systems.length);
-    const runs: VariantRun[] = [];
-    const fragmentation: FragmentationSeries[] = [];
     const drawn = flags.plot !== undefined || flags.report !== undefined;
+    const requests: RunRequest[] = [];
     for (const { name, config: variantConfig, hosts } of settings) {
       for (const { load, jobs } of traces(hosts)) {
-        for (const system of systems) {
-          const rows = new CsvRows(system, name, load);
-          const busiest: [number, number][] = [];
-          const total: [number, number][] = [];
-          const series = runLabel(system, name);
-          if (drawn) fragmentation.push({ load, variant: name, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
-          progress.begin(series, load, jobs.length);
-          const run = simulateSystem(jobs, variantConfig, system, planner, {
-            jobDone: (job) => {
-              rows.job(job);
-              progress.tick();
-            },
-            planned: (event) => rows.plan(event),
-            sample: (sample) => {
-              rows.sample(sample);
-              if (!drawn) return;
-              busiest.push([sample.time / 3600, sample.maxRack]);
-              total.push([sample.time / 3600, sample.total]);
-            },
-          });
-          runs.push({ run, load, variant: name });
-          progress.end();
-          await csv?.append(rows, systemReport(run, load, name));
-          // Let the progress line and CSV rows out before the next system's synchronous run.
-          await new Promise((resolve) => setImmediate(resolve));
-        }
+        for (const system of systems) requests.push({ index: requests.length, system, variant: name, load, config: variantConfig, jobs, samples: drawn });
       }
     }
+    const threads = threadCount ?? (planTime === "solve" ? 1 : defaultThreads(requests.length));
+    const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
+    const progress = new Progress(io, requests.map((r) => ({ label: `${runLabel(r.system, r.variant)}${r.load === null ? "" : ` at load ${r.load}`}`, jobs: r.jobs.length })));
+    const runs: VariantRun[] = [];
+    const fragmentation: FragmentationSeries[] = [];
+    await runAll(requests, threads, {
+      progress: (index, done) => progress.progress(index, done),
+      finished: async ({ index, run, rows, busiest, total, seconds }) => {
+        const { variant, load, system } = requests[index]!;
+        const series = runLabel(system, variant);
+        if (drawn) fragmentation.push({ load, variant, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
+        runs.push({ run, load, variant });
+        progress.finished(index, seconds);
+        await csv?.append(rows, systemReport(run, load, variant));
+      },
+    });
     progress.done();
     const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
     await writeCharts(flags, [report], fragmentation);
@@ -523,26 +517,6 @@ const csvHeaders = {
   summary: "system,variant,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
 } as const;
 
-/** One system's CSV rows, gathered during its run. */
-class CsvRows {
-  readonly jobs: string[] = [];
-  readonly plans: string[] = [];
-  readonly fragmentation: string[] = [];
-  readonly #prefix: string;
-  constructor(system: SystemName, variant: string | null, load: number | null) {
-    this.#prefix = `${system},${variant ?? ""},${load ?? ""}`;
-  }
-  job(j: { id: string; arrival: number; start: number; finish: number; ideal: number; slowdown: number; moves: number }): void {
-    this.jobs.push(`${this.#prefix},${j.id},${j.arrival},${j.start},${j.finish},${j.ideal},${j.slowdown},${j.moves}`);
-  }
-  plan(p: { time: number; status: string; moves: number; solveMs: number }): void {
-    this.plans.push(`${this.#prefix},${p.time},${p.status},${p.moves},${p.solveMs}`);
-  }
-  sample(s: { time: number; maxRack: number; meanRack: number; fragmentedGroups: number; total: number }): void {
-    this.fragmentation.push(`${this.#prefix},${s.time},${s.maxRack},${s.meanRack},${s.fragmentedGroups},${s.total}`);
-  }
-}
-
 /** The CSV files of a run, appended to as each system finishes. */
 class CsvFiles {
   private constructor(readonly dir: string) {}
@@ -552,7 +526,7 @@ class CsvFiles {
     return new CsvFiles(dir);
   }
 
-  async append(rows: CsvRows, s: SystemReport): Promise<void> {
+  async append(rows: CsvLines, s: SystemReport): Promise<void> {
     const lines = (list: readonly string[]) => (list.length ? `${list.join("\n")}\n` : "");
     await appendFile(join(this.dir, "jobs.csv"), lines(rows.jobs));
     await appendFile(join(this.dir, "plans.csv"), lines(rows.plans));
@@ -578,54 +552,6 @@ class CsvFiles {
       s.fragmentation.meanTotal,
     ];
     await appendFile(join(this.dir, "summary.csv"), `${summary.join(",")}\n`);
-  }
-}
-
-/** A progress bar on stderr when it is a terminal; otherwise a line per finished system. */
-class Progress {
-  readonly #tty: boolean;
-  #run = 0;
-  #label = "";
-  #done = 0;
-  #total = 0;
-  #shown = -1;
-  #started = 0;
-
-  constructor(private readonly io: Io, private readonly runs: number) {
-    this.#tty = (io.err as { isTTY?: boolean }).isTTY === true;
-  }
-
-  begin(what: string, load: number | null, jobs: number): void {
-    this.#run++;
-    this.#label = `[${this.#run}/${this.runs}] ${what}${load === null ? "" : ` at load ${load}`}`;
-    this.#done = 0;
-    this.#total = jobs;
-    this.#shown = -1;
-    this.#started = Date.now();
-    this.#draw();
-  }
-
-  tick(): void {
-    this.#done++;
-    this.#draw();
-  }
-
-  end(): void {
-    const seconds = ((Date.now() - this.#started) / 1000).toFixed(1);
-    this.io.err.write(`${this.#tty ? "\r\x1b[K" : ""}${this.#label}: ${this.#total} jobs in ${seconds} s\n`);
-  }
-
-  done(): void {
-    if (this.#tty) this.io.err.write("\r\x1b[K");
-  }
-
-  #draw(): void {
-    if (!this.#tty) return;
-    const width = 30;
-    const filled = this.#total ? Math.round((this.#done / this.#total) * width) : width;
-    if (filled === this.#shown) return;
-    this.#shown = filled;
-    this.io.err.write(`\r\x1b[K${this.#label} ${"█".repeat(filled)}${"░".repeat(width - filled)} ${this.#done}/${this.#total} jobs`);
   }
 }
 

@@ -55,6 +55,26 @@ describe("monkeytree simulate", () => {
     expect(repeatable(replay).map((s) => ({ ...s, load: 0.9 }))).toEqual(repeatable(first));
   });
 
+  it("gives the same report and CSV rows on one thread as on four", async () => {
+    const runs = await Promise.all(
+      ["1", "4"].map(async (threads) => {
+        const csv = join(dir, `csv-threads-${threads}`);
+        const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--json", "--threads", threads, "--csv", csv);
+        expect(result.code).toBe(0);
+        const rows = (name: string) => readFileSync(join(csv, name), "utf8");
+        return { report: repeatable(SimulationReportSchema.parse(JSON.parse(result.stdout))), jobs: rows("jobs.csv"), fragmentation: rows("fragmentation.csv"), progress: result.stderr };
+      }),
+    );
+    const [one, four] = runs as [(typeof runs)[0], (typeof runs)[0]];
+    expect(four.report).toEqual(one.report);
+    expect(four.jobs).toBe(one.jobs);
+    expect(four.fragmentation).toBe(one.fragmentation);
+    // A line per run, in the runs' order, whichever thread finished first.
+    const order = (progress: string) => progress.trim().split("\n").map((line) => line.split(":")[0]);
+    expect(order(four.progress)).toEqual(order(one.progress));
+    expect(order(one.progress)).toHaveLength(8);
+  });
+
   it("draws SVG charts: slowdown against load, fragmentation over time, moves per event", async () => {
     const plots = join(dir, "plots");
     const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--plot", plots);
@@ -184,6 +204,7 @@ describe("monkeytree simulate", () => {
     [["--queue-in-moves", "drop"], /--queue-in-moves must be place or hold, got "drop"/],
     [["--plan-time", "wall"], /--plan-time must be free or solve, got "wall"/],
     [["--migrate-by", "rack"], /--migrate-by must be plan or job, got "rack"/],
+    [["--threads", "0"], /--threads must be a whole number from 1 to 1024, got "0"/],
     [["--trace", "x.jsonl", "--slurm-array", "out"], /--slurm-array splits a preset's generated runs by variant and load; a --trace file is one run/],
     [["--plan-time", "solve", "--plan-time-limit", "0"], /--plan-time-limit must be a number from 0.001 to \d+, got "0"/],
     [["--systems", "ecmp,bogus"], /--systems: unknown system "bogus"; choose from ecmp, crux/],
