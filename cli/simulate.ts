@@ -47,7 +47,7 @@ import { Progress } from "./simulate/progress.ts";
 import { defaultThreads, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
-import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/controller.ts";
+import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
 /**

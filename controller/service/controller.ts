@@ -7,7 +7,7 @@ import { PlanExecution } from "./execution.ts";
 import { EventLog } from "./event-log.ts";
 import type { Journal } from "./journal.ts";
 import { DaemonLiveness } from "./liveness.ts";
-import { PlanThread, type PlanRunner } from "./plan-thread.ts";
+import { DEFAULT_PLAN_TIME_LIMIT_MS, PlanThread, type PlanRunner } from "./plan-thread.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
 import { observeAll, type ControllerObserver } from "./observer.ts";
 import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS, WorkerSessions } from "./sessions.ts";
@@ -81,8 +81,6 @@ export interface ControllerOptions {
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000;
 export const DEFAULT_REPLAN_BACKOFF_MS = 30_000;
-/** The planner's time per event: a plan within it, improved until it or proved optimal. */
-export const DEFAULT_PLAN_TIME_LIMIT_MS = 2_000;
 /** A scheduler's changes (a job starting, a node drained) reach the plan within this. */
 export const DEFAULT_SCHEDULER_POLL_MS = 3_000;
 /** Steps a job trains between the start of its move and its stop barrier. */

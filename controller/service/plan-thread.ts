@@ -50,6 +50,9 @@ export interface PlanThreadOptions {
   readonly maxHeapMiB?: number;
 }
 
+/** The planner's time per event: a plan within it, improved until it or proved optimal. */
+export const DEFAULT_PLAN_TIME_LIMIT_MS = 2_000;
+
 /** A planner past its time limit returns within moments; a loaded machine may take a few seconds. */
 export const DEFAULT_PLAN_GRACE_MS = 10_000;
 /**

@@ -1,5 +1,5 @@
 import type { Cluster } from "../model/cluster.ts";
-import { colourEdges, crc32HashModel, defaultAddressOf, EPHEMERAL_PORTS, ROCE_V2_PORT, routeCluster, type DpFlow, type PpFlow, type Tier } from "../route/index.ts";
+import { colourEdges, crc32HashModel, defaultAddressOf, EPHEMERAL_PORTS, ROCE_V2_PORT, type DpFlow, type PpFlow, type Tier } from "../route/index.ts";
 import { routePipelineFlows } from "../route/paths.ts";
 import { routeThreeTier } from "../route/three-tier.ts";
 import { routeTwoTier } from "../route/two-tier.ts";
@@ -108,20 +108,23 @@ export function choosePaths(
   context: RoutingContext,
 ): PathChoice {
   const nics = cluster.topology.gpusPerHost;
-  const dpFlows = dp.map((f) => ({ ...f, nic: ringRail(cluster, f, nics), key: dpKey(cluster, f), share: context.share(cluster.groups[f.group]!.job).dp }));
-  const ppFlows = pp.map((f) => ({ ...f, nic: f.replica % nics, key: ppKey(cluster, f), share: context.share(cluster.groups[f.fromGroup]!.job).pp }));
+  // Built only for the routings that hash or weigh flows: a re-route builds them for every flow.
+  const shares = new Map<number, { readonly dp: number; readonly pp: number }>();
+  const shareOf = (g: number) => shares.get(g) ?? shares.set(g, context.share(cluster.groups[g]!.job)).get(g)!;
+  const dpFlows = () => dp.map((f) => ({ ...f, nic: ringRail(cluster, f, nics), key: dpKey(cluster, f), share: shareOf(f.group).dp }));
+  const ppFlows = () => pp.map((f) => ({ ...f, nic: f.replica % nics, key: ppKey(cluster, f), share: shareOf(f.fromGroup).pp }));
   const hashed = (flows: readonly OtherFlow[]) => flows.map((f) => ecmpChoices(context.fabric, f, f.key, context.seed));
   switch (name) {
     case "spray":
       return { dp: dp.map(() => [0]), pp: pp.map(() => [0]), other: other.map(() => [0]) };
     case "ecmp":
-      return { dp: hashed(dpFlows), pp: hashed(ppFlows), other: hashed(other) };
+      return { dp: hashed(dpFlows()), pp: hashed(ppFlows()), other: hashed(other) };
     case "perfect":
-      return { ...perfect(cluster, dp, pp, dpFlows, context.fabric), other: roundRobin(other, context.fabric) };
+      return { ...perfect(cluster, dp, pp, context.fabric), other: roundRobin(other, context.fabric) };
     case "crux":
-      return crux(cluster, dpFlows, ppFlows, other, context);
+      return crux(cluster, dpFlows(), ppFlows(), other, context);
     case "sglb":
-      return sglb(dpFlows, ppFlows, other, context);
+      return sglb(dpFlows(), ppFlows(), other, context);
   }
 }
 
@@ -134,7 +137,7 @@ export function choosePaths(
  * `uplinksPerRail` spines: the controller's 2-tier colouring on that rail's rings, and
  * pipeline flows round-robin over the rail's uplinks.
  */
-function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], dpFlows: readonly OtherFlow[], fabric: Fabric): Omit<PathChoice, "other"> {
+function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[], fabric: Fabric): Omit<PathChoice, "other"> {
   const shape = fabric.shape;
   if (fabric.kind === "clos3") {
     const routed = routeThreeTier(cluster, dp, colourEdges, shape.aggUplinks!).paths;
@@ -144,21 +147,16 @@ function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[],
   if (fabric.kind === "rail") {
     const rail = { ...cluster, topology: { ...cluster.topology, uplinksPerRack: shape.uplinksPerRail! } };
     const choice: number[][] = dp.map(() => []);
+    const rails = dp.map((f) => ringRail(cluster, f, cluster.topology.gpusPerHost));
     for (let r = 0; r < shape.gpusPerHost; r++) {
-      const on = dp.flatMap((_, i) => (dpFlows[i]!.nic === r ? [i] : []));
+      const on = dp.flatMap((_, i) => (rails[i] === r ? [i] : []));
       routeTwoTier(rail, on.map((i) => dp[i]!), colourEdges).paths.forEach((p, k) => (choice[on[k]!] = [p.uplink]));
     }
     return { dp: choice, pp: routePipelineFlows(rail, pp).map((p) => [p.uplink]) };
   }
-  const routes = routeCluster(cluster, { previousOrders: cluster.placement });
-  const same = (a: { srcHost: number; dstHost: number }, b: { srcHost: number; dstHost: number } | undefined) => b !== undefined && a.srcHost === b.srcHost && a.dstHost === b.dstHost;
-  if (routes.dpFlows.length !== dp.length || !dp.every((f, i) => same(f, routes.dpFlows[i]))) {
-    throw new Error("Perfect routing saw other DP flows than the simulator: groups must be kept in ring order");
-  }
-  if (routes.ppFlows.length !== pp.length || !pp.every((f, i) => same(f, routes.ppFlows[i]))) {
-    throw new Error("Perfect routing saw other PP flows than the simulator: groups must be kept in ring order");
-  }
-  return { dp: routes.dpFlows.map((r) => [r.uplink]), pp: routes.ppFlows.map((r) => [r.uplink]) };
+  // `routeCluster`'s paths for flows in ring order, without the source ports that would steer
+  // them through real switches' hashing: the simulator places each flow on its path itself.
+  return { dp: routeTwoTier(cluster, dp, colourEdges).paths.map((p) => [p.uplink]), pp: routePipelineFlows(cluster, pp).map((p) => [p.uplink]) };
 }
 
 /**
