@@ -43,6 +43,7 @@ import { mergeReports } from "./simulate/merge.ts";
 import { submitArray } from "./simulate/slurm-array.ts";
 import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";
 import { restartFromBench } from "./simulate/restart.ts";
+import { headlineTable } from "./simulate/headlines.ts";
 import { Progress } from "./simulate/progress.ts";
 import { defaultThreads, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
@@ -76,7 +77,8 @@ table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier 
 paper-3tier and paper-rail presets: a 3-tier Clos, rail-optimised), once per system:
 routing alone (ECMP, Crux, SGLB, Perfect), MonkeyTree's planner and migrations in front of a
 routing, and packet spraying on a full-bisection fabric as the ideal. Prints, per system and
-load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort.
+load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort, and
+for a fig-* preset the paper's headline numbers beside this run's.
 
 options:
   --preset NAME      ${presetNames.join(" | ")}
@@ -171,8 +173,8 @@ options:
 --sbatch ARGS        more sbatch options for both jobs, space-separated ("--partition=cpu --time=4:00:00")
 --merge FILES        comma-separated JSON reports (\`--json\`'s) of one preset's runs, made apart: one
                      per seed, or the parts of a sweep split by variant or load. Prints one report per
-                     seed (--json: their list); --report's page gives the paper's numbers as the mean
-                     and range over the seeds, and charts their mean
+                     seed and the paper's numbers beside their mean and range (--json: the reports'
+                     list); --report's page gives the same numbers, and charts the seeds' mean
 
 Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
 
@@ -370,7 +372,7 @@ export const command: Command = {
     const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
     await writeCharts(flags, [report], fragmentation);
     if (flags.json) await writeJson(io, report);
-    else io.out.write(`${render(report.systems, config)}\n`);
+    else io.out.write(`${render(report.systems, config)}${paperBeside([report])}\n`);
     return ExitCode.ok;
   },
 };
@@ -412,7 +414,7 @@ async function merge(argv: readonly string[], files: string, flags: { report?: s
   const reports = mergeReports(await Promise.all(paths.map(async (path) => ({ path, text: await readInputFile(path, "report", MAX_REPORT_BYTES) }))));
   await writeCharts(flags, reports, []);
   if (flags.json) await writeJson(io, reports);
-  else io.out.write(`${reports.map((r) => `seed ${r.config.seed}\n${render(r.systems, r.config)}`).join("\n\n")}\n`);
+  else io.out.write(`${reports.map((r) => `seed ${r.config.seed}\n${render(r.systems, r.config)}`).join("\n\n")}${paperBeside(reports)}\n`);
   return ExitCode.ok;
 }
 
@@ -556,6 +558,12 @@ class CsvFiles {
 }
 
 const fixed = (value: number, digits: number) => value.toFixed(digits);
+
+/** For a fig-* preset, the paper's headline numbers beside ours (over every seed given), as a table after the runs'. */
+function paperBeside(reports: readonly SimulationReport[]): string {
+  const found = headlineTable(reports);
+  return found ? `\n\nthe paper's numbers beside ours\n${table(found.header, found.rows)}` : "";
+}
 
 function render(systems: readonly SystemReport[], config: SimConfigInput): string {
   const f = config.fabric;

@@ -1,4 +1,5 @@
-import { HEADLINES, pooledMoveEvents, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { pooledMoveEvents, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { headlineTable } from "./headlines.ts";
 import { barChart, escape, lineChart, type Series } from "./plot.ts";
 
 /**
@@ -41,7 +42,7 @@ export function reportPage(reports: readonly SimulationReport[], fragmentation: 
     "<body>",
     `<h1>${escape(title)}</h1>`,
     `<p>${escape(settings(report, reports))}</p>`,
-    headlineTable(reports),
+    headlines(reports),
     "<h2>Figures</h2>",
     '<div class="figures">',
     ...charts(report, fragmentation).map((f) => `<figure>${f.svg}<figcaption>${escape(f.caption)}</figcaption></figure>`),
@@ -92,20 +93,10 @@ function settings(report: SimulationReport, reports: readonly SimulationReport[]
   );
 }
 
-/** The paper's numbers for the preset; ours as each seed's, or their mean (range) over seeds. */
-function headlineTable(reports: readonly SimulationReport[]): string {
-  const rows = HEADLINES.filter((h) => h.preset === reports[0]?.preset);
-  if (rows.length === 0) return "";
-  const cells = rows.map((h) => {
-    const values = reports.map((r) => h.measure(r)).filter((v): v is number => v !== null);
-    const { digits } = h;
-    if (values.length === 0) return [h.figure, h.label, fixed(h.paper, digits), "not run", ""];
-    const mean = values.reduce((a, b) => a + b, 0) / values.length;
-    const range = values.length > 1 ? ` (${fixed(Math.min(...values), digits)}–${fixed(Math.max(...values), digits)})` : "";
-    return [h.figure, h.label, fixed(h.paper, digits), `${fixed(mean, digits)}${range}`, fixed(mean / h.paper, 2)];
-  });
-  const head = ["fig.", "number", "paper", reports.length > 1 ? `ours: mean (range) over ${reports.length} seeds` : "ours", "ours ÷ paper"];
-  return ["<h2>The paper's numbers beside ours</h2>", table(head, cells)].join("\n");
+/** The paper's numbers for the preset beside ours (`headlineTable`), as HTML. */
+function headlines(reports: readonly SimulationReport[]): string {
+  const found = headlineTable(reports);
+  return found ? ["<h2>The paper's numbers beside ours</h2>", table(found.header, found.rows)].join("\n") : "";
 }
 
 /** p99 and average slowdown against load, a chart per variant; against the variants where the preset runs one load. */

@@ -91,6 +91,10 @@ describe("monkeytree simulate --report", () => {
     const p99s = [threshold.report, second].map((r) => run(r, "monkeytree", 1, "lambda-4").slowdown.p99);
     const [lo, hi] = [Math.min(...p99s), Math.max(...p99s)].map((v) => v.toFixed(3));
     expect(headlines(page).get("p99 at λ = 4")).toEqual(["1.060", `${((p99s[0]! + p99s[1]!) / 2).toFixed(3)} (${lo}–${hi})`]);
+    // The text output ends with the same numbers.
+    expect(seeds.stdout).toContain("the paper's numbers beside ours");
+    const cell = `${((p99s[0]! + p99s[1]!) / 2).toFixed(3)} (${lo}–${hi})`.replace(/[.()]/g, "\\$&");
+    expect(seeds.stdout).toMatch(new RegExp(`p99 at λ = 4 +1\\.060 +${cell} `));
     expect(page).toContain("ours: mean (range) over 2 seeds");
     expect(page.match(/<tr><td>2<\/td><td>lambda-/g)).toHaveLength(2);
   });
