@@ -159,8 +159,9 @@ options:
                      DIR/generation.json, the options that drew them
   --threads N        runs (a system on a load and variant) side by side, each in a thread of
                      its own; the results are the same for any N (default: one per core, at
-                     most one per run; with --plan-time solve, 1, since runs side by side would
-                     slow each other's planner down and so change what they charge)
+                     most one per run and one per 2 GiB of memory; with --plan-time solve, 1,
+                     since runs side by side would slow each other's planner down and so
+                     change what they charge)
 
        monkeytree simulate --preset NAME [run flags] --slurm-array DIR [--sbatch ARGS]
        monkeytree simulate --merge FILES [--report DIR] [--plot DIR] [--json]

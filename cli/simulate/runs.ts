@@ -1,4 +1,4 @@
-import { availableParallelism } from "node:os";
+import { availableParallelism, totalmem } from "node:os";
 import { Worker } from "node:worker_threads";
 import { InvalidInputError, type InputIssue } from "../../sdk/errors.ts";
 import { nodeArgs } from "../../sdk/paths.ts";
@@ -110,9 +110,15 @@ export interface RunListener {
   finished(result: RunResult): Promise<void> | void;
 }
 
-/** Threads by default: one per core, at most one per run. */
+/**
+ * Memory a thread may need: its planner's heap on the largest clusters (`DEFAULT_PLAN_HEAP_MIB`
+ * bounds the controller's) besides HiGHS and a run's state.
+ */
+const THREAD_MEMORY_BYTES = 2 * 2 ** 30;
+
+/** Threads by default: one per core, at most one per run and one per 2 GiB of the machine's memory. */
 export function defaultThreads(runs: number): number {
-  return Math.max(1, Math.min(availableParallelism(), runs));
+  return Math.max(1, Math.min(availableParallelism(), runs, Math.floor(totalmem() / THREAD_MEMORY_BYTES)));
 }
 
 const RUN_THREAD = nodeArgs(import.meta.url, "./run-thread");
