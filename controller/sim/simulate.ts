@@ -310,7 +310,8 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   const rerate = () => {
     const paths: number[][] = [];
     const demands: number[] = [];
-    const ringEntity = new Map<string, number>();
+    // Group g's ring k is entity firstRing[g] + k; -1: the group's rings cross no shared link.
+    const firstRing = new Int32Array(cluster.groups.length).fill(-1);
     const ppEntities = new Map<string, number[]>();
     cluster.groups.forEach((group, g) => {
       const r = running.get(group.job)!;
@@ -318,16 +319,15 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       if (r.paused || hosts.length < 2 || r.job.ringBytes === 0) return;
       // A job's phases never overlap and hosts are not shared, so a NIC only bounds its
       // own flow: ring k sends once and receives once on NIC k of every host.
+      firstRing[g] = paths.length;
       for (let ring = 0; ring < group.rings; ring++) {
-        ringEntity.set(`${g}/${ring}`, paths.length);
         paths.push([]);
         demands.push(nic);
       }
     });
     flows.dp.forEach((f, i) => {
-      const entity = ringEntity.get(`${f.group}/${f.ring}`);
-      if (entity === undefined) return;
-      paths[entity]!.push(...linksOf.dp[i]!);
+      if (firstRing[f.group] === -1) return;
+      paths[firstRing[f.group]! + f.ring]!.push(...linksOf.dp[i]!);
     });
     flows.pp.forEach((f, i) => {
       const job = cluster.groups[f.fromGroup]!.job;
@@ -378,10 +378,10 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     transfers.forEach((t, i) => (t.rate = rates[firstTransfer + i]!));
     const ringsOf = new Map<string, number[]>();
     cluster.groups.forEach((group, g) => {
-      for (let ring = 0; ring < group.rings; ring++) {
-        const entity = ringEntity.get(`${g}/${ring}`);
-        if (entity !== undefined) ringsOf.set(group.job, [...(ringsOf.get(group.job) ?? []), entity]);
-      }
+      if (firstRing[g] === -1) return;
+      const entities = ringsOf.get(group.job) ?? [];
+      for (let ring = 0; ring < group.rings; ring++) entities.push(firstRing[g]! + ring);
+      ringsOf.set(group.job, entities);
     });
     const a2aOf = new Map<string, number[]>();
     for (const [g, entity] of a2aEntity) a2aOf.set(cluster.groups[g]!.job, [...(a2aOf.get(cluster.groups[g]!.job) ?? []), entity]);
