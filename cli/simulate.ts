@@ -128,9 +128,10 @@ options:
                      simulator does; the fig-* presets' setting); default: the preset's, else place
   --migrate-by plan|job
                      whether a plan's jobs stop, move and restart together, as the controller
-                     moves a plan step (plan, the default), or each on its own: its transfers
-                     start once it and the jobs it displaces have stopped, and it restarts once
-                     its own state arrived (job, as the paper's simulator moves them)
+                     moves a plan step (plan), or each on its own: its transfers start once it
+                     and the jobs it displaces have stopped, and it restarts once its own state
+                     arrived (job, as the paper's simulator moves them; the fig-* presets'
+                     setting); default: the preset's, else plan
   --plan-time free|solve
                      what planning costs in simulated time: nothing (free, as the paper's
                      simulator charges it; the default), or the planner's own solve time, during
@@ -205,7 +206,7 @@ export const command: Command = {
       scheduler: { type: "string" },
       queue: { type: "string", default: "fifo" },
       "queue-in-moves": { type: "string" },
-      "migrate-by": { type: "string", default: "plan" },
+      "migrate-by": { type: "string" },
       "plan-time": { type: "string", default: "free" },
       "plan-time-limit": { type: "string" },
       lambda: { type: "string" },
@@ -236,7 +237,7 @@ export const command: Command = {
     if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
     const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
     if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
-    const migrateBy = flags["migrate-by"];
+    const migrateBy = flags["migrate-by"] ?? preset.migrateBy ?? "plan";
     if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
     const planTime = flags["plan-time"];
     if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);

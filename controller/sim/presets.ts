@@ -34,6 +34,8 @@ export interface Preset {
   readonly epFactor?: number;
   /** Whether the queue starts jobs while a migration moves state; the paper's simulator holds it. */
   readonly queueInMoves?: "place" | "hold";
+  /** Whether a plan's jobs move together or each on its own; the paper's simulator moves each alone. */
+  readonly migrateBy?: "plan" | "job";
   /** Jobs run before the measured ones, to start them on a busy cluster. */
   readonly warmupJobs?: number;
   /** SGLB's choice set; the paper's figures give it half the rack's uplinks. */
@@ -43,9 +45,15 @@ export interface Preset {
 }
 
 /** A preset's simulation settings, before any flag or variant changes them. */
-export function presetConfig(preset: Preset): Pick<SimConfigInput, "fabric" | "lambda" | "queueInMoves" | "sglbK"> {
-  const { fabric, lambda, queueInMoves, sglbK } = preset;
-  return { fabric, ...(lambda === undefined ? {} : { lambda }), ...(queueInMoves === undefined ? {} : { queueInMoves }), ...(sglbK === undefined ? {} : { sglbK }) };
+export function presetConfig(preset: Preset): Pick<SimConfigInput, "fabric" | "lambda" | "queueInMoves" | "migrateBy" | "sglbK"> {
+  const { fabric, lambda, queueInMoves, migrateBy, sglbK } = preset;
+  return {
+    fabric,
+    ...(lambda === undefined ? {} : { lambda }),
+    ...(queueInMoves === undefined ? {} : { queueInMoves }),
+    ...(migrateBy === undefined ? {} : { migrateBy }),
+    ...(sglbK === undefined ? {} : { sglbK }),
+  };
 }
 
 /** How a preset's traces are drawn, before any flag changes it. */
@@ -90,13 +98,15 @@ const halfOf = (uplinks: number): number => Math.max(1, Math.floor(uplinks / 2))
  * What the paper's figures share, as its authors' simulator runs them: Fig. 6's fabric, their
  * published workload in traces of 2,400 jobs (their figures' data came from traces of about
  * that many; their scripts' default of 1,000 ends before a cluster at 80% load fills), a queue
- * that places nothing while a migration moves state, and SGLB choosing among half the spines.
+ * that places nothing while a migration moves state, each job of a plan moved on its own, and
+ * SGLB choosing among half the spines.
  */
 const FIGURE = {
   fabric: { ...GPUS_1024, uplinksPerRack: 16 },
   mix: "paper",
   jobs: 2400,
   queueInMoves: "hold",
+  migrateBy: "job",
   sglbK: 8,
 } as const;
 

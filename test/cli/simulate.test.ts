@@ -22,6 +22,7 @@ describe("monkeytree simulate", () => {
     expect(result.code).toBe(0);
     first = SimulationReportSchema.parse(JSON.parse(result.stdout));
     expect(first.systems.map((s) => s.name)).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    expect([first.config.queueInMoves, first.config.migrateBy]).toEqual(["place", "plan"]);
     for (const s of first.systems) expect(s.jobs).toBe(100);
     const byName = Object.fromEntries(first.systems.map((s) => [s.name, s]));
     expect(byName.monkeytree!.events.count).toBeGreaterThan(0);
@@ -161,6 +162,8 @@ describe("monkeytree simulate", () => {
     const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
     expect(report.preset).toBe("fig-threshold");
     expect(report.generation?.mix).toBe("paper-dp");
+    // A figure preset runs the paper's simulator's way unless a flag says otherwise.
+    expect([report.config.queueInMoves, report.config.migrateBy]).toEqual(["hold", "job"]);
     expect(report.variants).toEqual([{ name: "lambda-2", lambda: 2 }, { name: "lambda-8", lambda: 8 }]);
     const [tight, loose] = report.systems;
     expect([tight?.variant, loose?.variant]).toEqual(["lambda-2", "lambda-8"]);
