@@ -10,8 +10,7 @@
 import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
-import { defaultThreads, runAll } from "../cli/simulate/runs.ts";
-import { createPlanner } from "../controller/plan/index.ts";
+import { defaultThreads, MAX_THREADS, runAll, type RunRequest } from "../cli/simulate/runs.ts";
 import {
   bytesPerSecond,
   DEFAULT_TOKENS_PER_REPLICA,
@@ -24,7 +23,6 @@ import {
   presetGeneration,
   QUEUES,
   SCHEDULERS,
-  simulateSystem,
   systemReport,
   systemSpec,
   SYSTEMS,
@@ -64,9 +62,9 @@ options:
                   (full bisection), at the first load; prints p99 and average slowdown per
                   system, GPUs per rack against uplinks
   --uplinks LIST  uplinks per rack to sweep (default 16,32,64)
-  --threads N     runs of a load side by side, each in a thread of its own (default: one per
-                  core, at most one per system); the table of seconds gives the load's
-                  wall-clock time beside its runs' own times summed
+  --threads N     runs of a load (or of a sweep's cells) side by side, each in a thread of its
+                  own (default: one per core, at most one per system); the table of seconds
+                  gives the load's wall-clock time beside its runs' own times summed
   --help          this text`;
 
 function options(argv: string[]) {
@@ -122,7 +120,7 @@ function options(argv: string[]) {
     systems,
     jobs: intFlag("jobs", flags.jobs, preset.jobs, 1),
     seed: intFlag("seed", flags.seed, 1, 0),
-    threads: intFlag("threads", flags.threads, defaultThreads(systems.length), 1, 1_024),
+    threads: intFlag("threads", flags.threads, defaultThreads(systems.length), 1, MAX_THREADS),
     tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
   };
 }
@@ -136,27 +134,34 @@ interface Cell {
 /** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
 async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
   const { preset } = o;
-  const planner = o.systems.some((s) => systemSpec(s).migrate) ? await createPlanner() : undefined;
   const gpn = preset.fabric.gpusPerHost;
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
   const load = o.loads[0]!;
   const hostCount = gpus / gpn;
   const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
   const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
-  const cells = new Map<string, SystemReport>();
   const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
+  const cellKeys = grid.gpusPerRack.flatMap((g) => columns(g).flatMap((u) => o.systems.map((system) => ({ system, g, u }))));
+  const config = { ...presetConfig(preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
+  const requests: RunRequest[] = cellKeys.map(({ system, g, u }, index) => ({
+    index,
+    system,
+    variant: null,
+    load,
+    config: { ...config, fabric: { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps } },
+    jobs,
+    samples: false,
+  }));
+  const cells = new Map<string, SystemReport>();
   const started = performance.now();
-  for (const g of grid.gpusPerRack) {
-    for (const u of columns(g)) {
-      const fabric = { racks: gpus / g, hostsPerRack: g / gpn, gpusPerHost: gpn, uplinksPerRack: u, nicGbps: preset.fabric.nicGbps };
-      for (const system of o.systems) {
-        const t = performance.now();
-        const config = { ...presetConfig(preset), fabric, seed: o.seed, scheduler: o.scheduler, queue: o.queue };
-        cells.set(`${system}/${g}/${u}`, systemReport(simulateSystem(jobs, config, system, planner), load));
-        process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${((performance.now() - t) / 1000).toFixed(1)} s\n`);
-      }
-    }
-  }
+  await runAll(requests, o.threads, {
+    progress: () => undefined,
+    finished: ({ index, run, seconds }) => {
+      const { system, g, u } = cellKeys[index]!;
+      cells.set(`${system}/${g}/${u}`, systemReport(run, load));
+      process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${seconds.toFixed(1)} s\n`);
+    },
+  });
   process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue; λ = uplinks per rack\n\n`);
   for (const [title, pick] of [
     ["p99 slowdown", (r: SystemReport) => r.slowdown.p99],

@@ -45,7 +45,7 @@ import { figures, reportPage, type FragmentationSeries } from "./simulate/page.t
 import { restartFromBench } from "./simulate/restart.ts";
 import { headlineTable } from "./simulate/headlines.ts";
 import { Progress } from "./simulate/progress.ts";
-import { defaultThreads, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
+import { defaultThreads, MAX_THREADS, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
 import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
@@ -60,7 +60,6 @@ const MAX_EP_FACTOR = 1_000;
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 /** Far past the cores of any one machine; each thread holds a planner and a run's state. */
-const MAX_THREADS = 1_024;
 /** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
 const MAX_REPORT_BYTES = 16 * 1024 * 1024;
 
@@ -559,7 +558,6 @@ class CsvFiles {
   }
 }
 
-const fixed = (value: number, digits: number) => value.toFixed(digits);
 
 /** For a fig-* preset, the paper's headline numbers beside ours (over every seed given), as a table after the runs'. */
 function paperBeside(reports: readonly SimulationReport[]): string {
@@ -570,22 +568,22 @@ function paperBeside(reports: readonly SimulationReport[]): string {
 function render(systems: readonly SystemReport[], config: SimConfigInput): string {
   const f = config.fabric;
   const oversubscription = (f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack;
-  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${fixed(oversubscription, 0)}:1)${fabricSummary(f)}, λ = ${config.lambda ?? f.uplinksPerRack}`;
+  const head = `${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost} GPUs, ${f.uplinksPerRack} uplinks per rack (${oversubscription.toFixed(0)}:1)${fabricSummary(f)}, λ = ${config.lambda ?? f.uplinksPerRack}`;
   const variants = systems.some((s) => s.variant !== null);
   const rows = systems.map((s) => [
     ...(variants ? [s.variant ?? ""] : []),
     s.load === null ? "trace" : `${Math.round(s.load * 100)}%`,
     s.name,
     s.jobs,
-    fixed(s.slowdown.avg, 3),
-    fixed(s.slowdown.p50, 3),
-    fixed(s.slowdown.p90, 3),
-    fixed(s.slowdown.p99, 3),
-    fixed(s.makespanSeconds / 3600, 1),
+    s.slowdown.avg.toFixed(3),
+    s.slowdown.p50.toFixed(3),
+    s.slowdown.p90.toFixed(3),
+    s.slowdown.p99.toFixed(3),
+    (s.makespanSeconds / 3600).toFixed(1),
     s.migrations,
     s.events.count,
-    s.events.count ? fixed(s.events.moves.avg, 2) : "-",
-    s.solver.plans ? fixed(s.solver.totalMs / s.solver.plans, 1) : "-",
+    s.events.count ? s.events.moves.avg.toFixed(2) : "-",
+    s.solver.plans ? (s.solver.totalMs / s.solver.plans).toFixed(1) : "-",
   ]);
   return [
     head,

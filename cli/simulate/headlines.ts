@@ -6,7 +6,6 @@ export interface HeadlineTable {
   readonly rows: readonly (readonly string[])[];
 }
 
-const fixed = (value: number, digits: number) => value.toFixed(digits);
 
 /**
  * The paper's numbers for the reports' preset, with ours as the one seed's value or the mean
@@ -18,10 +17,10 @@ export function headlineTable(reports: readonly SimulationReport[]): HeadlineTab
   const rows = headlines.map((h) => {
     const values = reports.map((r) => h.measure(r)).filter((v): v is number => v !== null);
     const { digits } = h;
-    if (values.length === 0) return [h.figure, h.label, fixed(h.paper, digits), "not run", ""];
+    if (values.length === 0) return [h.figure, h.label, h.paper.toFixed(digits), "not run", ""];
     const mean = values.reduce((a, b) => a + b, 0) / values.length;
-    const range = values.length > 1 ? ` (${fixed(Math.min(...values), digits)}–${fixed(Math.max(...values), digits)})` : "";
-    return [h.figure, h.label, fixed(h.paper, digits), `${fixed(mean, digits)}${range}`, fixed(mean / h.paper, 2)];
+    const range = values.length > 1 ? ` (${Math.min(...values).toFixed(digits)}–${Math.max(...values).toFixed(digits)})` : "";
+    return [h.figure, h.label, h.paper.toFixed(digits), `${mean.toFixed(digits)}${range}`, (mean / h.paper).toFixed(2)];
   });
   const ours = reports.length > 1 ? `ours: mean (range) over ${reports.length} seeds` : "ours";
   return { header: ["fig.", "number", "paper", ours, "ours ÷ paper"], rows };

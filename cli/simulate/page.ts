@@ -24,7 +24,6 @@ export interface Figure {
   readonly svg: string;
 }
 
-const fixed = (value: number, digits: number) => value.toFixed(digits);
 const percent = (load: number | null) => (load === null ? "trace" : `${Math.round(load * 100)}%`);
 
 /**
@@ -160,14 +159,14 @@ function runCells(s: SystemReport): string[] {
     percent(s.load),
     s.name,
     String(s.jobs),
-    fixed(s.slowdown.avg, 3),
-    fixed(s.slowdown.p50, 3),
-    fixed(s.slowdown.p90, 3),
-    fixed(s.slowdown.p99, 3),
-    fixed(s.makespanSeconds / 3600, 1),
+    s.slowdown.avg.toFixed(3),
+    s.slowdown.p50.toFixed(3),
+    s.slowdown.p90.toFixed(3),
+    s.slowdown.p99.toFixed(3),
+    (s.makespanSeconds / 3600).toFixed(1),
     String(s.migrations),
     String(s.events.count),
-    s.events.count ? fixed(s.events.moves.avg, 2) : "",
+    s.events.count ? s.events.moves.avg.toFixed(2) : "",
   ];
 }
 

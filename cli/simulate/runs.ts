@@ -116,6 +116,9 @@ export interface RunListener {
  */
 const THREAD_MEMORY_BYTES = 2 * 2 ** 30;
 
+/** The most threads `--threads` may ask for: far more than any machine's cores, few enough to start. */
+export const MAX_THREADS = 1_024;
+
 /** Threads by default: one per core, at most one per run and one per 2 GiB of the machine's memory. */
 export function defaultThreads(runs: number): number {
   return Math.max(1, Math.min(availableParallelism(), runs, Math.floor(totalmem() / THREAD_MEMORY_BYTES)));
