@@ -225,11 +225,18 @@ class LinkLoads {
   place(f: OtherFlow, k: number, pick: (best: number[], hop: number) => number): number[] {
     const choices: number[] = [];
     this.fabric.hops(f.srcRack, f.dstRack).forEach((h, hop) => (choices[hop] = pick(this.#best(f, choices, hop, h.members, k), hop)));
-    for (const link of this.fabric.route(f.srcRack, f.dstRack, f.nic, choices)) {
-      this.#wanted[link]! += f.share;
-      if (f.share > 0) this.#flows[link]!++;
-    }
+    this.#count(f, choices, 1);
     return choices;
+  }
+  /** Takes a placed flow off its links. */
+  remove(f: OtherFlow, choices: readonly number[]): void {
+    this.#count(f, choices, -1);
+  }
+  #count(f: OtherFlow, choices: readonly number[], sign: 1 | -1): void {
+    for (const link of this.fabric.route(f.srcRack, f.dstRack, f.nic, choices)) {
+      this.#wanted[link]! += sign * f.share;
+      if (f.share > 0) this.#flows[link]! += sign;
+    }
   }
 }
 
@@ -253,14 +260,35 @@ function crux(cluster: Cluster, dp: readonly (OtherFlow & Pick<DpFlow, "group">)
 }
 
 /**
+ * Re-placement rounds SGLB gets between two changes of the flows: its switches re-place every
+ * 10 ms and changes come seconds apart, so this only stops a routing that never settles.
+ */
+export const SGLB_ROUNDS = 64;
+
+/**
  * SGLB at flow level: each switch on the way steers the flow to one of the K members that
  * offer it the most when it is placed (see LinkLoads), which one drawn from the flow's hash,
- * since switches act on local, slightly stale signals rather than a global assignment.
+ * since switches act on local, slightly stale signals rather than a global assignment. Every
+ * 10 ms it re-places each flow whose member has left the K best for it (judged without the
+ * flow itself), drawing again among them with a hash of its own, as the paper's authors'
+ * simulator does; rounds repeat until one moves nothing, the routing the flows then run on.
  */
 function sglb(dp: readonly OtherFlow[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
   const loads = new LinkLoads(context.fabric);
-  const place = (f: OtherFlow) =>
-    loads.place(f, Math.max(1, context.sglbK), (best, hop) => best[flowHash(hop === 0 ? f.key : `${f.key}#${hop}`, context.seed) % best.length]!);
-  return { dp: dp.map(place), pp: pp.map(place), other: other.map(place) };
+  const k = Math.max(1, context.sglbK);
+  const drawn = (best: number[], key: string, hop: number) => best[flowHash(hop === 0 ? key : `${key}#${hop}`, context.seed) % best.length]!;
+  const flows = [...dp, ...pp, ...other];
+  const choices = flows.map((f) => loads.place(f, k, (best, hop) => drawn(best, f.key, hop)));
+  for (let round = 0; round < SGLB_ROUNDS; round++) {
+    let moved = false;
+    flows.forEach((f, i) => {
+      const was = choices[i]!;
+      loads.remove(f, was);
+      const now = loads.place(f, k, (best, hop) => (best.includes(was[hop]!) ? was[hop]! : drawn(best, `${f.key}~remap`, hop)));
+      if (now.some((c, hop) => c !== was[hop])) moved = true;
+      choices[i] = now;
+    });
+    if (!moved) break;
+  }
+  return { dp: choices.slice(0, dp.length), pp: choices.slice(dp.length, dp.length + pp.length), other: choices.slice(dp.length + pp.length) };
 }
-

@@ -75,6 +75,29 @@ describe("routings in the simulator", () => {
   });
 });
 
+describe("SGLB's re-placement", () => {
+  it("re-places flows until each one's spine is among the K that offer it the most", () => {
+    // 6 racks of 4 one-GPU hosts, 4 spines, K = 2; 8 jobs of 3 hosts strided across racks,
+    // so rings meet on uplinks and downlinks in a tangle a single greedy pass leaves uneven.
+    const topology = { racks: 6, hostsPerRack: 4, gpusPerHost: 1, uplinksPerRack: 4 };
+    const fabric = new Fabric({ ...topology, nicGbps: 400 }, false);
+    const jobs = Array.from({ length: 8 }, (_, j) => ({ id: `j${j}`, rings: 1, groups: [[0, 1, 2].map((k) => ((3 * j + k) * 5) % 24)] }));
+    expect(new Set(jobs.flatMap((j) => j.groups[0]!)).size).toBe(24);
+    const cluster = clusterFromSnapshot({ topology, lambda: 8, jobs });
+    const dp = dpFlows(cluster, cluster.placement).filter((f) => f.srcRack !== f.dstRack);
+    const { dp: choices } = choosePaths("sglb", cluster, dp, [], [], { fabric, seed: 3, sglbK: 2, intensity: () => 0, share: () => ({ dp: 1, pp: 1 }) });
+    const links = (i: number, spine: number) => fabric.route(dp[i]!.srcRack, dp[i]!.dstRack, 0, [spine]);
+    const load = new Map<number, number>();
+    dp.forEach((_, i) => links(i, choices[i]![0]!).forEach((l) => load.set(l, (load.get(l) ?? 0) + 1)));
+    dp.forEach((_, i) => {
+      // Every flow fills a link, so a spine offers the less the more flows its busier link has.
+      const others = (spine: number) => Math.max(...links(i, spine).map((l) => (load.get(l) ?? 0) - (spine === choices[i]![0] ? 1 : 0)));
+      const best = [0, 1, 2, 3].sort((a, b) => others(a) - others(b) || a - b).slice(0, 2);
+      expect(best, `flow ${i}`).toContain(choices[i]![0]);
+    });
+  });
+});
+
 describe("load-aware routings with all-to-all flows", () => {
   // 3 racks of 3 one-GPU hosts, two uplinks each, FIFO from the left: x on hosts 0-1, d's ring
   // on hosts 2-3 (racks 0, 1), e's all-to-all on hosts 4-6 (racks 1, 2). Rack 1 sends d's ring
