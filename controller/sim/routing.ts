@@ -18,6 +18,8 @@ export interface RoutingContext {
   readonly sglbK: number;
   /** The share of a link each of a job's DP and PP flows fills at most: its demand over the link's speed. */
   readonly share: (job: string) => { readonly dp: number; readonly pp: number };
+  /** Flows kept from the routings before, for groups that have not moved since; none: built anew. */
+  readonly memo?: RouteMemo;
 }
 
 /**
@@ -48,6 +50,56 @@ export interface PathChoice {
   readonly pp: number[][];
   readonly other: number[][];
 }
+
+/** A group's DP flows as the routings see them, and ECMP's choices for them once asked for. */
+interface GroupFlows {
+  readonly hosts: readonly number[];
+  readonly rings: number;
+  readonly share: number;
+  readonly flows: readonly OtherFlow[];
+  ecmp?: number[][];
+}
+
+/**
+ * Each group's DP flows as the routings see them (their rails, the names their hashes draw
+ * from, their shares) and ECMP's choices for them, kept from one routing to the next: they
+ * depend on the group's name, rings, hosts and job alone, and a placement change moves few
+ * groups, so the others are looked up instead of built and hashed again. One per simulated
+ * system, since the seed is part of every ECMP choice.
+ */
+export class RouteMemo {
+  #kept = new Map<string, GroupFlows>();
+  #next = new Map<string, GroupFlows>();
+
+  /** Group `g`'s flows, built from `dp` (its flows in `dpFlows`' order) unless kept for the same hosts, rings and share. */
+  group(cluster: Cluster, g: number, dp: readonly DpFlow[], share: number): GroupFlows {
+    const group = cluster.groups[g]!;
+    const hosts = cluster.placement[g]!;
+    const name = `${group.job}/${group.index}`;
+    const kept = this.#kept.get(name);
+    const same = kept !== undefined && kept.flows.length === dp.length && kept.rings === group.rings && kept.share === share && kept.hosts.length === hosts.length && kept.hosts.every((h, i) => h === hosts[i]);
+    const nics = cluster.topology.gpusPerHost;
+    const entry = same ? kept : { hosts: [...hosts], rings: group.rings, share, flows: dp.map((f) => flowOf(f, ringRail(cluster, f, nics), dpKey(cluster, f), share)) };
+    this.#next.set(name, entry);
+    return entry;
+  }
+
+  /** Ends a routing: the groups it did not ask for are gone. */
+  settle(): void {
+    this.#kept = this.#next;
+    this.#next = new Map();
+  }
+}
+
+const flowOf = (f: DpFlow | PpFlow, nic: number, key: string, share: number): OtherFlow => ({
+  srcHost: f.srcHost,
+  dstHost: f.dstHost,
+  srcRack: f.srcRack,
+  dstRack: f.dstRack,
+  nic,
+  key,
+  share,
+});
 
 const UDP = 17;
 const hashModel = crc32HashModel();
@@ -108,24 +160,37 @@ export function choosePaths(
   context: RoutingContext,
 ): PathChoice {
   const nics = cluster.topology.gpusPerHost;
-  // Built only for the routings that hash or weigh flows: a re-route builds them for every flow.
   const shares = new Map<number, { readonly dp: number; readonly pp: number }>();
   const shareOf = (g: number) => shares.get(g) ?? shares.set(g, context.share(cluster.groups[g]!.job)).get(g)!;
-  const dpFlows = () => dp.map((f) => ({ ...f, nic: ringRail(cluster, f, nics), key: dpKey(cluster, f), share: shareOf(f.group).dp }));
-  const ppFlows = () => pp.map((f) => ({ ...f, nic: f.replica % nics, key: ppKey(cluster, f), share: shareOf(f.fromGroup).pp }));
+  // Built only for the routings that hash or weigh flows.
+  const groups = () => dpGroups(cluster, dp, context.memo ?? new RouteMemo(), (g) => shareOf(g).dp);
+  const dpFlows = () => groups().flatMap((group) => group.flows);
+  const ppFlows = () => pp.map((f) => flowOf(f, f.replica % nics, ppKey(cluster, f), shareOf(f.fromGroup).pp));
   const hashed = (flows: readonly OtherFlow[]) => flows.map((f) => ecmpChoices(context.fabric, f, f.key, context.seed));
   switch (name) {
     case "spray":
       return { dp: dp.map(() => [0]), pp: pp.map(() => [0]), other: other.map(() => [0]) };
     case "ecmp":
-      return { dp: hashed(dpFlows()), pp: hashed(ppFlows()), other: hashed(other) };
+      return { dp: groups().flatMap((group) => (group.ecmp ??= hashed(group.flows))), pp: hashed(ppFlows()), other: hashed(other) };
     case "perfect":
       return { ...perfect(cluster, dp, pp, context.fabric), other: roundRobin(other, context.fabric) };
     case "crux":
-      return crux(cluster, dpFlows(), ppFlows(), other, context);
+      return crux(cluster, dp, dpFlows(), ppFlows(), other, context);
     case "sglb":
       return sglb(dpFlows(), ppFlows(), other, context);
   }
+}
+
+/** Each group's flows of `dp` (in `dpFlows`' order: group by group), through `memo`. */
+function dpGroups(cluster: Cluster, dp: readonly DpFlow[], memo: RouteMemo, share: (g: number) => number): GroupFlows[] {
+  const groups: GroupFlows[] = [];
+  for (let start = 0, end = 0; start < dp.length; start = end) {
+    const g = dp[start]!.group;
+    while (end < dp.length && dp[end]!.group === g) end++;
+    groups.push(memo.group(cluster, g, dp.slice(start, end), share(g)));
+  }
+  memo.settle();
+  return groups;
 }
 
 /**
@@ -245,9 +310,9 @@ class LinkLoads {
  * most so far, hop by hop (see LinkLoads). Greedy, so it can miss an isolating assignment that
  * exists. PP and other flows follow, spread the same way.
  */
-function crux(cluster: Cluster, dp: readonly (OtherFlow & Pick<DpFlow, "group">)[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
+function crux(cluster: Cluster, groups: readonly DpFlow[], dp: readonly OtherFlow[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
   const loads = new LinkLoads(context.fabric);
-  const jobOf = (i: number) => cluster.groups[dp[i]!.group]!.job;
+  const jobOf = (i: number) => cluster.groups[groups[i]!.group]!.job;
   const order = dp.map((_, i) => i).sort((a, b) => {
     const ja = jobOf(a);
     const jb = jobOf(b);

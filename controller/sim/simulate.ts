@@ -8,7 +8,7 @@ import { Fabric, FabricSchema } from "./fabric.ts";
 import { iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
-import { choosePaths, ecmpChoices, ringRail, type OtherFlow, type RoutingName } from "./routing.ts";
+import { choosePaths, ecmpChoices, ringRail, RouteMemo, type OtherFlow, type RoutingName } from "./routing.ts";
 import { SCHEDULERS, scheduler as schedulerNamed } from "./scheduler.ts";
 
 /**
@@ -282,6 +282,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
     observer.sample?.({ time: now, maxRack: max, meanRack: total / Math.max(1, degrees.length), total, fragmentedGroups });
   };
 
+  const memo = new RouteMemo();
   const reroute = () => {
     cluster = clusterOfRunning();
     const dp = dpFlows(cluster, cluster.placement);
@@ -291,6 +292,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       fabric,
       seed: config.seed,
       sglbK: config.sglbK,
+      memo,
       intensity: (id) => intensity(running.get(id)?.job, nic),
       share: (id) => {
         const job = running.get(id)!.job;

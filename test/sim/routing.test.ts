@@ -3,7 +3,7 @@ import { clusterFromSnapshot } from "../../controller/model/cluster.ts";
 import { defaultAddressOf, dpFlows, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
 import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
 import { Fabric } from "../../controller/sim/fabric.ts";
-import { choosePaths, ecmpSpine, sourcePort } from "../../controller/sim/routing.ts";
+import { choosePaths, ecmpSpine, RouteMemo, sourcePort } from "../../controller/sim/routing.ts";
 import { simulateSystem, type SimConfigInput } from "../../controller/sim/simulate.ts";
 import { referenceHop } from "../route/reference-hash.ts";
 
@@ -72,6 +72,24 @@ describe("routings in the simulator", () => {
     const collided = [1, 2, 3, 4, 5, 6, 7, 8].map((seed) => simulateSystem(jobs, { ...config, seed }, "ecmp", undefined).jobs.some((j) => j.slowdown > 1.25));
     expect(collided).toContain(true);
     expect(collided).toContain(false);
+  });
+});
+
+describe("flows kept between routings", () => {
+  it.each(["ecmp", "crux", "sglb"] as const)("%s routes the same with them as built anew, as groups come, move and go", (name) => {
+    const topology = { racks: 4, hostsPerRack: 4, gpusPerHost: 2, uplinksPerRack: 4 };
+    const fabric = new Fabric({ ...topology, nicGbps: 400 }, false);
+    const memo = new RouteMemo();
+    const route = (jobs: { id: string; rings: number; groups: number[][] }[], kept?: RouteMemo) => {
+      const cluster = clusterFromSnapshot({ topology, lambda: 8, jobs });
+      const dp = dpFlows(cluster, cluster.placement);
+      const context = { fabric, seed: 2, sglbK: 2, intensity: (job: string) => job.length, share: () => ({ dp: 1, pp: 1 }), ...(kept ? { memo: kept } : {}) };
+      return choosePaths(name, cluster, dp, [], [], context).dp;
+    };
+    const a = { id: "a", rings: 2, groups: [[0, 5, 10]] };
+    const b = { id: "b", rings: 1, groups: [[1, 6]] };
+    const steps = [[a, b], [a, { ...b, groups: [[1, 14]] }], [{ id: "0", rings: 1, groups: [[2, 7]] }, a], [a, b]];
+    for (const jobs of steps) expect(route(jobs, memo)).toEqual(route(jobs));
   });
 });
 
