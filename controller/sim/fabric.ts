@@ -158,25 +158,31 @@ export class Fabric {
   }
 
   /**
-   * The links that choice `choices[hop]` adds, given the choices before it; `rail` is the NIC
-   * (and so the rail) the flow leaves on, which only a rail-optimised fabric looks at.
+   * The links that choice `choices[hop]` adds, given the choices before it, appended to `into`
+   * (which it returns); `rail` is the NIC (and so the rail) the flow leaves on, which only a
+   * rail-optimised fabric looks at.
    */
-  hopLinks(src: number, dst: number, rail: number, choices: readonly number[], hop: number): number[] {
+  hopLinks(src: number, dst: number, rail: number, choices: readonly number[], hop: number, into: number[] = []): number[] {
     const c = choices[hop]!;
     if (this.kind === "rail") {
       const link = (rail % this.shape.gpusPerHost) * this.shape.uplinksPerRail! + c;
-      return [this.uplink(src, link), this.downlink(link, dst)];
+      into.push(this.uplink(src, link), this.downlink(link, dst));
+    } else if (this.kind === "clos2" || this.podOf(src) === this.podOf(dst)) {
+      into.push(this.uplink(src, c), this.downlink(c, dst));
+    } else if (hop === 0) {
+      into.push(this.uplink(src, c));
+    } else if (hop === 1) {
+      into.push(this.coreUplink(this.podOf(src), choices[0]!, c));
+    } else {
+      into.push(this.coreDownlink(choices[1]!, this.podOf(dst), c), this.downlink(c, dst));
     }
-    if (this.kind === "clos2" || this.podOf(src) === this.podOf(dst)) return [this.uplink(src, c), this.downlink(c, dst)];
-    if (hop === 0) return [this.uplink(src, c)];
-    if (hop === 1) return [this.coreUplink(this.podOf(src), choices[0]!, c)];
-    return [this.coreDownlink(choices[1]!, this.podOf(dst), c), this.downlink(c, dst)];
+    return into;
   }
 
   /** Every fabric link (above the NICs) of a flow between racks that made `choices`. */
   route(src: number, dst: number, rail: number, choices: readonly number[]): number[] {
     const links: number[] = [];
-    for (let hop = 0; hop < choices.length; hop++) links.push(...this.hopLinks(src, dst, rail, choices, hop));
+    for (let hop = 0; hop < choices.length; hop++) this.hopLinks(src, dst, rail, choices, hop, links);
     return links;
   }
 

@@ -264,11 +264,13 @@ class LinkLoads {
     const rates: number[] = [];
     const wanted: number[] = [];
     const beats = (rate: number, carried: number, i: number) => rate > rates[i]! || (rate === rates[i]! && carried < wanted[i]!);
+    const links: number[] = [];
     for (let c = 0; c < members; c++) {
       choices[hop] = c;
       let rate = f.share;
       let carried = 0;
-      for (const link of this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop)) {
+      links.length = 0;
+      for (const link of this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop, links)) {
         rate = Math.min(rate, Math.max(1 - this.#wanted[link]!, 1 / (this.#flows[link]! + 1)));
         carried = Math.max(carried, this.#wanted[link]!);
       }
