@@ -158,31 +158,36 @@ export class Fabric {
   }
 
   /**
-   * The links that choice `choices[hop]` adds, given the choices before it, appended to `into`
-   * (which it returns); `rail` is the NIC (and so the rail) the flow leaves on, which only a
-   * rail-optimised fabric looks at.
+   * The links that choice `choices[hop]` adds, given the choices before it: written to `into`
+   * from its start, returning how many (one or two); `rail` is the NIC (and so the rail) the
+   * flow leaves on, which only a rail-optimised fabric looks at.
    */
-  hopLinks(src: number, dst: number, rail: number, choices: readonly number[], hop: number, into: number[] = []): number[] {
+  hopLinks(src: number, dst: number, rail: number, choices: readonly number[], hop: number, into: number[]): number {
     const c = choices[hop]!;
     if (this.kind === "rail") {
       const link = (rail % this.shape.gpusPerHost) * this.shape.uplinksPerRail! + c;
-      into.push(this.uplink(src, link), this.downlink(link, dst));
-    } else if (this.kind === "clos2" || this.podOf(src) === this.podOf(dst)) {
-      into.push(this.uplink(src, c), this.downlink(c, dst));
-    } else if (hop === 0) {
-      into.push(this.uplink(src, c));
-    } else if (hop === 1) {
-      into.push(this.coreUplink(this.podOf(src), choices[0]!, c));
-    } else {
-      into.push(this.coreDownlink(choices[1]!, this.podOf(dst), c), this.downlink(c, dst));
+      return this.#pair(into, this.uplink(src, link), this.downlink(link, dst));
     }
-    return into;
+    if (this.kind === "clos2" || this.podOf(src) === this.podOf(dst)) return this.#pair(into, this.uplink(src, c), this.downlink(c, dst));
+    if (hop === 2) return this.#pair(into, this.coreDownlink(choices[1]!, this.podOf(dst), c), this.downlink(c, dst));
+    into[0] = hop === 0 ? this.uplink(src, c) : this.coreUplink(this.podOf(src), choices[0]!, c);
+    return 1;
+  }
+
+  #pair(into: number[], a: number, b: number): 2 {
+    into[0] = a;
+    into[1] = b;
+    return 2;
   }
 
   /** Every fabric link (above the NICs) of a flow between racks that made `choices`. */
   route(src: number, dst: number, rail: number, choices: readonly number[]): number[] {
     const links: number[] = [];
-    for (let hop = 0; hop < choices.length; hop++) this.hopLinks(src, dst, rail, choices, hop, links);
+    const hop: number[] = [];
+    for (let h = 0; h < choices.length; h++) {
+      const n = this.hopLinks(src, dst, rail, choices, h, hop);
+      for (let i = 0; i < n; i++) links.push(hop[i]!);
+    }
     return links;
   }
 

@@ -253,38 +253,36 @@ function roundRobin(flows: readonly OtherFlow[], fabric: Fabric): number[][] {
 class LinkLoads {
   readonly #wanted: Float64Array;
   readonly #flows: Float64Array;
+  #rate = new Float64Array(0);
+  #carried = new Float64Array(0);
+  readonly #links: number[] = [];
   constructor(readonly fabric: Fabric) {
     this.#wanted = new Float64Array(fabric.capacities.length);
     this.#flows = new Float64Array(fabric.capacities.length);
   }
   /** The `k` best members of a hop for `f`, best first (found without sorting: this runs per flow). */
   #best(f: OtherFlow, choices: number[], hop: number, members: number, k: number): number[] {
-    const picked: number[] = [];
-    // Per picked member: what the flow would get there, and what its links already carry.
-    const rates: number[] = [];
-    const wanted: number[] = [];
-    const beats = (rate: number, carried: number, i: number) => rate > rates[i]! || (rate === rates[i]! && carried < wanted[i]!);
-    const links: number[] = [];
+    // Per member: what the flow would get there, and the most its links already carry.
+    const rate = this.#rate.length >= members ? this.#rate : (this.#rate = new Float64Array(members));
+    const carried = this.#carried.length >= members ? this.#carried : (this.#carried = new Float64Array(members));
+    const links = this.#links;
     for (let c = 0; c < members; c++) {
       choices[hop] = c;
-      let rate = f.share;
-      let carried = 0;
-      links.length = 0;
-      for (const link of this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop, links)) {
-        rate = Math.min(rate, Math.max(1 - this.#wanted[link]!, 1 / (this.#flows[link]! + 1)));
-        carried = Math.max(carried, this.#wanted[link]!);
+      rate[c] = f.share;
+      carried[c] = 0;
+      for (let i = 0, n = this.fabric.hopLinks(f.srcRack, f.dstRack, f.nic, choices, hop, links); i < n; i++) {
+        const link = links[i]!;
+        rate[c] = Math.min(rate[c]!, Math.max(1 - this.#wanted[link]!, 1 / (this.#flows[link]! + 1)));
+        carried[c] = Math.max(carried[c]!, this.#wanted[link]!);
       }
-      if (picked.length === k) {
-        if (!beats(rate, carried, k - 1)) continue;
-        picked.pop();
-        rates.pop();
-        wanted.pop();
-      }
-      let i = picked.length;
-      while (i > 0 && beats(rate, carried, i - 1)) i--;
-      picked.splice(i, 0, c);
-      rates.splice(i, 0, rate);
-      wanted.splice(i, 0, carried);
+    }
+    const beats = (a: number, b: number) => rate[a]! > rate[b]! || (rate[a] === rate[b] && carried[a]! < carried[b]!);
+    const picked: number[] = [];
+    for (let c = 0; c < members; c++) {
+      if (picked.length === k && !beats(c, picked[k - 1]!)) continue;
+      let i = picked.length === k ? k - 1 : picked.length;
+      for (; i > 0 && beats(c, picked[i - 1]!); i--) picked[i] = picked[i - 1]!;
+      picked[i] = c;
     }
     return picked;
   }
@@ -342,20 +340,75 @@ export const SGLB_ROUNDS = 64;
  */
 function sglb(dp: readonly OtherFlow[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
   const loads = new LinkLoads(context.fabric);
+  const stamps = new Stamps(context.fabric);
   const k = Math.max(1, context.sglbK);
   const drawn = (best: number[], key: string, hop: number) => best[flowHash(hop === 0 ? key : `${key}#${hop}`, context.seed) % best.length]!;
   const flows = [...dp, ...pp, ...other];
-  const choices = flows.map((f) => loads.place(f, k, (best, hop) => drawn(best, f.key, hop)));
+  // When each flow last weighed its choices: one whose links no move has touched since would stay.
+  const checked = new Float64Array(flows.length);
+  const choices = flows.map((f, i) => {
+    const placed = loads.place(f, k, (best, hop) => drawn(best, f.key, hop));
+    checked[i] = stamps.touch(f);
+    return placed;
+  });
   for (let round = 0; round < SGLB_ROUNDS; round++) {
     let moved = false;
     flows.forEach((f, i) => {
+      if (stamps.last(f) <= checked[i]!) return;
       const was = choices[i]!;
       loads.remove(f, was);
       const now = loads.place(f, k, (best, hop) => (best.includes(was[hop]!) ? was[hop]! : drawn(best, `${f.key}~remap`, hop)));
-      if (now.some((c, hop) => c !== was[hop])) moved = true;
       choices[i] = now;
+      if (now.every((c, hop) => c === was[hop])) {
+        checked[i] = stamps.now;
+        return;
+      }
+      moved = true;
+      checked[i] = stamps.touch(f);
     });
     if (!moved) break;
   }
   return { dp: choices.slice(0, dp.length), pp: choices.slice(dp.length, dp.length + pp.length), other: choices.slice(dp.length + pp.length) };
+}
+
+/**
+ * When the links a flow's choices weigh last changed, kept per rack (its uplinks, its
+ * downlinks) and per pod (its core links, up and down), which are all a flow between two racks
+ * can choose among: a flow none of whose were touched since it last chose would choose the same.
+ */
+class Stamps {
+  #clock = 0;
+  readonly #up: Float64Array;
+  readonly #down: Float64Array;
+  readonly #podUp: Float64Array;
+  readonly #podDown: Float64Array;
+  constructor(private readonly fabric: Fabric) {
+    const racks = fabric.shape.racks;
+    this.#up = new Float64Array(racks);
+    this.#down = new Float64Array(racks);
+    this.#podUp = new Float64Array(racks);
+    this.#podDown = new Float64Array(racks);
+  }
+  get now(): number {
+    return this.#clock;
+  }
+  /** Marks the links `f` can choose among as changed now, and returns now. */
+  touch(f: OtherFlow): number {
+    const t = ++this.#clock;
+    this.#up[f.srcRack] = t;
+    this.#down[f.dstRack] = t;
+    if (this.#crossesCore(f)) {
+      this.#podUp[this.fabric.podOf(f.srcRack)] = t;
+      this.#podDown[this.fabric.podOf(f.dstRack)] = t;
+    }
+    return t;
+  }
+  /** When any link `f` can choose among last changed. */
+  last(f: OtherFlow): number {
+    const racks = Math.max(this.#up[f.srcRack]!, this.#down[f.dstRack]!);
+    return this.#crossesCore(f) ? Math.max(racks, this.#podUp[this.fabric.podOf(f.srcRack)]!, this.#podDown[this.fabric.podOf(f.dstRack)]!) : racks;
+  }
+  #crossesCore(f: OtherFlow): boolean {
+    return this.fabric.kind === "clos3" && this.fabric.podOf(f.srcRack) !== this.fabric.podOf(f.dstRack);
+  }
 }
