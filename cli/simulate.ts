@@ -59,7 +59,6 @@ const MAX_NIC_GBPS = 100_000;
 const MAX_EP_FACTOR = 1_000;
 /** A trace file larger than this is refused: a million jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
-/** Far past the cores of any one machine; each thread holds a planner and a run's state. */
 /** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
 const MAX_REPORT_BYTES = 16 * 1024 * 1024;
 
@@ -557,7 +556,6 @@ class CsvFiles {
     await appendFile(join(this.dir, "summary.csv"), `${summary.join(",")}\n`);
   }
 }
-
 
 /** For a fig-* preset, the paper's headline numbers beside ours (over every seed given), as a table after the runs'. */
 function paperBeside(reports: readonly SimulationReport[]): string {

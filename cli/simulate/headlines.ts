@@ -6,7 +6,6 @@ export interface HeadlineTable {
   readonly rows: readonly (readonly string[])[];
 }
 
-
 /**
  * The paper's numbers for the reports' preset, with ours as the one seed's value or the mean
  * (range) over the seeds, and their ratio; null for a preset that stands for no figure.

@@ -116,7 +116,7 @@ export interface RunListener {
  */
 const THREAD_MEMORY_BYTES = 2 * 2 ** 30;
 
-/** The most threads `--threads` may ask for: far more than any machine's cores, few enough to start. */
+/** The most threads `--threads` may ask for: far past the cores of any one machine, and each thread holds a planner and a run's state. */
 export const MAX_THREADS = 1_024;
 
 /** Threads by default: one per core, at most one per run and one per 2 GiB of the machine's memory. */

@@ -328,7 +328,7 @@ function crux(cluster: Cluster, groups: readonly DpFlow[], dp: readonly OtherFlo
  * Re-placement rounds SGLB gets between two changes of the flows: its switches re-place every
  * 10 ms and changes come seconds apart, so this only stops a routing that never settles.
  */
-export const SGLB_ROUNDS = 64;
+const SGLB_ROUNDS = 64;
 
 /**
  * SGLB at flow level: each switch on the way steers the flow to one of the K members that
