@@ -16,6 +16,7 @@ import {
   DEFAULT_TOKENS_PER_REPLICA,
   fabricSummary,
   generateJobs,
+  idealRates,
   iterationSeconds,
   MAX_TOKENS_PER_REPLICA,
   PRESETS,
@@ -304,7 +305,7 @@ function communicationTable(jobs: readonly SimJob[], fabric: { nicGbps: number; 
   const nic = bytesPerSecond(fabric.nicGbps);
   const byModel = new Map<string, { jobs: number; iterations: number; compute: number; total: number }>();
   for (const job of jobs) {
-    const ideal = iterationSeconds(job, nic, nic, nic * fabric.gpusPerHost);
+    const ideal = iterationSeconds(job, idealRates(nic, fabric.gpusPerHost));
     const m = byModel.get(job.model ?? "-") ?? { jobs: 0, iterations: 0, compute: 0, total: 0 };
     m.jobs++;
     m.iterations += job.iterations;

@@ -45,10 +45,15 @@ export const SimJobSchema = z.strictObject({
   /** Checkpoint bytes of one worker (one host), moved when it migrates. */
   checkpointBytes: z.number().min(0).default(0),
   /**
-   * Bytes each host sends per iteration in its stage's expert-parallel all-to-all, spread
-   * evenly over the stage's other hosts and over its NICs.
+   * Bytes each host sends per iteration in its stage's expert-parallel all-to-all to the
+   * stage's other hosts, spread evenly over them and over its NICs.
    */
   a2aBytes: z.number().min(0).default(0),
+  /**
+   * Bytes of the same all-to-all between a host's own GPUs. They pass its NICs and its rack's
+   * switch, never an uplink, so nothing but the job itself slows them.
+   */
+  a2aHostBytes: z.number().min(0).default(0),
   /**
    * Fills the cluster before the jobs measured: simulated like the rest, left out of the
    * results, so that those start on a busy, already (de)fragmented cluster.
@@ -125,11 +130,12 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const model = MODELS[name];
     if (!model) throw new RangeError(`no model named ${name} in the model table`);
     const cost = iterationCost(model, spec, options.tokensPerReplica);
-    const a2aBytes = options.epFactor * cost.ringBytes * spec.rings;
-    const ideal = iterationSeconds({ ...spec, ...cost, a2aBytes }, nicBytesPerSecond, nicBytesPerSecond, nicBytesPerSecond * options.gpusPerHost);
+    // The made-up factor sizes only what crosses hosts.
+    const traffic = { ...cost, a2aBytes: options.epFactor * cost.ringBytes * spec.rings, a2aHostBytes: 0 };
+    const ideal = iterationSeconds({ ...spec, ...traffic }, idealRates(nicBytesPerSecond, options.gpusPerHost));
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
     const warmup = n < options.warmupJobs;
-    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...cost, a2aBytes, warmup };
+    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...traffic, warmup };
   });
 }
 
@@ -162,18 +168,31 @@ function publishedJobs(options: z.infer<typeof GenerateOptionsSchema>, types: re
 }
 
 /**
- * Seconds of one iteration with its rings, pipeline flows and all-to-all at the given rates
- * (bytes/s; the all-to-all's is a host's total sending rate): compute, stretched where
- * pipeline transfers cannot keep up, then the all-reduce and the all-to-all.
+ * What a job's flows get, in bytes/s: each ring and pipeline flow, the all-to-all as a host's
+ * total sending rate to other hosts, and `host`, a host's NICs at full speed.
+ */
+export interface IterationRates {
+  readonly ring: number;
+  readonly pp: number;
+  readonly a2a: number;
+  readonly host: number;
+}
+
+/** Every flow at full speed: `nic` bytes/s per NIC, `gpusPerHost` NICs per host. */
+export function idealRates(nic: number, gpusPerHost: number): IterationRates {
+  return { ring: nic, pp: nic, a2a: nic * gpusPerHost, host: nic * gpusPerHost };
+}
+
+/**
+ * Seconds of one iteration at the given rates: compute, stretched where pipeline transfers
+ * cannot keep up, then the all-reduce and the all-to-all.
  */
 export function iterationSeconds(
-  job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes" | "a2aBytes">,
-  ringRate: number,
-  ppRate: number,
-  a2aRate: number,
+  job: Pick<SimJob, "hostsPerStage" | "stages" | "computeSeconds" | "ringBytes" | "ppBytes" | "a2aBytes" | "a2aHostBytes">,
+  rates: IterationRates,
 ): number {
-  const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / ringRate : 0;
-  const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / ppRate : 0;
-  const a2a = job.hostsPerStage > 1 && job.a2aBytes > 0 ? job.a2aBytes / a2aRate : 0;
+  const ring = job.hostsPerStage > 1 && job.ringBytes > 0 ? job.ringBytes / rates.ring : 0;
+  const pp = job.stages > 1 && job.ppBytes > 0 ? job.ppBytes / rates.pp : 0;
+  const a2a = (job.hostsPerStage > 1 && job.a2aBytes > 0 ? job.a2aBytes / rates.a2a : 0) + job.a2aHostBytes / rates.host;
   return Math.max(job.computeSeconds, pp) + ring + a2a;
 }

@@ -124,6 +124,7 @@ export interface PublishedJob {
   readonly ringBytes: number;
   readonly ppBytes: number;
   readonly a2aBytes: number;
+  readonly a2aHostBytes: number;
   readonly checkpointBytes: number;
 }
 
@@ -144,17 +145,20 @@ export function publishedJob(type: JobType, gpus: number, gpusPerHost: number): 
   switch (pattern.kind) {
     case "all-reduce": {
       const ringBytes = ringHop(type.modelBytes, gpus);
-      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, checkpointBytes: host(ringBytes) };
+      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, a2aHostBytes: 0, checkpointBytes: host(ringBytes) };
     }
     case "moe": {
       const ringBytes = ringHop(type.modelBytes, gpus);
-      const a2aBytes = host(pattern.a2aBytes / gpus);
-      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes, checkpointBytes: host(ringBytes) + a2aBytes };
+      // Each GPU sends the same to every other: to its host's other GPUs, a share that never
+      // meets another job's traffic.
+      const sent = host(pattern.a2aBytes / gpus);
+      const a2aBytes = (sent * (gpus - gpusPerHost)) / (gpus - 1);
+      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes, a2aHostBytes: sent - a2aBytes, checkpointBytes: host(ringBytes) + sent };
     }
     case "strided": {
       if (pattern.stride !== gpusPerHost) throw new RangeError(`${type.model}: its ${pattern.stride} rings need hosts of ${pattern.stride} GPUs`);
       const ringBytes = ringHop(pattern.bytes, gpus / pattern.stride);
-      return { rings: pattern.stride, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, checkpointBytes: host(ringBytes) };
+      return { rings: pattern.stride, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, a2aHostBytes: 0, checkpointBytes: host(ringBytes) };
     }
     case "pipeline": {
       const { stages, tp, microbatches } = pattern;
@@ -173,6 +177,7 @@ export function publishedJob(type: JobType, gpus: number, gpusPerHost: number): 
         ringBytes,
         ppBytes,
         a2aBytes: 0,
+        a2aHostBytes: 0,
         checkpointBytes: host(ringBytes + ppBytes),
       };
     }

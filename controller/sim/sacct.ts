@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { MAX_HOSTS } from "../../sdk/protocol/limits.ts";
-import { iterationSeconds, SimJobSchema, type SimJob } from "./jobs.ts";
+import { idealRates, iterationSeconds, SimJobSchema, type SimJob } from "./jobs.ts";
 import { iterationCost, MODELS } from "./models.ts";
 
 /** Jobs one `sacct --json` document may hold; a cluster's year of history fits. */
@@ -105,7 +105,7 @@ export function sacctToTrace(document: unknown, options: SacctOptions, source = 
     const shape = { rings: 1, stages: 1, hostsPerStage: nodes };
     const cost = iterationCost(spec, shape);
     const nic = options.nicBytesPerSecond;
-    const ideal = iterationSeconds({ ...shape, ...cost, a2aBytes: 0 }, nic, nic, nic * options.gpusPerHost);
+    const ideal = iterationSeconds({ ...shape, ...cost, a2aBytes: 0, a2aHostBytes: 0 }, idealRates(nic, options.gpusPerHost));
     const line = SimJobSchema.safeParse({
       id,
       arrival: job.time.submission - firstSubmission,

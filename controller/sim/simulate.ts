@@ -5,7 +5,7 @@ import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
 import type { Move, Plan, Planner } from "../plan/index.ts";
 import { dpFlows, ppFlows, ringOrder, type DpFlow, type PpFlow } from "../route/index.ts";
 import { Fabric, FabricSchema } from "./fabric.ts";
-import { iterationSeconds, type SimJob } from "./jobs.ts";
+import { idealRates, iterationSeconds, type SimJob } from "./jobs.ts";
 import { maxMinRates } from "./maxmin.ts";
 import { Random } from "./random.ts";
 import { choosePaths, ecmpChoices, ringRail, RouteMemo, type OtherFlow, type RoutingName } from "./routing.ts";
@@ -258,7 +258,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
   let linksOf: { dp: number[][]; pp: number[][]; a2a: number[][] } = { dp: [], pp: [], a2a: [] };
   const fragmentation = { peakMaxRack: 0, peakTotal: 0, maxIntegral: 0, totalIntegral: 0, groupsIntegral: 0, current: { max: 0, total: 0, groups: 0 } };
 
-  const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, nic, nic, nic * gpusPerHost);
+  const ideal = (job: SimJob) => job.iterations * iterationSeconds(job, idealRates(nic, gpusPerHost));
 
   const clusterOfRunning = (): Cluster =>
     clusterFromSnapshot({
@@ -410,7 +410,7 @@ export function simulateSystem(jobs: readonly SimJob[], input: SimConfigInput, s
       }
       // Pipeline flows inside a rack are held only by the NIC.
       const pp = Math.min(nic, ...(ppEntities.get(r.job.id) ?? []).map((e) => rates[e]!));
-      r.rate = 1 / iterationSeconds(r.job, ringRate.get(r.job.id) ?? Infinity, pp, a2aRate.get(r.job.id) ?? Infinity);
+      r.rate = 1 / iterationSeconds(r.job, { ring: ringRate.get(r.job.id) ?? Infinity, pp, a2a: a2aRate.get(r.job.id) ?? Infinity, host: nic * gpusPerHost });
     }
     ratesDirty = false;
   };

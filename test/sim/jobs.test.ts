@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { InvalidInputError } from "../../sdk/errors.ts";
-import { generateJobs, iterationSeconds } from "../../controller/sim/jobs.ts";
+import { generateJobs, idealRates, iterationSeconds } from "../../controller/sim/jobs.ts";
 import { DEFAULT_TOKENS_PER_REPLICA } from "../../controller/sim/models.ts";
 
 const nic = 50e9;
@@ -20,8 +20,8 @@ describe("generated traces' local batch", () => {
       expect(j.ppBytes).toBeCloseTo(f.ppBytes / 2, 6);
       // Shorter iterations, more of them: the same ideal time within one iteration, so the
       // offered load stays as asked.
-      const ideal = (job: typeof j) => job.iterations * iterationSeconds(job, nic, nic, 8 * nic);
-      expect(Math.abs(ideal(j) - ideal(f))).toBeLessThanOrEqual(iterationSeconds(f, nic, nic, 8 * nic));
+      const ideal = (job: typeof j) => job.iterations * iterationSeconds(job, idealRates(nic, 8));
+      expect(Math.abs(ideal(j) - ideal(f))).toBeLessThanOrEqual(iterationSeconds(f, idealRates(nic, 8)));
     });
   });
 

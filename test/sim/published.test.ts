@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { createPlanner } from "../../controller/plan/index.ts";
 import { simulateSystem } from "../../controller/sim/simulate.ts";
 import { InvalidInputError } from "../../sdk/errors.ts";
-import { generateJobs, iterationSeconds, SimJobSchema } from "../../controller/sim/jobs.ts";
+import { generateJobs, idealRates, iterationSeconds, SimJobSchema } from "../../controller/sim/jobs.ts";
 import { meanGpuSeconds, PUBLISHED_MIXES, PUBLISHED_TYPES, publishedIterationSeconds, publishedJob, type JobType } from "../../controller/sim/published.ts";
 
 /** 400 Gbit/s, the artifact's link and NIC speed. */
@@ -33,14 +33,16 @@ describe("the published workload", () => {
     expect(pp2).toMatchObject({ rings: 8, stages: 2, hostsPerStage: 3, ringBytes: (2 * 2 * 8.59e9) / 3, ppBytes: 2 * 8 * 8.39e6 });
     expect(pp2.computeSeconds).toBeCloseTo(9 * 0.171, 9);
     const moe = publishedJob(typeNamed("gpt-oss-20b-dp-moe"), 16, 8);
-    expect(moe.a2aBytes).toBeCloseTo((8 * 8.836e9) / 16, 0);
+    // Each GPU sends to 15 others, 7 of them on its own host: those bytes never leave it.
+    expect(moe.a2aBytes).toBeCloseTo((((8 * 8.836e9) / 16) * 8) / 15, 0);
+    expect(moe.a2aHostBytes).toBeCloseTo((((8 * 8.836e9) / 16) * 7) / 15, 0);
   });
 
   it("costs an iteration alone as the artifact does, but for a pipeline's bubble, which the simulator charges", () => {
-    for (const type of PUBLISHED_TYPES) {
+    for (const type of Object.values(PUBLISHED_MIXES).flat()) {
       for (const gpus of type.gpus) {
         const job = publishedJob(type, gpus, 8);
-        const alone = iterationSeconds(job, NIC, NIC, 8 * NIC);
+        const alone = iterationSeconds(job, idealRates(NIC, 8));
         const theirs = publishedIterationSeconds(type, gpus, NIC);
         if (type.pattern.kind === "pipeline") expect(alone).toBeGreaterThan(theirs);
         else expect(alone).toBeCloseTo(theirs, 9);
@@ -68,7 +70,7 @@ describe("the published figures' other mixes", () => {
     expect(new Set(jobs.map((j) => j.model)).size).toBe(5);
     for (const job of jobs) {
       // A host's all-to-all against one ring hop of each of its 8 GPUs.
-      const ratio = job.a2aBytes / (8 * job.ringBytes);
+      const ratio = (job.a2aBytes + job.a2aHostBytes) / (8 * job.ringBytes);
       expect(ratio).toBeGreaterThan(10);
       expect(ratio).toBeLessThan(40);
     }

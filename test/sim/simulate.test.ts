@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { generateJobs, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
+import { generateJobs, idealRates, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
 import { simulationReport } from "../../controller/sim/report.ts";
 import { simulateSystem, SYSTEMS_2TIER, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
 
@@ -76,6 +76,15 @@ describe("simulateSystem", () => {
     // Two uplinks: load balancing puts the sub-flows on different spines.
     const balanced = simulateSystem(ep, { fabric: { ...fabric, uplinksPerRack: 2 }, sglbK: 1 }, "sglb", undefined);
     expect(finish(balanced, "e").slowdown).toBeCloseTo(1, 9);
+  });
+
+  it("sends the all-to-all's bytes between a host's own GPUs at NIC speed, off the uplinks", () => {
+    const fabric = { racks: 2, hostsPerRack: 1, gpusPerHost: 2, nicGbps: 8, uplinksPerRack: 1 };
+    // Half the bytes cross the one uplink (two sub-flows each way, 2 s); the other half stays
+    // on each host (1 GB over two 1 GB/s NICs, 0.5 s), which no congestion slows.
+    const run = simulateSystem([job("e", 2, { ringBytes: 0, a2aBytes: 2e9, a2aHostBytes: 1e9 })], { fabric }, "ecmp", undefined);
+    expect(finish(run, "e").finish).toBeCloseTo(10 * (1 + 2 + 0.5), 9);
+    expect(finish(run, "e").slowdown).toBeCloseTo(3.5 / 2.5, 9);
   });
 
   it("lets a job's own all-reduce and all-to-all take turns on the uplinks they share", () => {
@@ -216,7 +225,7 @@ describe("traces", () => {
   it("offers the target load with the paper's models", () => {
     const hostCount = 128;
     const jobs = generateJobs({ seed: 9, hostCount, mix: "tp8pp", load: 0.7, jobs: 3000 }, 50e9);
-    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * iterationSeconds(j, 50e9, 50e9, 8 * 50e9), 0);
+    const work = jobs.reduce((sum, j) => sum + j.stages * j.hostsPerStage * j.iterations * iterationSeconds(j, idealRates(50e9, 8)), 0);
     const span = jobs[jobs.length - 1]!.arrival;
     expect(work / (hostCount * span)).toBeGreaterThan(0.6);
     expect(work / (hostCount * span)).toBeLessThan(0.8);
