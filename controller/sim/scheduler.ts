@@ -3,7 +3,9 @@ import type { Random } from "./random.ts";
 /**
  * The paper's locality-aware, Slurm-like cluster scheduler (§6.1): if one rack can hold the
  * whole job, it goes on the rack with the fewest free hosts that can; otherwise the rack with
- * the most free hosts takes as much of the job as it can and the rest is placed the same way.
+ * the most free hosts takes as much of the job as it can, then the next roomiest, and so on.
+ * The paper's text places the rest "recursively", which could also read as the fullest rack
+ * that holds it; the artifact's scheduler keeps taking the roomiest, and so does this one.
  * Within a rack the lowest free host index goes first; ties between racks go to the lowest rack.
  * This is the scheduler that MonkeyTree sits behind, not part of MonkeyTree: it is what makes
  * the fragmentation the planner has to repair.
@@ -17,8 +19,9 @@ export function bestFit(occupied: readonly boolean[], hostsPerRack: number, stag
   let remaining = stageSizes.reduce((sum, size) => sum + size, 0);
   if (remaining > free.reduce((sum, hosts) => sum + hosts.length, 0)) return undefined;
   const chosen: number[] = [];
+  const fit = tightestFit(free, remaining);
   while (remaining > 0) {
-    const rack = tightestFit(free, remaining) ?? roomiest(free);
+    const rack = fit ?? roomiest(free);
     const hosts = free[rack] ?? [];
     const taken = hosts.splice(0, Math.min(remaining, hosts.length));
     chosen.push(...taken);

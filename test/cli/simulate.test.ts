@@ -156,7 +156,7 @@ describe("monkeytree simulate", () => {
   });
 
   it("runs a preset's variants, each with its own settings, and names them in the report", async () => {
-    const args = ["--preset", "fig-threshold", "--variants", "lambda-2,lambda-8", "--jobs", "150", "--json"];
+    const args = ["--preset", "fig-threshold", "--variants", "lambda-2,lambda-8", "--jobs", "300", "--json"];
     const result = await runCli("simulate", ...args);
     expect(result.code, result.stderr).toBe(0);
     const report = SimulationReportSchema.parse(JSON.parse(result.stdout));

@@ -255,7 +255,7 @@ describe("the ILP against the exact search and the paper's program, beyond brute
   // the paper's program (which may only do worse, moving fragmented groups alone).
   it("plans every event of a 3-tier DP trace with the exact search's optimum, never more than the paper's", () => {
     const events = trace({
-      seed: 11,
+      seed: 12,
       topology: { racks: 8, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 2, racksPerPod: 2 },
       podLambda: 2,
       mix: "dp",
@@ -268,7 +268,7 @@ describe("the ILP against the exact search and the paper's program, beyond brute
       const exact = run(cluster);
       expect(exact.path).toBe("first search");
       expect(exact.plan.status).toBe("optimal");
-      const ilp = run(cluster, { exactNodes: 0 });
+      const ilp = run(cluster, { exactNodes: 0, diveNodes: 0 });
       expect(ilp.path).toBe("ilp");
       expect(planDefect(cluster, ilp.plan.moves)).toBeUndefined();
       expect(ilp.plan).toMatchObject({ status: "optimal", moveCount: exact.plan.moveCount, lowerBound: exact.plan.moveCount });

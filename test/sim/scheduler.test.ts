@@ -25,17 +25,18 @@ describe("bestFit", () => {
     expect(bestFit(even, 4, [2])).toEqual([[1, 2]]);
   });
 
-  it("splits a job that fits nowhere: the emptiest rack first, then the rest by the same rule", () => {
-    // 6 hosts: rack 0 gives 4, the remaining 2 fit best on rack 1.
-    expect(bestFit(occupied, 4, [6])).toEqual([[0, 1, 2, 3, 5, 7]]);
-    // 8 hosts: rack 0 (4), then rack 2 (3, the most free), then 1 host on rack 3 (fullest that fits).
-    expect(bestFit(occupied, 4, [8])).toEqual([[0, 1, 2, 3, 8, 10, 11, 15]]);
+  it("splits a job that fits nowhere over the emptiest racks, emptiest first, as the artifact does", () => {
+    // 6 hosts: rack 0 gives 4, then rack 2 (3 free, the most left) the other 2, though they
+    // would fill rack 1 exactly.
+    expect(bestFit(occupied, 4, [6])).toEqual([[0, 1, 2, 3, 8, 10]]);
+    // 8 hosts: rack 0 (4), rack 2 (3), then rack 1 (2 free, more than rack 3's 1).
+    expect(bestFit(occupied, 4, [8])).toEqual([[0, 1, 2, 3, 8, 10, 11, 5]]);
   });
 
   it("hands hosts to pipeline stages in stage order", () => {
     expect(bestFit(occupied, 4, [3, 3])).toEqual([
       [0, 1, 2],
-      [3, 5, 7],
+      [3, 8, 10],
     ]);
   });
 
