@@ -80,7 +80,7 @@ async function writeSnapshot(path: string, snapshot: unknown): Promise<void> {
 function progress(io: Io, p: PlanProgress): void {
   if (p.elapsedMs < 500) return;
   const best = p.best === undefined ? "no plan yet" : `best plan so far ${p.best} moves`;
-  const phase = { search: "exact search", dive: "heuristic dive", ilp: "integer program (HiGHS) next" }[p.phase];
+  const phase = { search: "exact search", repair: "quick repair", dive: "heuristic dive", ilp: "integer program (HiGHS) next" }[p.phase];
   io.err.write(`monkeytree plan: ${(p.elapsedMs / 1000).toFixed(1)} s: ${phase}; at least ${p.lowerBound} moves needed, ${best}\n`);
 }
 

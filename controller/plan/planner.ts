@@ -7,6 +7,7 @@ import { CountState, moveDistance, type Counts } from "./counts.ts";
 import { monkeytreeProgram, paperProgram } from "./ilp.ts";
 import { solveMip } from "./mip.ts";
 import { hostMoves } from "./moves.ts";
+import { repair } from "./repair.ts";
 import type { BestEffort, Move, PlanDocument, PlanStatus } from "./schema.ts";
 import { Search, searchMoves, type RackMove } from "./search.ts";
 
@@ -36,10 +37,12 @@ export interface PlanBudget {
   readonly diveNodes?: number;
   /** Branch-and-bound nodes HiGHS may open; 0 stops it after the root. */
   readonly mipNodes?: number;
+  /** Steps the quick repair may take (`repair`); 0 skips it. */
+  readonly repairSteps?: number;
 }
 
 export interface PlanProgress {
-  readonly phase: "search" | "dive" | "ilp";
+  readonly phase: "search" | "repair" | "dive" | "ilp";
   /** Proven lower bound on the number of moves so far. */
   readonly lowerBound: number;
   /** Moves of the best valid plan so far, if any. */
@@ -62,7 +65,7 @@ export interface Plan {
   readonly steps: number;
   /** Proven lower bound on the number of moves. */
   readonly lowerBound: number;
-  /** How the plan was found: exact neighbourhood search, or the ILP. */
+  /** How the plan was found: exact neighbourhood search, the ILP, or the repair alone. */
   readonly method: PlanDocument["method"];
   readonly fragmentation: { readonly before: readonly number[]; readonly after: readonly number[] };
   readonly podFragmentation?: { readonly before: readonly number[]; readonly after: readonly number[] };
@@ -148,13 +151,20 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const state = new CountState(cluster, undefined, bounds);
   const finish = (status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number) =>
     status === "infeasible" ? unmoved(cluster, status, bounds, start, method, lowerBound) : result(cluster, bounds, status, method, target, lowerBound, start);
-  const { exactNodes, diveNodes, mipNodes } = options.budget ?? {};
+  const { exactNodes, diveNodes, mipNodes, repairSteps } = options.budget ?? {};
   const capped = (nodes: number | undefined) => (nodes === undefined ? {} : { nodeLimit: nodes });
   let lowerBound = 1;
   let incumbent: Counts | undefined;
   let best = Number.POSITIVE_INFINITY;
-  const report = (phase: PlanProgress["phase"]) =>
-    options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(best) ? { best } : {}), elapsedMs: performance.now() - start });
+  /**
+   * The repair's plan, held aside: the searches look for the fewest moves as if it did not
+   * exist, and it is the answer only where they end with nothing better.
+   */
+  let net: { readonly counts: Counts; readonly moves: number } | undefined;
+  const report = (phase: PlanProgress["phase"]) => {
+    const known = Math.min(best, net?.moves ?? Number.POSITIVE_INFINITY);
+    options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(known) ? { best: known } : {}), elapsedMs: performance.now() - start });
+  };
   const fresh = () => new CountState(cluster, state.initial, bounds);
   const program = options.formulation === "paper" ? paperProgram(state) : undefined;
   let ranIlp = false;
@@ -168,8 +178,9 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
       ...(incumbent ? { start: model.encode(incumbent) } : {}),
       ...(nodes === undefined ? {} : { maxNodes: nodes }),
     });
-    // A plan the search found is verified; it outranks any numerical claim of infeasibility.
-    if (solved.status === "infeasible" && !incumbent) return (program ? undefined : bestEffort(untilMs)) ?? finish("infeasible", "ilp", state.count, lowerBound);
+    // A plan the search or the repair found is verified; it outranks any numerical claim of
+    // infeasibility.
+    if (solved.status === "infeasible" && !incumbent) return net ? undefined : ((program ? undefined : bestEffort(untilMs)) ?? finish("infeasible", "ilp", state.count, lowerBound));
     lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
     const found = solved.values ? model.decode(solved.values) : undefined;
     if (found && moveDistance(state.count, found) < best) {
@@ -198,6 +209,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     return result(cluster, bounds, solved.status === "optimal" ? "optimal" : "feasible", "ilp", target, solved.status === "optimal" ? moves : 0, start, true);
   };
   const settle = () => {
+    if (net && net.moves < best) return finish(net.moves <= lowerBound ? "optimal" : "feasible", "repair", net.counts, Math.min(lowerBound, net.moves));
     if (!incumbent) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
     return finish(best <= lowerBound ? "optimal" : "feasible", ranIlp ? "ilp" : "search", incumbent, Math.min(lowerBound, best));
   };
@@ -221,6 +233,12 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const close = () => (exactDone ? (ilp(deadline, mipNodes) ?? settle()) : settle());
   const first = exactNodes === undefined ? search(Math.min(deadline, start + FIRST_SLICE_MS)) : search(deadline, FIRST_SLICE_NODES);
   if (first) return first;
+  // A plan in milliseconds, however many moves: from here on there is one to return.
+  const repaired = repairSteps === 0 ? undefined : repair(fresh(), repairSteps);
+  if (repaired) {
+    net = { counts: repaired, moves: moveDistance(state.count, repaired) };
+    report("repair");
+  }
   for (const beam of DIVE_BEAMS) {
     if (proved() || now() >= deadline) break;
     const until = diveNodes === undefined ? Math.min(deadline, now() + DIVE_SLICE_MS) : deadline;

@@ -46,7 +46,7 @@ export const PlanDocumentSchema = z.strictObject({
   moveCount: z.int().min(0),
   steps: z.int().min(0),
   lowerBound: z.int().min(0),
-  method: z.enum(["none", "search", "ilp"]),
+  method: z.enum(["none", "search", "repair", "ilp"]),
   lambda: z.int().min(0),
   /** Why no placement exists, when a simple rule shows it. */
   reason: z.string().optional(),
