@@ -266,9 +266,10 @@ describe("the ILP against the exact search and the paper's program, beyond brute
     let paperLonger = 0;
     for (let step = events.next(undefined); !step.done; ) {
       const cluster = step.value;
+      // Proved by the search, in its first slice or after dives: which depends on the
+      // machine's speed when the clock ends the slice, the optimum does not.
       const exact = run(cluster);
-      expect(exact.path).toBe("first search");
-      expect(exact.plan.status).toBe("optimal");
+      expect([exact.plan.status, exact.plan.method]).toEqual(["optimal", "search"]);
       const ilp = run(cluster, { exactNodes: 0, diveNodes: 0 });
       expect(ilp.path).toBe("ilp");
       expect(planDefect(cluster, ilp.plan.moves)).toBeUndefined();
