@@ -234,7 +234,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const first = exactNodes === undefined ? search(Math.min(deadline, start + FIRST_SLICE_MS)) : search(deadline, FIRST_SLICE_NODES);
   if (first) return first;
   // A plan in milliseconds, however many moves: from here on there is one to return.
-  const repaired = repairSteps === 0 ? undefined : repair(fresh(), repairSteps);
+  const repaired = repairSteps === 0 || now() >= deadline ? undefined : repair(fresh(), repairSteps, undefined, deadline);
   if (repaired) {
     net = { counts: repaired, moves: moveDistance(state.count, repaired) };
     report("repair");

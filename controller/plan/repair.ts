@@ -28,12 +28,13 @@ const RING_WEIGHT = 2;
  * a group may not return to a rack it left for a few steps, so the search does not undo
  * itself. Pinned groups, and workers on unavailable hosts, never move.
  *
- * @returns the counts of a valid placement, or `undefined` when its steps or trials ran out first.
+ * @returns the counts of a valid placement, or `undefined` when its steps or trials ran out,
+ *   or the deadline passed, first.
  */
-export function repair(state: CountState, steps = REPAIR_STEPS, trials = REPAIR_TRIALS): Counts | undefined {
+export function repair(state: CountState, steps = REPAIR_STEPS, trials = REPAIR_TRIALS, deadline = Number.POSITIVE_INFINITY): Counts | undefined {
   const tabu = new Map<number, number>();
-  const budget = { trials };
-  for (let step = 0; step < steps && !state.valid && budget.trials > 0; step++) {
+  const budget = new Budget(trials, deadline);
+  for (let step = 0; step < steps && !state.valid && !budget.spent(); step++) {
     const problem = worstRack(state);
     if (problem === undefined) return undefined;
     const best = bestStep(state, problem, (group, rack) => (tabu.get(group * state.racks + rack) ?? -1) >= step, budget);
@@ -42,6 +43,22 @@ export function repair(state: CountState, steps = REPAIR_STEPS, trials = REPAIR_
     for (const shift of best) tabu.set(shift.group * state.racks + shift.from, step + TABU_STEPS);
   }
   return state.valid ? Int32Array.from(state.count) : undefined;
+}
+
+/** Trials left, and the time by which the planner needs its answer whatever the trials say. */
+class Budget {
+  constructor(
+    private trials: number,
+    private readonly deadline: number,
+  ) {}
+
+  take(): void {
+    this.trials -= 1;
+  }
+
+  spent(): boolean {
+    return this.trials <= 0 || performance.now() >= this.deadline;
+  }
 }
 
 /** `count` workers of `group` from rack `from` to rack `to`. */
@@ -86,14 +103,15 @@ function worst(set: IndexSet, over: (i: number) => number): number | undefined {
 
 type IsTabu = (group: number, rack: number) => boolean;
 
-function bestStep(state: CountState, problem: Problem, isTabu: IsTabu, budget: { trials: number }): Step | undefined {
+function bestStep(state: CountState, problem: Problem, isTabu: IsTabu, budget: Budget): Step | undefined {
   let best: Step | undefined;
   let bestScore = Number.POSITIVE_INFINITY;
   // Racks with a free host: the only ones a chain's last link may end on.
   const roomy: number[] = [];
   for (let t = 0; t < state.racks; t++) if (state.occupancy[t]! < state.room[t]!) roomy.push(t);
   const consider = (step: Step) => {
-    budget.trials -= 1;
+    if (budget.spent()) return;
+    budget.take();
     const cells = touched(state, step);
     const before = lost(state, cells);
     apply(state, step);
@@ -111,20 +129,20 @@ function bestStep(state: CountState, problem: Problem, isTabu: IsTabu, budget: {
       // The overflow alone, or the whole piece.
       const pieces = movableOn(state, group, rack);
       const sizes = new Set([Math.min(pieces, state.occupancy[rack]! - state.room[rack]!), pieces]);
-      for (const count of sizes) for (let to = 0; to < state.racks; to++) if (to !== rack && count > 0 && !isTabu(group, to)) landings(state, { group, from: rack, to, count }, isTabu, roomy, consider);
+      for (const count of sizes) for (let to = 0; to < state.racks && !budget.spent(); to++) if (to !== rack && count > 0 && !isTabu(group, to)) landings(state, { group, from: rack, to, count }, isTabu, roomy, consider);
       continue;
     }
     if (!spans(state, group)) continue;
     // A rack sheds a group's rings when the group leaves it or gathers whole on it: its piece
     // here goes anywhere, or a piece elsewhere comes here.
-    for (let from = 0; from < state.racks; from++) {
+    for (let from = 0; from < state.racks && !budget.spent(); from++) {
       const count = movableOn(state, group, from);
       if (count === 0) continue;
       if (from !== rack) {
         if (!isTabu(group, rack)) landings(state, { group, from, to: rack, count }, isTabu, roomy, consider);
         continue;
       }
-      for (let to = 0; to < state.racks; to++) if (to !== rack && !isTabu(group, to)) landings(state, { group, from, to, count }, isTabu, roomy, consider);
+      for (let to = 0; to < state.racks && !budget.spent(); to++) if (to !== rack && !isTabu(group, to)) landings(state, { group, from, to, count }, isTabu, roomy, consider);
     }
   }
   return best;
