@@ -7,9 +7,9 @@
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
-import type { Cluster } from "../controller/model/cluster.ts";
-import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanStatus } from "../controller/plan/index.ts";
-import { MIXES, trace, type Mix } from "../controller/sim/index.ts";
+import type { Cluster, Placement } from "../controller/model/cluster.ts";
+import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanProgress, type PlanStatus } from "../controller/plan/index.ts";
+import { constrain, MIXES, SCHEDULERS, trace, type Mix, type SchedulerName } from "../controller/sim/index.ts";
 import { anytimeTable, unchangedTable } from "./plan-tails.ts";
 
 const HOSTS_PER_RACK = 8;
@@ -32,6 +32,10 @@ options:
   --events N         violation events per size and mix (default 40)
   --seed N           trace seed (default 1)
   --time-limit SEC   planner budget per plan (default 10)
+  --paper-limit SEC  the paper's formulation's budget (default: --time-limit; 0 skips it)
+  --scheduler NAME   front-end that places arrivals: ${SCHEDULERS.join(" | ")} (default best-fit)
+  --pinned F         share of each event's jobs pinned, drawn at random (default 0)
+  --unavailable F    share of each event's free hosts unavailable (default 0)
   --json             one JSON line per size and mix instead of tables
   --hard-limits LIST time limits (s) for the hard example's table (default 3,5,7,10,20,60; none skips)
   --unchanged-racks LIST  racks of 8 hosts for the within-bounds table (default 256,2048,8192; none skips)
@@ -43,6 +47,10 @@ interface Outcome {
   readonly ms: number;
   /** How the planner found its answer; `undefined` on a timeout. */
   readonly method: Plan["method"] | undefined;
+  /** When the first valid plan was known, and its moves; absent without a plan. */
+  readonly first?: { readonly ms: number; readonly moves: number };
+  /** Proven lower bound on the moves. */
+  readonly lowerBound: number;
 }
 
 interface Event {
@@ -67,6 +75,10 @@ function options(argv: string[]) {
     events: { type: "string" },
     seed: { type: "string" },
     "time-limit": { type: "string" },
+    "paper-limit": { type: "string" },
+    scheduler: { type: "string", default: "best-fit" },
+    pinned: { type: "string" },
+    unavailable: { type: "string" },
     json: { type: "boolean", default: false },
     "hard-limits": { type: "string", default: "3,5,7,10,20,60" },
     "unchanged-racks": { type: "string", default: "256,2048,8192" },
@@ -92,13 +104,20 @@ function options(argv: string[]) {
   const events = numberFlag("events", flags.events, 40, 1);
   const seed = numberFlag("seed", flags.seed, 1, 0);
   if (!Number.isInteger(events) || !Number.isInteger(seed)) throw new UsageError("--events and --seed take whole numbers");
+  const scheduler = SCHEDULERS.find((name) => name === flags.scheduler);
+  if (!scheduler) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
+  const timeLimitMs = numberFlag("time-limit", flags["time-limit"], 10, 0.001) * 1000;
   return {
     help: flags.help,
     sizes,
     mixes,
     events,
     seed,
-    timeLimitMs: numberFlag("time-limit", flags["time-limit"], 10, 0.001) * 1000,
+    timeLimitMs,
+    paperLimitMs: numberFlag("paper-limit", flags["paper-limit"], timeLimitMs / 1000, 0) * 1000,
+    scheduler: scheduler satisfies SchedulerName,
+    pinned: numberFlag("pinned", flags.pinned, 0, 0, 1),
+    unavailable: numberFlag("unavailable", flags.unavailable, 0, 0, 1),
     json: flags.json,
     hardLimits: list("hard-limits", flags["hard-limits"]),
     unchangedRacks: list("unchanged-racks", flags["unchanged-racks"]).map(Math.round),
@@ -107,33 +126,44 @@ function options(argv: string[]) {
 
 type Options = ReturnType<typeof options>;
 
-function planOnce(planner: Planner, cluster: Cluster, formulation: Formulation, timeLimitMs: number) {
+function planOnce(planner: Planner, cluster: Cluster, formulation: Formulation, timeLimitMs: number): { outcome: Outcome; placement: Placement | undefined } {
   const start = performance.now();
+  let first: Outcome["first"];
+  const onProgress = (p: PlanProgress) => {
+    if (first === undefined && p.best !== undefined) first = { ms: p.elapsedMs, moves: p.best };
+  };
   try {
-    const plan = planner.plan(cluster, { timeLimitMs, formulation });
-    return { outcome: { status: plan.status, moves: plan.moveCount, ms: plan.solveMs, method: plan.method }, placement: plan.placement };
+    const plan = planner.plan(cluster, { timeLimitMs, formulation, onProgress });
+    // A plan settled in one phase reports no progress: the plan is its own first.
+    if (first === undefined && (plan.status === "optimal" || plan.status === "feasible")) first = { ms: plan.solveMs, moves: plan.moveCount };
+    const outcome = { status: plan.status, moves: plan.moveCount, ms: plan.solveMs, method: plan.method, lowerBound: plan.lowerBound, ...(first ? { first } : {}) };
+    return { outcome, placement: plan.placement };
   } catch (error) {
     if (!(error instanceof PlanTimeoutError)) throw error;
-    return { outcome: { status: "timeout" as const, moves: 0, ms: performance.now() - start, method: undefined }, placement: undefined };
+    return { outcome: { status: "timeout", moves: 0, ms: performance.now() - start, method: undefined, lowerBound: error.lowerBound }, placement: undefined };
   }
 }
+
+/** The paper's formulation is the baseline where it runs at all; `--paper-limit 0` skips it. */
+const SKIPPED: Outcome = { status: "timeout", moves: 0, ms: Number.NaN, method: undefined, lowerBound: 0 };
 
 function runTrace(planner: Planner, mix: Mix, gpus: number, opts: Options): Run {
   const racks = gpus / GPUS_PER_RACK;
   const lambda = UPLINKS[mix];
   const topology = { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: GPUS_PER_HOST, uplinksPerRack: lambda };
   const events: Event[] = [];
-  const generator = trace({ seed: opts.seed, topology, lambda, mix, events: opts.events });
+  const generator = trace({ seed: opts.seed, topology, lambda, mix, events: opts.events, scheduler: opts.scheduler });
   let traceMs = 0;
   let lastProgress = performance.now();
   let started = performance.now();
   let step = generator.next();
   traceMs += performance.now() - started;
   while (!step.done) {
-    const cluster = step.value;
+    const cluster = opts.pinned + opts.unavailable > 0 ? constrain(step.value, { pinned: opts.pinned, unavailable: opts.unavailable, seed: opts.seed * 1000 + events.length }) : step.value;
     // Alternate which formulation runs first so neither always gets the warmer caches.
     const order = events.length % 2 === 0 ? FORMULATIONS : ([...FORMULATIONS].reverse() as Formulation[]);
-    const results = new Map(order.map((f) => [f, planOnce(planner, cluster, f, opts.timeLimitMs)] as const));
+    const limit = (f: Formulation) => (f === "paper" ? opts.paperLimitMs : opts.timeLimitMs);
+    const results = new Map(order.map((f) => [f, limit(f) > 0 ? planOnce(planner, cluster, f, limit(f)) : { outcome: SKIPPED, placement: undefined }] as const));
     const ours = results.get("monkeytree");
     const paper = results.get("paper");
     if (!ours || !paper) throw new Error("internal: a formulation was not planned");
@@ -161,6 +191,8 @@ function percentile(sorted: readonly number[], p: number): number {
 function side(outcomes: readonly Outcome[]) {
   const ms = outcomes.map((o) => o.ms).sort((a, b) => a - b);
   const withPlan = outcomes.filter(planned);
+  const firstMs = withPlan.flatMap((o) => (o.first ? [o.first.ms] : [])).sort((a, b) => a - b);
+  const unproved = withPlan.filter((o) => o.status === "feasible");
   const moves = Object.fromEntries(
     MOVE_BUCKETS.map((bucket, i) => [bucket, withPlan.filter((o) => (i === MOVE_BUCKETS.length - 1 ? o.moves >= i + 1 : o.moves === i + 1)).length]),
   ) as Record<(typeof MOVE_BUCKETS)[number], number>;
@@ -174,6 +206,14 @@ function side(outcomes: readonly Outcome[]) {
     p50Ms: percentile(ms, 50),
     p90Ms: percentile(ms, 90),
     maxMs: ms.at(-1) ?? Number.NaN,
+    firstP50Ms: percentile(firstMs, 50),
+    firstP90Ms: percentile(firstMs, 90),
+    firstMaxMs: firstMs.at(-1) ?? Number.NaN,
+    /** How far the first plan's moves were from the final plan's, on average. */
+    firstMovesRatio: mean(withPlan.flatMap((o) => (o.first && o.moves > 0 ? [o.first.moves / o.moves] : []))),
+    unproved: unproved.length,
+    /** The widest gap left between a plan and its proven lower bound. */
+    worstGap: unproved.length ? Math.max(...unproved.map((o) => o.moves / Math.max(1, o.lowerBound))) : Number.NaN,
   };
 }
 
@@ -189,7 +229,12 @@ function summarise(run: Run, opts: Options) {
     seed: opts.seed,
     timeLimitMs: opts.timeLimitMs,
     instances: run.events.length,
+    scheduler: opts.scheduler,
+    pinned: opts.pinned,
+    unavailable: opts.unavailable,
     traceMs: run.traceMs,
+    /** The process's peak resident memory so far (sizes run smallest first, so this size's). */
+    peakRssMb: process.resourceUsage().maxRSS / 1024,
     ours,
     paper,
     p50Ratio: paper.p50Ms / ours.p50Ms,
@@ -203,6 +248,8 @@ function summarise(run: Run, opts: Options) {
 type Summary = ReturnType<typeof summarise>;
 
 const ms = (value: number) => (Number.isNaN(value) ? "-" : value < 10 ? value.toFixed(2) : value.toFixed(0));
+const fixed = (value: number) => (Number.isFinite(value) ? value.toFixed(2) : "-");
+const mean = (values: readonly number[]) => (values.length ? values.reduce((a, b) => a + b, 0) / values.length : Number.NaN);
 const ratio = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : "-");
 
 function render(s: Summary): string {
@@ -215,14 +262,21 @@ function render(s: Summary): string {
     ["solve p50 ms", ms(s.ours.p50Ms), ms(s.paper.p50Ms), ratio(s.p50Ratio)],
     ["solve p90 ms", ms(s.ours.p90Ms), ms(s.paper.p90Ms), ratio(s.p90Ratio)],
     ["solve max ms", ms(s.ours.maxMs), ms(s.paper.maxMs), ratio(s.paper.maxMs / s.ours.maxMs)],
+    ["first plan p50 ms", ms(s.ours.firstP50Ms), ms(s.paper.firstP50Ms), ratio(s.paper.firstP50Ms / s.ours.firstP50Ms)],
+    ["first plan p90 ms", ms(s.ours.firstP90Ms), ms(s.paper.firstP90Ms), ratio(s.paper.firstP90Ms / s.ours.firstP90Ms)],
+    ["first plan max ms", ms(s.ours.firstMaxMs), ms(s.paper.firstMaxMs), ratio(s.paper.firstMaxMs / s.ours.firstMaxMs)],
+    ["first ÷ final moves", fixed(s.ours.firstMovesRatio), fixed(s.paper.firstMovesRatio), ""],
+    ["not proved optimal", s.ours.unproved, s.paper.unproved, ""],
+    ["worst moves ÷ bound", fixed(s.ours.worstGap), fixed(s.paper.worstGap), ""],
   ];
   return [
     `${s.mix}, ${s.gpus.toLocaleString("en-US")} GPUs (${s.racks} racks × ${HOSTS_PER_RACK} hosts × ${GPUS_PER_HOST} GPUs), ` +
-      `λ = ${s.lambda}, ${s.instances} instances, seed ${s.seed}, time limit ${s.timeLimitMs / 1000} s`,
+      `λ = ${s.lambda}, ${s.instances} instances, seed ${s.seed}, time limit ${s.timeLimitMs / 1000} s, behind ${s.scheduler}` +
+      (s.pinned + s.unavailable > 0 ? `, ${s.pinned} of jobs pinned, ${s.unavailable} of free hosts unavailable` : ""),
     table(["", "ours", "paper", "paper/ours"], rows),
     `paper infeasible where ours planned: ${s.paperInfeasibleWhereOursPlanned}/${s.instances}; ` +
       `paper needed more moves: ${s.paperMoreMoves}, fewer: ${s.paperFewerMoves}; ` +
-      `trace generation ${ms(s.traceMs)} ms`,
+      `trace generation ${ms(s.traceMs)} ms; peak memory ${s.peakRssMb.toFixed(0)} MB`,
   ].join("\n");
 }
 

@@ -103,7 +103,8 @@ export class PlanTimeoutError extends Error {
  * then dives look for a valid plan, narrowest beam first, each for at most `DIVE_SLICE_MS`;
  * then the exact search resumes where it paused (`Search`), bounded by the best plan, until
  * it proves one or the limit ends it. HiGHS gets the time left once the exact search can do no
- * more (past its depth, or its node budget spent).
+ * more (past its depth, or its node budget spent), and a slice of its own (`ILP_SLICE_MS`)
+ * before the dives when the repair fails.
  */
 const FIRST_SLICE_MS = 500;
 const DIVE_SLICE_MS = 500;
@@ -114,6 +115,8 @@ const DIVE_SLICE_MS = 500;
  * node cap.
  */
 const FIRST_SLICE_NODES = 150_000;
+/** HiGHS's turn when the repair found nothing; with a node cap (`PlanBudget.mipNodes`) it ends by that instead. */
+const ILP_SLICE_MS = 2_000;
 /** Deeper than this the search's branching outgrows the ILP. */
 const SEARCH_DEPTH = 12;
 /** Longest plan a dive looks for, and its beam widths, narrowest (fastest) first. */
@@ -180,7 +183,9 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     });
     // A plan the search or the repair found is verified; it outranks any numerical claim of
     // infeasibility.
-    if (solved.status === "infeasible" && !incumbent) return net ? undefined : ((program ? undefined : bestEffort(untilMs)) ?? finish("infeasible", "ilp", state.count, lowerBound));
+    // Once no placement is proved to exist, nothing else can use the time left: the best
+    // effort gets all of it.
+    if (solved.status === "infeasible" && !incumbent) return net ? undefined : ((program ? undefined : bestEffort(deadline)) ?? finish("infeasible", "ilp", state.count, lowerBound));
     lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
     const found = solved.values ? model.decode(solved.values) : undefined;
     if (found && moveDistance(state.count, found) < best) {
@@ -238,6 +243,12 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   if (repaired) {
     net = { counts: repaired, moves: moveDistance(state.count, repaired) };
     report("repair");
+  } else if (repairSteps !== 0 && now() < deadline) {
+    // The repair failing is what an event with no valid placement looks like: HiGHS can prove
+    // that (and then find the best effort) or find a plan, where the dives and the search
+    // would run until the limit and return nothing.
+    const settled = ilp(mipNodes === undefined ? Math.min(deadline, now() + ILP_SLICE_MS) : deadline, mipNodes);
+    if (settled) return settled;
   }
   for (const beam of DIVE_BEAMS) {
     if (proved() || now() >= deadline) break;

@@ -1,6 +1,7 @@
 export { Random } from "./random.ts";
 export { MIXES, workload, type JobShape, type JobSpec, type Mix, type Workload } from "./workload.ts";
 export { bestFit, firstFree, randomFree, scheduler, SCHEDULERS, type Scheduler, type SchedulerName } from "./scheduler.ts";
+export { constrain, type Constraints } from "./constrain.ts";
 export { trace, TraceOptionsSchema, type TraceOptions, type TraceSummary } from "./trace.ts";
 export { maxMinRates, type MaxMinProblem } from "./maxmin.ts";
 export { MODELS, DEFAULT_TOKENS_PER_REPLICA, MAX_TOKENS_PER_REPLICA, iterationCost, type ModelSpec, type IterationCost, type Parallelism } from "./models.ts";

@@ -4,7 +4,7 @@ import { InvalidInputError } from "../../sdk/errors.ts";
 import { podFragmentation, rackFragmentation } from "../model/fragmentation.ts";
 import { TopologySchema, type Snapshot } from "../model/snapshot.ts";
 import { Random } from "./random.ts";
-import { bestFit } from "./scheduler.ts";
+import { scheduler, SCHEDULERS } from "./scheduler.ts";
 import { MIXES, workload, type JobSpec } from "./workload.ts";
 
 export const TraceOptionsSchema = z.strictObject({
@@ -15,6 +15,8 @@ export const TraceOptionsSchema = z.strictObject({
   /** Per-pod bound; needs `topology.racksPerPod`. */
   podLambda: z.int().min(0).optional(),
   mix: z.enum(MIXES),
+  /** The front-end that places arrivals; the paper's planner sits behind best-fit. */
+  scheduler: z.enum(SCHEDULERS).default("best-fit"),
   /** Offered load: expected fraction of hosts busy in steady state. */
   load: z.number().gt(0).max(1).default(0.9),
   /**
@@ -57,12 +59,12 @@ interface RunningJob {
 const MEAN_DURATION = 1;
 
 /**
- * A cluster trace: Poisson arrivals of jobs from a mix, exponential durations, placed by the
- * best-fit scheduler behind a FIFO queue, at an offered load. Each time a placement pushes a
- * rack (or pod, with `podLambda`) above its bound, or further above it, the trace yields the
- * cluster at that moment and continues from the placement passed to `next` (the planner's
- * result), or from the violating one when `next` gets `undefined`. Departures only lower
- * fragmentation, so they never yield.
+ * A cluster trace: Poisson arrivals of jobs from a mix, exponential durations, placed by a
+ * front-end scheduler (best-fit unless told) behind a FIFO queue, at an offered load. Each
+ * time a placement pushes a rack (or pod, with `podLambda`) above its bound, or further above
+ * it, the trace yields the cluster at that moment and continues from the placement passed to
+ * `next` (the planner's result), or from the violating one when `next` gets `undefined`.
+ * Departures only lower fragmentation, so they never yield.
  *
  * Pure and deterministic: the same options give the same clusters for the same replies.
  */
@@ -78,6 +80,8 @@ export function* trace(input: TraceOptions): Generator<Cluster, TraceSummary, Pl
   parseSnapshot(snapshotOf([]), "trace options");
 
   const random = new Random(options.seed);
+  // Its own stream, so that every front-end sees the same arrivals and durations.
+  const place = scheduler(options.scheduler, new Random(options.seed + 1));
   const jobs = workload(options.mix, hostCount);
   const arrivalRate = (options.load * hostCount) / (jobs.meanHosts * MEAN_DURATION);
   const warmup = options.warmup ?? Math.ceil(3 * arrivalRate * MEAN_DURATION);
@@ -181,7 +185,7 @@ export function* trace(input: TraceOptions): Generator<Cluster, TraceSummary, Pl
     }
     // FIFO: the head of the queue blocks everything behind it until enough hosts are free.
     for (let head = queue[0]; head !== undefined && events < options.events; head = queue[0]) {
-      const groups = bestFit(occupied, topology.hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
+      const groups = place(occupied, topology.hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
       if (!groups) break;
       queue.shift();
       const job: RunningJob = { spec: head, ends: now + random.exponential(1 / MEAN_DURATION), groups };

@@ -57,6 +57,17 @@ describe("trace", () => {
     }
   });
 
+  it("places arrivals by the front-end it is given", () => {
+    const racksPerGroup = (clusters: Cluster[]) => {
+      const spans = clusters.flatMap((c) => c.placement.map((hosts) => new Set(hosts.map((h) => Math.floor(h / 8))).size));
+      return spans.reduce((a, b) => a + b, 0) / spans.length;
+    };
+    const options = { ...dp16, events: 5 };
+    expect(collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c))).toEqual(collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c)));
+    // Best-fit keeps a job in one rack where it can; drawn at random, hosts lie scattered.
+    expect(racksPerGroup(collect({ ...options, scheduler: "random" }).clusters)).toBeGreaterThan(racksPerGroup(collect(options).clusters));
+  });
+
   it("builds TP jobs with one group per stage and 8 rings", () => {
     const { clusters } = collect({ ...dp16, mix: "tp8pp", topology: { ...dp16.topology, uplinksPerRack: 16 }, events: 10 });
     const groups = clusters.flatMap((c) => c.groups.filter((g) => g.rings === 8));
