@@ -18,20 +18,27 @@ export function hostMoves(cluster: Cluster, target: Counts): Move[] {
   const owner = new Int32Array(cluster.hostCount).fill(-1);
   cluster.placement.forEach((hosts, g) => hosts.forEach((h) => (owner[h] = g)));
   const unavailable = new Set(cluster.unavailable);
+  // Each group's hosts by rack, once: the plan touches few of the groups × racks cells.
+  const onRack = cluster.placement.map((hosts) => {
+    const byRack = new Map<number, number[]>();
+    for (const h of hosts) {
+      const t = rackOf(cluster, h);
+      const list = byRack.get(t);
+      if (list) list.push(h);
+      else byRack.set(t, [h]);
+    }
+    return byRack;
+  });
   const leaving: number[][] = cluster.groups.map(() => []);
   const vacated: number[][] = Array.from({ length: racks }, () => []);
 
-  cluster.groups.forEach((_, g) => {
-    const hosts = [...(cluster.placement[g] ?? [])].sort((a, b) => Number(unavailable.has(a)) - Number(unavailable.has(b)) || b - a);
-    for (let t = 0; t < racks; t++) {
-      let surplus = hosts.filter((h) => rackOf(cluster, h) === t).length - target[g * racks + t]!;
-      for (const h of hosts) {
-        if (surplus <= 0) break;
-        if (rackOf(cluster, h) !== t) continue;
-        leaving[g]!.push(h);
-        vacated[t]!.push(h);
-        surplus--;
-      }
+  onRack.forEach((byRack, g) => {
+    for (const [t, hosts] of byRack) {
+      const surplus = hosts.length - target[g * racks + t]!;
+      if (surplus <= 0) continue;
+      const gone = [...hosts].sort((a, b) => Number(unavailable.has(a)) - Number(unavailable.has(b)) || b - a).slice(0, surplus);
+      leaving[g]!.push(...gone);
+      vacated[t]!.push(...gone);
     }
   });
 
@@ -44,10 +51,10 @@ export function hostMoves(cluster: Cluster, target: Counts): Move[] {
   const moves: Move[] = [];
   cluster.groups.forEach((group, g) => {
     const sources = leaving[g]!.sort((a, b) => a - b);
+    if (sources.length === 0) return;
     let next = 0;
     for (let t = 0; t < racks; t++) {
-      const have = (cluster.placement[g] ?? []).filter((h) => rackOf(cluster, h) === t).length;
-      for (let k = have; k < target[g * racks + t]!; k++) {
+      for (let k = onRack[g]!.get(t)?.length ?? 0; k < target[g * racks + t]!; k++) {
         const from = sources[next++]!;
         const to = arrivals[t]!.shift()!;
         moves.push({ job: group.job, group: group.index, from, to, step: 0 });
