@@ -55,12 +55,11 @@ import { PROTOCOL_VERSION } from "../sdk/protocol/envelope.ts";
 import { benchMain } from "./entry.ts";
 import { WorkerClient } from "../sdk/agent.ts";
 import { ControllerClient } from "../sdk/client.ts";
+import { MAX_HOSTS } from "../sdk/protocol/limits.ts";
 import type { Directive } from "../sdk/protocol/worker.ts";
 
 const JOB_HOSTS = 8;
 const HOSTS_PER_RACK = 64;
-/** The most hosts a cluster may have. */
-const MAX_HOSTS = 2048;
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const CLIENT_SCRIPT = fileURLToPath(new URL("./control-client.py", import.meta.url));
 const VENV_PYTHON = join(ROOT, ".venv", "bin", "python");

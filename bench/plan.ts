@@ -5,21 +5,20 @@
 // ours and the paper's, and the trace continues from our plan, as the controller would.
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { MAX_HOSTS_PER_RACK } from "../sdk/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster, Placement } from "../controller/model/cluster.ts";
 import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanProgress, type PlanStatus } from "../controller/plan/index.ts";
 import { constrain, MIXES, SCHEDULERS, trace, type Mix, type SchedulerName } from "../controller/sim/index.ts";
 import { anytimeTable, unchangedTable } from "./plan-tails.ts";
 
-const HOSTS_PER_RACK = 8;
 const GPUS_PER_HOST = 8;
-const GPUS_PER_RACK = HOSTS_PER_RACK * GPUS_PER_HOST;
 /** λ = uplinksPerRack per mix: 2 for single-ring DP/FSDP jobs, 16 so a rack can hold two fragmented TP=8 groups. */
 const UPLINKS: Record<Mix, number> = { dp: 2, tp8pp: 16 };
 const FORMULATIONS = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
 const MOVE_BUCKETS = ["1", "2", "3", "4", "5+"] as const;
-const STATUSES = ["unchanged", "optimal", "feasible", "infeasible", "timeout"] as const satisfies readonly (PlanStatus | "timeout")[];
+const STATUSES = ["unchanged", "optimal", "feasible", "infeasible", "timeout", "skipped"] as const satisfies readonly (PlanStatus | "timeout" | "skipped")[];
 type Status = (typeof STATUSES)[number];
 
 const help = `usage: npm run bench:plan -- [options]
@@ -27,7 +26,8 @@ const help = `usage: npm run bench:plan -- [options]
 Generates cluster traces and plans every bound violation with our formulation and the paper's.
 
 options:
-  --sizes LIST       GPU counts, multiples of ${GPUS_PER_RACK} (default 1024,2048,4096,8192)
+  --sizes LIST       GPU counts, multiples of a rack's GPUs (default 1024,2048,4096,8192)
+  --hosts-per-rack N hosts of ${GPUS_PER_HOST} GPUs in a rack (default 8)
   --mix NAME         ${MIXES.join(" | ")} | all (default all)
   --events N         violation events per size and mix (default 40)
   --seed N           trace seed (default 1)
@@ -71,6 +71,7 @@ interface Run {
 function options(argv: string[]) {
   const flags = parseFlags(argv, {
     sizes: { type: "string", default: "1024,2048,4096,8192" },
+    "hosts-per-rack": { type: "string" },
     mix: { type: "string", default: "all" },
     events: { type: "string" },
     seed: { type: "string" },
@@ -92,10 +93,11 @@ function options(argv: string[]) {
           if (!(value > 0)) throw new UsageError(`--${name} takes positive numbers separated by commas, or none; got "${item}"`);
           return value;
         });
+  const hostsPerRack = intFlag("hosts-per-rack", flags["hosts-per-rack"], 8, 1, MAX_HOSTS_PER_RACK);
   const sizes = flags.sizes.split(",").map((raw) => {
     const gpus = Number(raw);
-    if (!Number.isInteger(gpus) || gpus <= 0 || gpus % GPUS_PER_RACK !== 0) {
-      throw new UsageError(`--sizes takes multiples of ${GPUS_PER_RACK} GPUs (racks of ${HOSTS_PER_RACK}×${GPUS_PER_HOST}), got "${raw}"`);
+    if (!Number.isInteger(gpus) || gpus <= 0 || gpus % (hostsPerRack * GPUS_PER_HOST) !== 0) {
+      throw new UsageError(`--sizes takes multiples of ${hostsPerRack * GPUS_PER_HOST} GPUs (racks of ${hostsPerRack}×${GPUS_PER_HOST}), got "${raw}"`);
     }
     return gpus;
   });
@@ -110,6 +112,7 @@ function options(argv: string[]) {
   return {
     help: flags.help,
     sizes,
+    hostsPerRack,
     mixes,
     events,
     seed,
@@ -145,12 +148,12 @@ function planOnce(planner: Planner, cluster: Cluster, formulation: Formulation, 
 }
 
 /** The paper's formulation is the baseline where it runs at all; `--paper-limit 0` skips it. */
-const SKIPPED: Outcome = { status: "timeout", moves: 0, ms: Number.NaN, method: undefined, lowerBound: 0 };
+const SKIPPED: Outcome = { status: "skipped", moves: 0, ms: Number.NaN, method: undefined, lowerBound: 0 };
 
 function runTrace(planner: Planner, mix: Mix, gpus: number, opts: Options): Run {
-  const racks = gpus / GPUS_PER_RACK;
+  const racks = gpus / (opts.hostsPerRack * GPUS_PER_HOST);
   const lambda = UPLINKS[mix];
-  const topology = { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: GPUS_PER_HOST, uplinksPerRack: lambda };
+  const topology = { racks, hostsPerRack: opts.hostsPerRack, gpusPerHost: GPUS_PER_HOST, uplinksPerRack: lambda };
   const events: Event[] = [];
   const generator = trace({ seed: opts.seed, topology, lambda, mix, events: opts.events, scheduler: opts.scheduler });
   let traceMs = 0;
@@ -189,7 +192,7 @@ function percentile(sorted: readonly number[], p: number): number {
 }
 
 function side(outcomes: readonly Outcome[]) {
-  const ms = outcomes.map((o) => o.ms).sort((a, b) => a - b);
+  const ms = outcomes.flatMap((o) => (o.status === "skipped" ? [] : [o.ms])).sort((a, b) => a - b);
   const withPlan = outcomes.filter(planned);
   const firstMs = withPlan.flatMap((o) => (o.first ? [o.first.ms] : [])).sort((a, b) => a - b);
   const unproved = withPlan.filter((o) => o.status === "feasible");
@@ -225,6 +228,7 @@ function summarise(run: Run, opts: Options) {
     mix: run.mix,
     gpus: run.gpus,
     racks: run.racks,
+    hostsPerRack: opts.hostsPerRack,
     lambda: run.lambda,
     seed: opts.seed,
     timeLimitMs: opts.timeLimitMs,
@@ -270,7 +274,7 @@ function render(s: Summary): string {
     ["worst moves ÷ bound", fixed(s.ours.worstGap), fixed(s.paper.worstGap), ""],
   ];
   return [
-    `${s.mix}, ${s.gpus.toLocaleString("en-US")} GPUs (${s.racks} racks × ${HOSTS_PER_RACK} hosts × ${GPUS_PER_HOST} GPUs), ` +
+    `${s.mix}, ${s.gpus.toLocaleString("en-US")} GPUs (${s.racks} racks × ${s.hostsPerRack} hosts × ${GPUS_PER_HOST} GPUs), ` +
       `λ = ${s.lambda}, ${s.instances} instances, seed ${s.seed}, time limit ${s.timeLimitMs / 1000} s, behind ${s.scheduler}` +
       (s.pinned + s.unavailable > 0 ? `, ${s.pinned} of jobs pinned, ${s.unavailable} of free hosts unavailable` : ""),
     table(["", "ours", "paper", "paper/ours"], rows),

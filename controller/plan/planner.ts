@@ -2,6 +2,7 @@ import * as highsModule from "highs";
 import type { Highs, InitOptions } from "highs";
 import type { Cluster, Placement } from "../model/cluster.ts";
 import { plannedBounds, podFragmentation, rackFragmentation, withinBounds, type Bounds } from "../model/fragmentation.ts";
+import { InvalidInputError } from "../../sdk/errors.ts";
 import { applyMoves, PlanError } from "./check.ts";
 import { CountState, moveDistance, type Counts } from "./counts.ts";
 import { monkeytreeProgram, paperProgram } from "./ilp.ts";
@@ -51,6 +52,14 @@ export interface PlanProgress {
 }
 
 export const DEFAULT_TIME_LIMIT_MS = 5_000;
+
+/**
+ * (group, rack) cells past which no program goes to HiGHS: each cell is four or five columns
+ * and three rows, and HiGHS's memory grows past a gigabyte beyond the worst snapshot of 2,048
+ * hosts (1,024 two-host jobs over 256 racks). Larger events are planned by the search and the
+ * repair alone.
+ */
+export const MAX_PROGRAM_CELLS = 1_024 * 256;
 
 export interface Plan {
   /**
@@ -169,10 +178,16 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
     options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(known) ? { best: known } : {}), elapsedMs: performance.now() - start });
   };
   const fresh = () => new CountState(cluster, state.initial, bounds);
+  const programFits = cluster.groups.length * cluster.topology.racks <= MAX_PROGRAM_CELLS;
+  if (options.formulation === "paper" && !programFits) {
+    const cells = `${cluster.groups.length} groups × ${cluster.topology.racks} racks`;
+    throw new InvalidInputError("--formulation paper", [{ path: "", message: `the program for ${cells} is larger than HiGHS is given (${MAX_PROGRAM_CELLS} cells); plan with --formulation monkeytree` }]);
+  }
   const program = options.formulation === "paper" ? paperProgram(state) : undefined;
   let ranIlp = false;
   /** One HiGHS run from the best plan and bound so far; a plan if it settles the question. */
   const ilp = (untilMs: number, nodes: number | undefined): Plan | undefined => {
+    if (!programFits) return undefined;
     ranIlp = true;
     report("ilp");
     const model = program ?? monkeytreeProgram(state, lowerBound);

@@ -3,17 +3,17 @@ import { z } from "zod";
 /**
  * The sizes MonkeyTree supports, in one place: every message field and every snapshot number
  * is checked against these, so no input can make the controller, a daemon or the CLI allocate,
- * loop or print without bound. The topology limits are what the planner handles: its memory
- * grows with groups × racks, and the worst snapshot within them (every rack over its bound,
- * 1,024 two-host jobs across 256 racks of 8) plans in under 1 GB and a few seconds past
- * --time-limit; at twice the racks it needs 2.7 GB. Twice the largest size `npm run
- * bench:plan` measures (8,192 GPUs) is supported.
+ * loop or print without bound. The topology limits are what the planner handles: 131,072
+ * GPUs, the size of today's largest training clusters. Its memory grows with groups × racks;
+ * HiGHS, whose memory grows fastest, gets no program past `MAX_PROGRAM_CELLS`
+ * (controller/plan/planner.ts), and the worst snapshot within these limits (8,192 two-host
+ * jobs over 1,024 racks of 16, every rack over its bound) peaks at 485 MB.
  */
 
 /** Hosts in a topology (`racks × hostsPerRack`); also bounds `parallelism.dp` and `pp`. */
-export const MAX_HOSTS = 2_048;
+export const MAX_HOSTS = 16_384;
 /** Racks in a topology. */
-export const MAX_RACKS = 256;
+export const MAX_RACKS = 1_024;
 /** Hosts in one rack. */
 export const MAX_HOSTS_PER_RACK = 64;
 /** GPUs in one host; also bounds `parallelism.tp` and a job's `rings`, since TP ranks share a host. */

@@ -199,7 +199,7 @@ describe("monkeytree simulate", () => {
   it.each([
     [["--tokens-per-replica", "0"], /--tokens-per-replica must be a whole number from 1 to 16777216, got "0"/],
     [["--trace", "x.jsonl", "--tokens-per-replica", "4096"], /with --trace the file gives the jobs/],
-    [["--racks", "64", "--hosts-per-rack", "64"], /must be at most 2048 hosts/],
+    [["--racks", "512", "--hosts-per-rack", "64"], /must be at most 16384 hosts/],
     [["--mix", "moe"], /--mix must be one of dp, tp8pp, paper, paper-dp, paper-ep, got "moe"/],
     [["--mix", "paper", "--mean-hours", "3"], /--mean-hours shape the dp and tp8pp mixes; the paper mix's jobs come with their own/],
     [["--mix", "paper", "--racks", "1", "--hosts-per-rack", "4"], /hostCount: the paper mix has jobs of 64 GPUs; give a cluster of at least 8 hosts/],

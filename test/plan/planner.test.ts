@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { parseSnapshot, parseSnapshotText, withinBounds } from "../../controller/model/index.ts";
-import { applyMoves, createPlanner, type Planner } from "../../controller/plan/index.ts";
+import { applyMoves, createPlanner, MAX_PROGRAM_CELLS, type Planner } from "../../controller/plan/index.ts";
 import { bruteForceMoves, hostsOf, smallCluster } from "../helpers/clusters.ts";
 
 let planner: Planner;
@@ -154,5 +154,36 @@ describe("planner against brute force on small random clusters", () => {
     expect(new Set(hostsOf(after)).size).toBe(hostsOf(after).length);
     const paper = planner.plan(cluster, { formulation: "paper", timeLimitMs: 20_000 });
     if (paper.status !== "infeasible") expect(paper.moveCount).toBeGreaterThanOrEqual(plan.moveCount);
+  });
+});
+
+describe("planner past what HiGHS is given", () => {
+  /**
+   * 1,024 racks of 16 hosts and 301 groups: 308,224 (group, rack) cells, past
+   * MAX_PROGRAM_CELLS. One job of 3 rings spans racks 0 and 1, over λ = 2 on both.
+   */
+  const large = (racks: number) =>
+    parseSnapshot({
+      topology: { racks, hostsPerRack: 16, gpusPerHost: 8, uplinksPerRack: 2 },
+      jobs: [{ id: "split", rings: 3, hosts: [0, 16] }, ...Array.from({ length: 300 }, (_, j) => ({ id: `j${j}`, hosts: [(j % racks) * 16 + 2 + Math.floor(j / racks)] }))],
+    });
+
+  it("plans by the search and the repair alone, and never hands HiGHS the program", () => {
+    const cluster = large(1_024);
+    expect(cluster.groups.length * cluster.topology.racks).toBeGreaterThan(MAX_PROGRAM_CELLS);
+    const phases: string[] = [];
+    // No exact search and no dives: HiGHS would be next, were the program small enough.
+    const plan = planner.plan(cluster, { timeLimitMs: 120_000, budget: { exactNodes: 0, diveNodes: 0 }, onProgress: (p) => phases.push(p.phase) });
+    expect(plan.moveCount).toBe(1);
+    expect(withinBounds(cluster, applyMoves(cluster, plan.moves))).toBe(true);
+    expect(phases).not.toContain("ilp");
+    // The same event on 64 racks is small enough, and HiGHS gets its turn.
+    const small: string[] = [];
+    planner.plan(large(64), { timeLimitMs: 120_000, budget: { exactNodes: 0, diveNodes: 0 }, onProgress: (p) => small.push(p.phase) });
+    expect(small).toContain("ilp");
+  });
+
+  it("refuses the paper's program that large, naming the way out", () => {
+    expect(() => planner.plan(large(1_024), { formulation: "paper" })).toThrow(/larger than HiGHS is given \(262144 cells\); plan with --formulation monkeytree/);
   });
 });
