@@ -70,7 +70,7 @@ const GROWTH_GOAL = 1.25;
 const help = `usage: npm run bench:control -- [options]
 
 options:
-  --register N     workers to register (default 2048, the most hosts a cluster may have)
+  --register N     workers to register (default 2048; at most ${MAX_HOSTS}, the most hosts a cluster may have)
   --connections N  client connections the registering workers share (default 64)
   --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
   --hosts LIST     hosts of the steady-state job, one row each (default 1,64,1024)

@@ -36,8 +36,11 @@ export const MAX_LIST_LENGTH = MAX_HOSTS;
 
 /** One frame the controller accepts; a request is small, so anything larger is cut off unread. */
 export const MAX_REQUEST_BYTES = 1024 * 1024;
-/** One frame a client or daemon accepts: the largest status report of the largest topology fits. */
-export const MAX_REPLY_BYTES = 16 * 1024 * 1024;
+/**
+ * One frame a client or daemon accepts: the largest status report of the largest topology fits
+ * (every one of 16,384 hosts unavailable with a reason of the longest text is 17 MB).
+ */
+export const MAX_REPLY_BYTES = 64 * 1024 * 1024;
 
 /** Characters an id may hold: printable, no spaces, quotes or backslashes, so it reads the same logged or quoted. */
 const ID = /^[A-Za-z0-9._:@+=/-]*$/;
