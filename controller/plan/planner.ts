@@ -197,9 +197,7 @@ function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
       ...(nodes === undefined ? {} : { maxNodes: nodes }),
     });
     // A plan the search or the repair found is verified; it outranks any numerical claim of
-    // infeasibility.
-    // Once no placement is proved to exist, nothing else can use the time left: the best
-    // effort gets all of it.
+    // infeasibility. Without one, nothing else can use the time left: the best effort gets it.
     if (solved.status === "infeasible" && !incumbent) return net ? undefined : ((program ? undefined : bestEffort(deadline)) ?? finish("infeasible", "ilp", state.count, lowerBound));
     lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
     const found = solved.values ? model.decode(solved.values) : undefined;
