@@ -53,7 +53,7 @@ export class IndexSet {
 
 /**
  * Counts with incremental fragmentation, occupancy and bound-violation bookkeeping, so a
- * search can try a worker move and undo it in O(1) (plus O(racks) for the moved group's
+ * search can try a worker move and undo it in O(1) (plus O(racks the group spans) for its
  * largest rack share).
  */
 export class CountState {
@@ -94,6 +94,11 @@ export class CountState {
   readonly fullRackSet: IndexSet;
   /** Groups with a worker on each rack. */
   readonly groupsOn: IndexSet[];
+  /**
+   * Racks with a worker of each group, in no order: what a move scans for the group's largest
+   * piece and its last rack, where the whole row of racks would be O(racks) a move.
+   */
+  readonly racksOf: number[][];
   /** A 53-bit hash of the counts, kept up to date by `move` (see `cellKey`). */
   hash = 0;
   /** Counts of the starting placement: a minimal plan never moves a group onto a rack it leaves. */
@@ -137,6 +142,7 @@ export class CountState {
     this.overPodSet = new IndexSet(Math.max(this.pods, 1));
     this.fullRackSet = new IndexSet(racks);
     this.groupsOn = Array.from({ length: racks }, () => new IndexSet(this.groups));
+    this.racksOf = Array.from({ length: this.groups }, () => []);
     for (let g = 0; g < this.groups; g++) {
       for (let t = 0; t < racks; t++) {
         const c = this.count[g * racks + t]!;
@@ -144,6 +150,7 @@ export class CountState {
         this.size[g]! += c;
         this.spread[g]! += 1;
         this.groupsOn[t]!.add(g);
+        this.racksOf[g]!.push(t);
         this.hash = xor53(this.hash, cellKey(g * racks + t, c));
         this.occupancy[t]! += Math.max(0, c - this.heldAt(g * racks + t));
         if (c > this.largest[g]!) this.largest[g] = c;
@@ -199,12 +206,15 @@ export class CountState {
     if (c > this.heldAt(cell)) this.addOccupancy(s, -1);
     if (c === 1) {
       this.groupsOn[s]!.delete(g);
+      const on = this.racksOf[g]!;
+      on[on.indexOf(s)] = on[on.length - 1]!;
+      on.pop();
       this.spread[g]! -= 1;
-      this.resplit(g, this.spread[g]! + 1, this.frag, this.bound, true, s, -1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+      this.resplit(g, this.spread[g]! + 1, this.frag, this.bound, true, s, -1, () => otherThan(on, s));
     }
     if (c === this.largest[g]) {
       let largest = 0;
-      for (let t = 0; t < this.racks; t++) largest = Math.max(largest, this.count[g * this.racks + t]!);
+      for (const t of this.racksOf[g]!) largest = Math.max(largest, this.count[g * this.racks + t]!);
       this.largest[g] = largest;
     }
     if (this.pods > 0) {
@@ -213,7 +223,7 @@ export class CountState {
       this.podCount[pcell] = pc - 1;
       if (pc === 1) {
         this.podSpread[g]! -= 1;
-        this.resplit(g, this.podSpread[g]! + 1, this.podFrag, this.podBound, false, this.podOf[s]!, -1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+        this.resplit(g, this.podSpread[g]! + 1, this.podFrag, this.podBound, false, this.podOf[s]!, -1, () => this.otherPod(g, this.podOf[s]!));
       }
     }
   }
@@ -229,8 +239,9 @@ export class CountState {
     if (c + 1 > this.largest[g]!) this.largest[g] = c + 1;
     if (c === 0) {
       this.groupsOn[d]!.add(g);
+      this.racksOf[g]!.push(d);
       this.spread[g]! += 1;
-      this.resplit(g, this.spread[g]! - 1, this.frag, this.bound, true, d, 1, (t) => this.count[g * this.racks + t]! > 0, this.racks);
+      this.resplit(g, this.spread[g]! - 1, this.frag, this.bound, true, d, 1, () => otherThan(this.racksOf[g]!, d));
     }
     if (this.pods > 0) {
       const pcell = g * this.pods + this.podOf[d]!;
@@ -238,7 +249,7 @@ export class CountState {
       this.podCount[pcell] = pc + 1;
       if (pc === 0) {
         this.podSpread[g]! += 1;
-        this.resplit(g, this.podSpread[g]! - 1, this.podFrag, this.podBound, false, this.podOf[d]!, 1, (p) => this.podCount[g * this.pods + p]! > 0, this.pods);
+        this.resplit(g, this.podSpread[g]! - 1, this.podFrag, this.podBound, false, this.podOf[d]!, 1, () => this.otherPod(g, this.podOf[d]!));
       }
     }
   }
@@ -250,7 +261,7 @@ export class CountState {
    */
   private resplit(
     g: number, before: number, frag: Int32Array, bound: ArrayLike<number>, racks: boolean,
-    at: number, delta: 1 | -1, holds: (i: number) => boolean, domains: number,
+    at: number, delta: 1 | -1, other: () => number,
   ): void {
     const rings = this.rings[g]!;
     const after = before + delta;
@@ -259,13 +270,14 @@ export class CountState {
     } else if (Math.max(before, after) === 2) {
       // 2 → 1: `at` and the one remaining domain stop counting the group; 1 → 2: both start.
       this.addFrag(frag, at, delta * rings, bound, racks);
-      for (let i = 0; i < domains; i++) {
-        if (i !== at && holds(i)) {
-          this.addFrag(frag, i, delta * rings, bound, racks);
-          break;
-        }
-      }
+      this.addFrag(frag, other(), delta * rings, bound, racks);
     }
+  }
+
+  /** The pod other than `at` that holds group `g`, where it spans two. */
+  private otherPod(g: number, at: number): number {
+    for (let p = 0; p < this.pods; p++) if (p !== at && this.podCount[g * this.pods + p]! > 0) return p;
+    throw new RangeError(`group ${g} spans no pod but ${at}`);
   }
 
   private setPending(g: number, delta: number): void {
@@ -288,6 +300,12 @@ export class CountState {
     if (this.occupancy[t]! > this.room[t]!) this.fullRackSet.add(t);
     else this.fullRackSet.delete(t);
   }
+}
+
+/** The rack in `racks` other than `at`, where a group spans exactly two. */
+function otherThan(racks: readonly number[], at: number): number {
+  for (const t of racks) if (t !== at) return t;
+  throw new RangeError(`a group spans no rack but ${at}`);
 }
 
 /**
