@@ -10,8 +10,9 @@
  * for a migration the daemon runs this same program, the job, host and parallelism then come
  * from the MONKEYTREE_* environment and the state from the staging buffer, and the worker
  * carries on at the step its source stopped at. `--start-when-exists PATH` holds the start, and
- * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists. It reports every
- * `--report-ms` (default 1,000) throughout, paused or not.
+ * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists (given again, further
+ * pauses, each pair in order). It reports every `--report-ms` (default 1,000) throughout,
+ * paused or not.
  */
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -40,8 +41,8 @@ const { values: flags } = parseArgs({
     "state-bytes": { type: "string", default: String(64 * 2 ** 20) },
     events: { type: "string" },
     "start-when-exists": { type: "string" },
-    "pause-at": { type: "string" },
-    "resume-when-exists": { type: "string" },
+    "pause-at": { type: "string", multiple: true },
+    "resume-when-exists": { type: "string", multiple: true },
     replacement: { type: "string" },
     "report-ms": { type: "string", default: String(DEFAULT_REPORT_INTERVAL_MS) },
   },
@@ -69,13 +70,12 @@ const stepMs = whole("step-ms", flags["step-ms"]);
  * (in the demo: the controller planned the moves of another job's arrival), whatever the
  * machine's speed.
  */
-function pauseFlags(): { readonly before: number; readonly until: string } | null {
-  const [at, until] = [flags["pause-at"], flags["resume-when-exists"]];
-  if (at === undefined && until === undefined) return null;
-  if (at === undefined || until === undefined) throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
-  return { before: whole("pause-at", at), until };
+function pauseFlags(): { readonly before: number; readonly until: string }[] {
+  const [at, until] = [flags["pause-at"] ?? [], flags["resume-when-exists"] ?? []];
+  if (at.length !== until.length) throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
+  return at.map((raw, i) => ({ before: whole("pause-at", raw), until: until[i]! }));
 }
-const pause = pauseFlags();
+const pauses = pauseFlags();
 const log = createLogger(`worker ${job}[${identity.group}]@${identity.host}`);
 const report = (event: Parameters<typeof appendEvent>[1]) => flags.events !== undefined && appendEvent(flags.events, event);
 const who = { ...identity, pid: process.pid };
@@ -145,7 +145,7 @@ async function obey(directive: Directive, step: number): Promise<boolean> {
 
 let running = true;
 while (running && state.step < steps) {
-  if (state.step === pause?.before) await untilExists(pause.until);
+  for (const pause of pauses) if (state.step === pause.before) await untilExists(pause.until);
   const begun = performance.now();
   trainStep(state);
   const rest = stepMs - (performance.now() - begun);

@@ -27,6 +27,8 @@ const TOPOLOGY = { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 
  * must still be training there.
  */
 const [STEPS, PAUSE_AT] = [60, 10];
+/** The iteration before which a test's workers wait for the jobs to re-form, past any stop step. */
+const REFORMED_AT = 40;
 
 interface Cluster {
   readonly dir: string;
@@ -183,7 +185,12 @@ describe("faults with real processes", () => {
     teardown.push(() => rmSync(events, { recursive: true, force: true }));
     for (const job of ["a", "b"]) sharedFile(join(events, `${job}.jsonl`), TENANT);
     const pace = ["--steps", String(STEPS), "--step-ms", "80", "--report-ms", "100", "--events", events];
-    const cluster = await startCluster({ replacements: { "demo-worker": [...WORKER, ...pace] } });
+    // Every worker of the re-formed jobs waits before iteration REFORMED_AT until the restarted
+    // controller has seen the jobs re-form: on a loaded machine the restart can outlast the
+    // training left, and a job that ended while no controller ran is never seen re-forming.
+    const reformed = join(events, "reformed");
+    const gate = ["--pause-at", String(REFORMED_AT), "--resume-when-exists", reformed];
+    const cluster = await startCluster({ replacements: { "demo-worker": [...WORKER, ...pace, ...gate] } });
     const stateBytes = 8 * 2 ** 20;
     // A job that reached its last barrier before its stop step never stops, and its move never
     // goes on. However long the first plan takes, the first workers wait before iteration
@@ -193,13 +200,13 @@ describe("faults with real processes", () => {
       for (const host of hosts) {
         cluster.group.start(`${job}-${host}`, [
           ...WORKER, "--controller", cluster.endpoint, "--job", job, "--host", String(host), "--tp", "1", "--dp", "2", "--state-bytes", String(stateBytes),
-          "--replacement", "demo-worker", ...pace, "--pause-at", String(PAUSE_AT), "--resume-when-exists", swapStarted,
+          "--replacement", "demo-worker", ...pace, "--pause-at", String(PAUSE_AT), "--resume-when-exists", swapStarted, ...gate,
         ]);
       }
     }
     const stopStepsSet = (moves: MigrationSummary[]) => moves.length > 0 && moves.every((m) => m.stopStep !== null);
     await expect.poll(async () => (await cluster.client.status()).migrations, patiently).toSatisfy(stopStepsSet);
-    for (const m of (await cluster.client.status()).migrations) expect(m.stopStep).toBeLessThan(STEPS);
+    for (const m of (await cluster.client.status()).migrations) expect(m.stopStep).toBeLessThan(REFORMED_AT);
     writeFileSync(swapStarted, "");
 
     // The cut comes once every move of the swap is journaled as committed: from then on the
@@ -220,6 +227,7 @@ describe("faults with real processes", () => {
     await expect.poll(async () => (await cluster.client.status()).migrations.map((m) => [m.id, m.state, m.reason]), patiently).toEqual(
       cut.map((m) => [m.id, "done", null]),
     );
+    writeFileSync(reformed, "");
     const jobEvents = (job: string) => {
       const path = join(events, `${job}.jsonl`);
       return existsSync(path) ? readEvents(readFileSync(path, "utf8"), path) : [];
