@@ -6,7 +6,7 @@
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
 import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { MAX_HOSTS_PER_RACK } from "../sdk/protocol/limits.ts";
+import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS } from "../sdk/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster, Placement } from "../controller/model/cluster.ts";
 import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanProgress, type PlanStatus } from "../controller/plan/index.ts";
@@ -99,6 +99,8 @@ function options(argv: string[]) {
     if (!Number.isInteger(gpus) || gpus <= 0 || gpus % (hostsPerRack * GPUS_PER_HOST) !== 0) {
       throw new UsageError(`--sizes takes multiples of ${hostsPerRack * GPUS_PER_HOST} GPUs (racks of ${hostsPerRack}×${GPUS_PER_HOST}), got "${raw}"`);
     }
+    if (gpus / GPUS_PER_HOST > MAX_HOSTS) throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_HOSTS} hosts (${MAX_HOSTS * GPUS_PER_HOST} GPUs)`);
+    if (gpus / (hostsPerRack * GPUS_PER_HOST) > MAX_RACKS) throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_RACKS} racks; give more --hosts-per-rack`);
     return gpus;
   });
   const mixes = flags.mix === "all" ? [...MIXES] : MIXES.filter((mix) => mix === flags.mix);
