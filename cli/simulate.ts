@@ -12,7 +12,9 @@ import {
   MIXES,
   SIM_MIXES,
   MODELS,
+  MAX_TRACE_JOBS,
   parseSimJobs,
+  tooManyJobs,
   sacctToTrace,
   PRESETS,
   applyVariant,
@@ -57,7 +59,7 @@ const presetNames = Object.keys(PRESETS) as PresetName[];
  */
 const MAX_NIC_GBPS = 100_000;
 const MAX_EP_FACTOR = 1_000;
-/** A trace file larger than this is refused: a million jobs' lines fit easily. */
+/** A trace file larger than this is refused: `MAX_TRACE_JOBS` jobs' lines fit easily. */
 const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 /** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
 const MAX_REPORT_BYTES = 16 * 1024 * 1024;
@@ -322,7 +324,7 @@ export const command: Command = {
       if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
     } else {
       const loads = loadsFlag(flags.loads, preset);
-      const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, 1_000_000);
+      const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, MAX_TRACE_JOBS);
       const drawn = { ...presetGeneration(preset), mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
       generation = drawn;
       const generated = new Map<number, Trace[]>();
@@ -482,6 +484,7 @@ async function readTraceFile(path: string): Promise<SimJob[]> {
   const lineNumbers: number[] = [];
   text.split("\n").forEach((line, i) => {
     if (line.trim() === "") return;
+    if (values.length === MAX_TRACE_JOBS) throw tooManyJobs(source);
     try {
       values.push(JSON.parse(line));
     } catch (error) {

@@ -1,5 +1,6 @@
 import { hostIndexOf, parseTopologyFile, parseTopologyText, UnknownHostError, type NamedTopology } from "../controller/model/named-topology.ts";
 import { topologyFromConf } from "../controller/slurm/topology-conf.ts";
+import { MAX_TOPOLOGY_BYTES } from "../sdk/protocol/limits.ts";
 import type { Config } from "./config.ts";
 import { intFlag, readInputFile, UsageError } from "./io.ts";
 
@@ -32,7 +33,7 @@ type TopologyFlags = { topology?: string | undefined; "uplinks-per-rack"?: strin
 export async function loadTopology(flags: TopologyFlags, config: Config, namesOnly = false): Promise<NamedTopology | null> {
   const path = flags.topology ?? config.topology;
   if (path === undefined) return null;
-  const text = await readInputFile(path, "topology");
+  const text = await readInputFile(path, "topology", MAX_TOPOLOGY_BYTES);
   const source = `topology ${path}`;
   if (!isTopologyConf(path, text)) {
     if (flags["uplinks-per-rack"] !== undefined || flags["gpus-per-host"] !== undefined) {

@@ -10,6 +10,13 @@ import { MAX_HOSTS } from "../../sdk/protocol/limits.ts";
 export class HostlistError extends Error {
   override readonly name = "HostlistError";
   readonly code = "invalid_hostlist";
+  constructor(
+    message: string,
+    /** Whether the list is well formed but names more hosts than the limit. */
+    readonly overLimit = false,
+  ) {
+    super(message);
+  }
 }
 
 /** Names are what Slurm allows in NodeName: no spaces, commas or brackets. */
@@ -22,11 +29,23 @@ const NAME_PART = /^[A-Za-z0-9._-]*$/;
  * @throws HostlistError on unbalanced brackets, bad ranges, or more names than `limit`
  */
 export function expandHostlist(list: string, limit = MAX_HOSTS): string[] {
+  return expandHostlists([list], limit);
+}
+
+/**
+ * The names of several hostlists, in order, at most `limit` of them in all: a file that
+ * lists many hostlists (one per rack or switch) expands no further than one that lists one.
+ *
+ * @throws HostlistError as `expandHostlist`, the count being of all the lists together
+ */
+export function expandHostlists(lists: readonly string[], limit = MAX_HOSTS): string[] {
   const names: string[] = [];
-  for (const item of splitTopLevel(list.trim())) {
-    for (const name of expandItem(item, list)) {
-      names.push(name);
-      if (names.length > limit) throw new HostlistError(`hostlist "${shorten(list)}" names more than ${limit} hosts, the most MonkeyTree supports`);
+  for (const list of lists) {
+    for (const item of splitTopLevel(list.trim())) {
+      for (const name of expandItem(item, list)) {
+        names.push(name);
+        if (names.length > limit) throw new HostlistError(`hostlist "${shorten(list)}" names more than ${limit} hosts${lists.length > 1 ? " with the lists before it" : ""}, the most MonkeyTree supports`, true);
+      }
     }
   }
   return names;
@@ -82,6 +101,8 @@ function rangeSet(body: string, list: string): string[] {
     const [, lowText = "", highText] = match;
     const low = Number(lowText);
     const high = highText === undefined ? low : Number(highText);
+    // Past 2^53 a number no longer counts up by one: `v++` would never reach `high`.
+    if (!Number.isSafeInteger(high)) throw new HostlistError(`hostlist "${shorten(list)}": range ${shorten(range)} has a bound over ${Number.MAX_SAFE_INTEGER}; host numbers are decimal and at most that`);
     if (high < low) throw new HostlistError(`hostlist "${shorten(list)}": range ${range} runs backwards`);
     if (high - low >= MAX_HOSTS) throw new HostlistError(`hostlist "${shorten(list)}": range ${range} names more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
     for (let v = low; v <= high; v++) out.push(String(v).padStart(lowText.length, "0"));

@@ -1,8 +1,8 @@
-import { parse as parseYaml } from "yaml";
+import { Lexer, parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
-import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../../sdk/protocol/limits.ts";
-import { expandHostlist, HostlistError } from "./hostlist.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_TOPOLOGY_BYTES, MAX_UPLINKS_PER_RACK } from "../../sdk/protocol/limits.ts";
+import { expandHostlists, HostlistError } from "./hostlist.ts";
 import { TopologySchema, type Topology } from "./snapshot.ts";
 
 /**
@@ -20,11 +20,13 @@ const positive = (what: string, max: number) =>
     .max(max, { error: `${what} must be at most ${max}, the largest MonkeyTree supports` });
 
 const NAME = /^[A-Za-z0-9._-]+$/;
+/** The longest rack, pod or host name; with `MAX_HOSTS` hosts, it bounds a topology file's size (`MAX_TOPOLOGY_BYTES`). */
+const MAX_NAME_LENGTH = 128;
 const name = (what: string) =>
   z
     .string({ error: `${what} is a string` })
     .min(1, { error: `${what} must not be empty` })
-    .max(128, { error: `${what} is longer than 128 characters` })
+    .max(MAX_NAME_LENGTH, { error: `${what} is longer than ${MAX_NAME_LENGTH} characters` })
     .regex(NAME, { error: `${what} may hold only letters, digits and . _ -` });
 
 /** Hosts as one hostlist (`n[0-7]`) or a list of names and hostlists. */
@@ -87,15 +89,7 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
   };
 
   const racks = file.racks.map((rack, r) => {
-    let hosts: string[] = [];
-    try {
-      hosts = (typeof rack.hosts === "string" ? [rack.hosts] : rack.hosts).flatMap((list) => expandHostlist(list));
-    } catch (error) {
-      if (error instanceof HostlistError) fail(`racks[${r}].hosts`, error.message);
-      throw error;
-    }
-    if (hosts.length === 0) fail(`racks[${r}].hosts`, `rack "${rack.name}" lists no hosts`);
-    if (hosts.length > MAX_HOSTS_PER_RACK) fail(`racks[${r}].hosts`, `rack "${rack.name}" has ${hosts.length} hosts; at most ${MAX_HOSTS_PER_RACK}, the most MonkeyTree supports`);
+    const hosts = rackHosts(rack, (message) => fail(`racks[${r}].hosts`, message));
     const uplinks = rack.uplinks ?? file.uplinksPerRack ?? fail(`racks[${r}].uplinks`, `rack "${rack.name}" has no uplink count: give it "uplinks" or give the file "uplinksPerRack"`);
     return { ...rack, index: r, hosts, uplinks };
   });
@@ -170,8 +164,44 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
   };
 }
 
+/**
+ * A rack's host names, expanded no further than what a rack may hold, so a short
+ * hostlist (or thousands of them) cannot stand for millions of names.
+ */
+function rackHosts(rack: { name: string; hosts: string | string[] }, fail: (message: string) => never): string[] {
+  let hosts: string[] = [];
+  try {
+    hosts = expandHostlists(typeof rack.hosts === "string" ? [rack.hosts] : rack.hosts, MAX_HOSTS_PER_RACK);
+  } catch (error) {
+    if (error instanceof HostlistError) fail(error.overLimit ? `rack "${rack.name}" has more than ${MAX_HOSTS_PER_RACK} hosts, the most MonkeyTree supports` : error.message);
+    throw error;
+  }
+  if (hosts.length === 0) fail(`rack "${rack.name}" lists no hosts`);
+  const long = hosts.find((host) => host.length > MAX_NAME_LENGTH);
+  if (long !== undefined) fail(`host "${long.slice(0, 60)}..." is longer than ${MAX_NAME_LENGTH} characters`);
+  return hosts;
+}
+
+/**
+ * YAML tokens (scalars, indicators, line breaks) in the largest supported topology with one
+ * host a line: 130,000, lexed in a fifth of a second. Building the document costs far more
+ * per token, so a file of many tiny nodes is refused before it is built.
+ */
+const MAX_TOPOLOGY_TOKENS = 400_000;
+
+/** Whether YAML's lexer finds at most `max` tokens in `text`; it stops counting past them. */
+function withinTokens(text: string, max: number): boolean {
+  const tokens = new Lexer().lex(text);
+  for (let count = 0; !tokens.next().done; count++) if (count >= max) return false;
+  return true;
+}
+
 /** Parses a topology document written as YAML or JSON (JSON is YAML); syntax errors become `InvalidInputError`. */
 export function parseTopologyText(text: string, source = "topology"): NamedTopology {
+  if (text.length > MAX_TOPOLOGY_BYTES) throw new InvalidInputError(source, [{ path: "", message: `it holds more than ${MAX_TOPOLOGY_BYTES} characters, the most a topology file may have` }]);
+  if (!withinTokens(text, MAX_TOPOLOGY_TOKENS)) {
+    throw new InvalidInputError(source, [{ path: "", message: `it holds more than ${MAX_TOPOLOGY_TOKENS} YAML tokens, far more than the largest topology MonkeyTree supports` }]);
+  }
   let value: unknown;
   try {
     // Aliases could expand a small file into a huge document; a topology needs none.

@@ -40,6 +40,13 @@ export const MAX_RECORD_BYTES = 64 * 2 ** 20;
 const READ_BYTES = 2 ** 20;
 /** The journal holds migration tokens: only the controller's user may read it. */
 const FILE_MODE = 0o600;
+/**
+ * Beside the journal: how many whole records it held at its last fsync, written (and fsync'd)
+ * after the journal's own fsync, so it never counts a record the journal does not hold durably.
+ * A journal cut at a record boundary reads as whole, but holds fewer records than its mark: the
+ * loss of changes already acted on, which `open` refuses to start from.
+ */
+export const MARK_FILE = "journal.mark";
 
 /** Anything that keeps the controller from using its journal; the message says how to fix it. */
 export abstract class JournalError extends Error {
@@ -64,6 +71,19 @@ export class JournalConfigError extends JournalError {
   readonly code = "journal_config_mismatch";
 }
 
+/** The journal holds fewer records than were written to it: some were lost since, with no damage to show. */
+export class JournalTruncatedError extends JournalError {
+  override readonly name = "JournalTruncatedError";
+  readonly code = "journal_truncated";
+  constructor(readonly path: string, readonly expected: number, readonly found: number) {
+    super(
+      `${path} holds ${found} records, but ${join(dirname(path), MARK_FILE)} says ${expected} were written: the last ${expected - found} ` +
+        "were lost (the file was cut short or replaced by an older copy); restore it from a backup, or start once with " +
+        `--accept-journal-loss to go on from the ${found} records it holds, forgetting the changes in the lost ones`,
+    );
+  }
+}
+
 /** The journal's directory or file cannot be created, read or written, or is of an older format. */
 export class JournalPathError extends JournalError {
   override readonly name = "JournalPathError";
@@ -81,6 +101,13 @@ export interface ReplayReport {
   readonly records: number;
   /** A last record cut short by a crash during a write; it was dropped from the file. */
   readonly tornTail: { readonly line: number; readonly bytes: number } | null;
+  /** Whole records the mark said were written, when more than the journal held and `acceptLoss` let it start. */
+  readonly lost?: { readonly expected: number; readonly found: number };
+}
+
+export interface OpenOptions {
+  /** Start from a journal that holds fewer records than its mark says were written, instead of refusing it. */
+  readonly acceptLoss?: boolean;
 }
 
 export interface OpenedJournal {
@@ -98,6 +125,7 @@ export class Journal {
 
   private constructor(
     private fd: number,
+    private readonly mark: Mark,
     readonly path: string,
     private seq: number,
     private bytes: number,
@@ -113,10 +141,14 @@ export class Journal {
    * @throws JournalPathError when `dir` or the file cannot be used, or `dir` holds a format 1 journal
    * @throws JournalCorruptError naming the line of the first damaged or impossible record
    * @throws JournalConfigError when the journal was written for another cluster
+   * @throws JournalTruncatedError when it holds fewer whole records than its mark says were written, unless `acceptLoss`
    */
-  static open(dir: string, config: Config, clock: () => number = Date.now): OpenedJournal {
+  static open(dir: string, config: Config, clock: () => number = Date.now, options: OpenOptions = {}): OpenedJournal {
     const path = join(dir, JOURNAL_FILE);
+    // A journal moved aside starts anew; one that is there but short is checked against the mark.
+    const existed = existsSync(path);
     const fd = openJournalFile(dir, path);
+    let mark: Mark | undefined;
     try {
       // A compaction that crashed before its rename left this; the journal beside it is whole.
       rmSync(compactionFile(path), { force: true });
@@ -126,15 +158,21 @@ export class Journal {
         ftruncateSync(fd, end.goodBytes);
         fsyncSync(fd);
       }
-      if (state) return { journal: new Journal(fd, path, records, bytes, clock, config), state, replay: { records, tornTail } };
-      const journal = new Journal(fd, path, 0, 0, clock, config);
+      mark = Mark.open(join(dir, MARK_FILE));
+      const lost = existed ? checkMark(mark, path, records, options) : {};
+      if (state) {
+        mark.write(records);
+        return { journal: new Journal(fd, mark, path, records, bytes, clock, config), state, replay: { records, tornTail, ...lost } };
+      }
+      const journal = new Journal(fd, mark, path, 0, 0, clock, config);
       const record = journal.append(config);
       journal.flush();
       // The file's directory entry must be durable too, or a crash could lose the whole file.
       fsyncDirectory(dir);
-      return { journal, state: initialState(record as Config), replay: { records: 0, tornTail } };
+      return { journal, state: initialState(record as Config), replay: { records: 0, tornTail, ...lost } };
     } catch (error) {
       closeSync(fd);
+      mark?.close();
       throw error;
     }
   }
@@ -159,6 +197,7 @@ export class Journal {
     this.pendingBytes = 0;
     writeAll(this.fd, data);
     fsyncSync(this.fd);
+    this.mark.write(this.seq);
     this.bytes += data.length;
     return written;
   }
@@ -181,6 +220,8 @@ export class Journal {
     } finally {
       closeSync(fd);
     }
+    // The mark is a lower bound: lowered before the rename, it holds for the old file and the new.
+    this.mark.write(2);
     renameSync(next, this.path);
     fsyncDirectory(dirname(this.path));
     closeSync(this.fd);
@@ -209,7 +250,59 @@ export class Journal {
     this.flush();
     this.closed = true;
     closeSync(this.fd);
+    this.mark.close();
   }
+}
+
+/**
+ * The journal's mark: `CRC COUNT\n`, COUNT the whole records the journal held at its last
+ * fsync and CRC its CRC-32C, both as 8 hex digits, rewritten in place (one sector, so a crash
+ * leaves the old line or the new) and fsync'd.
+ */
+class Mark {
+  private constructor(
+    private readonly fd: number,
+    readonly path: string,
+    /** The count it held when opened; null for a new, empty or unreadable mark. */
+    readonly count: number | null,
+  ) {}
+
+  static open(path: string): Mark {
+    const existed = existsSync(path);
+    const fd = openSync(path, "a+", FILE_MODE);
+    const line = Buffer.alloc(MARK_BYTES);
+    const got = readSync(fd, line, 0, MARK_BYTES, 0);
+    closeSync(fd);
+    const mark = new Mark(openSync(path, "r+"), path, parseMark(line.subarray(0, got)));
+    if (!existed) fsyncDirectory(dirname(path));
+    return mark;
+  }
+
+  write(count: number): void {
+    const hex = count.toString(16).padStart(8, "0");
+    writeSync(this.fd, Buffer.from(`${checksum(Buffer.from(hex, "latin1"))} ${hex}\n`, "latin1"), 0, MARK_BYTES, 0);
+    fsyncSync(this.fd);
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+/** `CRC COUNT\n` */
+const MARK_BYTES = 18;
+
+function parseMark(line: Buffer): number | null {
+  const match = /^([0-9a-f]{8}) ([0-9a-f]{8})\n$/.exec(line.toString("latin1"));
+  if (!match || checksum(Buffer.from(match[2]!, "latin1")) !== match[1]) return null;
+  return Number.parseInt(match[2]!, 16);
+}
+
+/** What the journal lost below its mark, when `acceptLoss` lets it start anyway. */
+function checkMark(mark: Mark, path: string, found: number, options: OpenOptions): Pick<ReplayReport, "lost"> {
+  if (mark.count === null || found >= mark.count) return {};
+  if (!options.acceptLoss) throw new JournalTruncatedError(path, mark.count, found);
+  return { lost: { expected: mark.count, found } };
 }
 
 const compactionFile = (path: string): string => `${path}.compact`;

@@ -19,6 +19,21 @@ export type SimMix = (typeof SIM_MIXES)[number];
 export const isPublishedMix = (mix: SimMix): mix is PublishedMix => mix in PUBLISHED_MIXES;
 
 /**
+ * Jobs one simulated run replays, from a trace file, `sacct` or `--jobs`: 40 times the largest
+ * preset's, and below the counts (about 120,000) where building a report overran the stack.
+ */
+export const MAX_TRACE_JOBS = 100_000;
+/** The latest arrival, and the longest iteration, in seconds: ten years. */
+export const MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600;
+/** The most bytes a job moves per iteration or migration: a petabyte, far past any model's. */
+const MAX_JOB_BYTES = 1e15;
+
+const seconds = (what: string) =>
+  z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must not be negative` }).max(MAX_TRACE_SECONDS, { error: `${what} must be at most ${MAX_TRACE_SECONDS} s (ten years)` });
+const bytes = (what: string) =>
+  z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must not be negative` }).max(MAX_JOB_BYTES, { error: `${what} must be at most ${MAX_JOB_BYTES} bytes (a petabyte)` });
+
+/**
  * One job of a simulated history: one line of a trace file (JSON lines). Everything the
  * simulator needs is explicit, so a user's own history (from `sacct`, say) replays without
  * the model table; `monkeytree simulate --preset` writes the same lines for generated traces.
@@ -26,7 +41,7 @@ export const isPublishedMix = (mix: SimMix): mix is PublishedMix => mix in PUBLI
 export const SimJobSchema = z.strictObject({
   id: idSchema("a job id"),
   /** Seconds from the start of the trace. */
-  arrival: z.number().min(0),
+  arrival: seconds("arrival"),
   /** Informational: the model it trains. */
   model: z.string().max(128).optional(),
   /** TP degree: independent DP rings per fragmented rack. */
@@ -37,23 +52,23 @@ export const SimJobSchema = z.strictObject({
   hostsPerStage: z.int().min(1).max(MAX_HOSTS),
   iterations: z.int().min(1),
   /** Compute seconds per iteration, without communication. */
-  computeSeconds: z.number().min(0),
+  computeSeconds: seconds("computeSeconds"),
   /** Bytes on each hop of each DP ring per iteration. */
-  ringBytes: z.number().min(0),
+  ringBytes: bytes("ringBytes"),
   /** Bytes on each pipeline flow per iteration. */
-  ppBytes: z.number().min(0).default(0),
+  ppBytes: bytes("ppBytes").default(0),
   /** Checkpoint bytes of one worker (one host), moved when it migrates. */
-  checkpointBytes: z.number().min(0).default(0),
+  checkpointBytes: bytes("checkpointBytes").default(0),
   /**
    * Bytes each host sends per iteration in its stage's expert-parallel all-to-all to the
    * stage's other hosts, spread evenly over them and over its NICs.
    */
-  a2aBytes: z.number().min(0).default(0),
+  a2aBytes: bytes("a2aBytes").default(0),
   /**
    * Bytes of the same all-to-all between a host's own GPUs. They pass its NICs and its rack's
    * switch, never an uplink, so nothing but the job itself slows them.
    */
-  a2aHostBytes: z.number().min(0).default(0),
+  a2aHostBytes: bytes("a2aHostBytes").default(0),
   /**
    * Fills the cluster before the jobs measured: simulated like the rest, left out of the
    * results, so that those start on a busy, already (de)fragmented cluster.
@@ -68,6 +83,7 @@ export type SimJob = z.infer<typeof SimJobSchema>;
  */
 export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNumbers?: readonly number[]): SimJob[] {
   const lineOf = (i: number) => lineNumbers?.[i] ?? i + 1;
+  if (lines.length > MAX_TRACE_JOBS) throw tooManyJobs(source, lines.length);
   const jobs = lines.map((line, i) => {
     const parsed = SimJobSchema.safeParse(line);
     if (!parsed.success) throw InvalidInputError.fromZod(`${source} line ${lineOf(i)}`, parsed.error);
@@ -79,6 +95,14 @@ export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNu
     seen.add(job.id);
   });
   return [...jobs].sort((a, b) => a.arrival - b.arrival);
+}
+
+/** A trace of more than `MAX_TRACE_JOBS` jobs (`count`, when known), and how to split it. */
+export function tooManyJobs(source: string, count?: number): InvalidInputError {
+  const held = count === undefined ? `more than ${MAX_TRACE_JOBS} jobs` : `${count} jobs`;
+  return new InvalidInputError(source, [
+    { path: "", message: `${held}; a run replays at most ${MAX_TRACE_JOBS}: split the trace by arrival into files of at most ${MAX_TRACE_JOBS} lines and simulate each` },
+  ]);
 }
 
 export const GenerateOptionsSchema = z.strictObject({

@@ -112,7 +112,7 @@ export function systemReport(run: SystemRun, load: number | null, variant: strin
     slowdown: quantiles(run.jobs.map((j) => j.slowdown)),
     makespanSeconds: run.makespanSeconds,
     migrations: moves.reduce((a, b) => a + b, 0),
-    migrationsPerJob: { avg: moves.length ? moves.reduce((a, b) => a + b, 0) / moves.length : 0, max: Math.max(0, ...moves) },
+    migrationsPerJob: { avg: moves.length ? moves.reduce((a, b) => a + b, 0) / moves.length : 0, max: moves.reduce((a, b) => Math.max(a, b), 0) },
     bytesMoved: run.bytesMoved,
     migrationSeconds: run.migrationSeconds.length ? quantiles(run.migrationSeconds) : null,
     fragmentation: run.fragmentation,

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { MAX_HOSTS } from "../../sdk/protocol/limits.ts";
-import { idealRates, iterationSeconds, SimJobSchema, type SimJob } from "./jobs.ts";
+import { idealRates, iterationSeconds, MAX_TRACE_JOBS, SimJobSchema, type SimJob } from "./jobs.ts";
 import { iterationCost, MODELS } from "./models.ts";
 
 /** Jobs one `sacct --json` document may hold; a cluster's year of history fits. */
@@ -71,7 +71,8 @@ export function sacctToTrace(document: unknown, options: SacctOptions, source = 
     if (!job.success) throw InvalidInputError.fromZod(where, job.error);
     return { where, job: job.data };
   });
-  const firstSubmission = Math.min(...parsed.map(({ job }) => job.time.submission ?? Infinity));
+  // A loop, not `Math.min(...)`: a spread of a million arguments overruns the stack.
+  const firstSubmission = parsed.reduce((first, { job }) => Math.min(first, job.time.submission ?? Infinity), Infinity);
   const jobs: SimJob[] = [];
   const skipped: { job: string; reason: string }[] = [];
   const seen = new Set<string>();
@@ -116,6 +117,11 @@ export function sacctToTrace(document: unknown, options: SacctOptions, source = 
     });
     if (!line.success) throw InvalidInputError.fromZod(where, line.error);
     jobs.push(line.data);
+  }
+  if (jobs.length > MAX_TRACE_JOBS) {
+    throw new InvalidInputError(source, [
+      { path: "jobs", message: `${jobs.length} jobs ran on GPUs; a run replays at most ${MAX_TRACE_JOBS}: dump a shorter period (sacct --json --starttime … --endtime …) and simulate each` },
+    ]);
   }
   return { jobs: jobs.sort((a, b) => a.arrival - b.arrival), skipped };
 }

@@ -1,6 +1,7 @@
 import { InvalidInputError } from "../../sdk/errors.ts";
 import { expandHostlist, HostlistError } from "../model/hostlist.ts";
 import type { TopologyFile } from "../model/named-topology.ts";
+import { MAX_HOSTS } from "../../sdk/protocol/limits.ts";
 
 /**
  * Slurm's `topology.conf` for the tree plugin, read as a MonkeyTree topology: every leaf
@@ -30,6 +31,8 @@ export function topologyFromConf(text: string, options: TopologyConfOptions, sou
     throw new InvalidInputError(source, [{ path: `line ${line}`, message }]);
   };
   const switches = new Map<string, Switch>();
+  // Hosts named so far: every line's Nodes= expands only as far as the whole file may.
+  let hosts = 0;
   text.split("\n").forEach((raw, i) => {
     const line = i + 1;
     const content = raw.replace(/#.*/, "").trim();
@@ -43,17 +46,19 @@ export function topologyFromConf(text: string, options: TopologyConfOptions, sou
     const name = fields.get("switchname") ?? fail(line, "every line of topology.conf starts with SwitchName=NAME");
     if (switches.has(name)) fail(line, `switch "${name}" is defined twice`);
     if (switches.size >= MAX_SWITCHES) fail(line, `more than ${MAX_SWITCHES} switches`);
-    const expand = (key: string): string[] => {
+    const expand = (key: string, limit: number, over: string): string[] => {
       const list = fields.get(key);
       if (list === undefined) return [];
       try {
-        return expandHostlist(list);
+        return expandHostlist(list, limit);
       } catch (error) {
-        if (error instanceof HostlistError) return fail(line, error.message);
+        if (error instanceof HostlistError) return fail(line, error.overLimit ? over : error.message);
         throw error;
       }
     };
-    const entry = { name, line, nodes: expand("nodes"), switches: expand("switches") };
+    const nodes = expand("nodes", MAX_HOSTS - hosts, `the Nodes= lists so far name more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
+    hosts += nodes.length;
+    const entry = { name, line, nodes, switches: expand("switches", MAX_SWITCHES, `switch "${name}" lists more than ${MAX_SWITCHES} switches`) };
     if (entry.nodes.length && entry.switches.length) fail(line, `switch "${name}" lists both Nodes and Switches; MonkeyTree reads hosts only under leaf switches`);
     switches.set(name, entry);
   });
@@ -67,6 +72,7 @@ export function topologyFromConf(text: string, options: TopologyConfOptions, sou
       parent.set(child, s.name);
     }
   }
+  refuseCycles(switches, parent, fail);
   const leaves = [...switches.values()].filter((s) => s.nodes.length > 0);
   if (leaves.length === 0) fail(1, "no switch lists Nodes=; the racks are the leaf switches with their nodes");
   // Pods exist when some leaf's parent has a parent of its own.
@@ -83,4 +89,27 @@ export function topologyFromConf(text: string, options: TopologyConfOptions, sou
       return { name: leaf.name, hosts: leaf.nodes, ...(pod === undefined ? {} : { pod }) };
     }),
   };
+}
+
+/**
+ * Fails on a switch that is its own ancestor (one that lists itself, or A → B → A through
+ * `Switches=`), naming the switches around the loop: a tree has none, and the levels above a
+ * rack would never end.
+ */
+function refuseCycles(switches: ReadonlyMap<string, Switch>, parent: ReadonlyMap<string, string>, fail: (line: number, message: string) => never): void {
+  // Switches already known to lead up to a root.
+  const rooted = new Set<string>();
+  for (const start of switches.keys()) {
+    const path: string[] = [];
+    const onPath = new Set<string>();
+    for (let at: string | undefined = start; at !== undefined && !rooted.has(at); at = parent.get(at)) {
+      if (onPath.has(at)) {
+        const loop = [...path.slice(path.indexOf(at)), at].reverse();
+        fail(switches.get(at)!.line, `Switches= go round in a loop, ${loop.map((name) => `"${name}"`).join(" → ")}; a tree's switches lead down to the racks without one`);
+      }
+      path.push(at);
+      onPath.add(at);
+    }
+    for (const name of path) rooted.add(name);
+  }
 }

@@ -24,6 +24,13 @@ export const MAX_UPLINKS_PER_RACK = 64;
 export const MAX_FRAGMENTATION = MAX_HOSTS * MAX_GPUS_PER_HOST;
 /** A snapshot file: the largest supported cluster's, pretty-printed, is well under it. */
 export const MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024;
+/**
+ * A topology file (YAML, JSON or topology.conf): the largest supported topology, 1,024 racks
+ * of 16 hosts in pods, every rack, pod and host name 128 characters long and on a line of its
+ * own, is 2.6 MB as pretty-printed JSON and 2.5 MB as YAML; a YAML document this size parses
+ * in seconds, one four times larger in half a minute.
+ */
+export const MAX_TOPOLOGY_BYTES = 4 * 1024 * 1024;
 
 /** Job ids, migration ids, tokens: short names with no control characters, so a log line stays one line. */
 export const MAX_ID_LENGTH = 128;

@@ -1,8 +1,8 @@
-import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseSnapshot } from "../../controller/model/cluster.ts";
-import { Journal, JOURNAL_FILE, journalLine, readJournal } from "../../controller/service/journal.ts";
+import { Journal, JOURNAL_FILE, journalLine, JournalTruncatedError, MARK_FILE, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
 import { WorkerClient } from "../../sdk/agent.ts";
 import { runCli } from "../helpers/cli.ts";
@@ -72,6 +72,59 @@ describe("a journal that lies", () => {
     const result = await startCli(dir);
     expect(result.code).toBe(2);
     expect(result.stderr).toBe(`monkeytree controller: journal: ${join(dir, "journal", JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR: move whatever is at that path aside, or give another --journal directory\n`);
+  });
+});
+
+describe("a journal cut at a record boundary", () => {
+  /** Cuts the journal after its first `keep` lines: every record left is whole and checksum-valid. */
+  function keepLines(path: string, keep: number): void {
+    const bytes = readFileSync(path);
+    let end = 0;
+    for (let line = 0; line < keep; line++) end = bytes.indexOf(0x0a, end) + 1;
+    truncateSync(path, end);
+  }
+
+  it("stops the controller with exit 2, naming the journal, its mark, what each holds and the way out", async () => {
+    const { dir, path } = journalOf([started("a", [0, 4]), { kind: "job-finished", job: "a" }]);
+    keepLines(path, 2);
+    const result = await startCli(dir);
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toBe(
+      `monkeytree controller: journal: ${path} holds 2 records, but ${join(dir, "journal", MARK_FILE)} says 3 were written: the last 1 were lost ` +
+        "(the file was cut short or replaced by an older copy); restore it from a backup, or start once with --accept-journal-loss " +
+        "to go on from the 2 records it holds, forgetting the changes in the lost ones\n",
+    );
+  });
+
+  it("an emptied journal is refused too, and accepting the loss starts from what is left, once", () => {
+    const { dir, path } = journalOf([started("a", [0, 4])]);
+    truncateSync(path, 0);
+    expect(() => Journal.open(join(dir, "journal"), config)).toThrow(JournalTruncatedError);
+    const accepted = Journal.open(join(dir, "journal"), config, Date.now, { acceptLoss: true });
+    accepted.journal.close();
+    expect(accepted.replay.lost).toEqual({ expected: 2, found: 0 });
+    const again = Journal.open(join(dir, "journal"), config);
+    again.journal.close();
+    expect(again.replay.lost).toBeUndefined();
+  });
+
+  it("still forgives a torn last record, and accepts a compacted journal and one moved aside", () => {
+    const { dir, path } = journalOf([started("a", [0, 4]), started("b", [1, 5])]);
+    // A crash mid-append: half of a record that was never acknowledged.
+    const next = journalLine({ seq: 3, at: 1, kind: "job-finished", job: "a" } as JournalRecord);
+    appendFileSync(path, next.subarray(0, next.length >> 1));
+    const torn = Journal.open(join(dir, "journal"), config);
+    expect(torn.replay).toMatchObject({ records: 3, tornTail: { line: 4 } });
+    torn.journal.compact(torn.state);
+    torn.journal.close();
+    const compacted = Journal.open(join(dir, "journal"), config);
+    compacted.journal.close();
+    expect([compacted.replay.records, [...compacted.state.jobs.keys()]]).toEqual([2, ["a", "b"]]);
+    rmSync(path);
+    const fresh = Journal.open(join(dir, "journal"), config);
+    fresh.journal.close();
+    expect(fresh.state.jobs.size).toBe(0);
   });
 });
 
