@@ -4,7 +4,7 @@ import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
 import { JournalError } from "../controller/service/journal.ts";
 import { loadKeyring } from "../controller/service/keys.ts";
-import { createLogger } from "../sdk/log.ts";
+import { createLogger, type Logger } from "../sdk/log.ts";
 import { ControllerServer } from "../controller/service/server.ts";
 import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
@@ -16,12 +16,14 @@ import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { SlurmAdapter } from "../controller/slurm/adapter.ts";
 import { Slurm, SlurmNotInstalledError } from "../controller/slurm/commands.ts";
+import type { CommentPolicy } from "../controller/slurm/view.ts";
 import type { NamedTopology } from "../controller/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 import { ExitCode, UsageError, addressFlag, intFlag, isLoopback, parseFlags, readSnapshotFile, secondsFlag, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
+import { SLURM_COMMENTS_FLAG, SLURM_COMMENTS_HELP, slurmCommentsFlag } from "./slurm.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -38,13 +40,14 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
  */
 const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (4 * DEFAULT_REPORT_INTERVAL_MS) / 1000;
 
-const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR]
+const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR] [--accept-journal-loss]
                              [--keys DIR | --insecure] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
                              [--lost-job-grace S] [--stop-lead N] [--replacement-wait S] [--replan-backoff S] [--metrics ADDR]
-                             [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S]]
+                             [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S] [--slurm-comments bounded|ignore]]
 
-Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM. Launchers
+Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM; SIGHUP
+reloads the --keys keyring. Launchers
 register their workers and meet it at every iteration barrier; when a job starts or ends it
 checks fragmentation, plans migrations and drives them step by step. Every state change is
 journaled (fsync'd) before the controller acts on it; a restarted controller replays the
@@ -56,10 +59,17 @@ options:
 ${TOPOLOGY_HELP}
   --bind ADDR            ZeroMQ address to listen on (default ${DEFAULT_BIND}, this machine only)
   --journal DIR          journal directory (default .monkeytree/journal)
+  --accept-journal-loss  start from a journal that holds fewer records than its mark
+                         (journal.mark) says were written, forgetting the lost ones, instead
+                         of refusing it; only after restoring from a backup failed
   --keys DIR             the keyring \`monkeytree keys --dir DIR\` writes: the controller speaks
                          CURVE, admits only the keyring's client keys, and lets each do only
                          what its role allows (a daemon its host, a job its own workers, an
-                         operator \`status\`). Required to bind anything but loopback
+                         operator \`status\` and ending any job). Required to bind anything
+                         but loopback. Its file must be readable by its owner only (0600).
+                         SIGHUP reloads it: added keys are admitted, removed keys refused from
+                         their next message on; a keyring that cannot be read is logged and
+                         the one in use kept
   --insecure             bind another address without a keyring: anyone who reaches it may
                          register daemons and jobs, and so run commands on every host
   --plan-time-limit S    planner budget per event in seconds (default ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000})
@@ -87,6 +97,7 @@ ${TOPOLOGY_HELP}
                          "On a Slurm cluster"
   --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
   --scheduler-poll S     look at Slurm every S seconds (default 3)
+${SLURM_COMMENTS_HELP}
 ${metricsHelp(25)}
   -h, --help             show this help
 
@@ -101,7 +112,7 @@ back, and the job keeps running where it is.
 exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`;
 
 /** Slurm's side of the controller, once its commands are known to be installed here. */
-function slurmAdapter(conf: string | undefined, topology: NamedTopology, managed: () => ReadonlySet<string>, io: Io): SlurmAdapter {
+function slurmAdapter(conf: string | undefined, comments: CommentPolicy, topology: NamedTopology, managed: () => ReadonlySet<string>, io: Io): SlurmAdapter {
   const slurm = new Slurm(conf === undefined ? {} : { conf });
   try {
     slurm.requireCommands();
@@ -109,7 +120,28 @@ function slurmAdapter(conf: string | undefined, topology: NamedTopology, managed
     if (error instanceof SlurmNotInstalledError) throw new InvalidInputError("--scheduler slurm", [{ path: "", message: error.detail }]);
     throw error;
   }
-  return new SlurmAdapter({ slurm, topology, managed, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+  return new SlurmAdapter({ slurm, topology, managed, comments, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+}
+
+/**
+ * What SIGHUP does: reloads the keyring from `keysDir`, applying it whole or not at all (a
+ * keyring that cannot be read, is not private or has another controller keypair is logged
+ * and the one in use kept). Without --keys there is nothing to reload, and it is logged.
+ */
+function reloadOnHangup(server: ControllerServer, keysDir: string | undefined, logger: Logger): () => void {
+  return () => {
+    if (keysDir === undefined) {
+      logger.info(() => "SIGHUP ignored: this controller has no keyring (--keys) to reload");
+      return;
+    }
+    try {
+      const { added, removed } = server.reloadKeyring(loadKeyring(keysDir));
+      const names = (list: string[]) => (list.length ? list.join(", ") : "none");
+      logger.info(() => `SIGHUP: reloaded the keyring from ${keysDir}: added ${names(added)}; revoked ${names(removed)}`);
+    } catch (error) {
+      logger.error(() => `SIGHUP: kept the keyring in use, since ${keysDir} cannot replace it: ${(error as Error).message}`);
+    }
+  };
 }
 
 export const command: Command = {
@@ -120,6 +152,7 @@ export const command: Command = {
       snapshot: { type: "string" },
       bind: { type: "string" },
       journal: { type: "string" },
+      "accept-journal-loss": { type: "boolean" },
       keys: { type: "string" },
       insecure: { type: "boolean" },
       "plan-time-limit": { type: "string" },
@@ -133,6 +166,7 @@ export const command: Command = {
       scheduler: { type: "string" },
       "slurm-conf": { type: "string" },
       "scheduler-poll": { type: "string" },
+      ...SLURM_COMMENTS_FLAG,
       metrics: { type: "string" },
     });
     const metricsAt = metricsFlag(flags.metrics);
@@ -167,14 +201,15 @@ export const command: Command = {
       logger.warn(() => `listening on ${bind} with --insecure: any client on the network can register daemons and jobs, and so owns every host`);
     }
     if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
-    if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined)) {
-      throw new UsageError("--slurm-conf and --scheduler-poll go with --scheduler slurm");
+    if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined || flags["slurm-comments"] !== undefined)) {
+      throw new UsageError("--slurm-conf, --scheduler-poll and --slurm-comments go with --scheduler slurm");
     }
     if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
     const schedulerPollMs = secondsFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1);
     // The controller's started jobs are Slurm's jobs of the same id, and movable.
     let started: () => ReadonlySet<string> = () => new Set();
-    const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], named, () => started(), io) : undefined;
+    const comments = slurmCommentsFlag(flags["slurm-comments"]);
+    const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], comments, named, () => started(), io) : undefined;
     const daemons = new DaemonHosts();
     const journalDir = flags.journal ?? ".monkeytree/journal";
     outputDir("journal", journalDir);
@@ -184,6 +219,7 @@ export const command: Command = {
       server = await ControllerServer.start({
         bind,
         journalDir,
+        acceptJournalLoss: flags["accept-journal-loss"] ?? false,
         config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
        
         transport: daemons,
@@ -220,8 +256,12 @@ export const command: Command = {
       throw error;
     }
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
+    // Before the line that says it listens: whoever waits for that line may send SIGHUP at once.
+    const hangup = reloadOnHangup(server, flags.keys, logger);
+    process.on("SIGHUP", hangup);
     io.out.write(`controller listening on ${server.endpoint}\n`);
     const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
+    process.off("SIGHUP", hangup);
     logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
     await scrape?.close();
     await server.close();

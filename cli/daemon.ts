@@ -2,6 +2,7 @@ import { once } from "node:events";
 import { hostname } from "node:os";
 import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
 import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
+import { CgroupConfigError, ownCgroup, ReplacementCgroups } from "../controller/daemon/cgroup.ts";
 import { createLogger } from "../sdk/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import { loadConfig } from "./config.ts";
@@ -17,14 +18,16 @@ const DEFAULT_LISTEN = "127.0.0.1:0";
 
 const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
-                         [--run-as USER] [--heartbeat S] [--metrics ADDR]
+                         [--run-as USER] [--cgroup DIR] [--heartbeat S] [--metrics ADDR]
 
-Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging buffers left by
-dead processes, allocates one staging buffer and opens the transfer listener; then it
-registers the host with the controller and heartbeats. During a migration to this host it
-grants a range of the buffer to the source, reports whether every byte arrived intact, and
-starts the replacement: the --replacement command the job names, as --run-as USER.
-Replacement commands are this host's configuration only; no message can make it run another.
+Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging files left by
+dead processes and opens the transfer listener; then it registers the host with the
+controller and heartbeats. During a migration to this host it stages the checkpoint in a file
+of its own, readable by the job's user alone, reports whether every byte arrived intact, and
+starts the replacement: the --replacement command the job names, as the job's user (from its
+Slurm job, or \`monkeytree keys --job J --user U\`), in a cgroup of its own that is stopped
+whole when the replacement exits. Replacement commands are this host's configuration only; no
+message can make it run another.
 
 options:
   --host H             this host's name in the topology, or its global index (required)
@@ -34,8 +37,8 @@ options:
                        "controller", then tcp://127.0.0.1:5555)
   --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),
                        required when the controller has a keyring; default $${CREDENTIALS_ENV}
-  --staging-bytes N    staging buffer size in bytes, the largest checkpoint the host
-                       accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
+  --staging-bytes N    the most checkpoint bytes staged at once, so the largest checkpoint
+                       the host accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
   --listen HOST:PORT   this host's cluster address, where the transfer engine listens (port 0:
                        any free one); required unless the controller is on this machine, when
                        it defaults to 127.0.0.1:0. 0.0.0.0 binds every interface (with a warning)
@@ -47,10 +50,15 @@ options:
                        _TP, _PP, _DP, _MIGRATION, _TOKEN and the checkpoint's _STAGING_BUFFER,
                        _STAGING_OFFSET, _STAGING_LENGTH; nothing else of the daemon's
                        environment. A move of a job naming none of them rolls back
-  --run-as USER        the unprivileged user replacements run as; the staging buffer's group
-                       becomes USER's so they can map it. Required for replacements when the
-                       daemon runs as root (it starts none as root); without root, leave it
-                       out and they run as the daemon's user
+  --run-as USER        the unprivileged user that replacements of jobs without a user of
+                       their own run as, shared by all of them: leave it out where tenants
+                       share hosts. A daemon running as root starts such jobs' replacements
+                       only with it (it starts none as root); without root, replacements run
+                       as the daemon's user
+  --cgroup DIR         the cgroup v2 directory under which each replacement gets a cgroup of
+                       its own (default: this daemon's own cgroup, when it may write there;
+                       "none" to do without, when what a replacement leaves running outside
+                       its process group outlives it)
   --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
                        controller's --heartbeat-timeout
 ${metricsHelp(23)}
@@ -68,6 +76,20 @@ function parseListen(raw: string): { host: string; port: number; advertise?: str
   return host === "0.0.0.0" || host === "::" ? { host, port, advertise: hostname() } : { host, port };
 }
 
+/** `--cgroup`: the directory given, "none", or by default this process's own cgroup v2 where it may write. */
+function replacementCgroups(flag: string | undefined): ReplacementCgroups | undefined {
+  if (flag === "none") return undefined;
+  const parent = flag ?? ownCgroup();
+  if (parent === null) return undefined;
+  try {
+    return ReplacementCgroups.open(parent);
+  } catch (error) {
+    if (error instanceof CgroupConfigError && flag !== undefined) throw new UsageError(error.message);
+    if (error instanceof CgroupConfigError) return undefined;
+    throw error;
+  }
+}
+
 export const command: Command = {
   summary: "run the per-host daemon (staging buffer, transfers, replacement launches)",
   help,
@@ -80,6 +102,7 @@ export const command: Command = {
       listen: { type: "string" },
       replacement: { type: "string", multiple: true },
       "run-as": { type: "string" },
+      cgroup: { type: "string" },
       heartbeat: { type: "string" },
       topology: { type: "string" },
       metrics: { type: "string" },
@@ -111,6 +134,7 @@ export const command: Command = {
       if (error instanceof ReplacementConfigError) throw new UsageError(error.message);
       throw error;
     }
+    const cgroups = replacementCgroups(flags.cgroup);
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const metrics = metricsAt === null ? undefined : new DaemonMetrics();
@@ -126,23 +150,22 @@ export const command: Command = {
         ...(credential ? { credential: credential.credential } : {}),
         replacements,
         ...(runAs === undefined ? {} : { runAs }),
+        ...(cgroups ? { cgroups } : {}),
         ...(metrics ? { metrics } : {}),
       });
     } catch (error) {
+      cgroups?.close();
       if (!(error instanceof DaemonStartError)) throw error;
-      const [source, message] =
-        error.option === "listen"
-          ? [`--listen ${flags.listen ?? DEFAULT_LISTEN}`, `${error.message}; give --listen an address of this host, with a free port or 0`]
-          : [`--staging-bytes ${stagingBytes}`, error.message];
-      throw new InvalidInputError(source, [{ path: "", message }]);
+      throw new InvalidInputError(`--listen ${flags.listen ?? DEFAULT_LISTEN}`, [{ path: "", message: `${error.message}; give --listen an address of this host, with a free port or 0` }]);
     }
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
-    io.out.write(`daemon for host ${host}: ${daemon.buffer.size} staging bytes in ${daemon.buffer.name}, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
+    io.out.write(`daemon for host ${host}: ${stagingBytes} staging bytes, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
     let scrape;
     try {
       scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
     } catch (error) {
       await daemon.close();
+      cgroups?.close();
       throw error;
     }
     const refused = daemon.ready().then(
@@ -152,6 +175,7 @@ export const command: Command = {
     const stop = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
     await scrape?.close();
     await daemon.close();
+    cgroups?.close();
     if (stop instanceof Error) {
       const why = stop instanceof ControllerRefusedError ? refusalAdvice(stop, credential?.path, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`) : stop.message;
       io.err.write(`monkeytree daemon: ${why}\n`);

@@ -205,7 +205,7 @@ export function refusalAdvice(error: ControllerRefusedError, path: string | unde
     case "credential-unexpected":
       return `${error.message} (${path}): leave out --credentials and $${CREDENTIALS_ENV}, or start the controller with --keys DIR`;
     case "key-unknown":
-      return `${error.message} (${path}): give --credentials ${wanted} into the controller's --keys DIR, or restart the controller if that keyring gained the key since it started`;
+      return `${error.message} (${path}): give --credentials ${wanted} into the controller's --keys DIR, or send the controller SIGHUP if that keyring gained the key since it started`;
   }
 }
 

@@ -1,8 +1,9 @@
-import { existsSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { curveKeyPair } from "zeromq";
 import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
 import type { Credential, Principal } from "../sdk/protocol/auth.ts";
+import { UserNameSchema } from "../sdk/protocol/replacement.ts";
 import { expandHostlist, HostlistError } from "../controller/model/hostlist.ts";
 import type { NamedTopology } from "../controller/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
@@ -10,7 +11,7 @@ import { ExitCode, UsageError, parseFlags, type Command } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
-const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--operator NAME]... [--topology FILE]
+const help = `usage: monkeytree keys --dir DIR [--daemon HOSTS]... [--job J]... [--user U] [--operator NAME]... [--topology FILE]
 
 Creates the controller's keyring and its clients' credentials in DIR. The keyring
 (DIR/${KEYRING_FILE}: the controller's CURVE keypair and every client key with what it may do)
@@ -28,12 +29,19 @@ options:
   --topology FILE    the topology that names the hosts; default: the site configuration's
   --job J            a credential for job J's launchers and their replacements
                      (DIR/job-J.json): they may register, barrier and finish only job J
+  --user U           the local user the --job jobs' replacements run as on every host (the
+                     daemons start them as U, and stage their checkpoints for U alone); set
+                     or changed on a job credential that exists too. Without it, and
+                     without a Slurm job whose user says, a job's replacements run as the
+                     daemons' shared --run-as user
   --operator NAME    a credential that may read \`monkeytree status\` (DIR/operator-NAME.json)
   -h, --help         show this help
 
 Running it again adds what is missing and keeps every key that exists: a credential file
-already there is kept, never overwritten. Restart the controller to load new keys. To revoke
-a credential, remove its entry from DIR/${KEYRING_FILE} and restart the controller.
+already there is kept, never overwritten. Send the controller SIGHUP (or restart it) to load
+new keys. To revoke a credential, remove its entry from DIR/${KEYRING_FILE} and send SIGHUP:
+the key's next message is refused, on connections already open too. Clients and the
+controller refuse a keyring or credential file that its group or others may read.
 
 exit codes: 0 done, 2 bad usage or an unreadable keyring.`;
 
@@ -71,6 +79,15 @@ function writeSecret(path: string, text: string): void {
   writeFileSync(path, text, { mode: 0o600, flag: "wx" });
 }
 
+/** `--user`: a user name, for the `--job`s given with it. */
+function userFlag(user: string | undefined, jobs: readonly string[] | undefined): string | undefined {
+  if (user === undefined) return undefined;
+  if (!jobs?.length) throw new UsageError("--user goes with --job: it names the user of those jobs' replacements");
+  const checked = UserNameSchema.safeParse(user);
+  if (!checked.success) throw new UsageError(`--user "${user}": ${checked.error.issues[0]!.message}`);
+  return checked.data;
+}
+
 export const command: Command = {
   summary: "create the controller's keyring and daemon, job and operator credentials",
   help,
@@ -79,6 +96,7 @@ export const command: Command = {
       dir: { type: "string" },
       daemon: { type: "string", multiple: true },
       job: { type: "string", multiple: true },
+      user: { type: "string" },
       operator: { type: "string", multiple: true },
       topology: { type: "string" },
     });
@@ -100,7 +118,10 @@ export const command: Command = {
       writeSecret(keyringPath, `${JSON.stringify(keyring, null, 2)}\n`);
       io.out.write(`created ${keyringPath}: the controller's keypair (public key ${keyring.publicKey})\n`);
     }
-    const clients = [...keyring.clients];
+    const user = userFlag(flags.user, flags.job);
+    const clients = keyring.clients.map((c) => (user !== undefined && c.principal.role === "job" && flags.job?.includes(c.principal.job) ? { ...c, user } : c));
+    const changed = clients.filter((c, i) => c.user !== keyring.clients[i]!.user).map((c) => c.name);
+    if (changed.length) io.out.write(`${changed.join(", ")}: replacements run as ${user}\n`);
     for (const { name, principal } of wanted) {
       const path = join(dir, `${name}.json`);
       if (existsSync(path)) {
@@ -113,15 +134,17 @@ export const command: Command = {
       }
       const pair = curveKeyPair();
       writeSecret(path, `${JSON.stringify({ principal, ...pair, serverKey: keyring.publicKey } satisfies Credential, null, 2)}\n`);
-      clients.push({ name, publicKey: pair.publicKey, principal });
+      clients.push({ name, publicKey: pair.publicKey, principal, ...(user !== undefined && principal.role === "job" ? { user } : {}) });
       io.out.write(`created ${path}\n`);
     }
-    if (clients.length !== keyring.clients.length) {
+    if (clients.length !== keyring.clients.length || changed.length) {
       // Replaced whole, so a crash leaves the old keyring or the new one, never half of one.
+      // A `.next` left by a crash is replaced too: its mode, not 0600, would survive a rewrite.
       const next = `${keyringPath}.next`;
-      writeFileSync(next, `${JSON.stringify({ ...keyring, clients }, null, 2)}\n`, { mode: 0o600 });
+      rmSync(next, { force: true });
+      writeSecret(next, `${JSON.stringify({ ...keyring, clients }, null, 2)}\n`);
       renameSync(next, keyringPath);
-      io.out.write(`${keyringPath} lists ${clients.length} client keys; restart the controller (--keys ${dir}) to load them\n`);
+      io.out.write(`${keyringPath} lists ${clients.length} client keys; send the controller (--keys ${dir}) SIGHUP to load them\n`);
     }
     return ExitCode.ok;
   },

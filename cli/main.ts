@@ -10,6 +10,7 @@ const commands: Record<string, () => Promise<Command>> = {
   controller: async () => (await import("./controller.ts")).command,
   daemon: async () => (await import("./daemon.ts")).command,
   status: async () => (await import("./status.ts")).command,
+  job: async () => (await import("./job.ts")).command,
   demo: async () => (await import("./demo.ts")).command,
   launch: async () => (await import("./launch.ts")).command,
   keys: async () => (await import("./keys.ts")).command,

@@ -4,19 +4,34 @@ import { hostName, type NamedTopology } from "../controller/model/named-topology
 import type { SnapshotInput } from "../controller/model/snapshot.ts";
 import { SlurmAdapter, type AdapterState } from "../controller/slurm/adapter.ts";
 import { Slurm, SlurmCommandError, SlurmNotInstalledError } from "../controller/slurm/commands.ts";
+import { COMMENT_POLICIES, type CommentPolicy } from "../controller/slurm/view.ts";
 import { createLogger } from "../sdk/log.ts";
 import { loadConfig } from "./config.ts";
 import { ExitCode, parseFlags, secondsFlag, table, UsageError, writeJson, type Command } from "./io.ts";
 import { outputFile } from "./output.ts";
 import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 
+/** `--slurm-comments`, for every command that reads Slurm's jobs: how their ring comments count. */
+export const SLURM_COMMENTS_FLAG = { "slurm-comments": { type: "string" } } as const;
+export const SLURM_COMMENTS_HELP = `  --slurm-comments bounded|ignore
+                         a pinned job's \`monkeytree:rings=N\` comment counts up to the GPUs
+                         it has on the rack where it has fewest (bounded, the default), or
+                         not at all (ignore: every pinned job counts 1 ring)`;
+
+export function slurmCommentsFlag(raw: string | undefined): CommentPolicy {
+  if (raw === undefined) return "bounded";
+  const policy = COMMENT_POLICIES.find((p) => p === raw);
+  if (!policy) throw new UsageError(`--slurm-comments must be ${COMMENT_POLICIES.join(" or ")}, got "${raw}"`);
+  return policy;
+}
+
 const help = `usage: monkeytree slurm --topology FILE [--uplinks-per-rack N] [--gpus-per-host N]
-                       [--slurm-conf FILE] [--timeout S] [--json] [--output FILE]
+                       [--slurm-conf FILE] [--slurm-comments bounded|ignore] [--timeout S] [--json] [--output FILE]
 
 Reads, once, what Slurm says of the cluster's nodes and jobs and of MonkeyTree's holds, and
 prints the cluster as the controller plans it under Slurm: every running job pinned (counted
 in its racks' fragmentation, never moved; its rings from a \`monkeytree:rings=N\` in its
-comment, else 1), every host no worker may move to and why (down, drained, reserved, planned
+comment, at most its GPUs on the rack where it has fewest, else 1), every host no worker may move to and why (down, drained, reserved, planned
 by the backfill scheduler, allocated to a job, or an empty slot of a short rack), and the
 holds. It changes nothing in Slurm. Jobs whose launchers registered with a controller are
 movable there; this command, which asks no controller, lists them as pinned too.
@@ -24,6 +39,7 @@ movable there; this command, which asks no controller, lists them as pinned too.
 options:
 ${TOPOLOGY_HELP}
   --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
+${SLURM_COMMENTS_HELP}
   --timeout S            give up on a Slurm command after S seconds (default 10)
   --json                 print the view as JSON: the snapshot, unavailable hosts with reasons, holds
   --output FILE          write the snapshot (pinned jobs "movable": false, "unavailable" hosts)
@@ -40,6 +56,7 @@ export const command: Command = {
     const flags = parseFlags(argv, {
       ...TOPOLOGY_FLAGS,
       "slurm-conf": { type: "string" },
+      ...SLURM_COMMENTS_FLAG,
       timeout: { type: "string" },
       json: { type: "boolean" },
       output: { type: "string" },
@@ -48,7 +65,8 @@ export const command: Command = {
     if (!topology) throw new UsageError("--topology is required: the cluster's topology file or Slurm's topology.conf");
     const slurm = new Slurm({ timeoutMs: secondsFlag("timeout", flags.timeout, 10, 0.1), ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }) });
     if (flags.output !== undefined) outputFile("output", flags.output);
-    const adapter = new SlurmAdapter({ slurm, topology, managed: () => new Set(), log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+    const comments = slurmCommentsFlag(flags["slurm-comments"]);
+    const adapter = new SlurmAdapter({ slurm, topology, managed: () => new Set(), comments, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
     let state: AdapterState;
     try {
       slurm.requireCommands();

@@ -3,6 +3,7 @@ import { assertNever } from "../controller/service/migration.ts";
 import type { ControllerEvent } from "../sdk/protocol/events.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
 import type { ControllerRefusedError } from "../sdk/connection.ts";
+import type { Credential } from "../sdk/protocol/auth.ts";
 import { CREDENTIALS_ENV, ExitCode, addressFlag, credentialFlag, parseFlags, refusalAdvice, secondsFlag, table, writeJson, type Command, type Io } from "./io.ts";
 
 const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json] [--follow]
@@ -30,6 +31,24 @@ bound, 2 bad usage, 3 no answer, or a refusal.`;
 /** How often a follower asks for new events when there were none. */
 const FOLLOW_POLL_MS = 250;
 
+/**
+ * A client of the controller at `endpoint` that closes itself when the controller refuses its
+ * handshake, which ends any wait at once; `refused()` then says why (else undefined).
+ */
+export function operatorClient(endpoint: string, credential: Credential | undefined, timeoutMs: number): { client: ControllerClient; refused: () => ControllerRefusedError | undefined } {
+  let refused: ControllerRefusedError | undefined;
+  const client = new ControllerClient({
+    endpoint,
+    ...(credential ? { credential } : {}),
+    timeoutMs,
+    onRefused: (error) => {
+      refused = error;
+      void client.close();
+    },
+  });
+  return { client, refused: () => refused };
+}
+
 export const command: Command = {
   summary: "show a running controller's jobs, hosts and migrations",
   help,
@@ -44,20 +63,11 @@ export const command: Command = {
     const timeoutMs = secondsFlag("timeout", flags.timeout, 5, 0.1);
     const endpoint = addressFlag("--connect", flags.connect ?? "tcp://127.0.0.1:5555", "connect");
     const credential = credentialFlag(flags.credentials);
-    // A refused handshake closes the client, which ends the wait at once.
-    let refused: ControllerRefusedError | undefined;
-    const client = new ControllerClient({
-      endpoint,
-      ...(credential ? { credential: credential.credential } : {}),
-      timeoutMs,
-      onRefused: (error) => {
-        refused = error;
-        void client.close();
-      },
-    });
+    const { client, refused: refusal } = operatorClient(endpoint, credential?.credential, timeoutMs);
     try {
       return await (flags.follow ? follow(client, io, flags.json === true) : report(client, io, flags.json === true));
     } catch (error) {
+      const refused = refusal();
       if (!(refused && error instanceof ClientClosedError)) throw error;
       io.err.write(`monkeytree status: ${refusalAdvice(refused, credential?.path, "the operator-NAME.json that `monkeytree keys --operator NAME` wrote")}\n`);
       // As for a request the controller refused.

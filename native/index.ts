@@ -138,6 +138,7 @@ interface NativeOutgoingTransfer {
 
 interface NativeModule {
   StagingBuffer: new (name: string, size: number, create: boolean, lock: boolean) => NativeStagingBuffer;
+  createStagingBufferAsync(name: string, size: number, lock: boolean): Promise<NativeStagingBuffer>;
   Listener: new (
     host: string,
     port: number,
@@ -275,7 +276,8 @@ const SHM_NAME = /^[A-Za-z0-9._-]{1,200}$/;
 /** Names StagingBuffer.create() picks by itself: the creating process id, then random hex. */
 const GENERATED_NAME = /^monkeytree-(\d+)-[0-9a-f]{12}$/;
 
-function processAlive(pid: number): boolean {
+/** Whether process `pid` exists (one of another user's counts). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -300,6 +302,16 @@ export function removeStaleStagingBuffers(directory = "/dev/shm"): string[] {
   return removed.sort();
 }
 
+/** A new buffer's checked size, and its name: the one given, or a generated one. */
+function creation(options: CreateStagingBufferOptions): { name: string; size: number } {
+  const size = checkInteger(options.size, "size", 1);
+  const name = options.name ?? `monkeytree-${process.pid}-${randomBytes(6).toString("hex")}`;
+  if (!SHM_NAME.test(name)) {
+    throw new TypeError(`name must match ${SHM_NAME} (a file name under /dev/shm), received ${JSON.stringify(name)}`);
+  }
+  return { name, size };
+}
+
 /** The native object behind a StagingBuffer, for the transfer classes in this module only. */
 let handleOf: (buffer: StagingBuffer) => NativeStagingBuffer;
 
@@ -320,12 +332,17 @@ export class StagingBuffer {
   }
 
   static create(options: CreateStagingBufferOptions): StagingBuffer {
-    const size = checkInteger(options.size, "size", 1);
-    const name = options.name ?? `monkeytree-${process.pid}-${randomBytes(6).toString("hex")}`;
-    if (!SHM_NAME.test(name)) {
-      throw new TypeError(`name must match ${SHM_NAME} (a file name under /dev/shm), received ${JSON.stringify(name)}`);
-    }
+    const { name, size } = creation(options);
     return new StagingBuffer(new native.StagingBuffer(name, size, true, options.lock ?? true));
+  }
+
+  /**
+   * `create`, with the pages allocated on a worker thread: gigabytes take seconds that the
+   * event loop keeps. Rejects with the same `TransferError`s.
+   */
+  static async createAsync(options: CreateStagingBufferOptions): Promise<StagingBuffer> {
+    const { name, size } = creation(options);
+    return new StagingBuffer(await native.createStagingBufferAsync(name, size, options.lock ?? true));
   }
 
   /** Maps an existing /dev/shm/<name> (created by another process); free() leaves the file. */

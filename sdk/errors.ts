@@ -84,17 +84,23 @@ export class BindError extends Error {
 /** Read at a time by `readFileAtMost`, so memory grows with the file only up to its bound. */
 const CHUNK_BYTES = 1 << 20;
 
+/** Why `readFileAtMost` left a file unread; `shared` carries the file's permission bits. */
+export type Unread = { unread: "too-large" | "not-regular" } | { unread: "shared"; mode: number };
+
 /**
  * The text of `path` if it holds at most `max` bytes; `too-large` past them, read in chunks
  * since a device such as /dev/zero has no size and no end. With `regularOnly`, anything but a
  * regular file (a device, a FIFO) is `not-regular`, found without reading or waiting on it:
- * the file is opened non-blocking, so a FIFO nobody writes answers at once. A file that cannot
- * be opened or read throws Node's error.
+ * the file is opened non-blocking, so a FIFO nobody writes answers at once. With `ownerOnly`
+ * (a secret), a file its group or others may read or write is `shared`, judged on the opened
+ * file itself. A file that cannot be opened or read throws Node's error.
  */
-export function readFileAtMost(path: string, max: number, regularOnly = false): { text: string } | { unread: "too-large" | "not-regular" } {
+export function readFileAtMost(path: string, max: number, regularOnly = false, ownerOnly = false): { text: string } | Unread {
   const fd = openSync(path, regularOnly ? constants.O_RDONLY | constants.O_NONBLOCK : constants.O_RDONLY);
   try {
-    if (regularOnly && !fstatSync(fd).isFile()) return { unread: "not-regular" };
+    const stat = regularOnly || ownerOnly ? fstatSync(fd) : null;
+    if (regularOnly && !stat?.isFile()) return { unread: "not-regular" };
+    if (ownerOnly && stat && (stat.mode & 0o077) !== 0) return { unread: "shared", mode: stat.mode & 0o777 };
     const chunks: Buffer[] = [];
     let total = 0;
     for (;;) {
@@ -165,20 +171,36 @@ export function makeDirectory(dir: string, mode = 0o777): void {
 /** The largest JSON file `readJsonFile` reads: far above a keyring listing every host of a large cluster. */
 export const MAX_JSON_FILE_BYTES = 64 * 2 ** 20;
 
+/** Why a JSON file was left unread, as the clause of its error. */
+function unreadReason(path: string, read: Unread): string {
+  switch (read.unread) {
+    case "not-regular":
+      return "it is not a regular file";
+    case "too-large":
+      return `it holds more than the ${MAX_JSON_FILE_BYTES} bytes it may have`;
+    case "shared":
+      return `it holds secret keys but its group or others may read it (mode ${read.mode.toString(8).padStart(4, "0")}); run \`chmod 600 ${path}\``;
+  }
+}
+
 /**
  * A JSON file checked against `schema`; every failure is an `InvalidInputError` naming
  * `source`, and one that cannot be read says `hint` (how to make the file). Only a regular
- * file of at most `MAX_JSON_FILE_BYTES` is read: a device or a FIFO would never be done.
+ * file of at most `MAX_JSON_FILE_BYTES` is read: a device or a FIFO would never be done. A
+ * `secret` file (a keyring, a credential) is refused unless only its owner may read it.
  */
-export function readJsonFile<T>(path: string, source: string, schema: z.ZodType<T>, hint: string): T {
+export function readJsonFile<T>(path: string, source: string, schema: z.ZodType<T>, hint: string, secret = false): T {
   const fail = (message: string) => new InvalidInputError(source, [{ path: "", message: `${message}; ${hint}` }]);
   let read;
   try {
-    read = readFileAtMost(path, MAX_JSON_FILE_BYTES, true);
+    read = readFileAtMost(path, MAX_JSON_FILE_BYTES, true, secret);
   } catch (error) {
     throw fail(`cannot read it (${readFailure(error)})`);
   }
-  if ("unread" in read) throw fail(read.unread === "not-regular" ? "it is not a regular file" : `it holds more than the ${MAX_JSON_FILE_BYTES} bytes it may have`);
+  if ("unread" in read) {
+    if (read.unread === "shared") throw new InvalidInputError(source, [{ path: "", message: unreadReason(path, read) }]);
+    throw fail(unreadReason(path, read));
+  }
   let value: unknown;
   try {
     value = JSON.parse(read.text);

@@ -1,5 +1,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { chownSync } from "node:fs";
+import { userInfo } from "node:os";
 import { ClientClosedError, ControllerConnection, ControllerError, type ControllerRefusedError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
@@ -9,7 +12,8 @@ import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
 import { formatTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
 import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
 import type { DaemonMetrics } from "./metrics.ts";
-import { baseEnvironment, shareStaging, type Tenant } from "./replacements.ts";
+import type { ReplacementCgroups } from "./cgroup.ts";
+import { baseEnvironment, launchArgv, ReplacementConfigError, resolveTenant, type Tenant } from "./replacements.ts";
 
 /**
  * The per-host daemon: owns the host's migration staging buffer and transfer listener,
@@ -24,7 +28,10 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
   readonly host: number;
   /** The controller's address, e.g. `tcp://10.0.0.1:5555`. */
   readonly controller: string;
-  /** Size of the staging buffer, allocated once at start. */
+  /**
+   * The most checkpoint bytes staged at once. Each grant gets a /dev/shm file of its own,
+   * created at prepare and owned by the job's user alone, so no tenant can map another's.
+   */
   readonly stagingBytes: number;
   /** Where the transfer engine listens; port 0 picks a free one. `advertise` is the name sources dial. */
   readonly listen: { readonly host: string; readonly port: number; readonly advertise?: string };
@@ -33,20 +40,25 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
    * `replacement` (`--replacement NAME=COMMAND`); each runs through /bin/sh.
    */
   readonly replacements?: ReadonlyMap<string, string>;
-  /** The unprivileged user replacements run as (`--run-as`); a daemon running as root starts none without one. */
+  /**
+   * The unprivileged user replacements of jobs without a user of their own run as (`--run-as`),
+   * shared by all of them; a daemon running as root starts those jobs' replacements only with one.
+   */
   readonly runAs?: Tenant;
+  /** Where each replacement gets a cgroup of its own, stopped whole when its launcher exits (`--cgroup`). */
+  readonly cgroups?: ReplacementCgroups;
   readonly heartbeatMs?: number;
   readonly log?: Logger;
   /** Counts transfers and replacements, and reads the staging buffer's use, for `--metrics`. */
   readonly metrics?: DaemonMetrics;
 }
 
-/** What `HostDaemon.start` could not take: the staging buffer's shared memory, or the listener's address. */
+/** What `HostDaemon.start` could not take: the listener's address. */
 export class DaemonStartError extends Error {
   override readonly name = "DaemonStartError";
   constructor(
     /** The option that named it. */
-    readonly option: "stagingBytes" | "listen",
+    readonly option: "listen",
     message: string,
   ) {
     super(message);
@@ -54,27 +66,31 @@ export class DaemonStartError extends Error {
 }
 
 export const DEFAULT_HEARTBEAT_MS = 2_000;
-/** Ranges start on page boundaries, so a checkpoint never shares a page with another. */
-const ALIGN = 4096;
-
 /**
  * One grant's life: `receiving` until the transfer settles, then `verified` (kept for the
  * replacement until its launcher exits) or `failed` (freed at once).
  */
 interface Staged {
   readonly migration: string;
+  /** The grant's own file, owned by the job's user; removed when the grant ends. */
+  readonly buffer: StagingBuffer;
   readonly grant: Grant;
+  /** Who the replacement runs as: the job's user, the `--run-as` user, or the daemon's own (undefined). */
+  readonly tenant: Tenant | undefined;
   state: "receiving" | "verified" | "failed";
   /** The replacement launcher, once started (at prepare, or at the commit's spawn). */
   replacement: ChildProcess | null;
+  /** The replacement's cgroup, when the daemon has `cgroups`: stopped whole once the launcher exits. */
+  cgroup: string | null;
   /** Whether the controller asked for the replacement at the move's commit (`daemon.spawn`). */
   committed: boolean;
 }
 
-type ReplacementSpec = PrepareCommand["replacement"];
+/** Who replaces the moved worker; whom as was settled at prepare. */
+type ReplacementSpec = Omit<PrepareCommand["replacement"], "user">;
 type Refusal = { readonly code: RefusalCode; readonly message: string };
 
-/** Stops a replacement launcher and everything it started (its own process group). */
+/** Asks a replacement launcher and everything it started (its own process group) to stop. */
 function stopGroup(child: ChildProcess | null): void {
   if (child?.pid === undefined || child.exitCode !== null) return;
   try {
@@ -84,21 +100,23 @@ function stopGroup(child: ChildProcess | null): void {
   }
 }
 
+/** The daemon's own user's name, for the jobs whose user it is. */
+const OWN_USER = (() => {
+  try {
+    return userInfo().username;
+  } catch {
+    return null;
+  }
+})();
+
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
-/** `open()`, with a `TransferError` (no room in /dev/shm, an address not of this host) as the `option`'s `DaemonStartError`. */
-function take<T>(option: DaemonStartError["option"], open: () => T): T {
-  try {
-    return open();
-  } catch (error) {
-    if (error instanceof TransferError) throw new DaemonStartError(option, error.message);
-    throw error;
-  }
-}
 
 export class HostDaemon {
   private readonly connection: ControllerConnection;
   private readonly staged = new Map<string, Staged>();
+  /** Staging files being allocated, by migration: their bytes count as reserved, and a repeated prepare waits for them. */
+  private readonly allocating = new Map<string, { readonly bytes: number; readonly done: Promise<unknown> }>();
   private closed = false;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly log: Logger;
@@ -111,7 +129,6 @@ export class HostDaemon {
 
   private constructor(
     private readonly options: DaemonOptions,
-    readonly buffer: StagingBuffer,
     readonly listener: Listener,
   ) {
     this.log = options.log ?? silent;
@@ -127,32 +144,34 @@ export class HostDaemon {
       ...(options.credential === undefined ? {} : { credential: options.credential }),
       ...(options.retryMs === undefined ? {} : { retryMs: options.retryMs }),
     });
-    options.metrics?.attach(() => ({ stagingBytes: buffer.size, reservedBytes: [...this.staged.values()].reduce((sum, s) => sum + s.grant.ticket.length, 0) }));
+    options.metrics?.attach(() => ({ stagingBytes: options.stagingBytes, reservedBytes: this.reservedBytes() }));
     this.registered = this.register();
     this.heartbeat = setInterval(() => this.beat(), options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   }
 
   /**
-   * Clears staging files of dead processes, allocates the buffer, listens, and starts
-   * registering. A buffer or an address it cannot have is a `DaemonStartError`; whatever
-   * fails, nothing it took is left holding the process open.
+   * Clears staging files of dead processes, listens, and starts registering. An address it
+   * cannot have is a `DaemonStartError`.
    */
   static start(options: DaemonOptions): HostDaemon {
     for (const path of removeStaleStagingBuffers()) options.log?.info(() => `removed stale staging buffer ${path}`);
-    const buffer = take("stagingBytes", () => StagingBuffer.create({ size: options.stagingBytes }));
-    let listener: Listener | undefined;
+    let listener: Listener;
     try {
-      if (options.runAs) shareStaging(buffer.path, options.runAs);
-      listener = take("listen", () => Listener.open(options.listen));
-      if (options.runAs === undefined && process.getuid?.() === 0 && options.replacements?.size) {
-        options.log?.warn(() => "running as root without --run-as: every replacement will be refused, since none runs as root; give --run-as USER");
-      }
-      return new HostDaemon(options, buffer, listener);
+      listener = Listener.open(options.listen);
     } catch (error) {
-      listener?.close();
-      buffer.free();
+      if (error instanceof TransferError) throw new DaemonStartError("listen", error.message);
       throw error;
     }
+    if (options.cgroups === undefined && options.replacements?.size) {
+      options.log?.warn(() => "no cgroup for replacements: what a replacement leaves running outside its process group is not stopped with it; give --cgroup DIR (cgroup v2)");
+    }
+    return new HostDaemon(options, listener);
+  }
+
+  /** Bytes granted to checkpoints staged or arriving now, or being allocated for one. */
+  private reservedBytes(): number {
+    const granted = [...this.staged.values()].reduce((sum, s) => sum + s.grant.ticket.length, 0);
+    return [...this.allocating.values()].reduce((sum, a) => sum + a.bytes, granted);
   }
 
   /** The transfer engine's address, as grants announce it. */
@@ -174,9 +193,9 @@ export class HostDaemon {
   }
 
   /**
-   * Stops heartbeating and talking to the controller, fails outstanding grants and frees the
-   * buffer. Replacements of committed moves keep running; those of moves not yet committed are
-   * stopped, since their checkpoint goes with the buffer and the controller rolls the move back.
+   * Stops heartbeating and talking to the controller, fails outstanding grants and frees their
+   * files. Replacements of committed moves keep running; those of moves not yet committed are
+   * stopped, since their checkpoint goes with their file and the controller rolls the move back.
    */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -186,17 +205,17 @@ export class HostDaemon {
     this.listener.close();
     await Promise.allSettled([...this.staged.values()].map((s) => s.grant.completion));
     await this.connection.close();
-    this.buffer.free();
+    for (const staged of this.staged.values()) staged.buffer.free();
   }
 
   private register(): Promise<void> {
     this.registering = true;
-    const body = { type: "daemon.register", host: this.options.host, incarnation: this.incarnation, stagingBytes: this.buffer.size, endpoint: this.endpoint } as const;
+    const body = { type: "daemon.register", host: this.options.host, incarnation: this.incarnation, stagingBytes: this.options.stagingBytes, endpoint: this.endpoint } as const;
     const attempt = (): Promise<void> =>
       this.connection.request(body).then(
         () => {
           this.registering = false;
-          this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.buffer.size} staging bytes at ${this.endpoint})`);
+          this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.options.stagingBytes} staging bytes at ${this.endpoint})`);
         },
         async (error: unknown) => {
           // The host's previous daemon (this one before a restart, say) is still live to the
@@ -273,7 +292,7 @@ export class HostDaemon {
         const staged = this.staged.get(command.token);
         if (staged) {
           this.listener.revoke(command.token);
-          this.staged.delete(command.token);
+          this.drop(command.token, staged);
           stopGroup(staged.replacement);
           this.log.info(() => `released the staging of migration ${staged.migration}`);
         }
@@ -284,9 +303,14 @@ export class HostDaemon {
     }
   }
 
-  private prepare(command: PrepareCommand): CommandReply {
+  private async prepare(command: PrepareCommand): Promise<CommandReply> {
     // The controller sends each prepare once; should one come twice, the checkpoint is not
     // staged twice nor a second replacement started for the one move.
+    const allocating = this.allocating.get(command.migration);
+    if (allocating) {
+      await allocating.done;
+      return this.prepare(command);
+    }
     const staging = [...this.staged.values()].find((s) => s.migration === command.migration);
     if (staging) {
       if (staging.grant.ticket.length === command.bytes) return this.prepared(command.id, staging.grant);
@@ -295,12 +319,27 @@ export class HostDaemon {
     // Refused before anything is staged, so the move rolls back; after its commit it could not.
     const starts = this.commandFor(command.replacement);
     if (typeof starts !== "string") return this.refuse(command.id, starts.code, starts.message);
-    const offset = this.freeRange(command.bytes);
-    if (offset === null) {
-      return this.refuse(command.id, "no_space", `no free range of ${command.bytes} bytes in the ${this.buffer.size}-byte staging buffer; start the daemon with a larger --staging-bytes`);
+    const tenant = this.tenantFor(command.replacement);
+    if (tenant !== undefined && "code" in tenant) return this.refuse(command.id, tenant.code, tenant.message);
+    const free = this.options.stagingBytes - this.reservedBytes();
+    if (command.bytes > free) {
+      return this.refuse(command.id, "no_space", `${command.bytes} bytes do not fit in host ${this.options.host}'s staging: ${free} of its ${this.options.stagingBytes} bytes are free; start the daemon with a larger --staging-bytes`);
     }
-    const grant = this.listener.grant(this.buffer, { offset, length: command.bytes });
-    const staged: Staged = { migration: command.migration, grant, state: "receiving", replacement: null, committed: false };
+    const done = this.stagingFile(command.bytes, tenant);
+    this.allocating.set(command.migration, { bytes: command.bytes, done });
+    const buffer = await done.finally(() => this.allocating.delete(command.migration));
+    if ("code" in buffer) return this.refuse(command.id, buffer.code, buffer.message);
+    if (this.closed) {
+      buffer.free();
+      return this.refuse(command.id, "no_space", `the daemon on host ${this.options.host} is stopping`);
+    }
+    return this.stage(command, buffer, tenant);
+  }
+
+  /** Grants `buffer` to the move's source and starts its replacement; the grant answers the prepare. */
+  private stage(command: PrepareCommand, buffer: StagingBuffer, tenant: Tenant | undefined): CommandReply {
+    const grant = this.listener.grant(buffer, { length: command.bytes });
+    const staged: Staged = { migration: command.migration, buffer, grant, tenant, state: "receiving", replacement: null, cgroup: null, committed: false };
     const token = grant.ticket.token;
     this.staged.set(token, staged);
     grant.completion.then(
@@ -314,7 +353,7 @@ export class HostDaemon {
         staged.state = "failed";
         // A grant withdrawn by `release` belongs to a migration the controller already rolled back.
         if (this.staged.get(token) !== staged || this.closed) return;
-        this.staged.delete(token);
+        this.drop(token, staged);
         stopGroup(staged.replacement);
         const code = error instanceof TransferError ? error.code : "io";
         const detail = `${code}: ${(error as Error).message}`;
@@ -330,7 +369,7 @@ export class HostDaemon {
         });
       },
     );
-    this.log.info(() => `migration ${command.migration}: staging ${command.bytes} bytes at offset ${offset}`);
+    this.log.info(() => `migration ${command.migration}: staging ${command.bytes} bytes in ${buffer.name}${tenant ? `, owned by ${tenant.user}` : ""}`);
     // Started now, the replacement's process start overlaps the transfer; the controller holds
     // its registration until the move commits. If it cannot start, the spawn at commit says why.
     void this.startReplacement(staged, command.replacement, token).then((failure) => {
@@ -361,9 +400,8 @@ export class HostDaemon {
   private startReplacement(staged: Staged, spec: ReplacementSpec, token: string): Promise<Refusal | null> {
     const command = this.commandFor(spec);
     if (typeof command !== "string") return Promise.resolve(command);
-    const { runAs } = this.options;
     const env = {
-      ...baseEnvironment(runAs),
+      ...baseEnvironment(staged.tenant),
       ...replacementEnvironment({
         MONKEYTREE_CONTROLLER: this.options.controller,
         MONKEYTREE_HOST: this.options.host,
@@ -376,17 +414,27 @@ export class HostDaemon {
         MONKEYTREE_NODES: spec.place.nodes,
         MONKEYTREE_MIGRATION: staged.migration,
         MONKEYTREE_TOKEN: token,
-        MONKEYTREE_STAGING_BUFFER: this.buffer.name,
-        MONKEYTREE_STAGING_OFFSET: staged.grant.offset,
+        MONKEYTREE_STAGING_BUFFER: staged.buffer.name,
+        MONKEYTREE_STAGING_OFFSET: 0,
         MONKEYTREE_STAGING_LENGTH: staged.grant.ticket.length,
       }),
     };
-    const child = spawn(command, { shell: true, env, stdio: ["ignore", "inherit", "inherit"], detached: true, ...(runAs ? { uid: runAs.uid, gid: runAs.gid } : {}) });
+    try {
+      staged.cgroup = this.options.cgroups?.create() ?? null;
+    } catch (error) {
+      return Promise.resolve({ code: "launch_failed", message: `could not make the replacement's cgroup: ${(error as Error).message}` });
+    }
+    // Only root switches users; a daemon running as its tenant starts replacements as itself.
+    const user = process.getuid?.() === 0 ? staged.tenant : undefined;
+    const [file, ...args] = launchArgv(command, { ...(user ? { tenant: user } : {}), ...(staged.cgroup ? { cgroupProcs: join(staged.cgroup, "cgroup.procs") } : {}) });
+    const child = spawn(file!, args, { env, stdio: ["ignore", "inherit", "inherit"], detached: true });
     // A stopped daemon exits while the replacements of committed moves train on.
     child.unref();
     staged.replacement = child;
     child.once("exit", (code, signal) => {
       const how = signal ?? `code ${code}`;
+      // Whatever the launcher left running goes with it, however far it strayed from its group.
+      if (staged.cgroup) void this.options.cgroups?.stop(staged.cgroup);
       const current = this.staged.get(token) === staged && staged.replacement === child;
       // The controller decides what the exit means for the move; one this daemon stopped (a
       // release, a failed transfer) belongs to a move the controller already gave up.
@@ -399,7 +447,7 @@ export class HostDaemon {
         return;
       }
       // The checkpoint stays staged until the launcher that loads it has exited.
-      if (current) this.staged.delete(token);
+      if (current) this.drop(token, staged);
       this.log.info(() => `migration ${staged.migration}: replacement launcher exited (${how}); its staging is free`);
     });
     return new Promise((resolve) => {
@@ -425,21 +473,52 @@ export class HostDaemon {
           : `the daemon on host ${this.options.host} has no replacement "${spec.replacement}" (job ${spec.job} names it); start the daemon with --replacement ${spec.replacement}=COMMAND`;
       return { code: "unknown_replacement", message };
     }
-    if (this.options.runAs === undefined && process.getuid?.() === 0) {
-      return { code: "run_as_required", message: `the daemon on host ${this.options.host} runs as root and starts no replacement as root; start it with --run-as USER, an unprivileged user` };
-    }
     return command;
   }
 
-  /** First fit over the gaps between live grants, in offset order. */
-  private freeRange(length: number): number | null {
-    const taken = [...this.staged.values()].map((s) => s.grant).sort((a, b) => a.offset - b.offset);
-    let start = 0;
-    for (const grant of taken) {
-      if (grant.offset - start >= length) return start;
-      start = Math.ceil((grant.offset + grant.ticket.length) / ALIGN) * ALIGN;
+  /**
+   * Who `spec`'s replacement runs as: the job's own user; without one, the `--run-as` user, or
+   * the daemon's own when it is not root. Or why this host starts none for the job.
+   */
+  private tenantFor(spec: PrepareCommand["replacement"]): Tenant | undefined | Refusal {
+    const root = process.getuid?.() === 0;
+    if (spec.user === null) {
+      if (this.options.runAs || !root) return this.options.runAs;
+      const message = `job ${spec.job} has no user of its own and the daemon on host ${this.options.host} runs as root without --run-as, so it starts no replacement for it; give the job its user (\`monkeytree keys --job ${spec.job} --user USER\`, or its Slurm job's) or start the daemon with --run-as USER`;
+      return { code: "run_as_required", message };
     }
-    return this.buffer.size - start >= length ? start : null;
+    if (!root && spec.user === OWN_USER) return undefined;
+    try {
+      return resolveTenant(spec.user, `job ${spec.job}'s user ${spec.user} on host ${this.options.host}`);
+    } catch (error) {
+      if (error instanceof ReplacementConfigError) return { code: "unknown_user", message: error.message };
+      throw error;
+    }
+  }
+
+  /** A file of its own for one grant, readable and writable by `tenant` alone; or why there is no room. */
+  private async stagingFile(bytes: number, tenant: Tenant | undefined): Promise<StagingBuffer | Refusal> {
+    let buffer: StagingBuffer;
+    try {
+      // Unlocked: the pages are allocated now, and a grant's life is one move.
+      buffer = await StagingBuffer.createAsync({ size: bytes, lock: false });
+    } catch (error) {
+      if (error instanceof TransferError) return { code: "no_space", message: `cannot stage ${bytes} bytes on host ${this.options.host}: ${error.message}` };
+      throw error;
+    }
+    try {
+      if (tenant && process.getuid?.() === 0) chownSync(buffer.path, tenant.uid, tenant.gid);
+    } catch (error) {
+      buffer.free();
+      throw error;
+    }
+    return buffer;
+  }
+
+  /** Forgets a grant and removes its file (a replacement that mapped it keeps its mapping). */
+  private drop(token: string, staged: Staged): void {
+    this.staged.delete(token);
+    staged.buffer.free();
   }
 
   private done(id: number): CommandReply {

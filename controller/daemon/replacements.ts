@@ -1,5 +1,4 @@
 import { spawnSync } from "node:child_process";
-import { chmodSync, chownSync } from "node:fs";
 import { ReplacementNameSchema } from "../../sdk/protocol/replacement.ts";
 
 /**
@@ -44,22 +43,34 @@ export function parseReplacements(flags: readonly string[]): ReadonlyMap<string,
 
 /**
  * Looks `user` up in the host's user database. Refuses root (replacements run tenants' code),
- * and a user other than the daemon's own when the daemon cannot switch users.
+ * and a user other than the daemon's own when the daemon cannot switch users. `what` names
+ * where the user came from, for the message: the `--run-as` flag, or a job.
  */
-export function resolveTenant(user: string): Tenant {
+export function resolveTenant(user: string, what = `--run-as ${user}`): Tenant {
   const found = spawnSync("getent", ["passwd", user], { encoding: "utf8" });
-  if (found.error) throw new ReplacementConfigError(`--run-as ${user}: cannot look users up (getent: ${found.error.message})`);
+  if (found.error) throw new ReplacementConfigError(`${what}: cannot look users up (getent: ${found.error.message})`);
   const fields = found.stdout.split("\n")[0]!.split(":");
   if (found.status !== 0 || fields.length < 7) {
-    throw new ReplacementConfigError(`--run-as ${user}: no such user on this host; create one for replacements (useradd --system monkeytree) or name an existing unprivileged user such as nobody`);
+    throw new ReplacementConfigError(`${what}: no such user on this host; create it (useradd --system ${user}) or name an existing unprivileged user`);
   }
   const tenant = { user: fields[0]!, uid: Number(fields[2]), gid: Number(fields[3]), home: fields[5]! };
-  if (tenant.uid === 0) throw new ReplacementConfigError(`--run-as ${user} is root (uid 0): replacements run tenants' code, so name an unprivileged user such as nobody`);
+  if (tenant.uid === 0) throw new ReplacementConfigError(`${what} is root (uid 0): replacements run tenants' code, so name an unprivileged user`);
   const own = process.getuid?.();
   if (own !== 0 && own !== tenant.uid) {
-    throw new ReplacementConfigError(`--run-as ${user} needs the daemon to run as root to switch users (it runs as uid ${own}); leave --run-as out to run replacements as the daemon's own user`);
+    throw new ReplacementConfigError(`${what}: switching to that user needs the daemon to run as root (it runs as uid ${own}); run the daemon as root, or as that user`);
   }
   return tenant;
+}
+
+/**
+ * The argv that starts a replacement's shell `command`: first, still as root, it enters its
+ * cgroup (so nothing it starts is outside it), then drops to the tenant's user with its groups,
+ * then runs the command. Each step `exec`s the next, so the launcher's pid is the one spawned.
+ */
+export function launchArgv(command: string, how: { readonly tenant?: Tenant; readonly cgroupProcs?: string } = {}): string[] {
+  const shell = ["/bin/sh", "-c", command];
+  const asTenant = how.tenant ? ["setpriv", `--reuid=${how.tenant.uid}`, `--regid=${how.tenant.gid}`, "--init-groups", "--", ...shell] : shell;
+  return how.cgroupProcs ? ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', how.cgroupProcs, ...asTenant] : asTenant;
 }
 
 /** What a replacement inherits from the daemon: where programs are and the locale, nothing that could be a secret. */
@@ -72,14 +83,4 @@ export function baseEnvironment(tenant: Tenant | undefined, env: NodeJS.ProcessE
   const names = tenant === undefined ? [...INHERITED, ...IDENTITY] : INHERITED;
   const kept = Object.fromEntries(names.flatMap((name) => (env[name] === undefined ? [] : [[name, env[name]]])));
   return tenant === undefined ? kept : { ...kept, HOME: tenant.home, USER: tenant.user, LOGNAME: tenant.user };
-}
-
-/**
- * Lets the tenant's replacements map the staging buffer: its group becomes the tenant's, with
- * read and write for the group (the hooks map a staged range read-write). That is the whole
- * buffer, not one range: a file cannot grant less, and a copy per range would cost the move time.
- */
-export function shareStaging(path: string, tenant: Tenant): void {
-  chownSync(path, -1, tenant.gid);
-  chmodSync(path, 0o660);
 }

@@ -1,22 +1,67 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import type { Registry } from "prom-client";
 
 /**
  * The Prometheus scrape endpoint of a controller or daemon (`--metrics ADDR`). Whoever reaches
  * it is assumed hostile: it answers `GET /metrics` only (404 for another path, 405 for another
  * method, 400 for a request that carries a body), and bounds what a peer can make it hold:
- * header size, time to send the request, open connections and idle keep-alive.
+ * header size, time to send the request, open connections and idle keep-alive. Connections
+ * that hold slots without a request being answered (idle, or sending headers slowly) cannot
+ * keep a scraper out: a connection past the bound evicts the oldest of them.
  */
 
 /** Header bytes a request may send; a scraper sends a few hundred. */
 export const MAX_HEADER_BYTES = 4096;
 /** Time a peer has to send its whole request, and its headers. */
 export const REQUEST_TIMEOUT_MS = 5_000;
-/** Connections held at once; more are closed on arrival. */
+/**
+ * Connections held at once. A connection past them evicts the oldest one that is not being
+ * answered, and is closed on arrival only when every slot is answering a request.
+ */
 export const MAX_CONNECTIONS = 16;
-/** An idle keep-alive connection is closed after this long. */
-const KEEP_ALIVE_MS = 5_000;
+/** An idle keep-alive connection is closed after this long: a scraper asks every few seconds at most. */
+export const KEEP_ALIVE_MS = 1_000;
+
+/**
+ * The open connections, oldest first, and those answering a request now: the rest (idle,
+ * or still sending their request) are what a new connection may evict when all are taken.
+ */
+class ConnectionSlots {
+  private readonly open = new Set<Socket>();
+  private readonly answering = new Set<Socket>();
+
+  get size(): number {
+    return this.open.size;
+  }
+
+  /** Takes a slot for `socket`, evicting the oldest connection not answering when all are taken. */
+  admit(socket: Socket): void {
+    if (this.open.size >= MAX_CONNECTIONS) {
+      const evictable = [...this.open].find((s) => !this.answering.has(s));
+      if (!evictable) {
+        socket.destroy();
+        return;
+      }
+      this.release(evictable);
+      evictable.destroy();
+    }
+    this.open.add(socket);
+    socket.once("close", () => this.release(socket));
+  }
+
+  /** Marks `socket` as answering until `response` is done: it is not evicted meanwhile. */
+  answer(socket: Socket, response: ServerResponse): void {
+    if (!this.open.has(socket)) return;
+    this.answering.add(socket);
+    response.once("close", () => this.answering.delete(socket));
+  }
+
+  private release(socket: Socket): void {
+    this.open.delete(socket);
+    this.answering.delete(socket);
+  }
+}
 
 export interface MetricsAddress {
   readonly host: string;
@@ -46,15 +91,22 @@ export class MetricsServer {
     private readonly server: Server,
     /** Where it listens, as `HOST:PORT` (the port chosen when 0 was asked for). */
     readonly address: string,
+    private readonly slots: ConnectionSlots,
   ) {}
 
   static async start(registry: Registry, at: MetricsAddress): Promise<MetricsServer> {
+    const slots = new ConnectionSlots();
     const server = createServer(
       // Node checks the request timeouts every connectionsCheckingInterval (30 s by default).
       { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_MS, connectionsCheckingInterval: 1_000 },
-      (request, response) => void answer(registry, request, response),
+      (request, response) => {
+        slots.answer(request.socket, response);
+        void answer(registry, request, response);
+      },
     );
-    server.maxConnections = MAX_CONNECTIONS;
+    // Not server.maxConnections, which refuses the newcomer: a slot held by an idle or slow
+    // peer goes to the newcomer instead (`ConnectionSlots`).
+    server.on("connection", (socket: Socket) => slots.admit(socket));
     server.maxRequestsPerSocket = 100;
     await new Promise<void>((resolve, reject) => {
       server.once("error", (error) => reject(new Error(`cannot serve metrics on ${at.host}:${at.port}: ${error.message}; pick another --metrics address`)));
@@ -62,7 +114,12 @@ export class MetricsServer {
     });
     const bound = server.address() as AddressInfo;
     const host = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
-    return new MetricsServer(server, `${host}:${bound.port}`);
+    return new MetricsServer(server, `${host}:${bound.port}`, slots);
+  }
+
+  /** Connections open now; at most `MAX_CONNECTIONS`. */
+  get connections(): number {
+    return this.slots.size;
   }
 
   /** Stops listening and drops open connections. */

@@ -5,7 +5,8 @@ import { assertNever } from "./migration.ts";
 
 /**
  * Who may send what (the README's threat model): a job's credential speaks only for that job's
- * workers, a daemon's only for its own host, and only an operator reads `status`. A controller
+ * workers, a daemon's only for its own host, and only an operator reads `status`; an operator
+ * may also end any job, so a job whose key was revoked can still be ended. A controller
  * without a keyring cannot tell senders apart and lets `anyone` do everything.
  */
 
@@ -40,7 +41,7 @@ function forJob(caller: Caller, job: string, type: string): Refusal | null {
   if (caller.role === "anyone" || (caller.role === "job" && caller.job === job)) return null;
   return {
     rule: "job-credential-own-job",
-    message: `${type} for job ${JSON.stringify(job)} needs that job's credential, and this is ${describe(caller)}; a job credential may register, report and finish only its own job`,
+    message: `${type} for job ${JSON.stringify(job)} needs that job's credential, and this is ${describe(caller)}; a job credential may register, report and finish only its own job, and an operator's may finish any`,
   };
 }
 
@@ -59,7 +60,7 @@ export function authorize(caller: Caller, message: Request | CommandReply): Refu
     case "worker.report":
       return forJob(caller, message.worker.job, message.type);
     case "job.finish":
-      return forJob(caller, message.job, message.type);
+      return caller.role === "operator" ? null : forJob(caller, message.job, message.type);
     case "daemon.register":
     case "daemon.heartbeat":
     case "daemon.transfer-result":

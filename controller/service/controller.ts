@@ -43,6 +43,8 @@ export interface ControllerOptions {
   readonly planner?: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
+  /** The local user a job's replacements run as, where the operator named one (its keyring entry's). */
+  readonly jobUser?: (job: string) => string | null;
   /** The scheduler that owns the hosts (Slurm), if one does. */
   readonly scheduler?: HostScheduler;
   /** Hosts that never take a worker, whatever the scheduler says: the empty slots of short racks. */
@@ -122,7 +124,7 @@ export class Controller {
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan, {
       heartbeatTimeoutMs: options.workerHeartbeatTimeoutMs ?? DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS,
       lostJobGraceMs: options.lostJobGraceMs ?? DEFAULT_LOST_JOB_GRACE_MS,
-    });
+    }, () => this.watch);
     this.watch = options.scheduler
       ? new SchedulerWatch(
           this.context,
@@ -139,6 +141,7 @@ export class Controller {
       planner: options.planner ?? new PlanThread(),
       transport: options.transport,
       launcher: options.launcher,
+      ...(options.jobUser ? { jobUser: options.jobUser } : {}),
       scheduler: options.scheduler ?? null,
       watch: this.watch,
       unavailable: options.unavailable ?? [],
@@ -160,6 +163,11 @@ export class Controller {
   }
 
   /** The durable state and who is connected now, as `status` reports them. */
+  /** The workers job `job` has, started or registering: a job's key may send as much as its launchers need. */
+  workersOf(job: string): number {
+    return this.sessions.workersOf(job);
+  }
+
   view(): LiveView {
     return {
       state: this.context.state,
@@ -184,7 +192,7 @@ export class Controller {
       accepted = true;
     } catch (error) {
       if (error instanceof ProtocolError) {
-        this.log.warn(() => `refused ${request.type} #${request.id}: ${error.message}`);
+        this.log.warn(() => `refused ${request.type} #${request.id}: ${error.message}${error.detail === null ? "" : ` (${error.detail})`}`);
         this.context.send(target, errorReply(request.id, error.code, error.message));
       } else {
         this.log.error(() => `internal error on ${request.type} #${request.id}: ${(error as Error).stack ?? String(error)}`);

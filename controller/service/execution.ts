@@ -28,6 +28,8 @@ export interface ExecutionOptions {
   readonly planner: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
+  /** The local user a job's replacements run as, where the operator named one (`monkeytree keys --job J --user U`). */
+  readonly jobUser?: (job: string) => string | null;
   /** The scheduler that owns the hosts, if any: holds destinations, takes back sources. */
   readonly scheduler: HostScheduler | null;
   /** Its latest view of the cluster, with `scheduler`. */
@@ -468,19 +470,21 @@ export class PlanExecution implements SessionMoves {
     }
     const scheduler = this.options.scheduler;
     // The destination is held first, so the scheduler starts no other job there while it stages.
-    const held = () =>
-      scheduler
-        ? scheduler.hold(m.job, m.id, action.host).catch((error: unknown) => {
-            throw new Error(`the scheduler would not hold it (${message(error)})`);
-          })
-        : Promise.resolve();
+    // The job's user as its scheduler knows it, else as the operator wrote it beside its key.
+    const held = (): Promise<string | null> =>
+      (scheduler ? scheduler.hold(m.job, m.id, action.host) : Promise.resolve()).then(
+        (hold) => hold?.user ?? this.options.jobUser?.(m.job) ?? null,
+        (error: unknown) => {
+          throw new Error(`the scheduler would not hold it (${message(error)})`);
+        },
+      );
     this.context.effect(() =>
-      held().then(() => this.daemons.registered(action.host)).then(() => this.options.transport.prepare({
+      held().then((user) => this.daemons.registered(action.host).then(() => this.options.transport.prepare({
         migration: action.migration,
         host: action.host,
         bytes: action.bytes,
-        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, place, replacement: job.replacement },
-      })).then(
+        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, place, replacement: job.replacement, user },
+      }))).then(
         (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
         (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
       ),

@@ -1,8 +1,9 @@
 import { join } from "node:path";
 import { z } from "zod";
 import { readJsonFile } from "../../sdk/errors.ts";
-import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema, type Principal } from "../../sdk/protocol/auth.ts";
+import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema } from "../../sdk/protocol/auth.ts";
 import { ProtocolError } from "../../sdk/protocol/errors.ts";
+import { UserNameSchema } from "../../sdk/protocol/replacement.ts";
 
 /** The controller's keyring inside the directory `monkeytree keys --dir` writes. */
 export const KEYRING_FILE = "controller.json";
@@ -12,6 +13,8 @@ export const KeyringClientSchema = z.strictObject({
   name: z.string().min(1),
   publicKey: Z85KeySchema,
   principal: PrincipalSchema,
+  /** A job key's: the local user its replacements run as on every host (`monkeytree keys --job J --user U`). */
+  user: UserNameSchema.optional(),
 });
 export type KeyringClient = z.infer<typeof KeyringClientSchema>;
 
@@ -24,6 +27,7 @@ export const KeyringSchema = z
     for (const [i, client] of keyring.clients.entries()) {
       if (seen.has(client.publicKey)) ctx.addIssue({ code: "custom", path: ["clients", i, "publicKey"], message: `key of ${client.name} is listed twice; each credential needs a key of its own` });
       seen.add(client.publicKey);
+      if (client.user !== undefined && client.principal.role !== "job") ctx.addIssue({ code: "custom", path: ["clients", i, "user"], message: `${client.name} is a ${client.principal.role} key; only a job's key names a user` });
       if (client.principal.role !== "daemon") continue;
       if (hosts.has(client.principal.host)) ctx.addIssue({ code: "custom", path: ["clients", i, "principal"], message: `host ${client.principal.host} has a second daemon key (${client.name}); a host's daemon has exactly one` });
       hosts.add(client.principal.host);
@@ -31,10 +35,21 @@ export const KeyringSchema = z
   });
 export type Keyring = z.infer<typeof KeyringSchema>;
 
-/** Reads and checks `DIR/controller.json`; every failure names the file and how to make one. */
+/**
+ * Reads and checks `DIR/controller.json`; every failure names the file and how to make one,
+ * and one its group or others may read is refused, saying to `chmod 600` it.
+ */
 export function loadKeyring(dir: string): Keyring {
   const path = join(dir, KEYRING_FILE);
-  return readJsonFile(path, `keyring ${path}`, KeyringSchema, `create it with \`monkeytree keys --dir ${dir}\``);
+  return readJsonFile(path, `keyring ${path}`, KeyringSchema, `create it with \`monkeytree keys --dir ${dir}\``, true);
+}
+
+/** The client keys a reload adds and removes, by credential name, sorted. */
+export function keyringChange(before: Keyring, after: Keyring): { added: string[]; removed: string[] } {
+  const keys = (keyring: Keyring) => new Set(keyring.clients.map((c) => c.publicKey));
+  const [was, is] = [keys(before), keys(after)];
+  const names = (clients: readonly KeyringClient[], other: ReadonlySet<string>) => clients.filter((c) => !other.has(c.publicKey)).map((c) => c.name).sort();
+  return { added: names(after.clients, was), removed: names(before.clients, is) };
 }
 
 /**
@@ -46,9 +61,14 @@ export class Authenticator {
   private readonly admitted: ReadonlySet<string>;
   private readonly secrets = new Map<string, Buffer>();
 
-  constructor(private readonly keyring: Keyring) {
+  constructor(readonly keyring: Keyring) {
     this.clients = new Map(keyring.clients.map((c) => [c.publicKey, c]));
     this.admitted = new Set(keyring.clients.map((c) => keyBytes(c.publicKey).toString("hex")));
+  }
+
+  /** The local user job `job`'s replacements run as, where its key names one. */
+  userOf(job: string): string | null {
+    return this.keyring.clients.find((c) => c.principal.role === "job" && c.principal.job === job && c.user !== undefined)?.user ?? null;
   }
 
   /** Whether a CURVE handshake with this raw 32-byte client key may complete (the ZAP answer). */
@@ -56,8 +76,13 @@ export class Authenticator {
     return this.admitted.has(Buffer.from(key).toString("hex"));
   }
 
-  /** The principal behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
-  principalOf(frame: Uint8Array, auth: Uint8Array | undefined): Principal {
+  /** Whether this keyring is the controller keypair `other` is: a reload may change clients only. */
+  sameServer(other: Keyring): boolean {
+    return other.publicKey === this.keyring.publicKey && other.secretKey === this.keyring.secretKey;
+  }
+
+  /** The keyring client behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
+  senderOf(frame: Uint8Array, auth: Uint8Array | undefined): KeyringClient {
     if (!auth) throw new ProtocolError("forbidden", "the request carries no auth frame; this controller has a keyring, so connect with a credential file (--credentials, or MONKEYTREE_CREDENTIALS)");
     let parsed: unknown;
     try {
@@ -75,6 +100,6 @@ export class Authenticator {
       this.secrets.set(client.publicKey, secret);
     }
     if (!verifyFrame(secret, frame, proof.data.mac)) throw new ProtocolError("forbidden", `the request's MAC does not match ${client.name}'s key; the credential file holds another keypair than the keyring`);
-    return client.principal;
+    return client;
   }
 }

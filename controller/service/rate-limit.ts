@@ -31,9 +31,14 @@ export class RateLimiter {
 
   constructor(private readonly limits: RateLimits = DEFAULT_RATE_LIMITS) {}
 
-  /** Takes one token from `client`'s bucket at time `nowMs`. */
-  take(client: string, nowMs: number): RateDecision {
-    const { perSecond, burst, clients } = this.limits;
+  /**
+   * Takes one token from `client`'s bucket at time `nowMs`. `scale` multiplies its rate and
+   * burst: one bucket standing for that many peers' requests.
+   */
+  take(client: string, nowMs: number, scale = 1): RateDecision {
+    const { clients } = this.limits;
+    const perSecond = this.limits.perSecond * scale;
+    const burst = this.limits.burst * scale;
     const known = this.buckets.get(client);
     const bucket = known ?? { tokens: burst, at: nowMs, limited: false };
     // Re-inserting keeps the map in order of last use, so its first key is the one to evict.

@@ -1,5 +1,6 @@
 import type { Job } from "../model/snapshot.ts";
 import type { ControllerContext } from "./context.ts";
+import type { Allocations } from "./sessions.ts";
 import type { DurableState } from "./state.ts";
 import type { HostScheduler, SchedulerView } from "./transport.ts";
 
@@ -8,14 +9,19 @@ import type { HostScheduler, SchedulerView } from "./transport.ts";
  * look at a time), keeps the latest, and asks for a plan when what it says changed. Until the
  * first look arrives the cluster is unknown, so nothing is planned; the first look only lets a
  * plan that was already due go ahead (after a restart, that waits out the replan backoff).
+ * It tells worker registrations which hosts each job was allocated.
  */
-export class SchedulerWatch {
+export class SchedulerWatch implements Allocations {
   private latest: SchedulerView | null = null;
   private polling = false;
   private lastPoll = -Infinity;
   private lastError: string | null = null;
   /** Holds asked for and not answered yet, as `job:host`. */
   private readonly holding = new Set<string>();
+  /** Told once the next look that starts arrives; and those told once the look in flight does. */
+  private wanted = new Set<() => void>();
+  private inFlight: (() => void)[] = [];
+  private allocated = new Map<string, ReadonlySet<number>>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -31,15 +37,27 @@ export class SchedulerWatch {
     return this.latest;
   }
 
-  /** Called on every tick: starts a look when the last is `pollMs` old and none is in flight. */
+  of(job: string): ReadonlySet<number> | undefined {
+    return this.allocated.get(job);
+  }
+
+  lookAgain(then: () => void): void {
+    this.wanted.add(then);
+  }
+
+  /** Called on every tick: starts a look when the last is `pollMs` old, or one was asked for, and none is in flight. */
   tick(now: number): void {
-    if (this.polling || now - this.lastPoll < this.pollMs) return;
+    if (this.polling || (now - this.lastPoll < this.pollMs && this.wanted.size === 0)) return;
     this.polling = true;
     this.lastPoll = now;
+    this.inFlight = [...this.wanted];
+    this.wanted.clear();
     this.scheduler.view().then(
       (view) => this.context.safely("reading the scheduler's view", () => this.update(view)),
       (error: unknown) => {
         this.polling = false;
+        // Asked for again at the next look: a scheduler that did not answer says nothing of any job.
+        for (const then of this.inFlight) this.wanted.add(then);
         const text = error instanceof Error ? error.message : String(error);
         // A scheduler that stays down is reported once, not every few seconds.
         if (text !== this.lastError) this.context.log.warn(() => `the scheduler did not answer; keeping its last view: ${text}`);
@@ -53,6 +71,7 @@ export class SchedulerWatch {
     this.lastError = null;
     const before = this.latest;
     this.latest = view;
+    this.allocated = new Map(view.allocations.map((a) => [a.job, new Set(a.hosts)]));
     // Only jobs seen running (by this controller or, journaled, by an earlier one): a
     // MonkeyTree job the scheduler never ran is not its to end.
     const live = new Set(view.live);
@@ -63,13 +82,17 @@ export class SchedulerWatch {
     }
     this.keepHolds(view);
     if (!before || key(before) !== key(view)) this.changed(before === null);
+    const told = this.inFlight;
+    this.inFlight = [];
+    for (const then of told) then();
   }
 
   /**
    * Every host a running job's worker was moved to lies outside its allocation, and only a
    * hold keeps the scheduler from starting another job there. A hold can be lost (slurmctld
    * drops a reservation made in the second before it crashes), so each look holds again any
-   * such host that no hold of the job covers.
+   * such host that no hold of the job covers. Only hosts its own moves brought it to: a host
+   * its allocation lost otherwise (its user shrank the job) is never held for it.
    */
   private keepHolds(view: SchedulerView): void {
     const allocated = new Map(view.allocations.map((a) => [a.job, new Set(a.hosts)]));
@@ -77,7 +100,7 @@ export class SchedulerWatch {
     for (const job of this.context.state.jobs.values()) {
       const allocation = allocated.get(job.id);
       if (!allocation || !job.scheduled) continue;
-      for (const host of job.groups.flat()) {
+      for (const host of job.movedTo) {
         const key = `${job.id}:${host}`;
         if (allocation.has(host) || held.has(key) || this.holding.has(key)) continue;
         this.holding.add(key);

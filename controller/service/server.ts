@@ -8,7 +8,7 @@ import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
 import { EventLog } from "./event-log.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
-import { Authenticator, type Keyring } from "./keys.ts";
+import { Authenticator, keyringChange, type Keyring, type KeyringClient } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
 import { BindError } from "../../sdk/errors.ts";
 import { createLogger, type Logger } from "../../sdk/log.ts";
@@ -20,6 +20,8 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly bind: string;
   readonly journalDir: string;
   readonly config: Extract<RecordBody, { kind: "config" }>;
+  /** Start from a journal that lost records below its mark (`Journal.open`'s `acceptLoss`), with a warning. */
+  readonly acceptJournalLoss?: boolean;
   /**
    * With a keyring the socket speaks CURVE and admits only the keyring's client keys, and every
    * message must prove its key (`sdk/protocol/auth.ts`); its principal decides what it may do.
@@ -33,7 +35,10 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
    * which peer registered each host, hands it their answers, and sends its commands.
    */
   readonly daemons?: DaemonHosts;
-  /** Requests each peer may send; past them its requests are dropped unread. */
+  /**
+   * Requests each connection may send, and with a keyring each key across all its connections;
+   * past them its requests are dropped.
+   */
   readonly rateLimits?: RateLimits;
   /** Bytes of `events.jsonl` before it rotates (default `DEFAULT_EVENT_LOG_BYTES`). */
   readonly eventLogBytes?: number;
@@ -56,7 +61,10 @@ export class ControllerServer {
   private readonly timer: NodeJS.Timeout;
   private readonly loop: Promise<void>;
   private readonly zapLoop: Promise<void>;
+  /** Buckets per connection (every message, before it is read) and per keyring key (after its MAC). */
   private readonly limiter: RateLimiter;
+  private readonly principals: RateLimiter;
+  private droppedCount = 0;
 
   private constructor(
     private readonly socket: Router,
@@ -67,11 +75,12 @@ export class ControllerServer {
     private readonly log: Logger,
     tickMs: number,
     private readonly daemons: DaemonHosts | undefined,
-    private readonly auth: Authenticator | null,
+    private auth: Authenticator | null,
     private readonly zap: Reply | null,
     rateLimits: RateLimits | undefined,
   ) {
     this.limiter = new RateLimiter(rateLimits);
+    this.principals = new RateLimiter(rateLimits);
     // Work that comes up while a request is handled is drained by the receive loop right after
     // it, when no journal record waits: a barrier's answer does not also schedule a drain, which
     // would cost the event loop a turn for every burst of barriers.
@@ -102,15 +111,22 @@ export class ControllerServer {
    */
   static async start(options: ServerOptions): Promise<ControllerServer> {
     const log = options.logger ?? createLogger("controller");
-    const { journal, state, replay } = Journal.open(options.journalDir, options.config, options.clock);
+    const { journal, state, replay } = Journal.open(options.journalDir, options.config, options.clock, { acceptLoss: options.acceptJournalLoss ?? false });
+    if (replay.lost) {
+      const { expected, found } = replay.lost;
+      log.warn(() => `journal ${journal.path}: started from ${found} records of the ${expected} written (--accept-journal-loss); the changes in the others are forgotten`);
+    }
     if (replay.tornTail) {
       const torn = replay.tornTail;
       log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
     const eventLog = new EventLog({ dir: options.journalDir, log, ...(options.clock ? { clock: options.clock } : {}), ...(options.eventLogBytes ? { maxBytes: options.eventLogBytes } : {}) });
+    // The keyring of the moment names jobs' users: a reload (SIGHUP) applies to later moves.
+    let jobUser = (_job: string): string | null => null;
     const controller = new Controller({
       ...options,
+      jobUser: (job) => jobUser(job),
       journal,
       state,
       logger: log,
@@ -143,7 +159,9 @@ export class ControllerServer {
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${keyring ? ` (CURVE, ${keyring.clients.length} client keys)` : ""}`);
     const auth = keyring ? new Authenticator(keyring) : null;
-    return new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap, options.rateLimits);
+    const server = new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap, options.rateLimits);
+    jobUser = (job) => server.auth?.userOf(job) ?? options.jobUser?.(job) ?? null;
+    return server;
   }
 
   /** Stops listening and closes the journal; held requests are left unanswered. */
@@ -160,6 +178,28 @@ export class ControllerServer {
     this.journal.close();
   }
 
+  /** Requests dropped by a rate limit since the start, per connection or per key. */
+  get dropped(): number {
+    return this.droppedCount;
+  }
+
+  /**
+   * Replaces the keyring's client keys (SIGHUP): a key added is admitted at its next handshake,
+   * and a key removed is refused from its next message on, on connections already open too,
+   * since every message's key is checked against the keyring of the moment. The controller's
+   * own keypair cannot change while it listens.
+   *
+   * @throws Error when this controller has no keyring, or `keyring` has another keypair; the
+   *   keyring in use is then kept whole
+   */
+  reloadKeyring(keyring: Keyring): { added: string[]; removed: string[] } {
+    const auth = this.auth;
+    if (!auth) throw new Error("this controller was started without --keys; restart it with --keys DIR to use a keyring");
+    if (!auth.sameServer(keyring)) throw new Error("the keyring's controller keypair differs from the one this controller listens with; restart it to change keypairs");
+    this.auth = new Authenticator(keyring);
+    return keyringChange(auth.keyring, keyring);
+  }
+
   private async receive(): Promise<void> {
     try {
       for await (const [peer, body, auth, ...rest] of this.socket) {
@@ -170,44 +210,68 @@ export class ControllerServer {
           this.reject(peer, 0, new ProtocolError("malformed", `expected the JSON message and at most an auth frame, got ${rest.length + 2} frames`));
           continue;
         }
-        const decoded = safeDecodeRequest(body);
-        let caller: Caller = ANYONE;
-        try {
-          if (this.auth) caller = this.auth.principalOf(body, auth);
-        } catch (error) {
-          const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
-          this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), failure);
-          continue;
-        }
-        if (!decoded.success && decoded.error.code === "unknown_type" && this.daemons) {
-          // Daemons answer the controller's commands on the same socket they send requests on.
-          const answer = safeDecodeCommandReply(body);
-          if (answer.success) {
-            const refusal = authorize(caller, answer.data);
-            if (refusal) this.log.warn(() => `dropped ${answer.data.type} #${answer.data.id}: ${refusal.rule}: ${refusal.message}`);
-            else this.daemons.answer(peer, answer.data);
-            continue;
-          }
-        }
-        if (!decoded.success) {
-          this.reject(peer, decoded.id ?? 0, decoded.error);
-          continue;
-        }
-        this.handling = true;
-        this.workWhileHandling = false;
-        try {
-          this.controller.handle(peer, decoded.data, caller);
-        } finally {
-          this.handling = false;
-        }
-        // Replies that wait on no journal record (most barriers) go out at once; the others
-        // wait for the burst's single fsync.
-        if (this.journal.unflushed === 0) this.flush();
-        else if (this.workWhileHandling) this.schedule();
+        const caller = this.callerOf(peer, body, auth);
+        if (caller) this.dispatch(peer, body, caller);
       }
     } catch (error) {
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
     }
+  }
+
+  /**
+   * Who sent `body`: `anyone` without a keyring; else the keyring client its auth frame proves,
+   * charged to that key's bucket. Null when the proof fails (answered with the refusal) or the
+   * key is over its rate (dropped). A failed proof is charged to its connection only, so no
+   * traffic that cannot make a key's MAC spends that key's requests.
+   */
+  private callerOf(peer: Uint8Array, body: Uint8Array, auth: Uint8Array | undefined): Caller | null {
+    if (!this.auth) return ANYONE;
+    let sender: KeyringClient;
+    try {
+      sender = this.auth.senderOf(body, auth);
+    } catch (error) {
+      const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
+      const decoded = safeDecodeRequest(body);
+      this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), failure);
+      return null;
+    }
+    // A job's key stands for all its launchers: its bucket grows with them, each as much as a connection.
+    const scale = sender.principal.role === "job" ? Math.max(1, this.controller.workersOf(sender.principal.job)) : 1;
+    const decision = this.principals.take(sender.publicKey, Date.now(), scale);
+    if (decision === "refuse-first") this.log.warn(() => `${sender.name} is over its request rate across its connections; dropping its requests until it slows down`);
+    if (decision === "allow") return sender.principal;
+    this.droppedCount += 1;
+    return null;
+  }
+
+  /** Decodes an authorised message and hands it to the controller, or a command's answer to the daemons. */
+  private dispatch(peer: Uint8Array, body: Uint8Array, caller: Caller): void {
+    const decoded = safeDecodeRequest(body);
+    if (!decoded.success && decoded.error.code === "unknown_type" && this.daemons) {
+      // Daemons answer the controller's commands on the same socket they send requests on.
+      const answer = safeDecodeCommandReply(body);
+      if (answer.success) {
+        const refusal = authorize(caller, answer.data);
+        if (refusal) this.log.warn(() => `dropped ${answer.data.type} #${answer.data.id}: ${refusal.rule}: ${refusal.message}`);
+        else this.daemons.answer(peer, answer.data);
+        return;
+      }
+    }
+    if (!decoded.success) {
+      this.reject(peer, decoded.id ?? 0, decoded.error);
+      return;
+    }
+    this.handling = true;
+    this.workWhileHandling = false;
+    try {
+      this.controller.handle(peer, decoded.data, caller);
+    } finally {
+      this.handling = false;
+    }
+    // Replies that wait on no journal record (most barriers) go out at once; the others
+    // wait for the burst's single fsync.
+    if (this.journal.unflushed === 0) this.flush();
+    else if (this.workWhileHandling) this.schedule();
   }
 
   /**
@@ -227,15 +291,18 @@ export class ControllerServer {
   }
 
   /**
-   * Past its rate a peer's requests are dropped unread, not answered: an answer needs the
+   * Past its rate a connection's requests are dropped unread, not answered: an answer needs the
    * request id, so the frame would have to be parsed, which is the work the limit sheds. A
    * client's connection resends an unanswered request, so a legitimate burst only slows down.
+   * This is the only limit without a keyring, where nothing tells senders apart; with one, a
+   * key's connections also share the key's bucket (`callerOf`).
    */
   private admit(peer: Uint8Array): boolean {
     // The identity's bytes as the bucket's key, read in place: this runs for every message.
     const identity = Buffer.isBuffer(peer) ? peer : Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
     const decision = this.limiter.take(identity.toString("latin1"), Date.now());
     if (decision === "refuse-first") this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
+    if (decision !== "allow") this.droppedCount += 1;
     return decision === "allow";
   }
 

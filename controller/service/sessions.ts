@@ -93,7 +93,24 @@ interface PendingJob {
   readonly parallelism: Parallelism;
   readonly rings: number;
   replacement: string | null;
-  readonly workers: Map<number, { group: number; bytes: number; target: ReplyTarget }>;
+  /** `heardAt`: its launcher's latest (re)send; it sends again until answered. */
+  readonly workers: Map<number, { group: number; bytes: number; target: ReplyTarget; heardAt: number }>;
+}
+
+/**
+ * What the scheduler that owns the hosts (Slurm) says of its jobs' allocations: a worker
+ * registers only on a host of its job's allocation.
+ */
+export interface Allocations {
+  /** The hosts of the job's allocation at the latest look; undefined when that look did not see the job. */
+  of(job: string): ReadonlySet<number> | undefined;
+  /** Calls `then` once a look that started after this call arrived. */
+  lookAgain(then: () => void): void;
+}
+
+interface WaitingRegistration {
+  readonly target: ReplyTarget;
+  readonly req: Register;
 }
 
 /** A replacement that registered before its move committed. */
@@ -111,6 +128,8 @@ export class WorkerSessions {
   private readonly stops = new Map<string, JobStop>();
   /** Which job each host runs, started or still registering. */
   private readonly owners = new Map<number, string>();
+  /** Registrations of jobs the scheduler's latest look did not see, by job and host, until the next look. */
+  private readonly unseen = new Map<string, Map<number, WaitingRegistration>>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -118,6 +137,8 @@ export class WorkerSessions {
     /** Plan execution; a function, since it is built after the sessions it acts on. */
     private readonly moves: () => SessionMoves,
     private readonly liveness: WorkerLivenessOptions,
+    /** The scheduler's allocations, when one owns the hosts. */
+    private readonly allocations: () => Allocations | null = () => null,
   ) {
     for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
   }
@@ -134,6 +155,7 @@ export class WorkerSessions {
     const hostCount = this.state.topology.racks * this.state.topology.hostsPerRack;
     if (host >= hostCount) throw new ProtocolError("malformed", `worker.host ${host} is out of range: the cluster has hosts 0..${hostCount - 1}`);
     if (group >= pp) throw new ProtocolError("malformed", `worker.group ${group} is out of range: parallelism.pp is ${pp}, so groups are 0..${pp - 1}`);
+    if (pp * dp > hostCount) throw new ProtocolError("malformed", `parallelism.pp × parallelism.dp is ${pp * dp}, more than the cluster's ${hostCount} hosts; a job runs one worker per host`);
     if (req.token !== undefined) return this.registerReplacement(target, req, req.token);
 
     const started = this.state.jobs.get(jobId);
@@ -146,11 +168,20 @@ export class WorkerSessions {
       this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
       return;
     }
+    if (this.admitted(target, req)) this.registerPending(target, req);
+  }
 
+  /**
+   * A worker of a job that has not started. Refusals never name another job, its hosts or its
+   * moves (the log has them): a tenant learns only that the host it asked for is taken.
+   */
+  private registerPending(target: ReplyTarget, req: Register): void {
+    const { job: jobId, group, host } = req.worker;
+    const { pp, dp } = req.parallelism;
     const owner = this.owners.get(host);
-    if (owner !== undefined && owner !== jobId) throw new ProtocolError("conflict", `host ${host} already runs a worker of job "${owner}"; one worker per host`);
+    if (owner !== undefined && owner !== jobId) throw new ProtocolError("conflict", `host ${host} already runs a worker of another job; one worker per host`, `job "${owner}" has it`);
     const incoming = this.moves().openMigrations().find((m) => m.to === host);
-    if (incoming) throw new ProtocolError("conflict", `host ${host} is reserved for migration ${incoming.id} of job "${incoming.job}"; place the job elsewhere`);
+    if (incoming) throw new ProtocolError("conflict", `host ${host} is the destination of a migration in progress; place the job elsewhere`, `migration ${incoming.id} of job "${incoming.job}"`);
     const rings = req.rings ?? req.parallelism.tp;
     let pending = this.pendingJobs.get(jobId);
     if (!pending) {
@@ -172,10 +203,64 @@ export class WorkerSessions {
     } else if (existing.group !== group) {
       throw new ProtocolError("conflict", `host ${host} registered for job "${jobId}" group ${existing.group}, not ${group}`);
     }
-    pending.workers.set(host, { group, bytes: req.checkpointBytes, target });
+    pending.workers.set(host, { group, bytes: req.checkpointBytes, target, heardAt: this.context.clock() });
     pending.replacement ??= req.replacement ?? null;
     this.owners.set(host, jobId);
     if (pending.workers.size === pp * dp) this.startJob(jobId, pending);
+  }
+
+  /**
+   * Under a scheduler, whether the worker may register: only on a host of its job's allocation,
+   * and no more workers than that has hosts. A job the latest look did not see waits for a
+   * fresh look (it may have started since), and returns false.
+   */
+  private admitted(target: ReplyTarget, req: Register): boolean {
+    const allocations = this.allocations();
+    if (!allocations) return true;
+    const { job, host } = req.worker;
+    const hosts = allocations.of(job);
+    if (hosts === undefined) {
+      this.awaitLook(allocations, { target, req });
+      return false;
+    }
+    if (!hosts.has(host)) throw new ProtocolError("conflict", `host ${host} is not in job "${job}"'s allocation; its workers register only on the hosts the scheduler allocated to it`);
+    const { pp, dp } = req.parallelism;
+    if (pp * dp > hosts.size) throw new ProtocolError("conflict", `parallelism pp ${pp} × dp ${dp} needs ${pp * dp} hosts, and job "${job}"'s allocation has ${hosts.size}`);
+    return true;
+  }
+
+  /** Keeps the registration (one per job and host: a resend replaces it) until the next look. */
+  private awaitLook(allocations: Allocations, waiting: WaitingRegistration): void {
+    const { job, host } = waiting.req.worker;
+    const jobs = this.unseen.get(job) ?? new Map<number, WaitingRegistration>();
+    jobs.set(host, waiting);
+    this.unseen.set(job, jobs);
+    allocations.lookAgain(this.retryUnseen);
+  }
+
+  /** The look after those registrations arrived: each goes on, or is refused for a job the scheduler does not run. */
+  private readonly retryUnseen = (): void => {
+    const waiting = [...this.unseen.values()].flatMap((jobs) => [...jobs.values()]);
+    this.unseen.clear();
+    for (const { target, req } of waiting) {
+      this.answerRefusal(target, req, () => {
+        if (this.allocations()?.of(req.worker.job) === undefined) {
+          throw new ProtocolError("unknown_job", `job "${req.worker.job}" is not a job the scheduler runs; under a scheduler a job's id is its scheduler job id, and its workers register once it runs`);
+        }
+        this.register(target, req);
+      });
+    }
+  };
+
+  /** Runs `run` for a held request, answering a refusal as `Controller.handle` would. */
+  private answerRefusal(target: ReplyTarget, req: Register, run: () => void): void {
+    try {
+      run();
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      this.context.log.warn(() => `refused worker.register of job ${req.worker.job} on host ${req.worker.host}: ${error.message}${error.detail === null ? "" : ` (${error.detail})`}`);
+      this.context.send(target, errorReply(target.id, error.code, error.message));
+    }
   }
 
   private startJob(jobId: string, pending: PendingJob): void {
@@ -365,6 +450,7 @@ export class WorkerSessions {
    */
   checkWorkers(now: number, deafMs: number): void {
     const { heartbeatTimeoutMs, lostJobGraceMs } = this.liveness;
+    this.expirePending(now, deafMs);
     for (const session of this.workers.values()) {
       session.heardAt += deafMs;
       const lost = session.heartbeats && now - session.heardAt >= heartbeatTimeoutMs;
@@ -381,6 +467,24 @@ export class WorkerSessions {
       if (silentMs !== null && silentMs >= heartbeatTimeoutMs + lostJobGraceMs) {
         this.end(job.id, `every worker of job ${job.id} lost, the last heard ${Math.round(silentMs)} ms ago: its launchers are gone`);
       }
+    }
+  }
+
+  /**
+   * Frees the hosts of registrations whose launcher stopped sending them for the heartbeat
+   * timeout (a launcher sends its registration again until it is answered): a launcher that
+   * gave up or died holds no host for a job that will never start.
+   */
+  private expirePending(now: number, deafMs: number): void {
+    for (const [jobId, pending] of this.pendingJobs) {
+      for (const [host, w] of pending.workers) {
+        w.heardAt += deafMs;
+        if (now - w.heardAt < this.liveness.heartbeatTimeoutMs) continue;
+        pending.workers.delete(host);
+        if (this.owners.get(host) === jobId) this.owners.delete(host);
+        this.context.log.info(() => `registration of job ${jobId} on host ${host} dropped: its launcher stopped sending it ${Math.round(now - w.heardAt)} ms ago`);
+      }
+      if (pending.workers.size === 0) this.pendingJobs.delete(jobId);
     }
   }
 
@@ -562,6 +666,12 @@ export class WorkerSessions {
   }
 
   /** Jobs still registering, the connected workers, the hosts of lost ones and each job's progress, for the status report. */
+  /** The workers job `jobId` has: its hosts once it started, those registered so far before. */
+  workersOf(jobId: string): number {
+    const job = this.state.jobs.get(jobId);
+    return job ? job.groups.reduce((sum, group) => sum + group.length, 0) : (this.pendingJobs.get(jobId)?.workers.size ?? 0);
+  }
+
   view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number; lost: Map<string, number[]>; progress: Map<string, JobProgress> } {
     const lost = new Map<string, number[]>();
     const progress = new Map<string, JobProgress>();

@@ -35,6 +35,11 @@ const JobStateSchema = z
     resumeStep: count.nullable(),
     /** The cluster's scheduler was seen running the job: once it no longer does, the job ended. */
     scheduled: z.boolean().default(false),
+    /**
+     * The hosts its committed moves brought it to, and it still runs on: under a scheduler, the
+     * only hosts outside its allocation that MonkeyTree holds for it.
+     */
+    movedTo: z.array(count).readonly().default([]),
   })
   .readonly();
 export type JobState = z.infer<typeof JobStateSchema>;
@@ -174,6 +179,7 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
         generation: 0,
         resumeStep: null,
         scheduled: false,
+        movedTo: [],
       });
       return { ...next, jobs };
     }
@@ -230,7 +236,8 @@ export function commitMove(state: DurableState, m: Migration): Map<string, JobSt
   });
   const checkpointBytes = { ...job.checkpointBytes, [String(m.to)]: job.checkpointBytes[String(m.from)] ?? m.bytes };
   delete checkpointBytes[String(m.from)];
-  jobs.set(m.job, { ...job, groups, checkpointBytes, generation: job.generation + 1, resumeStep: m.stopStep });
+  const movedTo = [...job.movedTo.filter((h) => h !== m.from && h !== m.to), m.to];
+  jobs.set(m.job, { ...job, groups, checkpointBytes, movedTo, generation: job.generation + 1, resumeStep: m.stopStep });
   return jobs;
 }
 

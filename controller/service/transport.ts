@@ -57,8 +57,11 @@ export interface SchedulerView {
 export interface HostScheduler {
   /** A fresh look at the cluster; releases the holds of jobs that ended. */
   view(): Promise<SchedulerView>;
-  /** Before a move asks its destination for staging: the scheduler starts no other job on `host`. */
-  hold(job: string, migration: string, host: number): Promise<unknown>;
+  /**
+   * Before a move asks its destination for staging: the scheduler starts no other job on `host`.
+   * Resolves with the job's user where the scheduler knows it: its replacement runs as that user.
+   */
+  hold(job: string, migration: string, host: number): Promise<{ readonly user: string | null } | void>;
   /** The move rolled back: its destination is the scheduler's again. */
   release(job: string, migration: string): Promise<unknown>;
   /** The move committed: the job no longer uses `host`, its source. */

@@ -2,7 +2,7 @@ import type { Logger } from "../../sdk/log.ts";
 import { hostName, type NamedTopology } from "../model/named-topology.ts";
 import { HOLD_PREFIX, holdJob, holdName, SlurmCommandError, type Slurm } from "./commands.ts";
 import type { SlurmJob } from "./reports.ts";
-import { slurmView, type SlurmView } from "./view.ts";
+import { slurmView, type CommentPolicy, type SlurmView } from "./view.ts";
 
 /**
  * The Slurm adapter: what Slurm says of nodes and jobs, turned into the planner's inputs
@@ -48,6 +48,8 @@ export interface AdapterOptions {
   /** Slurm job ids whose workers registered with MonkeyTree. */
   readonly managed: () => ReadonlySet<string>;
   readonly log: Logger;
+  /** How pinned jobs' `monkeytree:rings=N` comments count (default `bounded`). */
+  readonly comments?: CommentPolicy;
 }
 
 /** Job states in which a job still has its nodes; a hold for a job in any other state is stale. */
@@ -78,7 +80,7 @@ export class SlurmAdapter {
         for (const node of r.nodes) reserved.set(node, r.name);
       }
     }
-    const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved });
+    const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved, comments: this.options.comments ?? "bounded" });
     const allocations = jobs.filter((job) => live.has(job.id)).map((job) => ({ job: job.id, hosts: job.nodes.flatMap((node) => topology.hostIndex.get(node) ?? []) }));
     return { ...view, holds, jobs, live: [...live], allocations };
   }
@@ -88,8 +90,8 @@ export class SlurmAdapter {
     return this.poll(true);
   }
 
-  /** Holds host `host` for Slurm job `job`'s migration `migration`, for the job's user. */
-  async hold(job: string, migration: string, host: number): Promise<Hold> {
+  /** Holds host `host` for Slurm job `job`'s migration `migration`, for the job's user, whom it names. */
+  async hold(job: string, migration: string, host: number): Promise<Hold & { readonly user: string | null }> {
     const { slurm, topology } = this.options;
     const node = hostName(topology, host);
     const entry = (await slurm.jobs()).find((j) => j.id === job);
@@ -97,7 +99,8 @@ export class SlurmAdapter {
     const name = holdName(job, migration);
     await slurm.hold(name, node, entry.user || "root");
     this.options.log.info(() => `holding ${node} for Slurm job ${job} (${name})`);
-    return { name, job, node, host };
+    // No replacement runs as root: a root job's gets the daemon's --run-as user.
+    return { name, job, node, host, user: entry.user && entry.user !== "root" ? entry.user : null };
   }
 
   /** Ends the hold of `job`'s migration `migration`: the move rolled back, or the worker left. */

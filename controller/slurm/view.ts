@@ -13,6 +13,15 @@ import type { SlurmJob, SlurmNode } from "./reports.ts";
 /** A job's comment carries its rings (TP degree) as `monkeytree:rings=N`; 1 without it. */
 export const RINGS_COMMENT = /(?:^|[\s,;])monkeytree:rings=(\d+)(?=$|[\s,;])/;
 
+/**
+ * What a pinned job's `monkeytree:rings=N` counts for. Anyone who submits a job writes its
+ * comment, so it is never believed past what the job could carry: `bounded` (the default) takes
+ * it up to the GPUs the job has on the rack where it has fewest (a DP ring leaves a rack as
+ * one flow, and a rack's GPUs make at most one ring each); `ignore` counts every pinned job as 1.
+ */
+export const COMMENT_POLICIES = ["bounded", "ignore"] as const;
+export type CommentPolicy = (typeof COMMENT_POLICIES)[number];
+
 /** Jobs that hold their nodes: a pinned job counts wherever it has nodes. */
 const HOLDING_STATES = new Set(["RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"]);
 /** Node states Slurm would not start a job in, or that mean the node is gone. */
@@ -71,6 +80,8 @@ export interface ViewInput {
    * nodes' RESERVED flag: slurmctld sets that flag only on its next periodic check, seconds after.
    */
   readonly reserved: ReadonlyMap<string, string>;
+  /** How pinned jobs' ring comments count (default `bounded`). */
+  readonly comments?: CommentPolicy;
 }
 
 export function slurmView(input: ViewInput): SlurmView {
@@ -91,7 +102,7 @@ export function slurmView(input: ViewInput): SlurmView {
     for (const node of job.nodes) foreignJobsOn.set(node, [...(foreignJobsOn.get(node) ?? []), job.id]);
     const hosts = job.nodes.flatMap((node) => indexOf(node) ?? []).sort((a, b) => a - b);
     if (hosts.length === 0) continue;
-    pinned.push({ id: job.id, rings: ringsOf(job, notes), hosts });
+    pinned.push({ id: job.id, rings: ringsOf(job, ringBound(topology, hosts), input.comments ?? "bounded", notes), hosts });
   }
   pinned.sort((a, b) => Number(a.id) - Number(b.id) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 
@@ -118,11 +129,23 @@ function unusable(name: string, node: SlurmNode | undefined, foreignJobs: readon
   return null;
 }
 
-function ringsOf(job: SlurmJob, notes: string[]): number {
-  const match = RINGS_COMMENT.exec(job.comment);
+/** The most rings a job on `hosts` can make leave a rack: its GPUs on the rack where it has fewest. */
+export function ringBound(topology: NamedTopology, hosts: readonly number[]): number {
+  const { hostsPerRack, gpusPerHost } = topology.topology;
+  const perRack = new Map<number, number>();
+  for (const host of hosts) perRack.set(Math.floor(host / hostsPerRack), (perRack.get(Math.floor(host / hostsPerRack)) ?? 0) + 1);
+  return gpusPerHost * Math.min(...perRack.values());
+}
+
+function ringsOf(job: SlurmJob, bound: number, policy: CommentPolicy, notes: string[]): number {
+  const match = policy === "ignore" ? null : RINGS_COMMENT.exec(job.comment);
   if (!match) return 1;
   const rings = Number(match[1]);
-  if (rings >= 1 && rings <= MAX_GPUS_PER_HOST) return rings;
-  notes.push(`Slurm job ${job.id}: monkeytree:rings=${match[1]} is not from 1 to ${MAX_GPUS_PER_HOST}; counted as 1`);
-  return 1;
+  if (!(rings >= 1 && rings <= MAX_GPUS_PER_HOST)) {
+    notes.push(`Slurm job ${job.id}: monkeytree:rings=${match[1]} is not from 1 to ${MAX_GPUS_PER_HOST}; counted as 1`);
+    return 1;
+  }
+  if (rings <= bound) return rings;
+  notes.push(`Slurm job ${job.id}: monkeytree:rings=${rings} is more than its allocation carries (${bound} GPUs on the rack where it has fewest); counted as ${bound}`);
+  return bound;
 }

@@ -104,6 +104,7 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass, "setErrorClass"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32cOf, "crc32c"));
   exports.Set("copyWithCrc32c", Napi::Function::New(env, CopyWithCrc32cOf, "copyWithCrc32c"));
+  exports.Set("createStagingBufferAsync", Napi::Function::New(env, CreateStagingBufferAsync, "createStagingBufferAsync"));
   exports.Set("copyWithCrc32cAsync", Napi::Function::New(env, CopyWithCrc32cAsync, "copyWithCrc32cAsync"));
   return exports;
 }

@@ -23,9 +23,14 @@ Napi::Function StagingBuffer::Init(Napi::Env env) {
                      });
 }
 
-// new StagingBuffer(name, size, create, lock); size is ignored when create is false.
+// new StagingBuffer(name, size, create, lock); size is ignored when create is false. Or
+// new StagingBuffer(external), adopting a region CreateStagingBufferAsync made off the JS thread.
 StagingBuffer::StagingBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<StagingBuffer>(info) {
   Napi::Env env = info.Env();
+  if (info.Length() == 1 && info[0].IsExternal()) {
+    region_ = *info[0].As<Napi::External<std::shared_ptr<Region>>>().Data();
+    return;
+  }
   if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean() ||
       !info[3].IsBoolean()) {
     Napi::TypeError::New(env, "StagingBuffer(name: string, size: number, create: boolean, lock: boolean)")
@@ -40,6 +45,61 @@ StagingBuffer::StagingBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<
   region_ = create ? Region::Create(name, static_cast<size_t>(size), lock, &failure)
                    : Region::Open(name, lock, &failure);
   if (!region_) ThrowTransferError(env, failure.code, failure.message);
+}
+
+namespace {
+
+// Allocates a region on a worker thread: creating one zero-fills and maps all of its pages,
+// which for gigabytes takes seconds the JS thread must not wait.
+class CreateWorker : public Napi::AsyncWorker {
+ public:
+  CreateWorker(Napi::Env env, std::string name, size_t size, bool lock)
+      : Napi::AsyncWorker(env, "monkeytree.createStagingBuffer"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        name_(std::move(name)),
+        size_(size),
+        lock_(lock) {}
+
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override { region_ = Region::Create(name_, size_, lock_, &failure_); }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (!region_) {
+      deferred_.Reject(MakeTransferError(env, failure_.code, failure_.message));
+      return;
+    }
+    auto external = Napi::External<std::shared_ptr<Region>>::New(env, &region_);
+    deferred_.Resolve(GetAddon(env).stagingBufferClass.New({external}));
+  }
+
+  void OnError(const Napi::Error& error) override { deferred_.Reject(error.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::string name_;
+  size_t size_;
+  bool lock_;
+  std::shared_ptr<Region> region_;
+  Failure failure_;
+};
+
+}  // namespace
+
+// createStagingBufferAsync(name, size, lock): a promise of a new StagingBuffer.
+Napi::Value CreateStagingBufferAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 3 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean()) {
+    Napi::TypeError::New(env, "createStagingBufferAsync(name: string, size: number, lock: boolean)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  auto* worker = new CreateWorker(env, info[0].As<Napi::String>(), static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue()),
+                                  info[2].As<Napi::Boolean>());
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 StagingBuffer::~StagingBuffer() {

@@ -38,4 +38,7 @@ class StagingBuffer : public Napi::ObjectWrap<StagingBuffer> {
   Napi::Reference<Napi::ArrayBuffer> arrayBuffer_;
 };
 
+// createStagingBufferAsync(name, size, lock): creates the region on a worker thread.
+Napi::Value CreateStagingBufferAsync(const Napi::CallbackInfo& info);
+
 }  // namespace mt

@@ -66,9 +66,12 @@ export const CredentialSchema = z.strictObject({
 });
 export type Credential = z.infer<typeof CredentialSchema>;
 
-/** Reads a credential file; every failure names the file and the field. */
+/**
+ * Reads a credential file; every failure names the file and the field. One that its group or
+ * others may read is refused, saying to `chmod 600` it: its secret key is the holder's identity.
+ */
 export const readCredential = (path: string): Credential =>
-  readJsonFile(path, `credential ${path}`, CredentialSchema, "`monkeytree keys` writes credential files");
+  readJsonFile(path, `credential ${path}`, CredentialSchema, "`monkeytree keys` writes credential files", true);
 
 /** The second frame of every request to a controller that has a keyring. */
 export const AuthFrameSchema = z.strictObject({

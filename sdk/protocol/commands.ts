@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
 import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
-import { ReplacementNameSchema } from "./replacement.ts";
+import { ReplacementNameSchema, UserNameSchema } from "./replacement.ts";
 import { idSchema, intSchema, MAX_HOSTS, textSchema } from "./limits.ts";
 import { AssignmentSchema, ParallelismSchema } from "./worker.ts";
 
@@ -28,6 +28,12 @@ const ReplacementSpecSchema = z.strictObject({
   place: AssignmentSchema.pick({ nodeRank: true, nodes: true }),
   /** The daemon's --replacement the job named; null when it named none, which the daemon refuses. */
   replacement: ReplacementNameSchema.nullable(),
+  /**
+   * The job's own user, whom the daemon starts the replacement as and gives its staging to;
+   * null when the controller knows none (no Slurm record, no `monkeytree keys --job J --user U`),
+   * and the daemon falls back to its `--run-as` user, shared by every such job on the host.
+   */
+  user: UserNameSchema.nullable().default(null),
 });
 
 /**
@@ -54,7 +60,8 @@ export type ReleaseCommand = z.infer<typeof ReleaseCommandSchema>;
 export const SpawnCommandSchema = z.strictObject({
   ...envelope("daemon.spawn"),
   migration: idSchema("migration"),
-  ...ReplacementSpecSchema.shape,
+  // Who it runs as was settled at prepare, where its staging was given to that user.
+  ...ReplacementSpecSchema.omit({ user: true }).shape,
   token: idSchema("token"),
 });
 export type SpawnCommand = z.infer<typeof SpawnCommandSchema>;
@@ -79,10 +86,12 @@ export type Done = z.infer<typeof DoneSchema>;
  * Why a daemon would not carry out a command: `no_space` (the buffer has no free range that
  * large), `unknown_token`, `not_staged` (spawn before the checkpoint was verified),
  * `unknown_replacement` (the job named no replacement, or one the daemon has no --replacement
- * for), `run_as_required` (the daemon runs as root without --run-as, and starts nothing as
- * root), `launch_failed`, `malformed`.
+ * for), `run_as_required` (the daemon runs as root, the job has no user and the daemon no
+ * --run-as, and it starts nothing as root), `unknown_user` (the job's user is not one this host
+ * can start a replacement as: unknown here, root, or another user than a daemon that cannot
+ * switch users runs as), `launch_failed`, `malformed`.
  */
-export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "unknown_replacement", "run_as_required", "launch_failed", "malformed"]);
+export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "unknown_replacement", "run_as_required", "unknown_user", "launch_failed", "malformed"]);
 export type RefusalCode = z.infer<typeof RefusalCodeSchema>;
 
 export const RefusedSchema = z.strictObject({

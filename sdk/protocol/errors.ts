@@ -29,14 +29,19 @@ export type ErrorReply = z.infer<typeof ErrorReplySchema>;
 /**
  * A message that cannot be decoded or is not allowed; carries the code sent back in the reply.
  * The message is one bounded line, so a reply or log line never grows with what a client sent.
+ * `detail` is for the controller's log only and never goes into a reply: what the refusal must
+ * not tell the client, such as which other tenant's job holds a host.
  */
 export class ProtocolError extends Error {
   override readonly name = "ProtocolError";
+  readonly detail: string | null;
   constructor(
     readonly code: ErrorCode,
     message: string,
+    detail?: string,
   ) {
     super(oneLine(message));
+    this.detail = detail === undefined ? null : oneLine(detail);
   }
 }
 

@@ -11,6 +11,15 @@ export const ReplacementNameSchema = z
   .regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, { error: "a replacement name is 1 to 64 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit" });
 
 /**
+ * The local user a job's replacements run as on every host: the job's own, never one shared
+ * between tenants. A POSIX portable user name (what `useradd` accepts), so it can name no path
+ * and no option.
+ */
+export const UserNameSchema = z
+  .string({ error: "user is a user name, a string" })
+  .regex(/^[a-z_][a-z0-9_-]{0,31}$/, { error: "a user name is 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or '_'" });
+
+/**
  * Daemon → replacement launcher: the environment a daemon starts a replacement with. The
  * names are the contract between the daemon and any launcher (TypeScript or Python), so they
  * are defined here once and read back through this schema.
@@ -32,7 +41,7 @@ export const ReplacementEnvSchema = z.object({
   MONKEYTREE_NODES: decimal("MONKEYTREE_NODES"),
   MONKEYTREE_MIGRATION: z.string().min(1),
   MONKEYTREE_TOKEN: z.string().min(1),
-  /** Name of the daemon's staging buffer under /dev/shm. */
+  /** Name under /dev/shm of the file that holds this grant's checkpoint, readable by the replacement's user alone. */
   MONKEYTREE_STAGING_BUFFER: z.string().min(1),
   MONKEYTREE_STAGING_OFFSET: decimal("MONKEYTREE_STAGING_OFFSET"),
   MONKEYTREE_STAGING_LENGTH: decimal("MONKEYTREE_STAGING_LENGTH"),

@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { ownCgroup } from "../../controller/daemon/cgroup.ts";
 import { capabilities } from "../../native/index.ts";
 import { PYTHON } from "./python.ts";
 import { withSbin } from "./slurm.ts";
@@ -108,6 +109,16 @@ export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
 /** Root, to start processes as another user (a daemon's --run-as). */
 export function root(): Prerequisite {
   return { what: "root", missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root", install: "run the tests as root", promisedBy: ci };
+}
+
+/** A cgroup v2 this process may make children in, for the daemon's cgroup per replacement. */
+export function cgroupV2(): Prerequisite {
+  return {
+    what: "a writable cgroup v2",
+    missing: ownCgroup() === null ? "this process's cgroup v2 is not mounted or not writable (/proc/self/cgroup, /proc/self/mountinfo)" : null,
+    install: "run the tests as root on a host that mounts cgroup v2",
+    promisedBy: ci,
+  };
 }
 
 /** Slurm and munge from Debian's packages, as root: the slurmd of test/helpers/slurm.ts start jobs as their users. */

@@ -1,8 +1,10 @@
+import { get } from "node:http";
 import { connect, type Socket } from "node:net";
 import { Counter, Registry } from "prom-client";
 import { afterEach, describe, expect, it } from "vitest";
-import { MAX_CONNECTIONS, MAX_HEADER_BYTES, MetricsAddressError, REQUEST_TIMEOUT_MS, MetricsServer, parseMetricsAddress } from "../../controller/metrics/http.ts";
+import { KEEP_ALIVE_MS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MetricsAddressError, REQUEST_TIMEOUT_MS, MetricsServer, parseMetricsAddress } from "../../controller/metrics/http.ts";
 import { createRegistry } from "../../controller/metrics/registry.ts";
+import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /** The scrape endpoint treats its peer as hostile: one path, one method, no body, bounded headers. */
 
@@ -78,23 +80,56 @@ describe("the metrics listener", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 100);
   }, 30_000);
 
-  it(`holds at most ${MAX_CONNECTIONS} connections; more are closed on arrival`, async () => {
+  it(`keeps serving scrapes while idle, keep-alive and slow-loris peers hold all ${MAX_CONNECTIONS} connections`, async () => {
     const base = await serve();
     const [host, port] = base.replace("http://", "").split(":");
-    const open = await Promise.all(
-      Array.from({ length: MAX_CONNECTIONS }, () => new Promise<Socket>((resolve) => {
-        const socket = connect(Number(port), host!, () => resolve(socket));
-      })),
-    );
+    const scrape = () => new Promise<number>((resolve, reject) => {
+      // A connection of its own each time, as a scraper after the keep-alive closed.
+      get({ host, port: Number(port), path: "/metrics", agent: false }, (response) => {
+        response.resume();
+        response.on("end", () => resolve(response.statusCode ?? 0));
+      }).on("error", reject);
+    });
+    // Each peer comes back as soon as it is closed, so the slots stay taken.
+    const kinds = { idle: "", "keep-alive": "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "slow-loris": "GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a" };
+    let attacking = true;
+    const peers: Socket[] = [];
+    const attack = (bytes: string) => {
+      if (!attacking) return;
+      const socket = connect(Number(port), host!, () => socket.write(bytes));
+      socket.on("error", () => undefined).on("close", () => setImmediate(() => attack(bytes)));
+      peers.push(socket);
+    };
     try {
-      // The server counts a connection once it accepted it: wait until it holds them all.
-      while ((await new Promise<number>((resolve) => server!["server"].getConnections((_, n) => resolve(n)))) < MAX_CONNECTIONS) await new Promise((r) => setTimeout(r, 20));
-      const extra = await raw(base, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-      expect(extra).toBe("");
+      for (const bytes of Object.values(kinds)) for (let i = 0; i < MAX_CONNECTIONS; i++) attack(bytes);
+      await expect.poll(() => server!.connections, patiently).toBe(MAX_CONNECTIONS);
+      const statuses: number[] = [];
+      for (let i = 0; i < 30; i++) {
+        statuses.push(await scrape());
+        expect(server!.connections).toBeLessThanOrEqual(MAX_CONNECTIONS);
+      }
+      expect(statuses).toEqual(Array.from({ length: 30 }, () => 200));
     } finally {
-      for (const socket of open) socket.destroy();
+      attacking = false;
+      for (const socket of peers) socket.destroy();
     }
-  });
+  }, SAFETY_NET_MS);
+
+  it("closes an idle keep-alive connection once its answer is sent", async () => {
+    const base = await serve();
+    const [host, port] = base.replace("http://", "").split(":");
+    const answer = await new Promise<string>((resolve, reject) => {
+      // Asks for keep-alive and never closes its side: the server must.
+      const socket = connect(Number(port), host!, () => socket.write("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+      let text = "";
+      socket.on("data", (chunk) => (text += chunk.toString()));
+      socket.on("close", () => resolve(text));
+      socket.on("error", reject);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answer).toContain(`Keep-Alive: timeout=${KEEP_ALIVE_MS / 1000}`);
+    await expect.poll(() => server!.connections, patiently).toBe(0);
+  }, SAFETY_NET_MS);
 
   it("takes PORT (loopback) or HOST:PORT, and names the flag for anything else", () => {
     expect(parseMetricsAddress("9100")).toEqual({ host: "127.0.0.1", port: 9100 });

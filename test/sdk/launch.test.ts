@@ -111,8 +111,8 @@ describe("monkeytree launch", () => {
     const log = join(dir, "channel.jsonl");
     // Sources and replacements (run as the tenant) append to one log.
     sharedFile(log, TENANT);
-    // No job trains past iteration 5 before the plan exists, so the plan always finds both jobs
-    // training, however long this machine takes to start the second one.
+    // No job trains past iteration 5 before its move chose its stop step, so the plan always
+    // finds both jobs training, however long this machine takes to start the second one.
     const planned = join(dir, "planned");
     const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log, "--pause-at", "5", "--resume-when-exists", planned];
     const shared = ["--checkpoint-bytes", String(1 << 16), "--master-port", "29600"];
@@ -138,7 +138,12 @@ describe("monkeytree launch", () => {
     // Whichever job completes its registration second takes both racks over their bound.
     start("a", [0, 4]);
     start("b", [1, 5]);
-    await expect.poll(async () => (await client.status()).migrations.length, patiently).toBeGreaterThan(0);
+    // Released once the move chose its stop, which it does while both jobs wait at iteration 5.
+    const stopping = async () => {
+      const { migrations } = await client.status();
+      return migrations.length > 0 && migrations.every((m) => m.stopStep !== null);
+    };
+    await expect.poll(stopping, patiently).toBe(true);
     writeFileSync(planned, "");
     const entries = () => readFileSync(log, "utf8").split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as Entry);
     // Every launcher that started exits 0: trained to the end, or moved away.

@@ -46,7 +46,7 @@ describe("a daemon's replacement settings", () => {
 
   it("runs replacements as no unknown user and never as root", () => {
     expect(() => resolveTenant("monkeytree-no-such-user")).toThrow("--run-as monkeytree-no-such-user: no such user on this host");
-    expect(() => resolveTenant("root")).toThrow("--run-as root is root (uid 0): replacements run tenants' code, so name an unprivileged user such as nobody");
+    expect(() => resolveTenant("root")).toThrow("--run-as root is root (uid 0): replacements run tenants' code, so name an unprivileged user");
   });
 
   it("exits 2 naming the flag when the daemon's replacement settings are wrong", async () => {

@@ -31,8 +31,15 @@ describe("authorize", () => {
       expect(ruleOf(jobA, message("a"))).toBe("allowed");
       expect(ruleOf(jobA, message("b"))).toBe("job-credential-own-job");
       expect(ruleOf(host3, message("a"))).toBe("job-credential-own-job");
-      expect(ruleOf(operator, message("a"))).toBe("job-credential-own-job");
     }
+  });
+
+  it("lets an operator finish any job, but never register or report a job's workers", () => {
+    expect(ruleOf(operator, messages.finish("a"))).toBe("allowed");
+    expect(ruleOf(operator, messages.finish("b"))).toBe("allowed");
+    expect(ruleOf(operator, messages.register("a"))).toBe("job-credential-own-job");
+    expect(ruleOf(operator, messages.report("a"))).toBe("job-credential-own-job");
+    expect(authorize(host3, messages.finish("a"))?.message).toContain("an operator's may finish any");
   });
 
   it("lets a daemon credential speak for its own host only, its answers to commands included", () => {
@@ -60,7 +67,7 @@ describe("authorize", () => {
 
   it("names the rule, the message, the job and the credential in its refusal", () => {
     expect(authorize(jobA, messages.finish("b"))?.message).toBe(
-      'job.finish for job "b" needs that job\'s credential, and this is job "a"\'s credential; a job credential may register, report and finish only its own job',
+      'job.finish for job "b" needs that job\'s credential, and this is job "a"\'s credential; a job credential may register, report and finish only its own job, and an operator\'s may finish any',
     );
   });
 });

@@ -1,9 +1,11 @@
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { StatusReportSchema } from "../../sdk/protocol/status.ts";
+import { ControllerClient } from "../../sdk/client.ts";
+import { readCredential } from "../../sdk/protocol/auth.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { runCli } from "../helpers/cli.ts";
 import { startController, tempDir, type Harness } from "./harness.ts";
@@ -90,5 +92,97 @@ describe("monkeytree controller", () => {
     expect(refused.stderr).toContain("refusing to listen on tcp://*:0 without a keyring");
     expect(refused.stderr).toContain("monkeytree keys --dir keys");
     expect(existsSync(join(dir, "j"))).toBe(false);
+  });
+});
+
+/** A controller process from the sources, its stderr lines, and a wait for one of them. */
+async function controllerProcess(dir: string, ...args: string[]) {
+  const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const stderr: string[] = [];
+  const waiters: { pattern: RegExp; resolve: (line: string) => void }[] = [];
+  createInterface({ input: child.stderr! }).on("line", (line) => {
+    stderr.push(line);
+    for (const w of waiters.filter((w) => w.pattern.test(line))) {
+      waiters.splice(waiters.indexOf(w), 1);
+      w.resolve(line);
+    }
+  });
+  /** The next stderr line matching `pattern` from now on; fails if the controller exits first. */
+  const line = (pattern: RegExp) =>
+    new Promise<string>((resolve, reject) => {
+      waiters.push({ pattern, resolve });
+      void exited.then((code) => reject(new Error(`controller exited (${code}) before logging ${pattern}: ${stderr.join("\n")}`)));
+    });
+  const endpoint = await new Promise<string>((resolve, reject) => {
+    void exited.then((code) => reject(new Error(`controller exited (${code}) before listening: ${stderr.join("\n")}`)));
+    createInterface({ input: child.stdout! }).on("line", (text) => {
+      const match = /^controller listening on (\S+)$/.exec(text);
+      if (match?.[1]) resolve(match[1]);
+    });
+  });
+  return { child, exited, endpoint, line };
+}
+
+describe("monkeytree controller on SIGHUP", () => {
+  it("reloads its keyring: an added key is admitted, a removed one refused on its open connection, a broken keyring kept out", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const keys = join(dir, "keys");
+    expect((await runCli("keys", "--dir", keys, "--operator", "ops", "--job", "a")).code).toBe(0);
+    const controller = await controllerProcess(dir, "--keys", keys);
+    const revoked = new ControllerClient({ endpoint: controller.endpoint, credential: readCredential(join(keys, "job-a.json")), timeoutMs: 5_000 });
+    try {
+      const finish = (job: string, credential: string) => runCli("job", "finish", "--job", job, "--connect", controller.endpoint, "--credentials", join(keys, credential));
+      // Answered (the job is unknown), so job-a's key is admitted; job-b's does not exist yet.
+      await expect(revoked.finish("a")).rejects.toMatchObject({ code: "unknown_job" });
+      expect((await runCli("keys", "--dir", keys, "--job", "b")).code).toBe(0);
+      expect(await finish("b", "job-b.json")).toMatchObject({ code: 3, stderr: expect.stringContaining("send the controller SIGHUP") });
+
+      const keyringPath = join(keys, "controller.json");
+      const keyring = JSON.parse(readFileSync(keyringPath, "utf8")) as { clients: { name: string }[] };
+      writeFileSync(keyringPath, JSON.stringify({ ...keyring, clients: keyring.clients.filter((c) => c.name !== "job-a") }), { mode: 0o600 });
+      let reloaded = controller.line(/SIGHUP: reloaded the keyring/);
+      controller.child.kill("SIGHUP");
+      expect(await reloaded).toContain("added job-b; revoked job-a");
+      expect(await finish("b", "job-b.json")).toMatchObject({ code: 3, stderr: expect.stringContaining('job "b" is not known') });
+      // The revoked key's connection stays open, and its next message is refused.
+      await expect(revoked.finish("a")).rejects.toMatchObject({ code: "forbidden", message: expect.stringContaining("not in the controller's keyring") });
+
+      reloaded = controller.line(/SIGHUP: kept the keyring in use/);
+      writeFileSync(keyringPath, "{", { mode: 0o600 });
+      controller.child.kill("SIGHUP");
+      expect(await reloaded).toContain("cannot read it");
+      reloaded = controller.line(/SIGHUP: kept the keyring in use/);
+      writeFileSync(keyringPath, JSON.stringify(keyring), { mode: 0o600 });
+      chmodSync(keyringPath, 0o644);
+      controller.child.kill("SIGHUP");
+      expect(await reloaded).toContain(`run \`chmod 600 ${keyringPath}\``);
+      // The keyring in use is still the reloaded one: job-b in, job-a out, operators in.
+      expect(await finish("b", "job-b.json")).toMatchObject({ code: 3, stderr: expect.stringContaining('job "b" is not known') });
+      await expect(revoked.finish("a")).rejects.toMatchObject({ code: "forbidden" });
+      expect((await runCli("status", "--connect", controller.endpoint, "--credentials", join(keys, "operator-ops.json"))).code).toBe(0);
+    } finally {
+      await revoked.close();
+      controller.child.kill("SIGTERM");
+    }
+    expect(await controller.exited).toBe(0);
+  });
+
+  it("logs and ignores SIGHUP without a keyring", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const controller = await controllerProcess(dir);
+    try {
+      const ignored = controller.line(/SIGHUP ignored: this controller has no keyring/);
+      controller.child.kill("SIGHUP");
+      await ignored;
+      expect((await runCli("status", "--connect", controller.endpoint)).code).toBe(0);
+    } finally {
+      controller.child.kill("SIGTERM");
+    }
+    expect(await controller.exited).toBe(0);
   });
 });

@@ -77,14 +77,14 @@ function refused(code: string, message: string) {
 }
 
 describe("a daemon refusing the controller's commands", () => {
-  it("refuses staging that does not fit the free ranges with no_space, and stages it once a range is free", async () => {
+  it("refuses staging past its --staging-bytes with no_space, and stages it once a grant ends", async () => {
     const rig = await registered();
     expect(await rig.command(prepare("p0/0", STAGING + 1))).toEqual(
-      refused("no_space", `no free range of ${STAGING + 1} bytes in the ${STAGING}-byte staging buffer; start the daemon with a larger --staging-bytes`),
+      refused("no_space", `${STAGING + 1} bytes do not fit in host ${HOST}'s staging: ${STAGING} of its ${STAGING} bytes are free; start the daemon with a larger --staging-bytes`),
     );
     const first = await rig.command(prepare("p0/1", STAGING / 2));
     expect(first.type).toBe("daemon.prepared");
-    // Half the buffer is staged, so the next half-and-a-page fits no gap.
+    // Half the bytes are staged, so the next half-and-a-page does not fit.
     expect(await rig.command(prepare("p0/2", STAGING / 2 + 4096))).toMatchObject({ type: "daemon.refused", code: "no_space" });
     expect(await rig.command({ type: "daemon.release", token: first.token })).toMatchObject({ type: "daemon.done" });
     expect(await rig.command(prepare("p0/2", STAGING / 2 + 4096))).toMatchObject({ type: "daemon.prepared" });
@@ -104,8 +104,22 @@ describe("a daemon refusing the controller's commands", () => {
   it.skipIf(process.getuid?.() !== 0)("refuses every replacement with run_as_required when it runs as root without --run-as", async () => {
     const rig = await registered({ runAs: false });
     expect(await rig.command(prepare("p0/0", 4096))).toEqual(
-      refused("run_as_required", `the daemon on host ${HOST} runs as root and starts no replacement as root; start it with --run-as USER, an unprivileged user`),
+      refused(
+        "run_as_required",
+        `job a has no user of its own and the daemon on host ${HOST} runs as root without --run-as, so it starts no replacement for it; give the job its user (\`monkeytree keys --job a --user USER\`, or its Slurm job's) or start the daemon with --run-as USER`,
+      ),
     );
+  });
+
+  it("refuses a job's user that this host does not have, or root, with unknown_user, staging nothing", async () => {
+    const rig = await registered();
+    const as = (user: string) => ({ ...prepare("p0/0", 4096), replacement: { ...spec("fake"), user } });
+    expect(await rig.command(as("mt-no-such-user"))).toEqual(
+      refused("unknown_user", `job a's user mt-no-such-user on host ${HOST}: no such user on this host; create it (useradd --system mt-no-such-user) or name an existing unprivileged user`),
+    );
+    expect(await rig.command(as("root"))).toMatchObject({ type: "daemon.refused", code: "unknown_user", message: expect.stringContaining(`job a's user root on host ${HOST} is root (uid 0)`) });
+    expect(await rig.command(as("Not A User"))).toMatchObject({ type: "daemon.refused", code: "malformed", message: expect.stringContaining("a user name is 1 to 32 of a-z") });
+    expect(rig.logs.filter((line) => /: staging \d+ bytes/.test(line))).toEqual([]);
   });
 
   it("answers a second prepare for a migration with the grant it made, staging (and starting its replacement) once", async () => {
@@ -115,10 +129,9 @@ describe("a daemon refusing the controller's commands", () => {
     const again = await rig.command(prepare("p0/0", 8192));
     expect(again).toEqual({ ...first, id: again.id });
     expect(await rig.command(prepare("p0/0", 4096))).toEqual(refused("malformed", `migration p0/0 is already staging 8192 bytes on host ${HOST}, not 4096`));
-    expect(rig.logs.filter((line) => line.startsWith("migration p0/0: staging"))).toEqual(["migration p0/0: staging 8192 bytes at offset 0"]);
-    // The next move gets the range after it: the repeat took none.
-    await rig.command(prepare("p0/1", 4096));
-    expect(rig.logs.filter((line) => line.startsWith("migration p0/1: staging"))).toEqual(["migration p0/1: staging 4096 bytes at offset 8192"]);
+    expect(rig.logs.filter((line) => line.startsWith("migration p0/0: staging"))).toEqual([expect.stringMatching(/^migration p0\/0: staging 8192 bytes in monkeytree-\d+-[0-9a-f]+/)]);
+    // The repeat reserved nothing: the rest of the staging bytes still fit.
+    expect(await rig.command(prepare("p0/1", STAGING - 8192))).toMatchObject({ type: "daemon.prepared" });
   });
 
   it("refuses a spawn for a token it staged nothing under with unknown_token", async () => {

@@ -1,5 +1,5 @@
 import { randomFillSync } from "node:crypto";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
@@ -199,11 +199,16 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
       MONKEYTREE_DP: "2",
       MONKEYTREE_MIGRATION: move.id,
       MONKEYTREE_TOKEN: token,
-      MONKEYTREE_STAGING_BUFFER: daemon.buffer.name,
+      MONKEYTREE_STAGING_BUFFER: expect.stringMatching(/^monkeytree-\d+-[0-9a-f]+$/),
+      MONKEYTREE_STAGING_OFFSET: "0",
       MONKEYTREE_STAGING_LENGTH: String(CHECKPOINT),
     });
-    const staged = daemon.buffer.bytes(Number(env.MONKEYTREE_STAGING_OFFSET), CHECKPOINT);
-    expect(Buffer.from(staged).equals(Buffer.from(buffer.bytes()))).toBe(true);
+    // The grant's file of its own, the replacement's user's alone.
+    const path = `/dev/shm/${env.MONKEYTREE_STAGING_BUFFER}`;
+    expect(statSync(path)).toMatchObject({ uid, gid, mode: 0o100600 });
+    const staged = StagingBuffer.open(env.MONKEYTREE_STAGING_BUFFER!, { lock: false });
+    expect(Buffer.from(staged.bytes(0, CHECKPOINT)).equals(Buffer.from(buffer.bytes()))).toBe(true);
+    staged.free();
 
     // The replacement registers with the token from its environment; the job re-forms.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: env.MONKEYTREE_TOKEN! });
@@ -303,7 +308,7 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
     await startDaemons(harness, { probe: `touch ${started}` }, null);
     const { move, step, source, stayer } = await planMove(client, "probe");
     await expectNeverPaused(step, source, stayer);
-    expect((await client.status()).migrations[0]?.reason).toContain(`the daemon on host ${move.to} runs as root and starts no replacement as root; start it with --run-as USER`);
+    expect((await client.status()).migrations[0]?.reason).toContain(`job ${move.job} has no user of its own and the daemon on host ${move.to} runs as root without --run-as, so it starts no replacement for it`);
     expect(existsSync(started)).toBe(false);
   }, SAFETY_NET_MS);
 

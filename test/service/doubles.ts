@@ -53,6 +53,12 @@ export class RecordingHosts implements StagingTransport, ReplacementLauncher {
   }
 }
 
+/** What the double's jobs a and b were allocated: their workers register only there. */
+export const ALLOCATIONS = [
+  { job: "a", hosts: [0, 1, 4, 5] },
+  { job: "b", hosts: [1, 2, 5] },
+];
+
 /**
  * Test double for the scheduler that owns the hosts (Slurm's adapter in production): records
  * every call, in order, beside the hosts' calls in `log`, and refuses holds on `refuse`.
@@ -61,7 +67,7 @@ export class RecordingScheduler implements HostScheduler {
   readonly calls: string[] = [];
   readonly refuse = new Set<number>();
   /** What `view()` answers; a test changes it as the cluster would change. */
-  current: SchedulerView = { pinned: [], unavailable: [], holds: [], live: [], allocations: [] };
+  current: SchedulerView = { pinned: [], unavailable: [], holds: [], live: [], allocations: ALLOCATIONS };
   /** Set to keep `view()` from answering until the test calls `answer()`. */
   private waiting: (() => void)[] | null = null;
 

@@ -119,12 +119,26 @@ describe("a job whose launchers died, on the controller's clock", () => {
 
   it("refuses reports of a job still registering and of an unknown one, changing nothing", () => {
     const c = open();
-    c.send({ type: "worker.register", worker: worker("a", 0), parallelism: dp2, checkpointBytes: 8 });
+    const register = { type: "worker.register", worker: worker("a", 0), parallelism: dp2, checkpointBytes: 8 } as const;
+    c.send(register);
     expect(c.send(report("a", 0))).toMatchObject({ type: "error", code: "unknown_job", message: expect.stringContaining('job "a" has not started') });
     expect(c.send(report("nobody", 3))).toMatchObject({ type: "error", code: "unknown_job", message: expect.stringContaining('job "nobody" is not known') });
-    c.pass(TIMEOUT + GRACE);
+    // Its launcher resends the registration until it is answered, as a client does every second.
+    for (let passed = 0; passed < TIMEOUT + GRACE; passed += 1_000) {
+      c.pass(1_000);
+      c.send(register);
+    }
     expect(c.job("a")).toMatchObject({ started: false, hosts: [0] });
     expect(c.controller.durable.jobs.size).toBe(0);
+  });
+
+  it("drops a registration its launcher stopped resending, freeing its host", () => {
+    const c = open();
+    c.send({ type: "worker.register", worker: worker("a", 0), parallelism: dp2, checkpointBytes: 8 });
+    c.pass(TIMEOUT - 1);
+    expect(c.job("a")).toMatchObject({ started: false, hosts: [0] });
+    c.pass(1);
+    expect(c.job("a")).toBeUndefined();
   });
 });
 

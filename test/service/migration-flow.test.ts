@@ -99,7 +99,7 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
       token: `token-${move.id}`,
       step: stopStep,
     });
-    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null } }]);
+    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null, user: null } }]);
 
     // The source has written its checkpoint and waits at the same barrier for the verdict.
     const sourceVerdict = source.barrier(stopStep);
@@ -407,16 +407,47 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     expect(harness.logs.join("\n")).toContain("the scheduler reports job a ended; hosts 0, 4 are free");
   });
 
-  it("holds again a host of a running job that lies outside its allocation and that no hold covers", async () => {
+  it("holds again a host a committed move brought a running job to, once its hold is lost", async () => {
     const { scheduler, client } = await withScheduler();
-    // As after slurmctld lost the hold of a worker moved to host 4.
-    scheduler.current = { ...scheduler.current, live: ["a"], allocations: [{ job: "a", hosts: [0] }] };
+    scheduler.current = { ...scheduler.current, live: ["a", "b"] };
+    const { move, step, source, stayer } = await plannedMove(client);
+    void stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const verdict = source.barrier(step);
+    await reportTransfer(client, move, { outcome: "verified" });
+    expect(await verdict).toMatchObject({ kind: "stop" });
+    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toContain(`give back ${move.job} host ${move.from}`);
+    // As after slurmctld lost the hold of the worker now on the destination.
+    const calls = scheduler.calls.length;
+    scheduler.current = { ...scheduler.current, holds: [] };
+    await expect.poll(() => scheduler.calls.slice(calls), { timeout: 10_000 }).toEqual([`hold ${move.job} keep-${move.to} host ${move.to}`]);
+  });
+
+  it("refuses a registration outside the job's allocation, and holds nothing for a host its allocation lost otherwise", async () => {
+    const { scheduler, client } = await withScheduler();
+    scheduler.current = { ...scheduler.current, live: ["a"] };
+    const outside = client.register({ job: "a", group: 0, host: 6 }, dp2);
+    await expect(outside).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining(`host 6 is not in job "a"'s allocation`) });
+    await expect(client.register({ job: "a", group: 0, host: 0 }, { tp: 1, pp: 1, dp: 5 })).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("needs 5 hosts") });
+    await expect(client.register({ job: "zz", group: 0, host: 3 }, dp2)).rejects.toMatchObject({ code: "unknown_job", message: expect.stringContaining(`job "zz" is not a job the scheduler runs`) });
     await startJob(client, "a", [0, 4]);
-    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual(["hold a keep-4 host 4"]);
-    // The hold shows in the next looks, and nothing more is asked for.
+    // Its user shrinks the job to host 0 (scontrol update): host 4 is not MonkeyTree's to hold.
+    scheduler.current = { ...scheduler.current, allocations: [{ job: "a", hosts: [0] }] };
     const looks = scheduler.looks;
     await expect.poll(() => scheduler.looks, { timeout: 10_000 }).toBeGreaterThan(looks + 2);
-    expect(scheduler.calls).toEqual(["hold a keep-4 host 4"]);
+    expect(scheduler.calls).toEqual([]);
+  });
+
+  it("never names another job, its hosts or its moves in a refusal", async () => {
+    const { scheduler, client } = await withScheduler();
+    scheduler.current = { ...scheduler.current, allocations: [...scheduler.current.allocations, { job: "c", hosts: [0, 1, 2, 3, 4, 5, 6, 7] }] };
+    const { move } = await plannedMove(client);
+    const taken = await client.register({ job: "c", group: 0, host: move.from }, dp2).catch((error: unknown) => error);
+    expect(taken).toMatchObject({ code: "conflict", message: `host ${move.from} already runs a worker of another job; one worker per host` });
+    const incoming = await client.register({ job: "c", group: 0, host: move.to }, dp2).catch((error: unknown) => error);
+    expect(incoming).toMatchObject({ code: "conflict", message: `host ${move.to} is the destination of a migration in progress; place the job elsewhere` });
+    // The operator's log keeps who.
+    expect(harness!.logs.join("\n")).toContain(`(migration ${move.id} of job "${move.job}")`);
   });
 
   it("never moves a worker onto a host that takes none (an empty slot), even with no scheduler", async () => {
@@ -453,14 +484,15 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     const planner = new Watched(new PlanThread());
     harness = await startController({ overrides: { scheduler, planner } });
     const client = connect(harness);
-    await startJob(client, "a", [0, 4]);
-    await startJob(client, "b", [1, 5]);
+    const registering = [startJob(client, "a", [0, 4]), startJob(client, "b", [1, 5])];
+    // Until a look says which hosts each job was allocated, registrations wait for it.
+    await expect.poll(() => scheduler.looks, { timeout: 10_000 }).toBeGreaterThan(0);
     const status = await client.status();
-    expect(status).toMatchObject({ withinBounds: false, migrations: [] });
+    expect(status).toMatchObject({ jobs: [], migrations: [] });
     expect(status.scheduler).toBeUndefined();
-    // A plan is asked for before the registration's reply goes out, had the controller planned.
     expect(planner.asked).toBe(0);
     scheduler.answer();
+    await Promise.all(registering);
     expect(await plannedMoves(client)).toHaveLength(1);
   });
 

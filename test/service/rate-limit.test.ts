@@ -13,6 +13,14 @@ describe("per-client rate limit", () => {
     expect(limiter.take("a", 10_000)).toBe("refuse-first");
   });
 
+  it("scales a bucket's burst and rate by the peers it stands for", () => {
+    const limiter = new RateLimiter({ perSecond: 10, burst: 2, clients: 4 });
+    expect([0, 0, 0, 0, 0, 0, 0].map((t) => limiter.take("job", t, 3))).toEqual(["allow", "allow", "allow", "allow", "allow", "allow", "refuse-first"]);
+    // 30 a second: one more in 34 ms, not 100.
+    expect(limiter.take("job", 34, 3)).toBe("allow");
+    expect(limiter.take("job", 34, 3)).toBe("refuse-first");
+  });
+
   it("keeps clients apart", () => {
     const limiter = new RateLimiter({ perSecond: 1, burst: 1, clients: 4 });
     expect(limiter.take("a", 0)).toBe("allow");

@@ -102,7 +102,7 @@ describe("controller service", () => {
     harness = await startController();
     const client = connect(harness);
     const first = client.register({ job: "a", group: 0, host: 0 }, dp2);
-    await expect(client.register({ job: "b", group: 0, host: 0 }, dp2)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining('host 0 already runs a worker of job "a"') });
+    await expect(client.register({ job: "b", group: 0, host: 0 }, dp2)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining('host 0 already runs a worker of another job') });
     await expect(client.register({ job: "a", group: 0, host: 1 }, { tp: 2, pp: 1, dp: 2 })).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("every worker of a job must agree") });
     await expect(client.register({ job: "a", group: 1, host: 1 }, dp2)).rejects.toMatchObject({ code: "malformed", message: expect.stringContaining("worker.group 1 is out of range") });
     await expect(client.register({ job: "c", group: 0, host: 99 }, dp2)).rejects.toBeInstanceOf(ControllerError);

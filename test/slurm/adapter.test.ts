@@ -34,10 +34,16 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     adapter = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) });
   }, 3 * SAFETY_NET_MS);
   afterAll(() => cluster?.stop());
-  // The cluster is this suite's alone: a test that failed half-way leaves no job to the next.
+  // The cluster is this suite's alone: a test that failed half-way leaves no job, drained node
+  // or reservation (a hold) to the next.
   afterEach(async () => {
     if (!cluster) return;
     cluster.run("scancel", "--user", "root");
+    for (const line of cluster.run("sinfo", "-h", "-N", "-o", "%N %t").trim().split("\n")) {
+      const [node, nodeState] = line.split(" ");
+      if (node && /^dr/.test(nodeState ?? "")) cluster.run("scontrol", "update", `NodeName=${node}`, "State=RESUME");
+    }
+    for (const name of cluster.run("scontrol", "show", "reservation", "-o").matchAll(/ReservationName=(\S+)/g)) cluster.run("scontrol", "delete", `ReservationName=${name[1]}`);
     await cluster.until("no jobs left", () => cluster.run("squeue", "-h").trim() === "");
   });
 
@@ -69,8 +75,15 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
   it("counts a plain sbatch job as pinned on its nodes, with rings from its comment, until it ends", async () => {
     const job = cluster.sbatch("sleep 600", "-N2", "--nodelist=n1,n2", "--comment=monkeytree:rings=2");
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
-    const view = await adapter.poll();
+    // With 2 GPUs per host the job, one host on each rack, can carry the 2 rings its comment says.
+    const twoGpus = parseTopologyFile(topologyFromConf(readFileSync(join(cluster.dir, "topology.conf"), "utf8"), { uplinksPerRack: 1, gpusPerHost: 2 }));
+    const view = await new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology: twoGpus, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) }).poll();
     expect(view.pinned).toEqual([{ id: job, rings: 2, hosts: [1, 2] }]);
+    expect(view.notes).toEqual([]);
+    // With 1 GPU per host it can carry only 1 ring out of either rack: the comment counts up to that, and the view says so.
+    const bounded = await adapter.poll();
+    expect(bounded.pinned).toEqual([{ id: job, rings: 1, hosts: [1, 2] }]);
+    expect(bounded.notes).toEqual([`Slurm job ${job}: monkeytree:rings=2 is more than its allocation carries (1 GPUs on the rack where it has fewest); counted as 1`]);
     expect(new Map(view.unavailable.map((u) => [u.host, u.why]))).toEqual(new Map([[1, `allocated to Slurm job ${job}`], [2, `allocated to Slurm job ${job}`]]));
     // Once its launchers register, the same job is MonkeyTree's to move: no longer pinned, and its nodes are swap destinations.
     managed.add(job);
@@ -87,7 +100,8 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
     cluster.run("scontrol", "update", "NodeName=n3", "State=DRAIN", "Reason=fan");
     const output = join(cluster.dir, "snapshot.json");
-    const conf = ["--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "1", "--slurm-conf", cluster.conf];
+    // 2 GPUs per host, so the job (one host on each rack) carries the 2 rings its comment says.
+    const conf = ["--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "2", "--slurm-conf", cluster.conf];
     const text = await runCli("slurm", ...conf, "--output", output);
     expect(text.stderr).toBe("");
     const why = `allocated to Slurm job ${job}`;
@@ -106,7 +120,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
       ].join("\n"),
     );
     const snapshot = JSON.parse(readFileSync(output, "utf8")) as unknown;
-    expect(snapshot).toEqual({ topology: topology.topology, jobs: [{ id: job, rings: 2, hosts: [1, 2], movable: false }], unavailable: [1, 2, 3] });
+    expect(snapshot).toEqual({ topology: { ...topology.topology, gpusPerHost: 2 }, jobs: [{ id: job, rings: 2, hosts: [1, 2], movable: false }], unavailable: [1, 2, 3] });
     // `monkeytree plan` accepts it as a snapshot (exit 2 would be a refused input).
     const plan = await runCli("plan", "--snapshot", output, "--json");
     expect(plan.stderr).toBe("");
@@ -118,7 +132,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
 
   it("monkeytree controller --scheduler slurm counts a job that did not register, never moves it, and shows what Slurm says", async () => {
     const journal = join(cluster.dir, "journal");
-    const args = ["controller", "--scheduler", "slurm", "--slurm-conf", cluster.conf, "--scheduler-poll", "0.2", "--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "1", "--bind", "tcp://127.0.0.1:*", "--journal", journal];
+    const args = ["controller", "--scheduler", "slurm", "--slurm-conf", cluster.conf, "--scheduler-poll", "0.2", "--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "2", "--bind", "tcp://127.0.0.1:*", "--journal", journal];
     const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", ...args], { stdio: ["ignore", "pipe", "pipe"] });
     const logs: string[] = [];
     createInterface({ input: child.stderr! }).on("line", (line) => logs.push(line));
@@ -142,7 +156,7 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
         ],
         holds: [],
       });
-      // Its two rings cross both racks' single uplinks; only moving it would help, which is not
+      // Its two rings (its 2-GPU hosts carry both) cross both racks' single uplinks; only moving it would help, which is not
       // MonkeyTree's to do: the planner, told it is pinned, plans no move.
       expect(report).toMatchObject({ fragmentation: [2, 2], withinBounds: false, migrations: [] });
       await cluster.until("the plan without moves logged", () => logs.some((line) => line.includes("fragmentation over λ 1: plan unchanged, 0 moves")));
@@ -163,13 +177,14 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     const job = cluster.sbatch("sleep 600", "-N1", "--nodelist=n0");
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
     const hold = await adapter.hold(job, "p0/0", hostIndexOf(topology, "n2"));
-    expect(hold).toEqual({ name: holdName(job, "p0/0"), job, node: "n2", host: 2 });
+    // The job runs as root, and no replacement does: the hold names no user for it.
+    expect(hold).toEqual({ name: holdName(job, "p0/0"), job, node: "n2", host: 2, user: null });
     // Holding again (a restarted controller redoing its step) changes nothing.
     await adapter.hold(job, "p0/0", 2);
     const other = cluster.sbatch("sleep 600", "-N1", "--nodelist=n2");
     await cluster.until("the other job refused n2", () => state(other) === "PENDING (ReqNodeNotAvail, May be reserved for other job)");
     const view = await adapter.poll();
-    expect(view.holds).toEqual([hold]);
+    expect(view.holds).toEqual([{ name: hold.name, job, node: "n2", host: 2 }]);
     // A node held for a moved worker is the job's own, not a foreign one.
     expect(view.unavailable.map((u) => u.host)).not.toContain(2);
     cluster.run("scancel", job);

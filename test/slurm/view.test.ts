@@ -89,6 +89,24 @@ describe("the view the planner gets", () => {
     expect(bad.notes).toEqual(["Slurm job 1: monkeytree:rings=99 is not from 1 to 64; counted as 1"]);
   });
 
+  it("believes a pinned job's comment only up to the GPUs it has on the rack where it has fewest", () => {
+    // Job 1 has one 8-GPU host on each of two racks: at most 8 rings leave either rack.
+    const comment = (text: string, nodes = jobs[0]!.nodes) => slurmView(input({ jobs: [{ ...jobs[0]!, comment: text, nodes }] }));
+    const raised = comment("monkeytree:rings=64");
+    expect(raised.pinned).toEqual([{ id: "1", rings: 8, hosts: [0, 3] }]);
+    expect(raised.notes).toEqual(["Slurm job 1: monkeytree:rings=64 is more than its allocation carries (8 GPUs on the rack where it has fewest); counted as 8"]);
+    expect(comment("monkeytree:rings=2").pinned[0]?.rings).toBe(2);
+    // Two hosts on r0 and two on r1: 16 GPUs on each.
+    expect(comment("monkeytree:rings=16", ["n0", "n1", "n2", "n3"]).pinned[0]?.rings).toBe(16);
+    expect(comment("monkeytree:rings=17", ["n0", "n1", "n2", "n3"]).pinned[0]?.rings).toBe(16);
+  });
+
+  it("counts every pinned job as 1 ring when the operator ignores comments", () => {
+    const view = slurmView(input({ comments: "ignore" }));
+    expect(view.pinned).toEqual([{ id: "1", rings: 1, hosts: [0, 3] }]);
+    expect(view.notes).toEqual([]);
+  });
+
   it("leaves out nodes outside the topology, saying which", () => {
     const outside = slurmView(input({ jobs: [{ ...jobs[0]!, nodes: ["n0", "gpu7"] }] }));
     expect(outside.pinned).toEqual([{ id: "1", rings: 4, hosts: [0] }]);
