@@ -41,7 +41,7 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
 const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (4 * DEFAULT_REPORT_INTERVAL_MS) / 1000;
 
 const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR] [--accept-journal-loss]
-                             [--keys DIR | --insecure] [--plan-time-limit S]
+                             [--keys DIR | --insecure] [--require-vouch] [--plan-time-limit S]
                              [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
                              [--lost-job-grace S] [--stop-lead N] [--replacement-wait S] [--replan-backoff S] [--metrics ADDR]
                              [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S] [--slurm-comments bounded|ignore]]
@@ -72,6 +72,10 @@ ${TOPOLOGY_HELP}
                          the one in use kept
   --insecure             bind another address without a keyring: anyone who reaches it may
                          register daemons and jobs, and so run commands on every host
+  --require-vouch        take a job's new worker only on a host whose daemon vouched for a
+                         launcher of that job (asked on the host's --vouch-socket), so a job
+                         credential claims only hosts its job runs on; for hosts that tenants
+                         share without --scheduler slurm, which checks allocations instead
   --plan-time-limit S    planner budget per event in seconds (default ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000})
   --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
   --worker-heartbeat-timeout S
@@ -155,6 +159,7 @@ export const command: Command = {
       "accept-journal-loss": { type: "boolean" },
       keys: { type: "string" },
       insecure: { type: "boolean" },
+      "require-vouch": { type: "boolean" },
       "plan-time-limit": { type: "string" },
       "heartbeat-timeout": { type: "string" },
       "worker-heartbeat-timeout": { type: "string" },
@@ -232,6 +237,7 @@ export const command: Command = {
         stopLeadSteps,
         timeouts: { ...DEFAULT_TIMEOUTS, starting: replacementWaitMs },
         replanBackoffMs,
+        ...(flags["require-vouch"] ? { requireVouch: true } : {}),
         logger,
         ...(scheduler ? { scheduler, schedulerPollMs } : {}),
         ...(named ? { unavailable: named.padding } : {}),

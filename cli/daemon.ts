@@ -1,9 +1,11 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
 import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
-import { parseReplacements, ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
+import { parseReplacements, ReplacementConfigError, requireSetpriv, resolveTenant } from "../controller/daemon/replacements.ts";
 import { CgroupConfigError, ownCgroup, ReplacementCgroups } from "../controller/daemon/cgroup.ts";
-import { createLogger } from "../sdk/log.ts";
+import { VouchSocket, VouchSocketError } from "../controller/daemon/vouch-socket.ts";
+import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
+import { createLogger, type Logger } from "../sdk/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import { loadConfig } from "./config.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
@@ -18,7 +20,8 @@ const DEFAULT_LISTEN = "127.0.0.1:0";
 
 const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
                          [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
-                         [--run-as USER] [--cgroup DIR] [--heartbeat S] [--metrics ADDR]
+                         [--run-as USER] [--cgroup DIR] [--vouch-socket PATH] [--heartbeat S]
+                         [--metrics ADDR]
 
 Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging files left by
 dead processes and opens the transfer listener; then it registers the host with the
@@ -59,6 +62,10 @@ options:
                        its own (default: this daemon's own cgroup, when it may write there;
                        "none" to do without, when what a replacement leaves running outside
                        its process group outlives it)
+  --vouch-socket PATH  the local socket where this host's launchers ask the daemon to vouch
+                       that they run here, which a controller with --require-vouch needs
+                       before it takes their workers (default, as root:
+                       ${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")}; "none" for no socket)
   --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
                        controller's --heartbeat-timeout
 ${metricsHelp(23)}
@@ -74,6 +81,21 @@ function parseListen(raw: string): { host: string; port: number; advertise?: str
   const host = match[1].replace(/^\[(.*)\]$/, "$1");
   // Sources cannot dial a wildcard address; they are told the machine's name instead.
   return host === "0.0.0.0" || host === "::" ? { host, port, advertise: hostname() } : { host, port };
+}
+
+/** `--vouch-socket`: the path given, "none", or by default (as root) the host's usual one. */
+async function vouchSocket(flag: string | undefined, host: number, daemon: HostDaemon, log: Logger): Promise<VouchSocket | undefined> {
+  if (flag === "none" || (flag === undefined && process.getuid?.() !== 0)) return undefined;
+  try {
+    const socket = await VouchSocket.open(flag ?? defaultDaemonSocket(host), (job) => daemon.vouch(job), log);
+    log.info(() => `launchers on this host ask to be vouched for at ${socket.path}`);
+    return socket;
+  } catch (error) {
+    // The usual path taken (several daemons on one machine, as in a demo): run on without it.
+    if (!(error instanceof VouchSocketError) || flag !== undefined) throw error;
+    log.warn(() => `${error.message.replace("--vouch-socket ", "")}; vouching for no launcher`);
+    return undefined;
+  }
 }
 
 /** `--cgroup`: the directory given, "none", or by default this process's own cgroup v2 where it may write. */
@@ -103,6 +125,7 @@ export const command: Command = {
       replacement: { type: "string", multiple: true },
       "run-as": { type: "string" },
       cgroup: { type: "string" },
+      "vouch-socket": { type: "string" },
       heartbeat: { type: "string" },
       topology: { type: "string" },
       metrics: { type: "string" },
@@ -129,6 +152,7 @@ export const command: Command = {
     let runAs;
     try {
       replacements = parseReplacements(flags.replacement ?? []);
+      if (replacements.size) requireSetpriv();
       runAs = flags["run-as"] === undefined ? undefined : resolveTenant(flags["run-as"]);
     } catch (error) {
       if (error instanceof ReplacementConfigError) throw new UsageError(error.message);
@@ -161,11 +185,15 @@ export const command: Command = {
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
     io.out.write(`daemon for host ${host}: ${stagingBytes} staging bytes, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
     let scrape;
+    let vouching;
     try {
+      vouching = await vouchSocket(flags["vouch-socket"], host, daemon, logger);
       scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
     } catch (error) {
+      await vouching?.close();
       await daemon.close();
       cgroups?.close();
+      if (error instanceof VouchSocketError) throw new UsageError(error.message);
       throw error;
     }
     const refused = daemon.ready().then(
@@ -174,6 +202,7 @@ export const command: Command = {
     );
     const stop = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
     await scrape?.close();
+    await vouching?.close();
     await daemon.close();
     cgroups?.close();
     if (stop instanceof Error) {

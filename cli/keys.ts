@@ -1,4 +1,5 @@
-import { existsSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { ReplacementConfigError, resolveTenant } from "../controller/daemon/replacements.ts";
 import { join } from "node:path";
 import { curveKeyPair } from "zeromq";
 import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
@@ -88,6 +89,22 @@ function userFlag(user: string | undefined, jobs: readonly string[] | undefined)
   return checked.data;
 }
 
+/**
+ * Gives a job's credential to its user, so that only the job's own processes can read it: done
+ * here when this runs as root on a host that has the user, else said what to do.
+ */
+function giveTo(path: string, user: string): string {
+  if (process.getuid?.() !== 0) return `${path}: give it to ${user} alone (chown ${user} ${path}, as root)`;
+  try {
+    const tenant = resolveTenant(user, `--user ${user}`);
+    chownSync(path, tenant.uid, tenant.gid);
+    return `${path}: now ${user}'s`;
+  } catch (error) {
+    if (!(error instanceof ReplacementConfigError)) throw error;
+    return `${path}: give it to ${user} alone on the hosts where its job starts (${error.message})`;
+  }
+}
+
 export const command: Command = {
   summary: "create the controller's keyring and daemon, job and operator credentials",
   help,
@@ -137,6 +154,7 @@ export const command: Command = {
       clients.push({ name, publicKey: pair.publicKey, principal, ...(user !== undefined && principal.role === "job" ? { user } : {}) });
       io.out.write(`created ${path}\n`);
     }
+    for (const job of user === undefined ? [] : (flags.job ?? [])) io.out.write(`${giveTo(join(dir, `job-${job}.json`), user!)}\n`);
     if (clients.length !== keyring.clients.length || changed.length) {
       // Replaced whole, so a crash leaves the old keyring or the new one, never half of one.
       // A `.next` left by a crash is replaced too: its mode, not 0600, would survive a rewrite.

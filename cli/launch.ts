@@ -7,6 +7,7 @@ import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
 import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
 import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
 import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
+import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
 import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command } from "./io.ts";
@@ -16,7 +17,8 @@ const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
 
 const help = `usage: monkeytree launch --job J --host H --dp N [--group G] [--pp N] [--tp N]
                          [--topology FILE] [--connect ADDR] [--credentials FILE] [--checkpoint-bytes N]
-                         [--master-port P] [--replacement NAME] [--hold-timeout S] -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
+                         [--master-port P] [--replacement NAME] [--hold-timeout S] [--daemon-socket PATH]
+                         -- torchrun [TORCHRUN OPTIONS] train.py [ARGS]
 
 Wraps a job's torchrun command on one host. It registers this host's worker with the
 controller, which ranks the job's hosts along its DP ring order, and starts torchrun with a
@@ -59,6 +61,10 @@ options:
   --master-port P        the job's process group of generation g meets on P + g (default 29500)
   --replacement NAME     the destination daemons' \`--replacement NAME=COMMAND\` that starts this
                          job's replacements; without it, moves of the job's workers roll back
+  --daemon-socket PATH   the host daemon's local socket (its --vouch-socket), where the launcher
+                         first asks the daemon to vouch that it runs on this host: a controller
+                         started with --require-vouch takes its worker only then (default
+                         ${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")}; without a daemon there it registers unvouched)
   -h, --help             show this help
 
 Started by a daemon for a migration, the job, host, group and parallelism come from the
@@ -88,6 +94,7 @@ export const command: Command = {
       replacement: { type: "string" },
       topology: { type: "string" },
       "hold-timeout": { type: "string" },
+      "daemon-socket": { type: "string" },
     });
     let replacement;
     let torchrun;
@@ -126,6 +133,7 @@ export const command: Command = {
       torchrun,
       replacement,
       ...(name === undefined ? {} : { replacementName: name }),
+      daemonSocket: flags["daemon-socket"] ?? defaultDaemonSocket(worker.host),
       log,
     });
     log.info(() => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`);

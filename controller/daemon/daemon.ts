@@ -242,6 +242,16 @@ export class HostDaemon {
     this.connection.send({ type: "daemon.heartbeat", host: this.options.host, incarnation: this.incarnation });
   }
 
+  /**
+   * Tells the controller that a launcher of `job` runs on this host (it asked on the host's
+   * local socket). Resolves once the controller took it; rejects with its refusal.
+   */
+  async vouch(job: string): Promise<void> {
+    await this.registered;
+    await this.connection.request({ type: "daemon.vouch", host: this.options.host, incarnation: this.incarnation, job });
+    this.log.info(() => `vouched for a launcher of job ${job} on host ${this.options.host}`);
+  }
+
   /** Sends a report until the controller answers it; a refusal is logged, and closing drops it. */
   private report(body: RequestBody): void {
     if (this.closed) return;

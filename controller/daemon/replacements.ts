@@ -62,6 +62,13 @@ export function resolveTenant(user: string, what = `--run-as ${user}`): Tenant {
   return tenant;
 }
 
+/** Refuses to start a root daemon that could not switch to a job's user: it needs util-linux's setpriv. */
+export function requireSetpriv(): void {
+  if (process.getuid?.() !== 0) return;
+  const probe = spawnSync("setpriv", ["--version"], { encoding: "utf8" });
+  if (probe.status !== 0) throw new ReplacementConfigError(`a daemon running as root starts replacements as their jobs' users with setpriv, which is not here (${probe.error?.message ?? probe.stderr.trim()}); install util-linux`);
+}
+
 /**
  * The argv that starts a replacement's shell `command`: first, still as root, it enters its
  * cgroup (so nothing it starts is outside it), then drops to the tenant's user with its groups,

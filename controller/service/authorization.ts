@@ -65,6 +65,7 @@ export function authorize(caller: Caller, message: Request | CommandReply): Refu
     case "daemon.heartbeat":
     case "daemon.transfer-result":
     case "daemon.replacement-exited":
+    case "daemon.vouch":
     case "daemon.prepared":
     case "daemon.done":
     case "daemon.refused":

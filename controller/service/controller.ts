@@ -6,6 +6,7 @@ import { ControllerContext, type Outgoing, type ReplyTarget } from "./context.ts
 import { PlanExecution } from "./execution.ts";
 import { EventLog } from "./event-log.ts";
 import type { Journal } from "./journal.ts";
+import { Vouches } from "./vouches.ts";
 import { DaemonLiveness } from "./liveness.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS, PlanThread, type PlanRunner } from "./plan-thread.ts";
 import { assertNever, DEFAULT_TIMEOUTS, type MigrationTimeouts } from "./migration.ts";
@@ -43,6 +44,11 @@ export interface ControllerOptions {
   readonly planner?: PlanRunner;
   readonly transport: StagingTransport;
   readonly launcher: ReplacementLauncher;
+  /**
+   * Take a new worker only on a host whose daemon vouched for a launcher of its job (`daemon.vouch`,
+   * asked over the host's local socket), so a job credential claims only hosts its job runs on.
+   */
+  readonly requireVouch?: boolean;
   /** The local user a job's replacements run as, where the operator named one (its keyring entry's). */
   readonly jobUser?: (job: string) => string | null;
   /** The scheduler that owns the hosts (Slurm), if one does. */
@@ -97,6 +103,7 @@ export class Controller {
   private readonly log: Logger;
   private readonly daemons: DaemonLiveness;
   private readonly sessions: WorkerSessions;
+  private readonly vouches = new Vouches();
   private readonly plan: PlanExecution;
   private readonly watch: SchedulerWatch | null;
   private readonly events: EventLog;
@@ -124,7 +131,7 @@ export class Controller {
     this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan, {
       heartbeatTimeoutMs: options.workerHeartbeatTimeoutMs ?? DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS,
       lostJobGraceMs: options.lostJobGraceMs ?? DEFAULT_LOST_JOB_GRACE_MS,
-    }, () => this.watch);
+    }, () => this.watch, options.requireVouch ? this.vouches : null);
     this.watch = options.scheduler
       ? new SchedulerWatch(
           this.context,
@@ -243,6 +250,10 @@ export class Controller {
         return this.plan.transferResult(target, request);
       case "daemon.replacement-exited":
         return this.plan.replacementExited(target, request);
+      case "daemon.vouch":
+        this.daemons.sender(request, "it cannot vouch for launchers on that host");
+        this.vouches.add(request.job, request.host, this.context.clock());
+        return this.context.ack(target);
       case "status":
         return this.context.send(target, statusReport(request.id, this.view()));
       case "events":

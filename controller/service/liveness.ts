@@ -89,13 +89,19 @@ export class DaemonLiveness {
   }
 
   heartbeat(target: ReplyTarget, req: Heartbeat): void {
-    const daemon = this.daemons.get(req.host);
-    if (!daemon) throw new ProtocolError("unknown_worker", `host ${req.host} has no registered daemon; send daemon.register first`);
-    if (daemon.incarnation !== req.incarnation) throw new ProtocolError("conflict", `host ${req.host} is registered by another daemon; this one is not, and its heartbeats do not keep that one alive`);
+    const daemon = this.sender(req, "its heartbeats do not keep that one alive");
     if (daemon.lost) this.context.log.info(() => `daemon on host ${req.host} is back`);
     daemon.lastSeen = this.context.clock();
     daemon.lost = false;
     this.context.ack(target);
+  }
+
+  /** Throws unless `req` comes from the daemon registered for its host; `what` says what it then cannot do. */
+  sender(req: Pick<Heartbeat, "host" | "incarnation">, what: string): DaemonSession {
+    const daemon = this.daemons.get(req.host);
+    if (!daemon) throw new ProtocolError("unknown_worker", `host ${req.host} has no registered daemon; send daemon.register first`);
+    if (daemon.incarnation !== req.incarnation) throw new ProtocolError("conflict", `host ${req.host} is registered by another daemon; this one is not, and ${what}`);
+    return daemon;
   }
 
   /** Hosts whose daemon went silent and has not been heard from since, in order. */

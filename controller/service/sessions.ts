@@ -8,6 +8,7 @@ import type { ControllerContext, ReplyTarget } from "./context.ts";
 import { assertNever, isCommitted, isReversible, type Migration, type MigrationEvent } from "./migration.ts";
 import type { DurableState, JobState, JournalRecord } from "./state.ts";
 import type { JobProgress } from "./status.ts";
+import type { Vouches } from "./vouches.ts";
 
 /**
  * Worker sessions: workers registering until their job starts, replacements registering on
@@ -139,6 +140,8 @@ export class WorkerSessions {
     private readonly liveness: WorkerLivenessOptions,
     /** The scheduler's allocations, when one owns the hosts. */
     private readonly allocations: () => Allocations | null = () => null,
+    /** Daemons' vouches for their hosts' launchers, when a new worker needs one (`--require-vouch`). */
+    private readonly vouches: Vouches | null = null,
   ) {
     for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
   }
@@ -168,7 +171,18 @@ export class WorkerSessions {
       this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
       return;
     }
+    this.requireVouch(req);
     if (this.admitted(target, req)) this.registerPending(target, req);
+  }
+
+  /** With `--require-vouch`, a new worker's host must have vouched for a launcher of its job; its resends need not again. */
+  private requireVouch(req: Register): void {
+    const { job, host } = req.worker;
+    if (!this.vouches || this.pendingJobs.get(job)?.workers.has(host) || this.vouches.holds(job, host, this.context.clock())) return;
+    throw new ProtocolError(
+      "forbidden",
+      `host ${host}'s daemon has not vouched for a launcher of job "${job}"; this controller takes a worker only from a launcher on its host: start \`monkeytree launch\` there, where the host's daemon listens on its local socket (--daemon-socket)`,
+    );
   }
 
   /**

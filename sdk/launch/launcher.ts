@@ -7,6 +7,7 @@ import { HostAgent } from "../agent.ts";
 import { NO_STOP, type Answer } from "../hold.ts";
 import { ControllerClient } from "../client.ts";
 import type { ControllerRefusedError } from "../connection.ts";
+import { askToVouch, VouchError } from "./vouch.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
 import {
@@ -50,6 +51,11 @@ export interface LauncherOptions {
   readonly replacementName?: string;
   /** Set when a daemon started this launcher to replace a migrated worker. */
   readonly replacement: ReplacementEnv | null;
+  /**
+   * The host daemon's local socket: a fresh worker first asks its daemon to vouch that it runs
+   * here, which a controller with `--require-vouch` needs (a replacement's token proves it).
+   */
+  readonly daemonSocket?: string;
   readonly log: Logger;
 }
 
@@ -90,6 +96,23 @@ export class Launcher {
   /** Each local process's share of the checkpoint staging. */
   get share(): number {
     return Math.floor(this.options.checkpointBytes / this.options.torchrun.nprocPerNode / PAGE) * PAGE;
+  }
+
+  /**
+   * Asks the host's daemon to vouch for this launcher. Never fails the launch: where no daemon
+   * vouches, a controller that needs it refuses the registration, saying why.
+   */
+  private async vouched(): Promise<void> {
+    const { daemonSocket, worker, log } = this.options;
+    if (daemonSocket === undefined) return;
+    try {
+      await askToVouch(daemonSocket, worker.job);
+      log.info(() => `host ${worker.host}'s daemon vouched for this launcher`);
+    } catch (error) {
+      if (!(error instanceof VouchError)) throw error;
+      if (error.absent) log.info(() => `${error.message}: registering without its vouch`);
+      else log.warn(() => `host ${worker.host}'s daemon did not vouch for this launcher (${error.message}); registering without it`);
+    }
   }
 
   /**
@@ -146,7 +169,7 @@ export class Launcher {
       // A replacement registers once every local process waits at attach: its registration
       // tells the controller it is ready, and the job pauses for the move only then.
       const agent = this.agent;
-      const ready = options.replacement ? this.attached : Promise.resolve();
+      const ready = options.replacement ? this.attached : this.vouched();
       // The assignment is taken as it arrives: the processes' attach replies, chained on the
       // registration too, read it.
       this.registration = Promise.race([ready.then(() => agent.register()), refused]).then((assignment) => (this.assignment = assignment));

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { formatZodError, quote } from "../errors.ts";
 import { CommandReplySchema, CommandSchema, type Command, type CommandReply } from "./commands.ts";
-import { AckSchema, HeartbeatSchema, HostRegisterSchema, ReplacementExitedSchema, TransferResultSchema } from "./daemon.ts";
+import { AckSchema, HeartbeatSchema, HostRegisterSchema, ReplacementExitedSchema, TransferResultSchema, VouchSchema } from "./daemon.ts";
 import { EnvelopeSchema, PROTOCOL_VERSION } from "./envelope.ts";
 import { ErrorReplySchema, ProtocolError } from "./errors.ts";
 import { EventsReplySchema, EventsRequestSchema } from "./events.ts";
@@ -17,6 +17,7 @@ export const RequestSchema = z.discriminatedUnion("type", [
   HeartbeatSchema,
   TransferResultSchema,
   ReplacementExitedSchema,
+  VouchSchema,
   StatusRequestSchema,
   EventsRequestSchema,
 ]);

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { TransferEndpointSchema } from "./endpoint.ts";
-import { envelope, HostSchema } from "./envelope.ts";
+import { envelope, HostSchema, JobIdSchema } from "./envelope.ts";
 import { idSchema, intSchema, textSchema } from "./limits.ts";
 
 /** Daemon ↔ controller: one daemon per host registers it, heartbeats, and reports staging. */
@@ -58,6 +58,14 @@ export const ReplacementExitedSchema = z.strictObject({
   signal: z.string().regex(/^SIG[A-Z0-9]{1,12}$/, { error: "signal is a signal's name, such as SIGKILL" }).nullable(),
 });
 export type ReplacementExited = z.infer<typeof ReplacementExitedSchema>;
+
+/**
+ * A launcher of `job` asked this host's daemon, over the host's local socket, to vouch that it
+ * runs here: with `--require-vouch` the controller takes a new worker of a job only on a host
+ * whose daemon vouched for one of its launchers.
+ */
+export const VouchSchema = z.strictObject({ ...envelope("daemon.vouch"), host: HostSchema, incarnation: IncarnationSchema, job: JobIdSchema });
+export type Vouch = z.infer<typeof VouchSchema>;
 
 export const AckSchema = z.strictObject({ ...envelope("ack") });
 export type Ack = z.infer<typeof AckSchema>;

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { ControllerClient } from "../../sdk/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
+import { VouchSocket } from "../../controller/daemon/vouch-socket.ts";
 import { adaptTorchrun } from "../../sdk/launch/torchrun.ts";
 import { CLI, sharedFile, shellCommand } from "../../cli/demo/processes.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
@@ -72,6 +73,24 @@ describe("monkeytree launch", () => {
     expect(await runCli("launch", "--host", "0", "--dp", "2", "--", "torchrun", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("--job is required") });
     expect(await runCli("launch", "--job", "a", "--host", "0", "--", "torchrun", "--nnodes", "2", "t.py")).toMatchObject({ code: 2, stderr: expect.stringContaining("remove --nnodes") });
   });
+
+  it("asks its host's daemon to vouch for it, without which a controller with --require-vouch refuses its worker", async () => {
+    const daemons = new DaemonHosts();
+    harness = await startController({ overrides: { requireVouch: true, transport: daemons, launcher: daemons, daemons } });
+    const dir = tempDir();
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const daemon = HostDaemon.start({ host: 0, controller: harness.server.endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, retryMs: 200 });
+    cleanups.push(() => daemon.close());
+    await daemon.ready();
+    const silent = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+    const vouching = await VouchSocket.open(join(dir, "daemon-0.sock"), (job) => daemon.vouch(job), silent);
+    cleanups.push(() => vouching.close());
+    const launch = (socket: string) =>
+      runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--connect", harness!.server.endpoint, "--daemon-socket", socket, "--checkpoint-bytes", "65536",
+        "--", FAKE_TORCHRUN, "--steps", "3", "--step-ms", "10", "--log", join(dir, "log.jsonl"));
+    expect(await launch(join(dir, "no-daemon.sock"))).toMatchObject({ code: 1, stderr: expect.stringContaining(`host 0's daemon has not vouched for a launcher of job "a"`) });
+    expect(await launch(vouching.path)).toMatchObject({ code: 0, stderr: expect.stringContaining("host 0's daemon vouched for this launcher") });
+  }, SAFETY_NET_MS);
 
   it("exits 1 with the controller's reason when it refuses a replacement's token", async () => {
     harness = await startController();

@@ -168,6 +168,7 @@ describe("a controller fed malformed messages", () => {
     "daemon.heartbeat": fc.record({ host: field(host), incarnation: field(hex) }),
     "daemon.transfer-result": fc.record({ host: field(host), token: field(hex), bytes: count, outcome: field(fc.constantFrom("verified", "failed")) }),
     "daemon.replacement-exited": fc.record({ host: field(host), migration: field(fc.constantFrom("p0/0", "p1/2")), token: field(hex), code: field(fc.constantFrom(0, 1, 255, null)), signal: field(fc.constantFrom(null, "SIGKILL")) }),
+    "daemon.vouch": fc.record({ host: field(host), incarnation: field(hex), job: field(job) }),
     "daemon.prepared": fc.record({ host: field(host), endpoint: junk, token: field(hex) }),
     "daemon.done": fc.record({ host: field(host) }),
     "daemon.refused": fc.record({ host: field(host), code: field(fc.constantFrom("no_space", "malformed")), message: junk }),

@@ -149,7 +149,11 @@ describe("a job's user, named beside its key", () => {
   it("is written to the keyring by `monkeytree keys --user`, changed on a key that exists, and refused when malformed", async () => {
     const keys = tempDir();
     cleanups.push(() => rmSync(keys, { recursive: true, force: true }));
-    expect(await runCli("keys", "--dir", keys, "--job", "a", "--job", "b", "--user", "alice", "--operator", "ops")).toMatchObject({ code: 0 });
+    // No user alice on this machine: the job's credential stays here, to be handed to alice.
+    expect(await runCli("keys", "--dir", keys, "--job", "a", "--job", "b", "--user", "alice", "--operator", "ops")).toMatchObject({
+      code: 0,
+      stdout: expect.stringContaining(`${join(keys, "job-a.json")}: give it to alice alone`),
+    });
     expect(await runCli("keys", "--dir", keys, "--job", "b", "--user", "bob")).toMatchObject({ code: 0, stdout: expect.stringContaining("job-b: replacements run as bob") });
     const users = loadKeyring(keys).clients.map((c) => [c.name, c.user]);
     expect(users).toEqual([["job-a", "alice"], ["job-b", "bob"], ["operator-ops", undefined]]);
