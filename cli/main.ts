@@ -1,3 +1,4 @@
+import { createRequire } from "node:module";
 import { InvalidInputError } from "../sdk/errors.ts";
 import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 
@@ -18,6 +19,11 @@ const commands: Record<string, () => Promise<Command>> = {
   checkpoint: async () => (await import("./checkpoint.ts")).command,
 };
 
+/** This package's release, from its package.json (the one `npm install` put there, or the checkout's). */
+function version(): string {
+  return (createRequire(import.meta.url)("monkeytree/package.json") as { version: string }).version;
+}
+
 /** Loads every command for its summary; only `--help` and mistakes pay for that. */
 async function usage(): Promise<string> {
   const names = Object.keys(commands);
@@ -31,7 +37,7 @@ async function usage(): Promise<string> {
     "commands:",
     ...names.map((name, i) => `  ${name.padEnd(width)}  ${summaries[i]}`),
     "",
-    "Run `monkeytree <command> --help` for a command's options.",
+    "Run `monkeytree <command> --help` for a command's options, `monkeytree --version` for this release.",
   ].join("\n");
 }
 
@@ -40,6 +46,10 @@ export async function main(argv: string[], io: Io): Promise<ExitCode> {
   if (name === undefined || name === "--help" || name === "-h" || name === "help") {
     io.out.write(`${await usage()}\n`);
     return name === undefined ? ExitCode.usage : ExitCode.ok;
+  }
+  if (name === "--version" || name === "-V") {
+    io.out.write(`monkeytree ${version()}\n`);
+    return ExitCode.ok;
   }
   const load = commands[name];
   if (!load) {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -107,5 +107,7 @@ describe("monkeytree plan", () => {
     expect(stdout).toContain("--time-limit SEC");
     expect((await runCli("--help")).stdout).toContain("plan");
     expect((await runCli("launch-rockets")).code).toBe(2);
+    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    for (const flag of ["--version", "-V"]) expect(await runCli(flag)).toMatchObject({ code: 0, stdout: `monkeytree ${version}\n` });
   });
 });
