@@ -259,10 +259,3 @@ export function clusterOf(state: DurableState, pinned: readonly Job[] = [], unav
 
 const topologyCluster = (state: DurableState): Cluster =>
   clusterFromSnapshot({ topology: state.topology, lambda: state.lambda, jobs: [] });
-
-/** Which started job and group runs on each host. */
-export function hostOwners(state: DurableState): Map<number, { job: string; group: number }> {
-  const owners = new Map<number, { job: string; group: number }>();
-  for (const job of state.jobs.values()) job.groups.forEach((hosts, group) => hosts.forEach((h) => owners.set(h, { job: job.id, group })));
-  return owners;
-}
