@@ -95,8 +95,9 @@ export class EventLog implements ControllerObserver {
       }
       case "config":
       case "snapshot":
+      case "job-scheduled":
       case "plan":
-        // A plan is told through `planned`, with the planner's verdict.
+        // A plan is told through `planned`, with the planner's verdict; the rest is bookkeeping.
         return;
     }
   }
