@@ -14,8 +14,6 @@ const LONG_FUNCTIONS = [
   "cli/launch.ts",
   "cli/simulate.ts",
   "controller/plan/planner.ts",
-  "controller/route/hopcroft-karp.ts",
-  "controller/route/index.ts",
   "controller/service/metrics.ts",
   "controller/sim/simulate.ts",
   "controller/sim/trace.ts",

@@ -1,5 +1,16 @@
 import { checkGraph, maxDegree, type BipartiteMultigraph, type EdgeColouring } from "./edge-colouring.ts";
 
+/** Each left vertex's edges in CSR form: vertex u's are `adjacency[start[u]..start[u + 1])`. */
+function leftAdjacency(from: ArrayLike<number>, side: number): { start: Int32Array; adjacency: Int32Array } {
+  const start = new Int32Array(side + 1);
+  for (let e = 0; e < from.length; e++) start[from[e]! + 1]!++;
+  for (let u = 0; u < side; u++) start[u + 1]! += start[u]!;
+  const adjacency = new Int32Array(from.length);
+  const fill = start.slice(0, side);
+  for (let e = 0; e < from.length; e++) adjacency[fill[from[e]!]!++] = e;
+  return { start, adjacency };
+}
+
 /**
  * The paper's Perfect-routing colouring (§5.4): pad the graph to a Δ-regular bipartite
  * multigraph, then peel off Δ perfect matchings with Hopcroft–Karp, one colour each. A
@@ -16,13 +27,7 @@ export function colourByRegularMatchings(graph: BipartiteMultigraph): EdgeColour
 
   const { from, to, side } = padToRegular(graph, delta);
   const edges = from.length;
-  // Adjacency of left vertices in CSR form.
-  const start = new Int32Array(side + 1);
-  for (let e = 0; e < edges; e++) start[from[e]! + 1]!++;
-  for (let u = 0; u < side; u++) start[u + 1]! += start[u]!;
-  const adjacency = new Int32Array(edges);
-  const fill = start.slice(0, side);
-  for (let e = 0; e < edges; e++) adjacency[fill[from[e]!]!++] = e;
+  const { start, adjacency } = leftAdjacency(from, side);
 
   const alive = new Uint8Array(edges).fill(1);
   const matchLeft = new Int32Array(side);

@@ -89,23 +89,15 @@ export function routeCluster(cluster: Cluster, options: RouteOptions = {}): Rout
 
   const rackLoad = rackLoads(racks, links, dpRoutes);
   const podLoad = threeTier ? podLoads(cluster, dpRoutes) : [];
-  const maxFlowsPerLink = Math.max(
-    0,
-    ...rackLoad.flatMap((r) => [r.maxFlowsPerUplink, r.maxFlowsPerDownlink]),
-    ...podLoad.flatMap((p) => [p.maxFlowsPerCoreUplink, p.maxFlowsPerCoreDownlink]),
-  );
+  const overlap = overlapOf(rackLoad, podLoad);
   return {
     tiers: threeTier ? 3 : 2,
     uplinksPerRack: links,
     delta: routing.delta,
     coreDelta: routing.coreDelta,
     folded: routing.delta > links || (routing.coreDelta ?? 0) > links,
-    isolated: maxFlowsPerLink <= 1,
-    overlap: {
-      maxFlowsPerLink,
-      racks: rackLoad.filter((r) => r.maxFlowsPerUplink > 1 || r.maxFlowsPerDownlink > 1).map((r) => r.rack),
-      pods: podLoad.filter((p) => p.maxFlowsPerCoreUplink > 1 || p.maxFlowsPerCoreDownlink > 1).map((p) => p.pod),
-    },
+    isolated: overlap.maxFlowsPerLink <= 1,
+    overlap,
     hashModel: model.name,
     unsteered: ports.filter((p) => p === null).length,
     ringOrders: orders.map((order, g) => ({ job: groupOf(g).job, group: groupOf(g).index, order })),
@@ -113,6 +105,20 @@ export function routeCluster(cluster: Cluster, options: RouteOptions = {}): Rout
     pods: podLoad,
     dpFlows: dpRoutes,
     ppFlows: ppRoutes,
+  };
+}
+
+/** The most DP flows any link carries, and the racks and pods where a link carries more than one. */
+function overlapOf(rackLoad: Routes["racks"], podLoad: Routes["pods"]): Routes["overlap"] {
+  const maxFlowsPerLink = Math.max(
+    0,
+    ...rackLoad.flatMap((r) => [r.maxFlowsPerUplink, r.maxFlowsPerDownlink]),
+    ...podLoad.flatMap((p) => [p.maxFlowsPerCoreUplink, p.maxFlowsPerCoreDownlink]),
+  );
+  return {
+    maxFlowsPerLink,
+    racks: rackLoad.filter((r) => r.maxFlowsPerUplink > 1 || r.maxFlowsPerDownlink > 1).map((r) => r.rack),
+    pods: podLoad.filter((p) => p.maxFlowsPerCoreUplink > 1 || p.maxFlowsPerCoreDownlink > 1).map((p) => p.pod),
   };
 }
 
