@@ -11,7 +11,6 @@ const LONG_FUNCTIONS = [
   "cli/controller.ts",
   "cli/daemon.ts",
   "cli/demo/run.ts",
-  "cli/launch.ts",
   "cli/simulate.ts",
   "controller/plan/planner.ts",
   "controller/service/metrics.ts",

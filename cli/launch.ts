@@ -10,7 +10,7 @@ import { replacementName, ReplacementConfigError } from "../controller/daemon/re
 import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
 import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command, type Io } from "./io.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
@@ -137,34 +137,42 @@ export const command: Command = {
       log,
     });
     log.info(() => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`);
-    const forward = (signal: NodeJS.Signals) => () => launcher.terminate(signal);
-    const onInt = forward("SIGINT");
-    const onTerm = forward("SIGTERM");
-    process.on("SIGINT", onInt);
-    process.on("SIGTERM", onTerm);
-    try {
-      return (await launcher.run()) as ExitCode;
-    } catch (error) {
-      if (error instanceof LaunchError) {
-        io.err.write(`monkeytree launch: ${error.message}\n`);
-        return ExitCode.usage;
-      }
-      if (error instanceof ControllerRefusedError) {
-        io.err.write(`monkeytree launch: ${refusalAdvice(error, credential?.path, `the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`)}\n`);
-        return ExitCode.usage;
-      }
-      // A refused registration (a rolled-back move's replacement, a conflicting placement) or no controller.
-      if (error instanceof ControllerError || error instanceof ControllerTimeoutError) {
-        io.err.write(`monkeytree launch: ${error.message}\n`);
-        return ExitCode.findings;
-      }
-      throw error;
-    } finally {
-      process.off("SIGINT", onInt);
-      process.off("SIGTERM", onTerm);
-    }
+    return runLauncher(launcher, io, (error) => refusalAdvice(error, credential?.path, `the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`));
   },
 };
+
+/**
+ * Runs `launcher` with SIGINT and SIGTERM passed on to torchrun, and its exit code; a failure
+ * the user can act on is one line on stderr (`advice` words a refused handshake).
+ */
+async function runLauncher(launcher: Launcher, io: Io, advice: (error: ControllerRefusedError) => string): Promise<ExitCode> {
+  const forward = (signal: NodeJS.Signals) => () => launcher.terminate(signal);
+  const onInt = forward("SIGINT");
+  const onTerm = forward("SIGTERM");
+  process.on("SIGINT", onInt);
+  process.on("SIGTERM", onTerm);
+  try {
+    return (await launcher.run()) as ExitCode;
+  } catch (error) {
+    if (error instanceof LaunchError) {
+      io.err.write(`monkeytree launch: ${error.message}\n`);
+      return ExitCode.usage;
+    }
+    if (error instanceof ControllerRefusedError) {
+      io.err.write(`monkeytree launch: ${advice(error)}\n`);
+      return ExitCode.usage;
+    }
+    // A refused registration (a rolled-back move's replacement, a conflicting placement) or no controller.
+    if (error instanceof ControllerError || error instanceof ControllerTimeoutError) {
+      io.err.write(`monkeytree launch: ${error.message}\n`);
+      return ExitCode.findings;
+    }
+    throw error;
+  } finally {
+    process.off("SIGINT", onInt);
+    process.off("SIGTERM", onTerm);
+  }
+}
 
 /** The controller's address: --connect, else $MONKEYTREE_CONTROLLER, else the site configuration's, each checked as given. */
 function controllerFlag(connect: string | undefined, config: Config): string {
