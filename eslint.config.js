@@ -9,7 +9,6 @@ const LONG_FUNCTIONS = [
   "bench/control.ts",
   "bench/simulate.ts",
   "cli/controller.ts",
-  "cli/daemon.ts",
   "cli/demo/run.ts",
   "cli/simulate.ts",
   "controller/plan/planner.ts",

@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
 import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
-import { parseReplacements, ReplacementConfigError, requireSetpriv, resolveTenant } from "../controller/daemon/replacements.ts";
+import { parseReplacements, ReplacementConfigError, requireSetpriv, resolveTenant, type Tenant } from "../controller/daemon/replacements.ts";
 import { CgroupConfigError, ownCgroup, ReplacementCgroups } from "../controller/daemon/cgroup.ts";
 import { VouchSocket, VouchSocketError } from "../controller/daemon/vouch-socket.ts";
 import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
@@ -83,6 +83,36 @@ function parseListen(raw: string): { host: string; port: number; advertise?: str
   return host === "0.0.0.0" || host === "::" ? { host, port, advertise: hostname() } : { host, port };
 }
 
+/** `--credentials`, which must be host `host`'s daemon's. */
+function daemonCredential(path: string | undefined, host: number): ReturnType<typeof credentialFlag> {
+  const credential = credentialFlag(path);
+  if (credential && !(credential.credential.principal.role === "daemon" && credential.credential.principal.host === host)) {
+    throw new UsageError(`${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`);
+  }
+  return credential;
+}
+
+/** `--replacement` and `--run-as`: the commands by name, and the shared user, checked. */
+function replacementSettings(flags: readonly string[] | undefined, user: string | undefined): { replacements: ReadonlyMap<string, string>; runAs: Tenant | undefined } {
+  try {
+    const replacements = parseReplacements(flags ?? []);
+    if (replacements.size) requireSetpriv();
+    return { replacements, runAs: user === undefined ? undefined : resolveTenant(user) };
+  } catch (error) {
+    if (error instanceof ReplacementConfigError) throw new UsageError(error.message);
+    throw error;
+  }
+}
+
+/** Resolves with the signal that stops the daemon, or the controller's refusal of its host. */
+function stopped(daemon: HostDaemon): Promise<unknown[] | Error> {
+  const refused = daemon.ready().then(
+    () => new Promise<never>(() => {}),
+    (error: unknown) => error as Error,
+  );
+  return Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
+}
+
 /** `--vouch-socket`: the path given, "none", or by default (as root) the host's usual one. */
 async function vouchSocket(flag: string | undefined, host: number, daemon: HostDaemon, log: Logger): Promise<VouchSocket | undefined> {
   if (flag === "none" || (flag === undefined && process.getuid?.() !== 0)) return undefined;
@@ -141,23 +171,11 @@ export const command: Command = {
       throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
     }
     const listen = parseListen(flags.listen ?? DEFAULT_LISTEN);
-    const credential = credentialFlag(flags.credentials);
-    if (credential && !(credential.credential.principal.role === "daemon" && credential.credential.principal.host === host)) {
-      throw new UsageError(`${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`);
-    }
+    const credential = daemonCredential(flags.credentials, host);
     // The replacement launchers this daemon starts inherit its environment; they must never
     // find the daemon's credential there.
     delete process.env[CREDENTIALS_ENV];
-    let replacements;
-    let runAs;
-    try {
-      replacements = parseReplacements(flags.replacement ?? []);
-      if (replacements.size) requireSetpriv();
-      runAs = flags["run-as"] === undefined ? undefined : resolveTenant(flags["run-as"]);
-    } catch (error) {
-      if (error instanceof ReplacementConfigError) throw new UsageError(error.message);
-      throw error;
-    }
+    const { replacements, runAs } = replacementSettings(flags.replacement, flags["run-as"]);
     const cgroups = replacementCgroups(flags.cgroup);
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
@@ -196,11 +214,7 @@ export const command: Command = {
       if (error instanceof VouchSocketError) throw new UsageError(error.message);
       throw error;
     }
-    const refused = daemon.ready().then(
-      () => new Promise<never>(() => {}),
-      (error: unknown) => error as Error,
-    );
-    const stop = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
+    const stop = await stopped(daemon);
     await scrape?.close();
     await vouching?.close();
     await daemon.close();
