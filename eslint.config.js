@@ -12,7 +12,6 @@ const LONG_FUNCTIONS = [
   "cli/demo/run.ts",
   "cli/simulate.ts",
   "controller/plan/planner.ts",
-  "controller/service/metrics.ts",
   "controller/sim/simulate.ts",
   "controller/sim/trace.ts",
 ];

@@ -38,10 +38,34 @@ export class ControllerMetrics implements ControllerObserver {
   constructor() {
     const registers = [this.registry];
     const m = (name: string) => `${PREFIX}${name}`;
-    // Read at each scrape, from the view the controller hands `attach`.
-    const read = <T>(get: (view: ControllerView) => T, set: (value: T) => void) => () => {
+    this.atPlan = new Gauge({ name: m("rack_fragmentation_at_last_plan"), help: "Each rack's fragmentation degree when the controller last planned moves.", labelNames: ["rack"], registers });
+    this.defragmentations = new Counter({ name: m("defragmentation_events_total"), help: "Times some rack was found over its bound and the planner was asked for moves.", registers });
+    this.plans = new Counter({ name: m("plans_total"), help: "Plans by the planner's status.", labelNames: ["status"], registers });
+    for (const status of PLAN_STATUSES) this.plans.inc({ status }, 0);
+    this.planFailures = new Counter({ name: m("plan_failures_total"), help: "Planner calls that failed (tried again later).", registers });
+    this.planSeconds = new Histogram({ name: m("plan_duration_seconds"), help: "Time the planner took per plan.", buckets: SECONDS_BUCKETS, registers });
+    this.planMoves = new Histogram({ name: m("plan_moves"), help: "Moves per plan.", buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128], registers });
+    this.migrations = new Counter({ name: m("migrations_total"), help: "Finished moves by outcome: done, or rolled-back.", labelNames: ["outcome"], registers });
+    for (const outcome of ["done", "rolled-back"]) this.migrations.inc({ outcome }, 0);
+    this.phaseSeconds = new Histogram({ name: m("migration_phase_duration_seconds"), help: "Time moves spent in each state of the migration state machine, counted as they leave it.", labelNames: ["phase"], buckets: SECONDS_BUCKETS, registers });
+    this.bytesMoved = new Counter({ name: m("migration_verified_bytes_total"), help: "Checkpoint bytes destinations received and verified (by transport: the daemons' monkeytree_daemon_received_bytes_total).", registers });
+    this.daemonsLost = new Counter({ name: m("daemons_lost_total"), help: "Times a host daemon was declared lost (heartbeats missed).", registers });
+    this.clusterGauges();
+    this.connectionGauges();
+  }
+
+  /** Read at each scrape, from the view the controller hands `attach`. */
+  private read<T>(get: (view: ControllerView) => T, set: (value: T) => void): () => void {
+    return () => {
       if (this.view) set(get(this.view()));
     };
+  }
+
+  /** The racks' fragmentation against their bound, and the moves in flight, at each scrape. */
+  private clusterGauges(): void {
+    const registers = [this.registry];
+    const m = (name: string) => `${PREFIX}${name}`;
+    const read = this.read.bind(this);
     const fragmentation = new Gauge({
       name: m("rack_fragmentation"),
       help: "Each rack's fragmentation degree: the rings of the groups it shares with other racks.",
@@ -64,13 +88,6 @@ export class ControllerMetrics implements ControllerObserver {
       registers,
       collect: read((v) => rackFragmentation(clusterOf(v.state)).filter((d) => d > v.state.lambda).length, (n) => over.set(n)),
     });
-    this.atPlan = new Gauge({ name: m("rack_fragmentation_at_last_plan"), help: "Each rack's fragmentation degree when the controller last planned moves.", labelNames: ["rack"], registers });
-    this.defragmentations = new Counter({ name: m("defragmentation_events_total"), help: "Times some rack was found over its bound and the planner was asked for moves.", registers });
-    this.plans = new Counter({ name: m("plans_total"), help: "Plans by the planner's status.", labelNames: ["status"], registers });
-    for (const status of PLAN_STATUSES) this.plans.inc({ status }, 0);
-    this.planFailures = new Counter({ name: m("plan_failures_total"), help: "Planner calls that failed (tried again later).", registers });
-    this.planSeconds = new Histogram({ name: m("plan_duration_seconds"), help: "Time the planner took per plan.", buckets: SECONDS_BUCKETS, registers });
-    this.planMoves = new Histogram({ name: m("plan_moves"), help: "Moves per plan.", buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128], registers });
     const inProgress = new Gauge({
       name: m("plan_in_progress"),
       help: "1 while a plan has moves in flight, else 0.",
@@ -90,10 +107,13 @@ export class ControllerMetrics implements ControllerObserver {
         }
       }),
     });
-    this.migrations = new Counter({ name: m("migrations_total"), help: "Finished moves by outcome: done, or rolled-back.", labelNames: ["outcome"], registers });
-    for (const outcome of ["done", "rolled-back"]) this.migrations.inc({ outcome }, 0);
-    this.phaseSeconds = new Histogram({ name: m("migration_phase_duration_seconds"), help: "Time moves spent in each state of the migration state machine, counted as they leave it.", labelNames: ["phase"], buckets: SECONDS_BUCKETS, registers });
-    this.bytesMoved = new Counter({ name: m("migration_verified_bytes_total"), help: "Checkpoint bytes destinations received and verified (by transport: the daemons' monkeytree_daemon_received_bytes_total).", registers });
+  }
+
+  /** The workers, daemons and jobs connected, each job's progress, and the journal's size, at each scrape. */
+  private connectionGauges(): void {
+    const registers = [this.registry];
+    const m = (name: string) => `${PREFIX}${name}`;
+    const read = this.read.bind(this);
     const workers = new Gauge({ name: m("registered_workers"), help: "Workers connected to the controller (registered launchers).", registers, collect: read((v) => v.workers, (n) => workers.set(n)) });
     const daemons = new Gauge({
       name: m("registered_daemons"),
@@ -105,7 +125,6 @@ export class ControllerMetrics implements ControllerObserver {
         daemons.set({ state: "lost" }, d.filter((x) => x.lost).length);
       }),
     });
-    this.daemonsLost = new Counter({ name: m("daemons_lost_total"), help: "Times a host daemon was declared lost (heartbeats missed).", registers });
     const jobs = new Gauge({
       name: m("registered_jobs"),
       help: "Jobs running, and jobs still waiting for some of their workers to register.",
