@@ -382,6 +382,19 @@ function startLauncher(dir: string, endpoint: string, job: string, host: number,
   return { next, exited, running: () => running, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })), log: () => stderr };
 }
 
+/** Whether `atMs` fell inside one of `rounds`, which follow each other in order. */
+function inRound(rounds: readonly { start: number; end: number }[], atMs: number): boolean {
+  // The last round that began by then.
+  let lo = 0;
+  for (let hi = rounds.length; hi - lo > 1; ) {
+    const mid = (lo + hi) >> 1;
+    if (rounds[mid]!.start <= atMs) lo = mid;
+    else hi = mid;
+  }
+  const r = rounds[lo];
+  return r !== undefined && r.start <= atMs && atMs <= r.end;
+}
+
 async function steadyState(hosts: number, iterations: number, periodMs: number, python: string): Promise<SteadyRow> {
   const racks = Math.ceil(hosts / HOSTS_PER_RACK);
   const controller = await startController({ topology: { racks, hostsPerRack: HOSTS_PER_RACK, gpusPerHost: 8, uplinksPerRack: 32 } });
@@ -431,18 +444,7 @@ async function steadyState(hosts: number, iterations: number, periodMs: number, 
     const result = await launcher.next<ClientResult>(iterations * periodMs + 120_000);
     const code = await launcher.exited;
     if (code !== 0) throw new Error(`the launcher exited with ${code}:\n${launcher.log().slice(-4000)}`);
-    const during = (atMs: number) => {
-      // The last round that began by then: rounds follow each other, in order.
-      let lo = 0;
-      for (let hi = rounds.length; hi - lo > 1; ) {
-        const mid = (lo + hi) >> 1;
-        if (rounds[mid]!.start <= atMs) lo = mid;
-        else hi = mid;
-      }
-      const r = rounds[lo];
-      return r !== undefined && r.start <= atMs && atMs <= r.end;
-    };
-    const together = simulated.length === 0 ? null : result.atNs.filter((at) => during(at / 1e6)).length / iterations;
+    const together = simulated.length === 0 ? null : result.atNs.filter((at) => inRound(rounds, at / 1e6)).length / iterations;
     const us = (ns: readonly number[]) => ns.map((x) => x / 1000);
     const barrier = us(result.barrierNs);
     const plain = us(result.plainNs);
