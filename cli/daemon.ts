@@ -62,10 +62,10 @@ options:
                        its own (default: this daemon's own cgroup, when it may write there;
                        "none" to do without, when what a replacement leaves running outside
                        its process group outlives it)
-  --vouch-socket PATH  the local socket where this host's launchers ask the daemon to vouch
-                       that they run here, which a controller with --require-vouch needs
-                       before it takes their workers (default, as root:
-                       ${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")}; "none" for no socket)
+  --vouch-socket PATH  a local socket where this host's launchers ask the daemon to vouch that
+                       they run here, which a controller with --require-vouch needs before it
+                       takes their workers; \`monkeytree launch\` looks at
+                       ${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")} unless told otherwise (default: no socket)
   --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
                        controller's --heartbeat-timeout
 ${metricsHelp(23)}
@@ -113,19 +113,15 @@ function stopped(daemon: HostDaemon): Promise<unknown[] | Error> {
   return Promise.race([once(process, "SIGINT"), once(process, "SIGTERM"), refused]);
 }
 
-/** `--vouch-socket`: the path given, "none", or by default (as root) the host's usual one. */
-async function vouchSocket(flag: string | undefined, host: number, daemon: HostDaemon, log: Logger): Promise<VouchSocket | undefined> {
-  if (flag === "none" || (flag === undefined && process.getuid?.() !== 0)) return undefined;
-  try {
-    const socket = await VouchSocket.open(flag ?? defaultDaemonSocket(host), (job) => daemon.vouch(job), log);
-    log.info(() => `launchers on this host ask to be vouched for at ${socket.path}`);
-    return socket;
-  } catch (error) {
-    // The usual path taken (several daemons on one machine, as in a demo): run on without it.
-    if (!(error instanceof VouchSocketError) || flag !== undefined) throw error;
-    log.warn(() => `${error.message.replace("--vouch-socket ", "")}; vouching for no launcher`);
-    return undefined;
-  }
+/**
+ * `--vouch-socket`, when given. Never by default: daemons of one machine (a demo, a test run)
+ * would otherwise answer each other's launchers.
+ */
+async function vouchSocket(path: string | undefined, daemon: HostDaemon, log: Logger): Promise<VouchSocket | undefined> {
+  if (path === undefined) return undefined;
+  const socket = await VouchSocket.open(path, (job) => daemon.vouch(job), log);
+  log.info(() => `launchers on this host ask to be vouched for at ${socket.path}`);
+  return socket;
 }
 
 /** `--cgroup`: the directory given, "none", or by default this process's own cgroup v2 where it may write. */
@@ -205,7 +201,7 @@ export const command: Command = {
     let scrape;
     let vouching;
     try {
-      vouching = await vouchSocket(flags["vouch-socket"], host, daemon, logger);
+      vouching = await vouchSocket(flags["vouch-socket"], daemon, logger);
       scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
     } catch (error) {
       await vouching?.close();
