@@ -31,6 +31,18 @@ function raw(address: string, bytes: string): Promise<string> {
   });
 }
 
+/** Writes `request` on a raw connection to `base` and resolves with all it heard once the server closed it. */
+function exchange(base: string, request: string): Promise<string> {
+  const [host, port] = base.replace("http://", "").split(":");
+  return new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(port), host!, () => socket.write(request));
+    let text = "";
+    socket.on("data", (chunk) => (text += chunk.toString()));
+    socket.on("close", () => resolve(text));
+    socket.on("error", reject);
+  });
+}
+
 describe("the metrics listener", () => {
   it("serves the registry in Prometheus text format at GET /metrics", async () => {
     const registry = createRegistry("daemon");
@@ -66,16 +78,9 @@ describe("the metrics listener", () => {
 
   it("closes a connection that does not finish its request in time", async () => {
     const base = await serve();
-    const [host, port] = base.replace("http://", "").split(":");
     const started = Date.now();
-    const answer = await new Promise<string>((resolve, reject) => {
-      // Headers that never end: a slow peer holding the connection.
-      const socket = connect(Number(port), host!, () => socket.write("GET /metrics HTTP/1.1\r\nHost: x\r\n"));
-      let text = "";
-      socket.on("data", (chunk) => (text += chunk.toString()));
-      socket.on("close", () => resolve(text));
-      socket.on("error", reject);
-    });
+    // Headers that never end: a slow peer holding the connection.
+    const answer = await exchange(base, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
     expect(answer).toMatch(/^HTTP\/1\.1 408 /);
     expect(Date.now() - started).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 100);
   }, 30_000);
@@ -117,15 +122,8 @@ describe("the metrics listener", () => {
 
   it("closes an idle keep-alive connection once its answer is sent", async () => {
     const base = await serve();
-    const [host, port] = base.replace("http://", "").split(":");
-    const answer = await new Promise<string>((resolve, reject) => {
-      // Asks for keep-alive and never closes its side: the server must.
-      const socket = connect(Number(port), host!, () => socket.write("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
-      let text = "";
-      socket.on("data", (chunk) => (text += chunk.toString()));
-      socket.on("close", () => resolve(text));
-      socket.on("error", reject);
-    });
+    // Asks for keep-alive and never closes its side: the server must.
+    const answer = await exchange(base, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     expect(answer).toContain(`Keep-Alive: timeout=${KEEP_ALIVE_MS / 1000}`);
     await expect.poll(() => server!.connections, patiently).toBe(0);
