@@ -151,7 +151,11 @@ describe.skipIf(!runs)("training with the controller down", () => {
     env.dirs.push(c.dir);
     try {
       await expect.poll(() => logged(c, 0), patiently).toBeGreaterThanOrEqual(1);
-      await body(c, hold);
+      await body(c, hold).catch((error: unknown) => {
+        // Where the cluster got stuck is in the logs of the controller, the launchers and the daemons.
+        const logs = [c.controller(), ...c.launchers, ...c.daemons].map((m) => `==== ${m.name}\n${c.log(m).slice(-6000)}`);
+        throw new Error(`${(error as Error).message}\n${logs.join("\n")}`, { cause: error });
+      });
     } finally {
       env.hosts.link(CONTROLLER_HOST, "up");
       await c.teardown();
@@ -179,14 +183,7 @@ describe.skipIf(!runs)("training with the controller down", () => {
 
   /** The job ends where an undisturbed run does, leaving no process and no staging behind. */
   async function endsBitIdentical(c: Cluster, generation: number): Promise<void> {
-    await expect
-      .poll(() => existsSync(c.out), { ...patiently, interval: 500 })
-      .toBe(true)
-      .catch((error: unknown) => {
-        // Where the job got stuck is in the logs of the controller and the launchers.
-        const logs = [c.controller(), ...c.launchers].map((m) => `==== ${m.name}\n${c.log(m).slice(-3000)}`);
-        throw new Error(`${(error as Error).message}\n${logs.join("\n")}`);
-      });
+    await expect.poll(() => existsSync(c.out), { ...patiently, interval: 500 }).toBe(true);
     expect(JSON.parse(readFileSync(c.out, "utf8"))).toEqual({ ...env.expected, generation });
     await expect.poll(() => leftovers(env.hosts, hostCount), patiently).toEqual([]);
     await expect.poll(() => stagingLeft(c, DDP), patiently).toEqual([]);
@@ -241,7 +238,11 @@ describe.skipIf(!runs)("training with the controller down", () => {
         expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
         await outage.end(c);
         expect(await rollbackReason(c, move.id)).toMatch(outage.rollback);
-        await expect.poll(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.id !== move.id && m.stopStep !== null), { ...patiently, interval: 200 }).toBe(true);
+        // Two states, each waited for on its own: a new plan moves the job, then its replacement
+        // is up (or waited for past --replacement-wait) and the job is told where to stop.
+        const next = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name && m.id !== move.id);
+        await expect.poll(async () => (await next()) !== undefined, { ...patiently, interval: 200 }).toBe(true);
+        await expect.poll(async () => (await next())?.stopStep ?? null, { ...patiently, interval: 200 }).not.toBeNull();
         pauseTraining(env.hosts, DDP, "SIGCONT");
         await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
         await endsBitIdentical(c, 1);
