@@ -35,7 +35,7 @@ message can make it run another.
 options:
   --host H             this host's name in the topology, or its global index (required)
   --topology FILE      the topology that names the hosts (a topology file or Slurm's
-                       topology.conf); default: the site configuration's (README, "Slurm")
+                       topology.conf); default: the site configuration's (docs/slurm.md)
   --connect ADDR       the controller's ZeroMQ address (default: the site configuration's
                        "controller", then tcp://127.0.0.1:5555)
   --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),

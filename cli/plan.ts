@@ -20,7 +20,7 @@ jobs ("movable": false) never move and unavailable hosts are never a destination
 leave no way within a bound, the plan is a best effort and names the racks it leaves over.
 
 options:
-  --snapshot FILE     cluster snapshot (JSON, see README); default: the embedded example
+  --snapshot FILE     cluster snapshot (JSON, docs/planner.md); default: the embedded example
                       ${EMBEDDED_SNAPSHOT}
   --json              print the plan as one JSON document instead of a summary
   --time-limit SEC    wall-clock budget (default ${DEFAULT_TIME_LIMIT_MS / 1000}); past it the best valid plan

@@ -17,7 +17,7 @@ export const TOPOLOGY_HELP = `  --topology FILE        the cluster's racks (and 
                          needs --uplinks-per-rack
   --uplinks-per-rack N   uplinks of every rack, for a topology.conf
   --gpus-per-host N      GPUs of every host, for a topology.conf (default 8)
-                         (all three default to the site configuration's, see README)`;
+                         (all three default to the site configuration's, docs/slurm.md)`;
 
 /** Whether `text` is Slurm's topology.conf rather than a YAML or JSON document. */
 const isTopologyConf = (path: string, text: string): boolean => path.endsWith(".conf") || /^\s*SwitchName=/im.test(text);

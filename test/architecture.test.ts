@@ -55,13 +55,12 @@ describe("the import direction (test/helpers/architecture.ts)", () => {
     expect(checkImports("cli/paths.ts", `const ROOT = new URL("../", import.meta.url);`)).toEqual([]);
   });
 
-  it("is what README.md's Architecture section shows", () => {
-    const readme = readFileSync(`${ROOT}README.md`, "utf8");
-    const section = readme.slice(readme.indexOf("\n## Architecture\n"), readme.indexOf("\n## ", readme.indexOf("\n## Architecture\n") + 1));
+  it("is what docs/architecture.md shows", () => {
+    const section = readFileSync(`${ROOT}docs/architecture.md`, "utf8");
     expect(section).toContain(LAYERS.map((layer) => `\`${layer}\``).join(" ← "));
     expect(section).toContain("test/architecture.test.ts");
     for (const [layer, tiers] of Object.entries(TIERS)) {
-      for (const unit of tiers.flat()) expect(section, `README's tree misses ${unit}`).toContain(unit.slice(layer.length + 1));
+      for (const unit of tiers.flat()) expect(section, `docs/architecture.md's tree misses ${unit}`).toContain(unit.slice(layer.length + 1));
     }
   });
 });

@@ -4,7 +4,7 @@ import type { CommandReply } from "../../sdk/protocol/commands.ts";
 import { assertNever } from "./migration.ts";
 
 /**
- * Who may send what (the README's threat model): a job's credential speaks only for that job's
+ * Who may send what (docs/security.md): a job's credential speaks only for that job's
  * workers, a daemon's only for its own host, and only an operator reads `status`; an operator
  * may also end any job, so a job whose key was revoked can still be ended. A controller
  * without a keyring cannot tell senders apart and lets `anyone` do everything.

@@ -15,7 +15,7 @@ import type { JobProgress, LiveView } from "./status.ts";
  * connections, the journal's size) are read at each scrape. They start from zero with each
  * controller process, as Prometheus counters do: `rate()` and `increase()` count across the
  * reset, and the compacted journal no longer holds the history a rebuilt count would need
- * (README, "Metrics and the event log").
+ * (docs/monitoring.md).
  */
 
 /** What the scrape reads from the running controller: what `status` reports, and where its journal is. */

@@ -5,7 +5,7 @@ import { parseReservations, parseSinfo, parseSqueue, type SlurmJob, type SlurmNo
 
 /**
  * Slurm's client commands, as the adapter uses them (Slurm 22.05, verified against Debian's
- * slurm-wlm; see README.md "Slurm"). Each runs with a deadline and a bounded output, and a
+ * slurm-wlm; see docs/slurm.md). Each runs with a deadline and a bounded output, and a
  * failure is a `SlurmCommandError` quoting what the command said.
  */
 

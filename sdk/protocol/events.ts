@@ -14,7 +14,7 @@ const count = z.int().min(0);
 const list = <T extends z.ZodType>(item: T) => z.array(item).max(MAX_LIST_LENGTH);
 const MigrationIdSchema = idSchema("migration id");
 
-/** The planner's verdicts (`controller/plan`): see README "monkeytree plan". */
+/** The planner's verdicts (`controller/plan`): see docs/planner.md. */
 export const PLAN_STATUSES = ["unchanged", "optimal", "feasible", "infeasible"] as const;
 
 /** Every event carries its number in the log (from 1, never reused) and the controller's time (ms since the epoch). */

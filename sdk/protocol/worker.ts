@@ -51,7 +51,7 @@ export const RegisterSchema = z.strictObject({
 export type Register = z.infer<typeof RegisterSchema>;
 
 /**
- * Where a host stands in a stop it was told of (see "The stop-point agreement" in README.md):
+ * Where a host stands in a stop it was told of (see "The stop-point agreement" in sdk/protocol/README.md):
  * `armed`, training on toward `step`; `held`, every local process waits at barrier `step`;
  * `saving`, the source writes and sends its checkpoint; `saved`, it went out; `sealed`, the
  * host agreed to the commit and waits for its outcome, however long; `released`, the host let

@@ -9,7 +9,7 @@ import { describe, expect, it, onTestFinished } from "vitest";
 const runExample = (...args: string[]) => spawnSync(process.execPath, ["examples/plan.js", ...args], { encoding: "utf8" });
 
 describe("examples/plan.js", () => {
-  it("runs with plain node as the README shows and prints the plan and its routes", () => {
+  it("runs with plain node as docs/planner.md shows and prints the plan and its routes", () => {
     const { status, stdout, stderr } = runExample();
     expect(stderr).toBe("");
     expect(status).toBe(0);

@@ -1,5 +1,5 @@
 // The import direction between MonkeyTree's folders, as one table, and the checker that holds
-// the code to it (test/architecture.test.ts). README.md's "Architecture" section mirrors it.
+// the code to it (test/architecture.test.ts). docs/architecture.md mirrors it.
 import { posix } from "node:path";
 import ts from "typescript";
 

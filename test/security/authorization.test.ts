@@ -21,7 +21,7 @@ import type { ServerOptions } from "../../controller/service/server.ts";
 import { patiently } from "../helpers/wait.ts";
 
 // A controller with a keyring against clients that impersonate a job or a daemon, act for
-// another, or bring a key of their own: each must fail as the README's threat model says,
+// another, or bring a key of their own: each must fail as docs/controller.md ("Who may do what") says,
 // and a legitimate job must still migrate.
 
 const CHECKPOINT = 1 << 20;
