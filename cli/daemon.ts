@@ -1,18 +1,19 @@
 import { once } from "node:events";
 import { hostname } from "node:os";
-import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon } from "../controller/daemon/daemon.ts";
+import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon, type DaemonOptions } from "../controller/daemon/daemon.ts";
 import { parseReplacements, ReplacementConfigError, requireSetpriv, resolveTenant, type Tenant } from "../controller/daemon/replacements.ts";
 import { CgroupConfigError, ownCgroup, ReplacementCgroups } from "../controller/daemon/cgroup.ts";
 import { VouchSocket, VouchSocketError } from "../controller/daemon/vouch-socket.ts";
 import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
 import { createLogger, type Logger } from "../sdk/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
+import type { MetricsServer } from "../controller/metrics/http.ts";
 import { loadConfig } from "./config.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 import { ControllerRefusedError } from "../sdk/connection.ts";
 import { InvalidInputError } from "../sdk/errors.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, isLoopback, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command } from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, isLoopback, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command, type Io } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 /** With the controller on this machine, transfers need no other address. */
@@ -138,36 +139,100 @@ function replacementCgroups(flag: string | undefined): ReplacementCgroups | unde
   }
 }
 
+function daemonFlags(argv: string[]) {
+  return parseFlags(argv, {
+    host: { type: "string" },
+    connect: { type: "string" },
+    credentials: { type: "string" },
+    "staging-bytes": { type: "string" },
+    listen: { type: "string" },
+    replacement: { type: "string", multiple: true },
+    "run-as": { type: "string" },
+    cgroup: { type: "string" },
+    "vouch-socket": { type: "string" },
+    heartbeat: { type: "string" },
+    topology: { type: "string" },
+    metrics: { type: "string" },
+  });
+}
+
+type DaemonFlags = ReturnType<typeof daemonFlags>;
+
+/** Which host this is, where the controller is, where transfers arrive and with which credential: the flags', else the site configuration's and the defaults. */
+async function hostSettings(
+  flags: DaemonFlags,
+): Promise<Pick<DaemonOptions, "host" | "controller" | "stagingBytes" | "listen" | "heartbeatMs"> & { credential: ReturnType<typeof credentialFlag> }> {
+  const heartbeatMs = secondsFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01);
+  if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
+  const config = await loadConfig();
+  const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, config, true));
+  const stagingBytes = shmBytesFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
+  const controller = flags.connect === undefined ? (config.controller ?? "tcp://127.0.0.1:5555") : addressFlag("--connect", flags.connect, "connect");
+  if (flags.listen === undefined && !isLoopback(controller)) {
+    throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
+  }
+  const listen = parseListen(flags.listen ?? DEFAULT_LISTEN);
+  return { host, controller, stagingBytes, listen, heartbeatMs, credential: daemonCredential(flags.credentials, host) };
+}
+
+/** Starts the daemon. Failing, it closes `options.cgroups`; an address it cannot listen on (`listenFlag`, as given) is bad input. */
+function startDaemon(options: DaemonOptions, listenFlag: string): HostDaemon {
+  try {
+    return HostDaemon.start(options);
+  } catch (error) {
+    options.cgroups?.close();
+    if (!(error instanceof DaemonStartError)) throw error;
+    throw new InvalidInputError(`--listen ${listenFlag}`, [{ path: "", message: `${error.message}; give --listen an address of this host, with a free port or 0` }]);
+  }
+}
+
+/** A started daemon with what the command opened for it, all closed together when it stops. */
+interface Running {
+  readonly daemon: HostDaemon;
+  readonly cgroups: ReplacementCgroups | undefined;
+  readonly vouching?: VouchSocket | undefined;
+  readonly scrape?: MetricsServer | null;
+}
+
+async function shutdown({ daemon, cgroups, vouching, scrape }: Running): Promise<void> {
+  await scrape?.close();
+  await vouching?.close();
+  await daemon.close();
+  cgroups?.close();
+}
+
+/** Opens the vouch socket and the scrape endpoint, where asked; one that cannot open stops the daemon. */
+async function openEndpoints(running: Running, vouchPath: string | undefined, scrape: () => Promise<MetricsServer | null>, logger: Logger): Promise<Running> {
+  let vouching;
+  try {
+    vouching = await vouchSocket(vouchPath, running.daemon, logger);
+    return { ...running, vouching, scrape: await scrape() };
+  } catch (error) {
+    await shutdown({ ...running, vouching });
+    if (error instanceof VouchSocketError) throw new UsageError(error.message);
+    throw error;
+  }
+}
+
+/** The exit code: 0 for a signal; 2 for the controller's refusal of this host, after saying what to do about it. */
+function exitCodeOf(stop: unknown[] | Error, host: number, credentialPath: string | undefined, logger: Logger, io: Io): ExitCode {
+  if (stop instanceof Error) {
+    const why = stop instanceof ControllerRefusedError ? refusalAdvice(stop, credentialPath, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`) : stop.message;
+    io.err.write(`monkeytree daemon: ${why}\n`);
+    return ExitCode.usage;
+  }
+  logger.info(() => `stopping on ${String(stop[0] ?? "signal")}`);
+  return ExitCode.ok;
+}
+
 export const command: Command = {
   summary: "run the per-host daemon (staging buffer, transfers, replacement launches)",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      host: { type: "string" },
-      connect: { type: "string" },
-      credentials: { type: "string" },
-      "staging-bytes": { type: "string" },
-      listen: { type: "string" },
-      replacement: { type: "string", multiple: true },
-      "run-as": { type: "string" },
-      cgroup: { type: "string" },
-      "vouch-socket": { type: "string" },
-      heartbeat: { type: "string" },
-      topology: { type: "string" },
-      metrics: { type: "string" },
-    });
+    const flags = daemonFlags(argv);
     const metricsAt = metricsFlag(flags.metrics);
-    const heartbeatMs = secondsFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01);
-    if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
-    const config = await loadConfig();
-    const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, config, true));
-    const stagingBytes = shmBytesFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-    const controller = flags.connect === undefined ? (config.controller ?? "tcp://127.0.0.1:5555") : addressFlag("--connect", flags.connect, "connect");
-    if (flags.listen === undefined && !isLoopback(controller)) {
-      throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
-    }
-    const listen = parseListen(flags.listen ?? DEFAULT_LISTEN);
-    const credential = daemonCredential(flags.credentials, host);
+    const { credential, ...settings } = await hostSettings(flags);
+    const { host, controller, stagingBytes, listen } = settings;
     // The replacement launchers this daemon starts inherit its environment; they must never
     // find the daemon's credential there.
     delete process.env[CREDENTIALS_ENV];
@@ -176,51 +241,24 @@ export const command: Command = {
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const metrics = metricsAt === null ? undefined : new DaemonMetrics();
-    let daemon: HostDaemon;
-    try {
-      daemon = HostDaemon.start({
-        host,
-        controller,
-        stagingBytes,
-        listen,
-        heartbeatMs,
+    const daemon = startDaemon(
+      {
+        ...settings,
         log: logger,
         ...(credential ? { credential: credential.credential } : {}),
         replacements,
         ...(runAs === undefined ? {} : { runAs }),
         ...(cgroups ? { cgroups } : {}),
         ...(metrics ? { metrics } : {}),
-      });
-    } catch (error) {
-      cgroups?.close();
-      if (!(error instanceof DaemonStartError)) throw error;
-      throw new InvalidInputError(`--listen ${flags.listen ?? DEFAULT_LISTEN}`, [{ path: "", message: `${error.message}; give --listen an address of this host, with a free port or 0` }]);
-    }
+      },
+      flags.listen ?? DEFAULT_LISTEN,
+    );
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
     io.out.write(`daemon for host ${host}: ${stagingBytes} staging bytes, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
-    let scrape;
-    let vouching;
-    try {
-      vouching = await vouchSocket(flags["vouch-socket"], daemon, logger);
-      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
-    } catch (error) {
-      await vouching?.close();
-      await daemon.close();
-      cgroups?.close();
-      if (error instanceof VouchSocketError) throw new UsageError(error.message);
-      throw error;
-    }
+    const scrape = async () => (metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null);
+    const running = await openEndpoints({ daemon, cgroups }, flags["vouch-socket"], scrape, logger);
     const stop = await stopped(daemon);
-    await scrape?.close();
-    await vouching?.close();
-    await daemon.close();
-    cgroups?.close();
-    if (stop instanceof Error) {
-      const why = stop instanceof ControllerRefusedError ? refusalAdvice(stop, credential?.path, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`) : stop.message;
-      io.err.write(`monkeytree daemon: ${why}\n`);
-      return ExitCode.usage;
-    }
-    logger.info(() => `stopping on ${String(stop[0] ?? "signal")}`);
-    return ExitCode.ok;
+    await shutdown(running);
+    return exitCodeOf(stop, host, credential?.path, logger, io);
   },
 };

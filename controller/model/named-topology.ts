@@ -76,6 +76,18 @@ export class UnknownHostError extends Error {
   readonly code = "unknown_host";
 }
 
+/** Reports a problem with the file at `path`; it never returns. */
+type Fail = (path: string, message: string) => never;
+
+/** A rack of the file with its hosts expanded and its uplink count settled; `index` is its place in the file. */
+interface FileRack {
+  readonly index: number;
+  readonly name: string;
+  readonly pod?: string;
+  readonly hosts: readonly string[];
+  readonly uplinks: number;
+}
+
 /**
  * Validates a parsed topology document; throws `InvalidInputError` naming the field. Racks
  * are numbered pod by pod, in the order pods first appear, then in file order.
@@ -84,16 +96,46 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
   const result = TopologyFileSchema.safeParse(value);
   if (!result.success) throw InvalidInputError.fromZod(source, result.error);
   const file = result.data;
-  const fail = (path: string, message: string): never => {
+  const fail: Fail = (path, message) => {
     throw new InvalidInputError(source, [{ path, message }]);
   };
+  const racks = fileRacks(file, fail);
+  checkRacksAlike(racks, fail);
+  const { podNames, ordered, racksPerPod } = racksByPod(racks, fail);
+  checkRackNamesUnique(racks, fail);
+  const hostsPerRack = Math.max(...racks.map((rack) => rack.hosts.length));
+  const { hostNames, hostIndex, padding } = numberHosts(ordered, hostsPerRack, fail);
+  const topology = TopologySchema.safeParse({
+    racks: ordered.length,
+    hostsPerRack,
+    gpusPerHost: file.gpusPerHost,
+    uplinksPerRack: racks[0]!.uplinks,
+    ...(racksPerPod === undefined ? {} : { racksPerPod }),
+  });
+  if (!topology.success) throw InvalidInputError.fromZod(source, topology.error);
+  if (file.podLambda !== undefined && racksPerPod === undefined) fail("podLambda", "podLambda needs pods: give every rack a pod, or drop podLambda");
+  return {
+    topology: topology.data,
+    ...(file.lambda === undefined ? {} : { lambda: file.lambda }),
+    ...(file.podLambda === undefined ? {} : { podLambda: file.podLambda }),
+    hostNames,
+    hostIndex,
+    rackNames: ordered.map((rack) => rack.name),
+    podNames,
+    padding,
+  };
+}
 
-  const racks = file.racks.map((rack, r) => {
+function fileRacks(file: TopologyFile, fail: Fail): FileRack[] {
+  return file.racks.map((rack, r) => {
     const hosts = rackHosts(rack, (message) => fail(`racks[${r}].hosts`, message));
     const uplinks = rack.uplinks ?? file.uplinksPerRack ?? fail(`racks[${r}].uplinks`, `rack "${rack.name}" has no uplink count: give it "uplinks" or give the file "uplinksPerRack"`);
     return { ...rack, index: r, hosts, uplinks };
   });
+}
 
+/** Every rack has the first rack's uplink count, and a pod if and only if it has one. */
+function checkRacksAlike(racks: readonly FileRack[], fail: Fail): void {
   const first = racks[0]!;
   for (const rack of racks) {
     // The planner's bound is one number for every rack.
@@ -104,7 +146,14 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
       fail(`racks[${rack.index}].pod`, "give a pod to every rack or to none");
     }
   }
+}
 
+/**
+ * The pods in the order they first appear, and the racks in the model's order: pod by pod,
+ * then in file order. Every pod must hold the same number of racks (`racksPerPod`, undefined
+ * without pods).
+ */
+function racksByPod(racks: readonly FileRack[], fail: Fail): { podNames: string[]; ordered: readonly FileRack[]; racksPerPod: number | undefined } {
   const podNames = [...new Set(racks.flatMap((rack) => (rack.pod === undefined ? [] : [rack.pod])))];
   const ordered = podNames.length ? podNames.flatMap((pod) => racks.filter((rack) => rack.pod === pod)) : racks;
   let racksPerPod: number | undefined;
@@ -117,14 +166,19 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
       }
     }
   }
+  return { podNames, ordered, racksPerPod };
+}
 
+function checkRackNamesUnique(racks: readonly FileRack[], fail: Fail): void {
   const seenRacks = new Set<string>();
   for (const rack of racks) {
     if (seenRacks.has(rack.name)) fail(`racks[${rack.index}].name`, `rack name "${rack.name}" is used twice`);
     seenRacks.add(rack.name);
   }
+}
 
-  const hostsPerRack = Math.max(...racks.map((rack) => rack.hosts.length));
+/** Global indices of the hosts of `ordered` racks, `hostsPerRack` slots a rack; a short rack's last slots are padding. */
+function numberHosts(ordered: readonly FileRack[], hostsPerRack: number, fail: Fail): Pick<NamedTopology, "hostNames" | "hostIndex" | "padding"> {
   const hostNames: (string | null)[] = [];
   const hostIndex = new Map<string, number>();
   const padding: number[] = [];
@@ -142,26 +196,7 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
       hostNames.push(host);
     }
   }
-
-  const topology = TopologySchema.safeParse({
-    racks: ordered.length,
-    hostsPerRack,
-    gpusPerHost: file.gpusPerHost,
-    uplinksPerRack: first.uplinks,
-    ...(racksPerPod === undefined ? {} : { racksPerPod }),
-  });
-  if (!topology.success) throw InvalidInputError.fromZod(source, topology.error);
-  if (file.podLambda !== undefined && racksPerPod === undefined) fail("podLambda", "podLambda needs pods: give every rack a pod, or drop podLambda");
-  return {
-    topology: topology.data,
-    ...(file.lambda === undefined ? {} : { lambda: file.lambda }),
-    ...(file.podLambda === undefined ? {} : { podLambda: file.podLambda }),
-    hostNames,
-    hostIndex,
-    rackNames: ordered.map((rack) => rack.name),
-    podNames,
-    padding,
-  };
+  return { hostNames, hostIndex, padding };
 }
 
 /**

@@ -33,56 +33,48 @@ interface Cell {
  */
 export function monkeytreeProgram(state: CountState, minMoves = 0, soft = false): PlacementProgram {
   const mip = new MipBuilder();
-  const { groups, racks, capacity } = state;
+  const { groups, racks } = state;
+  const cells = range(groups, (g) => addGroupCells(mip, state, g)).flat();
   // Soft: a rack may pass its bound at a cost above any number of moves, so the optimum first
   // leaves the least fragmentation over the bounds, then takes the fewest moves to do it.
-  const overCost = sum(groups, (g) => state.size[g]!) + 1;
-  const cells: Cell[] = [];
-  for (let g = 0; g < groups; g++) {
-    const size = state.size[g]!;
-    const upper = Math.min(size, capacity);
-    const movable = state.movable[g] === 1;
-    for (let t = 0; t < racks; t++) {
-      const w0 = state.at(g, t);
-      const w = movable ? mip.variable(0, 0, upper, true) : mip.variable(0, w0, w0, true);
-      const x = mip.variable(0, 0, 1, true);
-      const y = size <= capacity ? mip.variable(0, 0, 1, true) : -1;
-      const d = w0 > 0 && movable ? mip.variable(1, 0, w0, false) : -1;
-      cells.push({ w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
-      mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
-      if (y >= 0) mip.row([[y, size], [w, -1]], Number.NEGATIVE_INFINITY, 0);
-      if (d >= 0) mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
-    }
-    mip.row(range(racks, (t) => [cells[g * racks + t]!.w, 1]), size, size);
-  }
-  for (let t = 0; t < racks; t++) {
-    mip.row(range(groups, (g) => [cells[g * racks + t]!.e, 1]), Number.NEGATIVE_INFINITY, state.room[t]!);
-    const over = soft ? [[mip.variable(overCost, 0, Number.POSITIVE_INFINITY, false), -1] as [number, number]] : [];
-    mip.row([...fragTerms(state, cells, t), ...over], Number.NEGATIVE_INFINITY, state.bound[t]!);
-  }
+  const overCost = soft ? sum(groups, (g) => state.size[g]!) + 1 : undefined;
+  for (let t = 0; t < racks; t++) addRackRows(mip, state, cells, t, overCost);
   const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
   // A lower bound proven elsewhere (the exact search) lifts the relaxation's bound at once, so
   // HiGHS can stop as soon as it finds a plan that meets it.
   if (minMoves > 0) mip.row(cells.flatMap((cell) => (cell.d >= 0 ? [[cell.d, 1] as const] : [])), minMoves, Number.POSITIVE_INFINITY);
-  return {
-    model: mip.build(),
-    movesPerObjective: 1,
-    decode: (values) => Int32Array.from(cells, (cell) => Math.round(values[cell.w]!)),
-    encode: (counts) => {
-      const start = new Float64Array(mip.columns);
-      cells.forEach((cell, i) => {
-        const g = Math.floor(i / racks);
-        const w = counts[i]!;
-        start[cell.w] = w;
-        start[cell.x] = w > 0 ? 1 : 0;
-        if (cell.y >= 0) start[cell.y] = w === state.size[g] ? 1 : 0;
-        if (cell.d >= 0) start[cell.d] = Math.max(0, state.count[i]! - w);
-        encodeAvailable(state, cell, i, w, start);
-      });
-      pods.encode(counts, start);
-      return start;
-    },
-  };
+  return placementProgram(mip, state, cells, pods, 1, (w0, w) => Math.max(0, w0 - w));
+}
+
+/**
+ * Group `g`'s cells, one a rack, and the row that places all its workers. A pinned group's
+ * counts are fixed where they are, and it has no departures to pay for.
+ */
+function addGroupCells(mip: MipBuilder, state: CountState, g: number): Cell[] {
+  const size = state.size[g]!;
+  const upper = Math.min(size, state.capacity);
+  const movable = state.movable[g] === 1;
+  const cells = range(state.racks, (t) => {
+    const w0 = state.at(g, t);
+    const w = movable ? mip.variable(0, 0, upper, true) : mip.variable(0, w0, w0, true);
+    const x = mip.variable(0, 0, 1, true);
+    const y = size <= state.capacity ? mip.variable(0, 0, 1, true) : -1;
+    const d = w0 > 0 && movable ? mip.variable(1, 0, w0, false) : -1;
+    const cell = { w, x, y, d, e: availableColumn(mip, state, g * state.racks + t, w, upper) };
+    mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
+    if (y >= 0) mip.row([[y, size], [w, -1]], Number.NEGATIVE_INFINITY, 0);
+    if (d >= 0) mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
+    return cell;
+  });
+  mip.row(cells.map((cell) => [cell.w, 1]), size, size);
+  return cells;
+}
+
+/** Rack `t`'s capacity and fragmentation rows; with `overCost` the bound may be passed at that cost a ring. */
+function addRackRows(mip: MipBuilder, state: CountState, cells: readonly Cell[], t: number, overCost: number | undefined): void {
+  mip.row(range(state.groups, (g) => [cells[g * state.racks + t]!.e, 1]), Number.NEGATIVE_INFINITY, state.room[t]!);
+  const over = overCost === undefined ? [] : [[mip.variable(overCost, 0, Number.POSITIVE_INFINITY, false), -1] as [number, number]];
+  mip.row([...fragTerms(state, cells, t), ...over], Number.NEGATIVE_INFINITY, state.bound[t]!);
 }
 
 /**
@@ -96,57 +88,82 @@ export function paperProgram(state: CountState): PlacementProgram {
   const mip = new MipBuilder();
   const { groups, racks } = state;
   const movable = range(groups, (g) => g).filter((g) => state.spread[g]! >= 2 && state.movable[g] === 1);
-  const moving = new Set(movable);
-  const frozen = (t: number, f: (g: number) => number) => sum(groups, (g) => (moving.has(g) || state.at(g, t) === 0 ? 0 : f(g)));
-  const free = range(racks, (t) => state.room[t]! - frozen(t, (g) => Math.max(0, state.at(g, t) - state.heldAt(g * racks + t))));
-  const frozenRings = range(racks, (t) => frozen(t, (g) => (state.spread[g]! >= 2 ? state.rings[g]! : 0)));
+  const frozen = frozenShares(state, new Set(movable));
   const cells = new Map<number, Cell>();
-  for (const g of movable) {
-    const size = state.size[g]!;
-    for (let t = 0; t < racks; t++) {
-      const w0 = state.at(g, t);
-      const upper = Math.max(0, Math.min(size, free[t]! + state.heldAt(g * racks + t)));
-      const w = mip.variable(0, 0, upper, true);
-      const x = mip.variable(0, 0, 1, true);
-      const y = mip.variable(0, 0, 1, true);
-      const d = mip.variable(1, 0, Number.POSITIVE_INFINITY, false);
-      cells.set(g * racks + t, { w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
-      mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
-      mip.row([[d, 1], [w, -1]], -w0, Number.POSITIVE_INFINITY);
-      mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
-      mip.row([[y, 1], [x, -1]], Number.NEGATIVE_INFINITY, 0);
-    }
-    const cell = (t: number) => cells.get(g * racks + t)!;
-    mip.row(range(racks, (t) => [cell(t).w, 1]), size, size);
-    for (let t = 0; t < racks; t++) {
-      const others = range(racks, (u) => u).filter((u) => u !== t);
-      mip.row([...others.map((u) => [cell(u).x, 1] as const), [cell(t).y, racks - 1]], Number.NEGATIVE_INFINITY, racks - 1);
-    }
-  }
+  for (const g of movable) addPaperGroupCells(mip, state, g, frozen.free, cells);
   for (let t = 0; t < racks; t++) {
     const at = (g: number) => cells.get(g * racks + t)!;
-    mip.row(movable.map((g) => [at(g).e, 1] as const), Number.NEGATIVE_INFINITY, free[t]!);
-    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.bound[t]! - frozenRings[t]!);
+    mip.row(movable.map((g) => [at(g).e, 1] as const), Number.NEGATIVE_INFINITY, frozen.free[t]!);
+    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.bound[t]! - frozen.rings[t]!);
   }
   const pods = addPodBound(mip, state, (g, t) => cells.get(g * racks + t)?.w, movable);
+  return placementProgram(mip, state, cells, pods, 0.5, (w0, w) => Math.abs(w0 - w));
+}
+
+/** What the groups outside `moving` leave of each rack: its free available hosts, and the rings they fragment it with. */
+function frozenShares(state: CountState, moving: ReadonlySet<number>): { free: number[]; rings: number[] } {
+  const { groups, racks } = state;
+  const frozen = (t: number, f: (g: number) => number) => sum(groups, (g) => (moving.has(g) || state.at(g, t) === 0 ? 0 : f(g)));
+  return {
+    free: range(racks, (t) => state.room[t]! - frozen(t, (g) => Math.max(0, state.at(g, t) - state.heldAt(g * racks + t)))),
+    rings: range(racks, (t) => frozen(t, (g) => (state.spread[g]! >= 2 ? state.rings[g]! : 0))),
+  };
+}
+
+/** Group `g`'s cells in the paper's program, added to `cells`, with the rows that place all its workers and link each `y`. */
+function addPaperGroupCells(mip: MipBuilder, state: CountState, g: number, free: readonly number[], cells: Map<number, Cell>): void {
+  const { racks } = state;
+  const size = state.size[g]!;
+  for (let t = 0; t < racks; t++) {
+    const w0 = state.at(g, t);
+    const upper = Math.max(0, Math.min(size, free[t]! + state.heldAt(g * racks + t)));
+    const w = mip.variable(0, 0, upper, true);
+    const x = mip.variable(0, 0, 1, true);
+    const y = mip.variable(0, 0, 1, true);
+    const d = mip.variable(1, 0, Number.POSITIVE_INFINITY, false);
+    cells.set(g * racks + t, { w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
+    mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
+    mip.row([[d, 1], [w, -1]], -w0, Number.POSITIVE_INFINITY);
+    mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
+    mip.row([[y, 1], [x, -1]], Number.NEGATIVE_INFINITY, 0);
+  }
+  const cell = (t: number) => cells.get(g * racks + t)!;
+  mip.row(range(racks, (t) => [cell(t).w, 1]), size, size);
+  for (let t = 0; t < racks; t++) {
+    const others = range(racks, (u) => u).filter((u) => u !== t);
+    mip.row([...others.map((u) => [cell(u).x, 1] as const), [cell(t).y, racks - 1]], Number.NEGATIVE_INFINITY, racks - 1);
+  }
+}
+
+/**
+ * The program built in `mip`, whose `cells` (by cell index) are every count it may change;
+ * `departed` is a cell's departure column's value when its count goes from `w0` to `w`.
+ */
+function placementProgram(
+  mip: MipBuilder,
+  state: CountState,
+  cells: ReadonlyMap<number, Cell> | readonly Cell[],
+  pods: PodBound,
+  movesPerObjective: number,
+  departed: (w0: number, w: number) => number,
+): PlacementProgram {
   return {
     model: mip.build(),
-    movesPerObjective: 0.5,
+    movesPerObjective,
     decode: (values) => {
       const counts = Int32Array.from(state.count);
-      for (const [i, cell] of cells) counts[i] = Math.round(values[cell.w]!);
+      for (const [i, cell] of cells.entries()) counts[i] = Math.round(values[cell.w]!);
       return counts;
     },
     encode: (counts) => {
       const start = new Float64Array(mip.columns);
-      for (const [i, cell] of cells) {
-        const g = Math.floor(i / racks);
+      for (const [i, cell] of cells.entries()) {
         const w = counts[i]!;
         start[cell.w] = w;
         start[cell.x] = w > 0 ? 1 : 0;
-        start[cell.y] = w === state.size[g] ? 1 : 0;
-        start[cell.d] = Math.abs(state.count[i]! - w);
-        encodeAvailable(state, cell, i, w, start);
+        if (cell.y >= 0) start[cell.y] = w === state.size[Math.floor(i / state.racks)] ? 1 : 0;
+        if (cell.d >= 0) start[cell.d] = departed(state.count[i]!, w);
+        if (cell.e !== cell.w) start[cell.e] = Math.max(0, w - state.heldAt(i));
       }
       pods.encode(counts, start);
       return start;
@@ -167,10 +184,6 @@ function availableColumn(mip: MipBuilder, state: CountState, cell: number, w: nu
   return e;
 }
 
-function encodeAvailable(state: CountState, cell: Cell, i: number, w: number, start: Float64Array): void {
-  if (cell.e !== cell.w) start[cell.e] = Math.max(0, w - state.heldAt(i));
-}
-
 function fragTerms(state: CountState, cells: readonly Cell[], t: number): [number, number][] {
   const terms: [number, number][] = [];
   for (let g = 0; g < state.groups; g++) {
@@ -179,6 +192,11 @@ function fragTerms(state: CountState, cells: readonly Cell[], t: number): [numbe
     if (cell.y >= 0) terms.push([cell.y, -state.rings[g]!]);
   }
   return terms;
+}
+
+/** Fills in the pod-level bound's columns of a starting solution. */
+interface PodBound {
+  encode(counts: Counts, start: Float64Array): void;
 }
 
 /**
@@ -191,7 +209,7 @@ function addPodBound(
   state: CountState,
   column: (g: number, t: number) => number | undefined,
   groups: readonly number[] = range(state.groups, (g) => g),
-): { encode(counts: Counts, start: Float64Array): void } {
+): PodBound {
   const { pods, racks } = state;
   if (pods === 0) return { encode: () => {} };
   const podCapacity = state.capacity * (racks / pods);
