@@ -18,8 +18,11 @@ import {
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
+import { launching, LaunchError, masterUnknown, transition, type LauncherAction, type LauncherEvent, type LauncherState, type SendOutcome } from "./launcher-state.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
+
+export { LaunchError, type LauncherState } from "./launcher-state.ts";
 
 /**
  * `monkeytree launch`'s agent, in the manner of torchrun's elastic agent. It registers this
@@ -30,9 +33,10 @@ import type { Credential } from "../protocol/auth.ts";
  * destination (`migrate-out`), or exit (`stop`).
  *
  *   registering → starting (torchrun starts while the registration waits) → running → exited
+ *
+ * What it does in each state, and on what, is `launcher-state.ts`: the launcher feeds it what
+ * happens and carries out what it answers.
  */
-
-export type LauncherState = "registering" | "starting" | "running" | "exited";
 
 export interface LauncherOptions {
   readonly controller: string;
@@ -59,18 +63,10 @@ export interface LauncherOptions {
   readonly log: Logger;
 }
 
-/** A problem the user can fix (a master host without a daemon, a checkpoint too large). */
-export class LaunchError extends Error {
-  override readonly name = "LaunchError";
-}
-
 const PAGE = 4096;
-/** A progress line at the first barrier, then every this many steps. */
-const PROGRESS_EVERY = 50;
 
 export class Launcher {
-  private state: LauncherState = "registering";
-  private assignment: Assignment | null = null;
+  private state: LauncherState;
   /** Where the local processes save their checkpoints at a migration (`--checkpoint-bytes`). */
   private outbox: StagingBuffer | null = null;
   /** The control block: the stop word, then one word per local process (sdk/protocol/channel.ts). */
@@ -80,18 +76,20 @@ export class Launcher {
   private client: ControllerClient | null = null;
   private agent: HostAgent | null = null;
   private child: ChildProcess | null = null;
-  private stopped = false;
-  /** The furthest barrier logged, and when the processes were last told to re-form; null once they trained on. */
-  private logged = -1;
-  private reformedAt: number | null = null;
-  /** While this host is a move's source: when its processes were told to save, and the bytes they wrote. */
-  private saving: { asked: number; written: number } | null = null;
-  /** The local ranks that reached attach; `attached` settles once all have. */
-  private readonly attaching = new Set<number>();
+  /** Settles once every local process waits at attach (the `all-attached` action). */
   private allAttached: () => void = () => {};
   private readonly attached = new Promise<void>((resolve) => (this.allAttached = resolve));
+  /** What `run` ends with: the `end` and `fail` actions settle it. */
+  private end: (code: number) => void = () => {};
+  private fail: (error: Error) => void = () => {};
+  private readonly ended = new Promise<number>((resolve, reject) => {
+    this.end = resolve;
+    this.fail = reject;
+  });
 
-  constructor(private readonly options: LauncherOptions) {}
+  constructor(private readonly options: LauncherOptions) {
+    this.state = launching(options.torchrun.nprocPerNode);
+  }
 
   /** Each local process's share of the checkpoint staging. */
   get share(): number {
@@ -152,8 +150,8 @@ export class Launcher {
         ...(options.replacement ? { token: options.replacement.MONKEYTREE_TOKEN } : {}),
         ...(options.holdTimeoutMs === undefined ? {} : { holdTimeoutMs: options.holdTimeoutMs }),
         log: options.log,
-        onSend: (directive) => void this.sendCheckpoint(directive),
-        onStep: (step) => this.progress(step),
+        onSend: (migrateOut) => this.apply({ type: "all-saved", migrateOut, bytes: options.checkpointBytes }),
+        onStep: (step) => this.apply({ type: "barrier", step }),
         control: {
           publish: (word) => control.storeWord(0, word),
           passed: () => {
@@ -170,35 +168,18 @@ export class Launcher {
       // tells the controller it is ready, and the job pauses for the move only then.
       const agent = this.agent;
       const ready = options.replacement ? this.attached : this.vouched();
-      // The assignment is taken as it arrives: the processes' attach replies, chained on the
-      // registration too, read it.
-      this.registration = Promise.race([ready.then(() => agent.register()), refused]).then((assignment) => (this.assignment = assignment));
-      // Observed here so a refusal during torchrun's start is not an unhandled rejection.
-      this.registration.catch(() => undefined);
+      this.registration = Promise.race([ready.then(() => agent.register()), refused]);
+      // Taken first: the processes' attach replies, chained on the registration too, find the
+      // assignment in the state.
+      void this.registration.then(
+        (assignment) => this.apply({ type: "registered", assignment }),
+        (error: unknown) => this.apply({ type: "refused", error: error as Error }),
+      );
       // torchrun starts while the registration waits (for the job's other workers, or for a
       // replacement's move to commit): Python and the script load meanwhile, and the processes'
       // attach is answered once the assignment is here.
-      const { exited } = await this.startTorchrun(channel.path);
-      let assignment: Assignment;
-      try {
-        const died = exited.then((code) => Promise.reject(new LaunchError(`torchrun exited with ${code} before the job took this host's worker`)));
-        died.catch(() => undefined);
-        assignment = await Promise.race([this.registration, died]);
-        this.groupOf(0);
-      } catch (error) {
-        this.terminate("SIGTERM");
-        await exited;
-        throw error;
-      }
-      this.enter("running", `node rank ${assignment.nodeRank} of ${assignment.nodes}, generation ${assignment.generation}`);
-      const code = await exited;
-      if (code === 0 && !this.stopped) {
-        await this.finish();
-        this.enter("exited", "training ended; the job is finished");
-      } else {
-        this.enter("exited", this.stopped ? "stopped" : `torchrun failed with ${code}`);
-      }
-      return code;
+      this.startTorchrun(channel.path);
+      return await this.ended;
     } finally {
       this.agent?.close();
       this.outbox?.free();
@@ -213,9 +194,34 @@ export class Launcher {
     this.child?.kill(signal);
   }
 
-  private enter(state: LauncherState, why: string): void {
-    this.options.log.info(() => `${this.state} → ${state}: ${why}`);
+  private apply(event: LauncherEvent): void {
+    const { state, actions, log } = transition(this.state, event, performance.now());
     this.state = state;
+    for (const { level, text } of log) this.options.log[level](() => text);
+    for (const action of actions) this.carryOut(action);
+  }
+
+  private carryOut(action: LauncherAction): void {
+    switch (action.type) {
+      case "all-attached":
+        this.allAttached();
+        return;
+      case "terminate":
+        this.terminate(action.signal);
+        return;
+      case "finish":
+        void this.finish();
+        return;
+      case "send":
+        void this.sendCheckpoint(action.migrateOut, action.at);
+        return;
+      case "end":
+        this.end(action.code);
+        return;
+      case "fail":
+        this.fail(action.error);
+        return;
+    }
   }
 
   /** Tells the controller the job ended; a controller that is down is waited for only so long. */
@@ -225,31 +231,22 @@ export class Launcher {
     } catch (error) {
       this.options.log.warn(() => `the controller did not hear that job ${this.options.worker.job} finished (${(error as Error).message}); it ends the job once its workers are lost`);
     }
+    this.apply({ type: "finished" });
   }
 
-  /** Starts torchrun; resolves once it runs (or failed to), with a promise of its exit code. */
-  private async startTorchrun(channel: string): Promise<{ exited: Promise<number> }> {
+  /** Starts torchrun, whose start and end come back as events. */
+  private startTorchrun(channel: string): void {
     const [program, ...args] = this.options.torchrun.local;
     const ranges = { [OUTBOX_ENV]: this.outbox!.name, [SHARE_ENV]: String(this.share) };
     const env = { ...process.env, [CHANNEL_ENV]: channel, [CRC32C_LIBRARY_ENV]: crc32cLibraryPath, ...ranges, ...this.resumingEnv() };
     const child = spawn(program!, args, { stdio: ["ignore", "inherit", "inherit"], env });
     this.child = child;
-    let started: () => void;
-    const spawned = new Promise<void>((resolve) => (started = resolve));
-    const exited = new Promise<number>((resolve) => {
-      child.once("spawn", () => {
-        this.enter("starting", `torchrun started (pid ${child.pid ?? "?"}) with ${this.options.torchrun.nprocPerNode} local processes; registering`);
-        started();
-      });
-      child.once("error", (error) => {
-        started();
-        this.options.log.error(() => `could not start ${program}: ${error.message}`);
-        resolve(127);
-      });
-      child.once("exit", (code, signal) => resolve(code ?? (signal ? 128 + 15 : 1)));
-    });
-    await spawned;
-    return { exited };
+    child.once("spawn", () => this.apply({ type: "spawned", pid: child.pid }));
+    // Node may report an exit after an error: torchrun ends once, with whichever comes first.
+    void new Promise<LauncherEvent>((resolve) => {
+      child.once("error", (error) => resolve({ type: "spawn-failed", program: child.spawnfile, message: error.message }));
+      child.once("exit", (code, signal) => resolve({ type: "exited", code: code ?? (signal ? 128 + 15 : 1) }));
+    }).then((event) => this.apply(event));
   }
 
   /** What the processes know before attach of the state they will load, if any (`RESUMING_ENV`). */
@@ -265,12 +262,9 @@ export class Launcher {
     };
   }
 
-  /** The process-group values of one local rank under the current assignment. */
-  private groupOf(localRank: number) {
-    const a = this.assignment!;
-    if (a.masterAddress === null) {
-      throw new LaunchError(`the job's master, host ${a.masterHost}, runs no monkeytree daemon, so its address is unknown; start \`monkeytree daemon --host ${a.masterHost}\` there`);
-    }
+  /** The process-group values of one local rank under `a`. */
+  private groupOf(a: Assignment, localRank: number) {
+    if (a.masterAddress === null) throw masterUnknown(a);
     const n = this.options.torchrun.nprocPerNode;
     return {
       rank: a.nodeRank * n + localRank,
@@ -286,55 +280,38 @@ export class Launcher {
     if (request.localRank >= n) return Promise.resolve(error(`localRank ${request.localRank} is not below --nproc-per-node ${n}`));
     switch (request.type) {
       case "attach":
-        this.attaching.add(request.localRank);
-        if (this.attaching.size === n) this.allAttached();
+        this.apply({ type: "attached", localRank: request.localRank });
         return this.registration!.then(() => this.attachReply(request.localRank));
       case "barrier":
         return this.agent!.arrive(request.localRank, request.step).then((answer) => this.reply(answer, request.localRank));
       case "saved":
         if (request.bytes > this.share) return Promise.resolve(error(`local rank ${request.localRank} saved ${request.bytes} bytes into a ${this.share}-byte range`));
-        if (this.saving) this.saving.written += request.bytes;
+        this.apply({ type: "saved", bytes: request.bytes });
         return this.agent!.saved(request.localRank).then((answer) => this.reply(answer, request.localRank));
     }
   }
 
   /** The group values a local process forms its group with, and for a replacement where its checkpoint is. */
   private attachReply(localRank: number): ChannelReply {
+    const state = this.state;
+    // A registration without a master address is answered, but leads nowhere: the attach says why.
+    if (state.phase === "aborting") throw state.error;
+    if (state.phase !== "running") throw new Error(`this host's worker has no assignment while the launcher is ${state.phase}`);
     const r = this.options.replacement;
     const resume = r && {
       buffer: r.MONKEYTREE_STAGING_BUFFER,
       offset: r.MONKEYTREE_STAGING_OFFSET + localRank * this.share,
       length: this.share,
-      step: this.assignment!.resumeStep ?? 0,
+      step: state.assignment.resumeStep ?? 0,
     };
     const control = { buffer: this.control!.name, stopOffset: 0, slotOffset: 8 * (1 + localRank) };
-    return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(localRank), localRank, resume, control };
-  }
-
-  /**
-   * A line per step seen (at debug level but the first and every so many), and when training
-   * resumes after a re-formation. Barriers passed in the control block are seen at each tick.
-   */
-  private progress(step: number): void {
-    if (step <= this.logged) return;
-    const every = Math.floor(step / PROGRESS_EVERY) > Math.floor(this.logged / PROGRESS_EVERY);
-    (this.logged < 0 || every ? this.options.log.info : this.options.log.debug)(() => `barrier ${step} reached`);
-    if (this.reformedAt !== null) {
-      const seconds = (performance.now() - this.reformedAt) / 1000;
-      this.options.log.info(() => `training resumed: barrier ${step} reached ${seconds.toFixed(3)} s after the group was told to re-form`);
-      this.reformedAt = null;
-    }
-    this.logged = step;
+    return { v: CHANNEL_VERSION, type: "attached", ...this.groupOf(state.assignment, localRank), localRank, resume, control };
   }
 
   private reply(answer: Answer, localRank: number): ChannelReply {
     if (answer.kind === "error") return error(answer.message);
-    if (answer.kind === "reconfigure") {
-      this.assignment = answer.assignment;
-      this.reformedAt = performance.now();
-    }
-    if (answer.kind === "stop") this.stopped = true;
-    if (answer.kind === "migrate-out" && this.saving === null) this.saving = { asked: performance.now(), written: 0 };
+    if (answer.kind === "reconfigure") this.apply({ type: "reconfigure", assignment: answer.assignment });
+    if (answer.kind === "stop" || answer.kind === "migrate-out") this.apply({ type: answer.kind });
     return { v: CHANNEL_VERSION, type: "directive", directive: this.translate(answer, localRank) };
   }
 
@@ -345,28 +322,23 @@ export class Launcher {
       case "stop":
         return { kind: "stop", reason: directive.reason };
       case "reconfigure":
-        return { kind: "reconfigure", ...this.groupOf(localRank) };
+        return { kind: "reconfigure", ...this.groupOf(directive.assignment, localRank) };
       case "migrate-out":
         return { kind: "migrate-out", buffer: this.outbox!.name, offset: localRank * this.share, length: this.share };
     }
   }
 
   /** Every local process saved: the host's checkpoint goes to the destination. */
-  private async sendCheckpoint(directive: Extract<Directive, { kind: "migrate-out" }>): Promise<void> {
-    const saving = this.saving;
-    this.saving = null;
-    const after = saving ? `, ${((performance.now() - saving.asked) / 1000).toFixed(3)} s after migrate-out` : "";
-    this.options.log.info(() => `migration ${directive.migration}: sending ${this.options.checkpointBytes} bytes to ${directive.endpoint}; every local process saved, ${saving?.written ?? 0} bytes in all${after}`);
-    const started = performance.now();
+  private async sendCheckpoint(migrateOut: Extract<Directive, { kind: "migrate-out" }>, at: number): Promise<void> {
+    let outcome: SendOutcome;
     try {
-      const result = await send({ ticket: ticketFor(directive.endpoint, directive.token, this.options.checkpointBytes), buffer: this.outbox! });
-      this.options.log.info(() => `migration ${directive.migration}: sent ${result.bytes} bytes in ${((performance.now() - started) / 1000).toFixed(3)} s over ${result.transport}`);
+      const result = await send({ ticket: ticketFor(migrateOut.endpoint, migrateOut.token, this.options.checkpointBytes), buffer: this.outbox! });
+      outcome = { bytes: result.bytes, transport: result.transport };
     } catch (failure) {
-      // The destination reports the failure (or goes silent); the controller rolls back.
-      this.options.log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to}: ${(failure as Error).message}`);
-    } finally {
-      this.agent!.sent();
+      outcome = { failure: (failure as Error).message };
     }
+    this.apply({ type: "checkpoint-sent", migrateOut, at, outcome });
+    this.agent!.sent();
   }
 }
 
