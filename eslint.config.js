@@ -7,10 +7,7 @@ import tseslint from "typescript-eslint";
  */
 const LONG_FUNCTIONS = [
   "bench/control.ts",
-  "bench/simulate.ts",
-  "cli/controller.ts",
   "cli/demo/run.ts",
-  "cli/simulate.ts",
   "controller/plan/planner.ts",
   "controller/sim/simulate.ts",
   "controller/sim/trace.ts",

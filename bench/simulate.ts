@@ -126,24 +126,34 @@ function options(argv: string[]) {
   };
 }
 
+type Options = ReturnType<typeof options>;
+
 interface Cell {
   readonly report: SystemReport;
   readonly plans: readonly PlanEvent[];
   readonly seconds: number;
 }
 
+/** The runs' configuration: the preset's, with the flags' seed, front-end and queue. */
+const runConfig = (o: Options) => ({ ...presetConfig(o.preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue });
+
+/** The preset's trace at `load`, drawn for all of its hosts. */
+function presetTrace(o: Options, load: number): SimJob[] {
+  const { fabric } = o.preset;
+  const generate = { ...presetGeneration(o.preset), seed: o.seed, hostCount: fabric.racks * fabric.hostsPerRack, load, jobs: o.jobs, gpusPerHost: fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
+  return generateJobs(generate, bytesPerSecond(fabric.nicGbps));
+}
+
 /** The §7.6 heatmap: one trace, the preset's GPUs in racks of each size, with each uplink count. */
-async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
+async function sweep(o: Options, grid: { gpusPerRack: number[]; uplinks: number[] }): Promise<number> {
   const { preset } = o;
   const gpn = preset.fabric.gpusPerHost;
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * gpn;
   const load = o.loads[0]!;
-  const hostCount = gpus / gpn;
-  const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: gpn, tokensPerReplica: o.tokensPerReplica };
-  const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
+  const jobs = presetTrace(o, load);
   const columns = (g: number) => grid.uplinks.filter((u) => u <= g);
   const cellKeys = grid.gpusPerRack.flatMap((g) => columns(g).flatMap((u) => o.systems.map((system) => ({ system, g, u }))));
-  const config = { ...presetConfig(preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
+  const config = runConfig(o);
   const requests: RunRequest[] = cellKeys.map(({ system, g, u }, index) => ({
     index,
     system,
@@ -177,19 +187,40 @@ async function sweep(o: ReturnType<typeof options>, grid: { gpusPerRack: number[
   return 0;
 }
 
-async function run(o: ReturnType<typeof options>): Promise<number> {
+async function run(o: Options): Promise<number> {
   if (o.sweep) return sweep(o, o.sweep);
-  const { preset } = o;
-  const hostCount = preset.fabric.racks * preset.fabric.hostsPerRack;
-  const config = { ...presetConfig(preset), seed: o.seed, scheduler: o.scheduler, queue: o.queue };
+  const runs = await runLoads(o);
+  process.stdout.write(heading(o));
+  process.stdout.write(`${communicationTable(runs.traces.flat(), o.preset.fabric)}\n\n`);
+  process.stdout.write(slowdownTable(o, runs, "p99 slowdown (JCT ÷ ideal JCT)", (r) => r.slowdown.p99));
+  process.stdout.write(slowdownTable(o, runs, "average slowdown", (r) => r.slowdown.avg));
+  const migrating = o.systems.filter((s) => systemSpec(s).migrate);
+  if (migrating.length) process.stdout.write(defragmentationTable(o, runs, migrating));
+  process.stdout.write(fragmentationTable(o, runs));
+  process.stdout.write(simulationTimeTable(o, runs));
+  process.stdout.write(loadTimeTable(o, runs));
+  return 0;
+}
+
+/** Every system's run at every load, the loads' traces, and each load's wall-clock seconds with its runs side by side on `o.threads` threads. */
+interface LoadRuns {
+  readonly cells: ReadonlyMap<string, Cell>;
+  readonly traces: readonly SimJob[][];
+  readonly walls: ReadonlyMap<number, number>;
+}
+
+const cellKey = (system: string, load: number) => `${system}@${load}`;
+const cellAt = (runs: LoadRuns, system: string, load: number): Cell => runs.cells.get(cellKey(system, load))!;
+const pct = (load: number) => `${Math.round(load * 100)}%`;
+
+/** Runs every system on each load's trace, a load at a time, saying on stderr how long each run took. */
+async function runLoads(o: Options): Promise<LoadRuns> {
+  const config = runConfig(o);
   const cells = new Map<string, Cell>();
-  const key = (system: string, load: number) => `${system}@${load}`;
   const traces: SimJob[][] = [];
-  /** Wall-clock seconds of each load's runs, side by side on `o.threads` threads. */
   const walls = new Map<number, number>();
   for (const load of o.loads) {
-    const generate = { ...presetGeneration(preset), seed: o.seed, hostCount, load, jobs: o.jobs, gpusPerHost: preset.fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
-    const jobs = generateJobs(generate, bytesPerSecond(preset.fabric.nicGbps));
+    const jobs = presetTrace(o, load);
     traces.push(jobs);
     const requests = o.systems.map((system, index) => ({ index, system, variant: null, load, config, jobs, samples: false }));
     const started = performance.now();
@@ -197,65 +228,69 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
       progress: () => undefined,
       finished: ({ index, run, seconds }) => {
         const system = o.systems[index]!;
-        cells.set(key(system, load), { report: systemReport(run, load), plans: run.plans, seconds });
+        cells.set(cellKey(system, load), { report: systemReport(run, load), plans: run.plans, seconds });
         process.stderr.write(`${system} at load ${load}: ${seconds.toFixed(1)} s\n`);
       },
     });
     walls.set(load, (performance.now() - started) / 1000);
   }
-  const f = preset.fabric;
-  const lambda = preset.lambda ?? f.uplinksPerRack;
-  process.stdout.write(
+  return { cells, traces, walls };
+}
+
+/** The preset's fabric and the traces' settings. */
+function heading(o: Options): string {
+  const f = o.preset.fabric;
+  const lambda = o.preset.lambda ?? f.uplinksPerRack;
+  return (
     `${o.name}: ${f.racks * f.hostsPerRack * f.gpusPerHost} GPUs (${f.racks} racks × ${f.hostsPerRack} hosts × ${f.gpusPerHost}), ` +
-      `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue\n\n`,
+    `${f.uplinksPerRack} uplinks per rack (${(f.hostsPerRack * f.gpusPerHost) / f.uplinksPerRack}:1)${fabricSummary(f)}, λ = ${lambda}, ${o.preset.mix} mix, ${o.jobs} jobs per load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue\n\n`
   );
-  process.stdout.write(`${communicationTable(traces.flat(), preset.fabric)}\n\n`);
-  const pct = (load: number) => `${Math.round(load * 100)}%`;
-  const slowdownTable = (title: string, pick: (r: SystemReport) => number) => {
-    const last = o.loads[o.loads.length - 1]!;
-    const base = o.systems.includes("monkeytree") ? cells.get(key("monkeytree", last))!.report : undefined;
-    const rows = o.systems.map((s) => [
-      s,
-      ...o.loads.map((l) => pick(cells.get(key(s, l))!.report).toFixed(3)),
-      base ? (pick(cells.get(key(s, last))!.report) / pick(base)).toFixed(2) : "-",
-    ]);
-    return `${title}\n${table(["system", ...o.loads.map(pct), `÷ monkeytree at ${pct(last)}`], rows)}\n\n`;
-  };
-  process.stdout.write(slowdownTable("p99 slowdown (JCT ÷ ideal JCT)", (r) => r.slowdown.p99));
-  process.stdout.write(slowdownTable("average slowdown", (r) => r.slowdown.avg));
+}
 
-  const migrating = o.systems.filter((s) => systemSpec(s).migrate);
-  if (migrating.length) {
-    const rows = migrating.flatMap((s) =>
-      o.loads.map((l) => {
-        const { report, plans } = cells.get(key(s, l))!;
-        const events = moveEvents(plans);
-        const histogram = Object.entries(events.moves.histogram)
-          .sort(([a], [b]) => Number(a) - Number(b))
-          .map(([moves, n]) => `${moves}:${n}`)
-          .join(" ");
-        return [
-          s,
-          pct(l),
-          events.count,
-          events.count ? events.moves.avg.toFixed(2) : "-",
-          events.count ? `${Math.round(events.moves.shareOneOrTwo * 100)}%` : "-",
-          histogram || "-",
-          report.migrationsPerJob.max,
-          report.solver.p50Ms.toFixed(1),
-          report.solver.p99Ms.toFixed(1),
-        ];
-      }),
-    );
-    process.stdout.write(
-      `defragmentation events (plans that moved workers)\n${table(["system", "load", "events", "moves/event", "1-2 moves", "histogram (moves:events)", "most moves of a job", "solve p50 ms", "p99 ms"], rows)}\n\n`,
-    );
-  }
+/** A slowdown per system and load, and each system's at the last load over MonkeyTree's. */
+function slowdownTable(o: Options, runs: LoadRuns, title: string, pick: (r: SystemReport) => number): string {
+  const last = o.loads[o.loads.length - 1]!;
+  const base = o.systems.includes("monkeytree") ? cellAt(runs, "monkeytree", last).report : undefined;
+  const rows = o.systems.map((s) => [
+    s,
+    ...o.loads.map((l) => pick(cellAt(runs, s, l).report).toFixed(3)),
+    base ? (pick(cellAt(runs, s, last).report) / pick(base)).toFixed(2) : "-",
+  ]);
+  return `${title}\n${table(["system", ...o.loads.map(pct), `÷ monkeytree at ${pct(last)}`], rows)}\n\n`;
+}
 
-  const fragRows = o.systems.flatMap((s) =>
+/** The migrating systems' plans that moved workers: how many, how many moves each, and the planner's time. */
+function defragmentationTable(o: Options, runs: LoadRuns, migrating: readonly SystemName[]): string {
+  const rows = migrating.flatMap((s) =>
     o.loads.map((l) => {
-      const { report } = cells.get(key(s, l))!;
-      const base = o.systems.includes("monkeytree") ? cells.get(key("monkeytree", l))!.report : undefined;
+      const { report, plans } = cellAt(runs, s, l);
+      const events = moveEvents(plans);
+      const histogram = Object.entries(events.moves.histogram)
+        .sort(([a], [b]) => Number(a) - Number(b))
+        .map(([moves, n]) => `${moves}:${n}`)
+        .join(" ");
+      return [
+        s,
+        pct(l),
+        events.count,
+        events.count ? events.moves.avg.toFixed(2) : "-",
+        events.count ? `${Math.round(events.moves.shareOneOrTwo * 100)}%` : "-",
+        histogram || "-",
+        report.migrationsPerJob.max,
+        report.solver.p50Ms.toFixed(1),
+        report.solver.p99Ms.toFixed(1),
+      ];
+    }),
+  );
+  return `defragmentation events (plans that moved workers)\n${table(["system", "load", "events", "moves/event", "1-2 moves", "histogram (moves:events)", "most moves of a job", "solve p50 ms", "p99 ms"], rows)}\n\n`;
+}
+
+/** Each run's fragmentation over time and makespan, beside MonkeyTree's at the same load. */
+function fragmentationTable(o: Options, runs: LoadRuns): string {
+  const rows = o.systems.flatMap((s) =>
+    o.loads.map((l) => {
+      const { report } = cellAt(runs, s, l);
+      const base = o.systems.includes("monkeytree") ? cellAt(runs, "monkeytree", l).report : undefined;
       const f = report.fragmentation;
       return [
         s,
@@ -271,30 +306,34 @@ async function run(o: ReturnType<typeof options>): Promise<number> {
       ];
     }),
   );
-  process.stdout.write(
-    `fragmentation over time (total: rings per rack summed over racks; time averages over the makespan)
+  return `fragmentation over time (total: rings per rack summed over racks; time averages over the makespan)
 ${table(
-      ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
-      fragRows,
-    )}
+    ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
+    rows,
+  )}
 
-`,
-  );
+`;
+}
 
-  const total = (s: SystemName) => o.loads.reduce((sum, l) => sum + cells.get(key(s, l))!.seconds, 0);
+/** Each system's seconds over all loads, against ECMP's. */
+function simulationTimeTable(o: Options, runs: LoadRuns): string {
+  const total = (s: SystemName) => o.loads.reduce((sum, l) => sum + cellAt(runs, s, l).seconds, 0);
   const baseline = o.systems.includes("ecmp") ? total("ecmp") : undefined;
-  const speedRows = o.systems.map((s) => [s, total(s).toFixed(1), baseline ? (total(s) / baseline).toFixed(2) : "-"]);
-  process.stdout.write(`simulation time over all loads (${o.jobs} jobs each)\n${table(["system", "seconds", "÷ ecmp"], speedRows)}\n\n`);
+  const rows = o.systems.map((s) => [s, total(s).toFixed(1), baseline ? (total(s) / baseline).toFixed(2) : "-"]);
+  return `simulation time over all loads (${o.jobs} jobs each)\n${table(["system", "seconds", "÷ ecmp"], rows)}\n\n`;
+}
+
+/** Each load's wall-clock seconds beside its runs' own, and the planner's share of them. */
+function loadTimeTable(o: Options, runs: LoadRuns): string {
   // The planner's solves, timed inside the same runs: what a faster simulator could not save.
-  const loadRows = o.loads.map((l) => {
-    const runs = o.systems.map((s) => cells.get(key(s, l))!);
-    const seconds = runs.reduce((sum, c) => sum + c.seconds, 0);
-    const planning = runs.reduce((sum, c) => sum + c.report.solver.totalMs, 0) / 1000;
-    return [pct(l), walls.get(l)!.toFixed(1), seconds.toFixed(1), planning.toFixed(1), `${Math.round((100 * planning) / seconds)}%`];
+  const rows = o.loads.map((l) => {
+    const cells = o.systems.map((s) => cellAt(runs, s, l));
+    const seconds = cells.reduce((sum, c) => sum + c.seconds, 0);
+    const planning = cells.reduce((sum, c) => sum + c.report.solver.totalMs, 0) / 1000;
+    return [pct(l), runs.walls.get(l)!.toFixed(1), seconds.toFixed(1), planning.toFixed(1), `${Math.round((100 * planning) / seconds)}%`];
   });
   const header = ["load", `seconds (${o.threads} thread${o.threads > 1 ? "s" : ""})`, "runs' seconds, summed", "planning s", "planning share"];
-  process.stdout.write(`seconds per load, every system (${o.jobs} jobs)\n${table(header, loadRows)}\n`);
-  return 0;
+  return `seconds per load, every system (${o.jobs} jobs)\n${table(header, rows)}\n`;
 }
 
 /**

@@ -3,9 +3,9 @@ import { BindError, InvalidInputError } from "../sdk/errors.ts";
 import { parseSnapshot, type Cluster } from "../controller/model/cluster.ts";
 import { DaemonHosts } from "../controller/service/daemon-hosts.ts";
 import { JournalError } from "../controller/service/journal.ts";
-import { loadKeyring } from "../controller/service/keys.ts";
+import { loadKeyring, type Keyring } from "../controller/service/keys.ts";
 import { createLogger, type Logger } from "../sdk/log.ts";
-import { ControllerServer } from "../controller/service/server.ts";
+import { ControllerServer, type ServerOptions } from "../controller/service/server.ts";
 import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
 import { DEFAULT_TIMEOUTS } from "../controller/service/migration.ts";
@@ -23,6 +23,7 @@ import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
 import { ExitCode, UsageError, addressFlag, intFlag, isLoopback, parseFlags, readSnapshotFile, secondsFlag, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
+import type { MetricsAddress, MetricsServer } from "../controller/metrics/http.ts";
 import { SLURM_COMMENTS_FLAG, SLURM_COMMENTS_HELP, slurmCommentsFlag } from "./slurm.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
@@ -152,125 +153,163 @@ export const command: Command = {
   summary: "run the cluster controller (ZeroMQ ROUTER, journaled)",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      snapshot: { type: "string" },
-      bind: { type: "string" },
-      journal: { type: "string" },
-      "accept-journal-loss": { type: "boolean" },
-      keys: { type: "string" },
-      insecure: { type: "boolean" },
-      "require-vouch": { type: "boolean" },
-      "plan-time-limit": { type: "string" },
-      "heartbeat-timeout": { type: "string" },
-      "worker-heartbeat-timeout": { type: "string" },
-      "lost-job-grace": { type: "string" },
-      "stop-lead": { type: "string" },
-      "replacement-wait": { type: "string" },
-      "replan-backoff": { type: "string" },
-      ...TOPOLOGY_FLAGS,
-      scheduler: { type: "string" },
-      "slurm-conf": { type: "string" },
-      "scheduler-poll": { type: "string" },
-      ...SLURM_COMMENTS_FLAG,
-      metrics: { type: "string" },
-    });
+    const flags = controllerFlags(argv);
     const metricsAt = metricsFlag(flags.metrics);
-    const stopLeadSteps = intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0);
-    const replacementWaitMs = secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0);
-    const replanBackoffMs = secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0);
-    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], DEFAULT_PLAN_TIME_LIMIT_MS / 1000, 0.01);
-    const heartbeatTimeoutMs = secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1);
-    const workerHeartbeatTimeoutMs = secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S);
-    const lostJobGraceMs = secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0);
-    if (flags.snapshot !== undefined && flags.topology !== undefined) throw new UsageError("--snapshot and --topology both give the topology: give one");
-    const named = flags.snapshot === undefined ? await loadTopology(flags, await loadConfig()) : null;
-    const cluster: Cluster =
-      flags.snapshot !== undefined
-        ? await readSnapshotFile(flags.snapshot)
-        : parseSnapshot(named ? { topology: named.topology, lambda: named.lambda, podLambda: named.podLambda, jobs: [] } : DEFAULT_SNAPSHOT, named ? "topology" : "default topology");
-    if (cluster.groups.length) {
-      throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
-    }
-    const bind = addressFlag("--bind", flags.bind ?? DEFAULT_BIND, "bind");
-    if (flags.keys !== undefined && flags.insecure) throw new UsageError("--keys and --insecure contradict each other: give one");
-    if (flags.keys === undefined && !flags.insecure && !isLoopback(bind)) {
-      throw new UsageError(
-        `refusing to listen on ${bind} without a keyring: anyone who reaches it could run commands on every host. ` +
-          "Create keys with `monkeytree keys --dir keys --daemon 0-127 --job JOB --operator NAME` and pass --keys keys, " +
-          "or pass --insecure on a network only trusted machines reach",
-      );
-    }
-    const keyring = flags.keys === undefined ? undefined : loadKeyring(flags.keys);
+    const pacing = pacingFlags(flags);
+    const { cluster, named } = await controlledCluster(flags);
+    const { bind, keyring } = listenFlags(flags);
     const logger = createLogger("controller", (line) => io.err.write(`${line}\n`));
     if (flags.insecure && !isLoopback(bind)) {
       logger.warn(() => `listening on ${bind} with --insecure: any client on the network can register daemons and jobs, and so owns every host`);
     }
-    if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
-    if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined || flags["slurm-comments"] !== undefined)) {
-      throw new UsageError("--slurm-conf, --scheduler-poll and --slurm-comments go with --scheduler slurm");
-    }
-    if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
-    const schedulerPollMs = secondsFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1);
     // The controller's started jobs are Slurm's jobs of the same id, and movable.
     let started: () => ReadonlySet<string> = () => new Set();
-    const comments = slurmCommentsFlag(flags["slurm-comments"]);
-    const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], comments, named, () => started(), io) : undefined;
+    const scheduling = schedulerFlags(flags, named, () => started(), io);
     const daemons = new DaemonHosts();
     const journalDir = flags.journal ?? ".monkeytree/journal";
     outputDir("journal", journalDir);
     const metrics = metricsAt === null ? undefined : new ControllerMetrics();
-    let server: ControllerServer;
-    try {
-      server = await ControllerServer.start({
-        bind,
-        journalDir,
-        acceptJournalLoss: flags["accept-journal-loss"] ?? false,
-        config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
-       
-        transport: daemons,
-        launcher: daemons,
-        daemons,
-        planTimeLimitMs,
-        heartbeatTimeoutMs,
-        workerHeartbeatTimeoutMs,
-        lostJobGraceMs,
-        stopLeadSteps,
-        timeouts: { ...DEFAULT_TIMEOUTS, starting: replacementWaitMs },
-        replanBackoffMs,
-        ...(flags["require-vouch"] ? { requireVouch: true } : {}),
-        logger,
-        ...(scheduler ? { scheduler, schedulerPollMs } : {}),
-        ...(named ? { unavailable: named.padding } : {}),
-        ...(keyring ? { keyring } : {}),
-        ...(metrics ? { observer: metrics } : {}),
-      });
-    } catch (error) {
-      if (error instanceof JournalError) {
-        throw new InvalidInputError("journal", [{ path: "", message: error.message }]);
-      }
-      // The server says which address and what to do: a port in use, an address of another host.
-      if (error instanceof BindError) throw new InvalidInputError("--bind", [{ path: "", message: error.message }]);
-      throw error;
-    }
+    const server = await startServer({
+      bind,
+      journalDir,
+      acceptJournalLoss: flags["accept-journal-loss"] ?? false,
+      config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
+      transport: daemons,
+      launcher: daemons,
+      daemons,
+      ...pacing,
+      ...(flags["require-vouch"] ? { requireVouch: true } : {}),
+      logger,
+      ...scheduling,
+      ...(named ? { unavailable: named.padding } : {}),
+      ...(keyring ? { keyring } : {}),
+      ...(metrics ? { observer: metrics } : {}),
+    });
     started = () => new Set(server.controller.durable.jobs.keys());
     metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(journalDir, JOURNAL_FILE) }));
-    let scrape;
-    try {
-      scrape = metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null;
-    } catch (error) {
-      await server.close();
-      throw error;
-    }
+    const scrape = await scrapeEndpoint(server, metrics, metricsAt, logger, io);
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
-    // Before the line that says it listens: whoever waits for that line may send SIGHUP at once.
-    const hangup = reloadOnHangup(server, flags.keys, logger);
-    process.on("SIGHUP", hangup);
-    io.out.write(`controller listening on ${server.endpoint}\n`);
-    const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
-    process.off("SIGHUP", hangup);
-    logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
-    await scrape?.close();
-    await server.close();
+    await serveUntilStopped(server, scrape, flags.keys, logger, io);
     return ExitCode.ok;
   },
 };
+
+function controllerFlags(argv: string[]) {
+  return parseFlags(argv, {
+    snapshot: { type: "string" },
+    bind: { type: "string" },
+    journal: { type: "string" },
+    "accept-journal-loss": { type: "boolean" },
+    keys: { type: "string" },
+    insecure: { type: "boolean" },
+    "require-vouch": { type: "boolean" },
+    "plan-time-limit": { type: "string" },
+    "heartbeat-timeout": { type: "string" },
+    "worker-heartbeat-timeout": { type: "string" },
+    "lost-job-grace": { type: "string" },
+    "stop-lead": { type: "string" },
+    "replacement-wait": { type: "string" },
+    "replan-backoff": { type: "string" },
+    ...TOPOLOGY_FLAGS,
+    scheduler: { type: "string" },
+    "slurm-conf": { type: "string" },
+    "scheduler-poll": { type: "string" },
+    ...SLURM_COMMENTS_FLAG,
+    metrics: { type: "string" },
+  });
+}
+
+type ControllerFlags = ReturnType<typeof controllerFlags>;
+
+/** How long the controller waits for what, and how far ahead a move stops its job: the flags', else the defaults. */
+export function pacingFlags(
+  flags: ControllerFlags,
+): Pick<ServerOptions, "stopLeadSteps" | "timeouts" | "replanBackoffMs" | "planTimeLimitMs" | "heartbeatTimeoutMs" | "workerHeartbeatTimeoutMs" | "lostJobGraceMs"> {
+  return {
+    stopLeadSteps: intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0),
+    timeouts: { ...DEFAULT_TIMEOUTS, starting: secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0) },
+    replanBackoffMs: secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0),
+    planTimeLimitMs: secondsFlag("plan-time-limit", flags["plan-time-limit"], DEFAULT_PLAN_TIME_LIMIT_MS / 1000, 0.01),
+    heartbeatTimeoutMs: secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1),
+    workerHeartbeatTimeoutMs: secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S),
+    lostJobGraceMs: secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0),
+  };
+}
+
+/** The cluster to control: --snapshot's, --topology's (with its hosts' names) or the default, without jobs. */
+async function controlledCluster(flags: ControllerFlags): Promise<{ cluster: Cluster; named: NamedTopology | null }> {
+  if (flags.snapshot !== undefined && flags.topology !== undefined) throw new UsageError("--snapshot and --topology both give the topology: give one");
+  const named = flags.snapshot === undefined ? await loadTopology(flags, await loadConfig()) : null;
+  const cluster: Cluster =
+    flags.snapshot !== undefined
+      ? await readSnapshotFile(flags.snapshot)
+      : parseSnapshot(named ? { topology: named.topology, lambda: named.lambda, podLambda: named.podLambda, jobs: [] } : DEFAULT_SNAPSHOT, named ? "topology" : "default topology");
+  if (cluster.groups.length) {
+    throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
+  }
+  return { cluster, named };
+}
+
+/** Where the controller listens, and the keyring it admits clients by: required off loopback unless --insecure. */
+function listenFlags(flags: ControllerFlags): { bind: string; keyring: Keyring | undefined } {
+  const bind = addressFlag("--bind", flags.bind ?? DEFAULT_BIND, "bind");
+  if (flags.keys !== undefined && flags.insecure) throw new UsageError("--keys and --insecure contradict each other: give one");
+  if (flags.keys === undefined && !flags.insecure && !isLoopback(bind)) {
+    throw new UsageError(
+      `refusing to listen on ${bind} without a keyring: anyone who reaches it could run commands on every host. ` +
+        "Create keys with `monkeytree keys --dir keys --daemon 0-127 --job JOB --operator NAME` and pass --keys keys, " +
+        "or pass --insecure on a network only trusted machines reach",
+    );
+  }
+  return { bind, keyring: flags.keys === undefined ? undefined : loadKeyring(flags.keys) };
+}
+
+/** With --scheduler slurm, Slurm as the owner of the named hosts and how often to look at it; nothing without. */
+function schedulerFlags(flags: ControllerFlags, named: NamedTopology | null, managed: () => ReadonlySet<string>, io: Io): Pick<ServerOptions, "scheduler" | "schedulerPollMs"> {
+  if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
+  if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined || flags["slurm-comments"] !== undefined)) {
+    throw new UsageError("--slurm-conf, --scheduler-poll and --slurm-comments go with --scheduler slurm");
+  }
+  if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
+  const schedulerPollMs = secondsFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1);
+  const comments = slurmCommentsFlag(flags["slurm-comments"]);
+  const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], comments, named, managed, io) : undefined;
+  return scheduler ? { scheduler, schedulerPollMs } : {};
+}
+
+/** Starts the server; a journal it cannot open and an address it cannot bind are bad input. */
+async function startServer(options: ServerOptions): Promise<ControllerServer> {
+  try {
+    return await ControllerServer.start(options);
+  } catch (error) {
+    if (error instanceof JournalError) {
+      throw new InvalidInputError("journal", [{ path: "", message: error.message }]);
+    }
+    // The server says which address and what to do: a port in use, an address of another host.
+    if (error instanceof BindError) throw new InvalidInputError("--bind", [{ path: "", message: error.message }]);
+    throw error;
+  }
+}
+
+/** Serves --metrics' scrape endpoint, where asked; one that cannot start closes the server first, so that the command's error leaves no socket or journal open. */
+async function scrapeEndpoint(server: ControllerServer, metrics: ControllerMetrics | undefined, at: MetricsAddress | null, logger: Logger, io: Io): Promise<MetricsServer | null> {
+  try {
+    return metrics && at ? await serveMetrics(at, metrics.registry, logger, io) : null;
+  } catch (error) {
+    await server.close();
+    throw error;
+  }
+}
+
+/** Serves until SIGINT or SIGTERM, reloading the keyring on SIGHUP meanwhile, then closes the scrape endpoint and the server. */
+async function serveUntilStopped(server: ControllerServer, scrape: MetricsServer | null, keysDir: string | undefined, logger: Logger, io: Io): Promise<void> {
+  // Before the line that says it listens: whoever waits for that line may send SIGHUP at once.
+  const hangup = reloadOnHangup(server, keysDir, logger);
+  process.on("SIGHUP", hangup);
+  io.out.write(`controller listening on ${server.endpoint}\n`);
+  const signal = await Promise.race([once(process, "SIGINT"), once(process, "SIGTERM")]);
+  process.off("SIGHUP", hangup);
+  logger.info(() => `stopping on ${String(signal[0] ?? "signal")}`);
+  await scrape?.close();
+  await server.close();
+}

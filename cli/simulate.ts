@@ -27,6 +27,7 @@ import {
   simulationReport,
   systemReport,
   SYSTEMS,
+  type FabricShape,
   type Preset,
   type SimMix,
   type PresetName,
@@ -184,200 +185,306 @@ export const command: Command = {
   summary: "simulate a cluster trace with and without MonkeyTree, comparing job slowdowns",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      preset: { type: "string" },
-      trace: { type: "string" },
-      "from-sacct": { type: "string" },
-      model: { type: "string" },
-      systems: { type: "string" },
-      loads: { type: "string" },
-      variants: { type: "string" },
-      jobs: { type: "string" },
-      racks: { type: "string" },
-      "hosts-per-rack": { type: "string" },
-      "gpus-per-host": { type: "string" },
-      uplinks: { type: "string" },
-      "nic-gbps": { type: "string" },
-      mix: { type: "string" },
-      "mean-hours": { type: "string" },
-      "ep-factor": { type: "string" },
-      "tokens-per-replica": { type: "string" },
-      seed: { type: "string" },
-      scheduler: { type: "string" },
-      queue: { type: "string", default: "fifo" },
-      "queue-in-moves": { type: "string" },
-      "migrate-by": { type: "string" },
-      "plan-time": { type: "string", default: "free" },
-      "plan-time-limit": { type: "string" },
-      lambda: { type: "string" },
-      restart: { type: "string" },
-      "restart-from": { type: "string" },
-      json: { type: "boolean", default: false },
-      csv: { type: "string" },
-      plot: { type: "string" },
-      report: { type: "string" },
-      "save-trace": { type: "string" },
-      merge: { type: "string" },
-      "slurm-array": { type: "string" },
-      sbatch: { type: "string" },
-      threads: { type: "string" },
-    });
+    const flags = simulateFlags(argv);
     if (flags.merge !== undefined) return merge(argv, flags.merge, flags, io);
-    const presetName = (flags.preset ?? "small") as PresetName;
-    const preset: Preset | undefined = PRESETS[presetName];
-    if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}, got "${flags.preset}"`);
-    const systems = listFlag("systems", flags.systems, [...preset.systems], (name) => {
-      if (!(SYSTEMS as readonly string[]).includes(name)) throw new UsageError(`--systems: unknown system "${name}"; choose from ${SYSTEMS.join(", ")}`);
-      return name as SystemName;
-    });
-    const variants = chooseVariants(presetName, preset, flags);
-    const scheduler = (flags.scheduler ?? "best-fit") as SchedulerName;
-    if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-    const queue = flags.queue as QueueName;
-    if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
-    const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
-    if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
-    const migrateBy = flags["migrate-by"] ?? preset.migrateBy ?? "plan";
-    if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
-    const planTime = flags["plan-time"];
-    if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
-    const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
-    const threadCount = flags.threads === undefined ? undefined : intFlag("threads", flags.threads, 1, 1, MAX_THREADS);
-    if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
-    const replayed = flags.trace ?? flags["from-sacct"];
-    const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
-    if (replayed !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
-      throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`);
-    }
-    if (flags.model !== undefined && flags["from-sacct"] === undefined) throw new UsageError("--model names the model of jobs read with --from-sacct");
-    const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
-    const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
-    const fabric = {
-      ...preset.fabric,
-      racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
-      hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
-      gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
-      uplinksPerRack: intFlag("uplinks", flags.uplinks, preset.fabric.uplinksPerRack, 1, MAX_UPLINKS_PER_RACK),
-      nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001, MAX_NIC_GBPS),
-    };
-    if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
-      throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
-    }
-    const mix = (flags.mix ?? preset.mix) as SimMix;
-    if (!SIM_MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${SIM_MIXES.join(", ")}, got "${flags.mix}"`);
-    const costFlags = (["mean-hours", "ep-factor", "tokens-per-replica"] as const).filter((f) => flags[f] !== undefined);
-    if (isPublishedMix(mix) && costFlags.length) {
-      throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the ${mix} mix's jobs come with their own iterations and costs`);
-    }
-    const meanHours = numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001);
-    const epFactor = numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR);
-    const tokensPerReplica = intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA);
-    for (const flag of ["csv", "plot", "report", "save-trace"] as const) {
-      const dir = flags[flag];
-      if (dir !== undefined) outputDir(flag, dir);
-    }
-    const config: SimConfigInput = {
-      ...presetConfig(preset),
-      fabric,
-      ...(lambda === undefined ? {} : { lambda }),
-      scheduler,
-      queue,
-      queueInMoves,
-      migrateBy,
-      planTime,
-      planTimeLimitMs: Math.round(planTimeLimitMs),
-      seed,
-      restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
-    };
-
-    if (flags["slurm-array"] !== undefined) {
-      if (replayed !== undefined) throw new UsageError(`--slurm-array splits a preset's generated runs by variant and load; a --${flags.trace === undefined ? "from-sacct" : "trace"} file is one run`);
-      const dir = flags["slurm-array"];
-      outputDir("slurm-array", dir);
-      const kept = withoutFlags(argv, SWEEP_FLAGS);
-      const loads = loadsFlag(flags.loads, preset);
-      const tasks = variants.flatMap((v) => loads.map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
-      const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
-      const submitted = submitArray(dir, tasks, sbatchArgs);
-      io.out.write(`submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`);
-      return ExitCode.ok;
-    }
-    // Each variant's settings, and the number of hosts its traces are drawn for.
-    const settings = variants.map((variant) => {
-      const variantConfig = applyVariant(config, variant);
-      return { name: variant?.name ?? null, config: variantConfig, hosts: variantConfig.fabric.racks * variantConfig.fabric.hostsPerRack };
-    });
-    // Replayed traces, or a function of the cluster's size: a variant may change it.
-    let traces: (hostCount: number) => readonly Trace[];
-    let generation: TraceGeneration | null = null;
-    if (flags.trace !== undefined) {
-      const replay = [{ load: null, jobs: await readTraceFile(flags.trace) }];
-      traces = () => replay;
-    } else if (flags["from-sacct"] !== undefined) {
-      const path = flags["from-sacct"];
-      const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
-      const { jobs, skipped } = sacctToTrace(await readSacct(path), options, `sacct ${path}`);
-      if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
-      if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
-      const replay = [{ load: null, jobs }];
-      traces = () => replay;
-      if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
-    } else {
-      const loads = loadsFlag(flags.loads, preset);
-      const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, MAX_TRACE_JOBS);
-      const drawn = { ...presetGeneration(preset), mix, jobs: jobCount, meanHours, epFactor, tokensPerReplica };
-      generation = drawn;
-      const generated = new Map<number, Trace[]>();
-      traces = (hostCount) => {
-        if (!generated.has(hostCount)) {
-          const draw = (load: number) => generateJobs({ ...drawn, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost }, bytesPerSecond(fabric.nicGbps));
-          generated.set(hostCount, loads.map((load) => ({ load, jobs: draw(load) })));
-        }
-        return generated.get(hostCount)!;
-      };
-      const saveDir = flags["save-trace"];
-      if (saveDir !== undefined) {
-        const base = fabric.racks * fabric.hostsPerRack;
-        const saved = new Set<number>();
-        for (const { config: { fabric: shape }, hosts } of settings) {
-          // A variant on another number of hosts draws traces of its own.
-          if (!saved.has(hosts)) await saveTraces(saveDir, traces(hosts), { ...drawn, seed, fabric: shape, loads }, hosts === base ? "" : `hosts-${hosts}-`);
-          saved.add(hosts);
-        }
-      }
-    }
-
-    const drawn = flags.plot !== undefined || flags.report !== undefined;
-    const requests: RunRequest[] = [];
-    for (const { name, config: variantConfig, hosts } of settings) {
-      for (const { load, jobs } of traces(hosts)) {
-        for (const system of systems) requests.push({ index: requests.length, system, variant: name, load, config: variantConfig, jobs, samples: drawn });
-      }
-    }
-    const threads = threadCount ?? (planTime === "solve" ? 1 : defaultThreads(requests.length));
-    const csv = flags.csv === undefined ? undefined : await CsvFiles.open(flags.csv);
-    const progress = new Progress(io, requests.map((r) => ({ label: `${runLabel(r.system, r.variant)}${r.load === null ? "" : ` at load ${r.load}`}`, jobs: r.jobs.length })));
-    const runs: VariantRun[] = [];
-    const fragmentation: FragmentationSeries[] = [];
-    await runAll(requests, threads, {
-      progress: (index, done) => progress.progress(index, done),
-      finished: async ({ index, run, rows, busiest, total, seconds }) => {
-        const { variant, load, system } = requests[index]!;
-        const series = runLabel(system, variant);
-        if (drawn) fragmentation.push({ load, variant, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
-        runs.push({ run, load, variant });
-        progress.finished(index, seconds);
-        await csv?.append(rows, systemReport(run, load, variant));
-      },
-    });
-    progress.done();
-    const report = simulationReport(config, runs, generation, { preset: presetName, variants: variants.flatMap((v) => (v === null ? [] : [v])) });
+    const scenario = scenarioFlags(flags);
+    if (flags["slurm-array"] !== undefined) return submitSweep(argv, flags["slurm-array"], flags, scenario, io);
+    const settings = variantSettings(scenario.config, scenario.variants);
+    const { traces, generation } = await chooseTraces(flags, scenario, settings, io);
+    const charted = flags.plot !== undefined || flags.report !== undefined;
+    const requests = runRequests(settings, traces, scenario.systems, charted);
+    const threads = scenario.threads ?? (scenario.config.planTime === "solve" ? 1 : defaultThreads(requests.length));
+    const { runs, fragmentation } = await runWithProgress(requests, threads, flags.csv, charted, io);
+    const report = simulationReport(scenario.config, runs, generation, { preset: scenario.presetName, variants: scenario.variants.flatMap((v) => (v === null ? [] : [v])) });
     await writeCharts(flags, [report], fragmentation);
     if (flags.json) await writeJson(io, report);
-    else io.out.write(`${render(report.systems, config)}${paperBeside([report])}\n`);
+    else io.out.write(`${render(report.systems, scenario.config)}${paperBeside([report])}\n`);
     return ExitCode.ok;
   },
 };
+
+function simulateFlags(argv: string[]) {
+  return parseFlags(argv, {
+    preset: { type: "string" },
+    trace: { type: "string" },
+    "from-sacct": { type: "string" },
+    model: { type: "string" },
+    systems: { type: "string" },
+    loads: { type: "string" },
+    variants: { type: "string" },
+    jobs: { type: "string" },
+    racks: { type: "string" },
+    "hosts-per-rack": { type: "string" },
+    "gpus-per-host": { type: "string" },
+    uplinks: { type: "string" },
+    "nic-gbps": { type: "string" },
+    mix: { type: "string" },
+    "mean-hours": { type: "string" },
+    "ep-factor": { type: "string" },
+    "tokens-per-replica": { type: "string" },
+    seed: { type: "string" },
+    scheduler: { type: "string" },
+    queue: { type: "string", default: "fifo" },
+    "queue-in-moves": { type: "string" },
+    "migrate-by": { type: "string" },
+    "plan-time": { type: "string", default: "free" },
+    "plan-time-limit": { type: "string" },
+    lambda: { type: "string" },
+    restart: { type: "string" },
+    "restart-from": { type: "string" },
+    json: { type: "boolean", default: false },
+    csv: { type: "string" },
+    plot: { type: "string" },
+    report: { type: "string" },
+    "save-trace": { type: "string" },
+    merge: { type: "string" },
+    "slurm-array": { type: "string" },
+    sbatch: { type: "string" },
+    threads: { type: "string" },
+  });
+}
+
+type SimulateFlags = ReturnType<typeof simulateFlags>;
+
+/** How generated traces are drawn, beside the preset's generation, the job count and the seed. */
+interface Drawing {
+  readonly mix: SimMix;
+  readonly meanHours: number;
+  readonly epFactor: number;
+  readonly tokensPerReplica: number;
+}
+
+/** What a run of the simulator runs, as its flags and preset give it. */
+interface Scenario {
+  readonly presetName: PresetName;
+  readonly preset: Preset;
+  readonly systems: SystemName[];
+  readonly variants: (Variant | null)[];
+  /** `--threads`, where given. */
+  readonly threads: number | undefined;
+  /** The file that gives the jobs (`--trace` or `--from-sacct`), where one does. */
+  readonly replayed: string | undefined;
+  /** `config`'s seed and fabric, whose defaults its input type leaves optional: traces are drawn for them. */
+  readonly seed: number;
+  readonly fabric: FabricShape;
+  readonly drawing: Drawing;
+  /** Every variant's configuration before the variant changes it. */
+  readonly config: SimConfigInput;
+}
+
+/** The scenario the flags ask for, its flags checked and its output directories made ready before any trace is read or drawn. */
+function scenarioFlags(flags: SimulateFlags): Scenario {
+  const presetName = (flags.preset ?? "small") as PresetName;
+  const preset: Preset | undefined = PRESETS[presetName];
+  if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}, got "${flags.preset}"`);
+  const systems = listFlag("systems", flags.systems, [...preset.systems], (name) => {
+    if (!(SYSTEMS as readonly string[]).includes(name)) throw new UsageError(`--systems: unknown system "${name}"; choose from ${SYSTEMS.join(", ")}`);
+    return name as SystemName;
+  });
+  const variants = chooseVariants(presetName, preset, flags);
+  const scheduling = schedulingFlags(flags, preset);
+  const threads = flags.threads === undefined ? undefined : intFlag("threads", flags.threads, 1, 1, MAX_THREADS);
+  const replayed = replayedFile(flags);
+  const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
+  const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
+  const fabric = fabricFlags(flags, preset);
+  const drawing = drawingFlags(flags, preset);
+  for (const flag of ["csv", "plot", "report", "save-trace"] as const) {
+    const dir = flags[flag];
+    if (dir !== undefined) outputDir(flag, dir);
+  }
+  const config: SimConfigInput = {
+    ...presetConfig(preset),
+    fabric,
+    ...(lambda === undefined ? {} : { lambda }),
+    ...scheduling,
+    seed,
+    restartSeconds: restartSeconds(flags.restart, flags["restart-from"]),
+  };
+  return { presetName, preset, systems, variants, threads, replayed, seed, fabric, drawing, config };
+}
+
+/** The front-end, its queue, how migrations run and what planning costs: the flags', else the preset's or the defaults. */
+function schedulingFlags(flags: SimulateFlags, preset: Preset): Pick<SimConfigInput, "scheduler" | "queue" | "queueInMoves" | "migrateBy" | "planTime" | "planTimeLimitMs"> {
+  const scheduler = (flags.scheduler ?? "best-fit") as SchedulerName;
+  if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
+  const queue = flags.queue as QueueName;
+  if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
+  const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
+  if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
+  const migrateBy = flags["migrate-by"] ?? preset.migrateBy ?? "plan";
+  if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
+  const planTime = flags["plan-time"];
+  if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
+  const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
+  return { scheduler, queue, queueInMoves, migrateBy, planTime, planTimeLimitMs: Math.round(planTimeLimitMs) };
+}
+
+/** The file `--trace` or `--from-sacct` names, where one does: its jobs replace generated traces, so no flag that shapes those may come with it. */
+function replayedFile(flags: SimulateFlags): string | undefined {
+  if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
+  const replayed = flags.trace ?? flags["from-sacct"];
+  const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
+  if (replayed !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
+    throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`);
+  }
+  if (flags.model !== undefined && flags["from-sacct"] === undefined) throw new UsageError("--model names the model of jobs read with --from-sacct");
+  return replayed;
+}
+
+/** The preset's fabric with the flags' racks, hosts, GPUs, uplinks and link speed, at most `MAX_HOSTS` hosts. */
+function fabricFlags(flags: SimulateFlags, preset: Preset): FabricShape {
+  const fabric = {
+    ...preset.fabric,
+    racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
+    hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
+    gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
+    uplinksPerRack: intFlag("uplinks", flags.uplinks, preset.fabric.uplinksPerRack, 1, MAX_UPLINKS_PER_RACK),
+    nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001, MAX_NIC_GBPS),
+  };
+  if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
+    throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
+  }
+  return fabric;
+}
+
+/** The mix of generated traces and, for a mix drawn from the model table, its jobs' durations and costs. */
+function drawingFlags(flags: SimulateFlags, preset: Preset): Drawing {
+  const mix = (flags.mix ?? preset.mix) as SimMix;
+  if (!SIM_MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${SIM_MIXES.join(", ")}, got "${flags.mix}"`);
+  const costFlags = (["mean-hours", "ep-factor", "tokens-per-replica"] as const).filter((f) => flags[f] !== undefined);
+  if (isPublishedMix(mix) && costFlags.length) {
+    throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the ${mix} mix's jobs come with their own iterations and costs`);
+  }
+  return {
+    mix,
+    meanHours: numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001),
+    epFactor: numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR),
+    tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
+  };
+}
+
+/** `--slurm-array DIR`: submits a task per variant and load, each a simulate of its own, and the job that merges them. */
+function submitSweep(argv: readonly string[], dir: string, flags: SimulateFlags, scenario: Scenario, io: Io): ExitCode {
+  if (scenario.replayed !== undefined) throw new UsageError(`--slurm-array splits a preset's generated runs by variant and load; a --${flags.trace === undefined ? "from-sacct" : "trace"} file is one run`);
+  outputDir("slurm-array", dir);
+  const kept = withoutFlags(argv, SWEEP_FLAGS);
+  const loads = loadsFlag(flags.loads, scenario.preset);
+  const tasks = scenario.variants.flatMap((v) => loads.map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
+  const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
+  const submitted = submitArray(dir, tasks, sbatchArgs);
+  io.out.write(`submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`);
+  return ExitCode.ok;
+}
+
+/** A variant's settings, and the number of hosts its traces are drawn for. */
+interface VariantSetting {
+  readonly name: string | null;
+  readonly config: SimConfigInput;
+  readonly hosts: number;
+}
+
+function variantSettings(config: SimConfigInput, variants: readonly (Variant | null)[]): VariantSetting[] {
+  return variants.map((variant) => {
+    const variantConfig = applyVariant(config, variant);
+    return { name: variant?.name ?? null, config: variantConfig, hosts: variantConfig.fabric.racks * variantConfig.fabric.hostsPerRack };
+  });
+}
+
+/** The traces to run on a cluster of so many hosts: replayed ones whatever its size, generated ones drawn for it. */
+type Traces = (hostCount: number) => readonly Trace[];
+
+/** The runs' traces, and how generated ones were drawn (null for replayed ones). */
+async function chooseTraces(flags: SimulateFlags, scenario: Scenario, settings: readonly VariantSetting[], io: Io): Promise<{ traces: Traces; generation: TraceGeneration | null }> {
+  if (flags.trace !== undefined) {
+    const replay = [{ load: null, jobs: await readTraceFile(flags.trace) }];
+    return { traces: () => replay, generation: null };
+  }
+  if (flags["from-sacct"] !== undefined) {
+    const replay = await sacctTrace(flags["from-sacct"], flags, scenario.fabric, io);
+    return { traces: () => replay, generation: null };
+  }
+  return generatedTraces(flags, scenario, settings);
+}
+
+/** `--from-sacct`'s history as a trace, saved with `--save-trace`; says which jobs it skipped. */
+async function sacctTrace(path: string, flags: SimulateFlags, fabric: FabricShape, io: Io): Promise<Trace[]> {
+  const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
+  const { jobs, skipped } = sacctToTrace(await readSacct(path), options, `sacct ${path}`);
+  if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
+  if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
+  const replay = [{ load: null, jobs }];
+  if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
+  return replay;
+}
+
+/** A trace per load, drawn once for each number of hosts a variant runs on, and saved with `--save-trace`. */
+async function generatedTraces(flags: SimulateFlags, scenario: Scenario, settings: readonly VariantSetting[]): Promise<{ traces: Traces; generation: TraceGeneration }> {
+  const { preset, seed, fabric, drawing } = scenario;
+  const loads = loadsFlag(flags.loads, preset);
+  const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, MAX_TRACE_JOBS);
+  const generation = { ...presetGeneration(preset), mix: drawing.mix, jobs: jobCount, meanHours: drawing.meanHours, epFactor: drawing.epFactor, tokensPerReplica: drawing.tokensPerReplica };
+  const generated = new Map<number, Trace[]>();
+  const traces = (hostCount: number) => {
+    if (!generated.has(hostCount)) {
+      const draw = (load: number) => generateJobs({ ...generation, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost }, bytesPerSecond(fabric.nicGbps));
+      generated.set(hostCount, loads.map((load) => ({ load, jobs: draw(load) })));
+    }
+    return generated.get(hostCount)!;
+  };
+  const saveDir = flags["save-trace"];
+  if (saveDir !== undefined) {
+    const base = fabric.racks * fabric.hostsPerRack;
+    const saved = new Set<number>();
+    for (const { config: { fabric: shape }, hosts } of settings) {
+      // A variant on another number of hosts draws traces of its own.
+      if (!saved.has(hosts)) await saveTraces(saveDir, traces(hosts), { ...generation, seed, fabric: shape, loads }, hosts === base ? "" : `hosts-${hosts}-`);
+      saved.add(hosts);
+    }
+  }
+  return { traces, generation };
+}
+
+/** A run per variant, trace and system, in that order, each numbered by its place. */
+export function runRequests(settings: readonly VariantSetting[], traces: Traces, systems: readonly SystemName[], samples: boolean): RunRequest[] {
+  const requests: RunRequest[] = [];
+  for (const { name, config, hosts } of settings) {
+    for (const { load, jobs } of traces(hosts)) {
+      for (const system of systems) requests.push({ index: requests.length, system, variant: name, load, config, jobs, samples });
+    }
+  }
+  return requests;
+}
+
+/**
+ * Runs the requests on `threads` threads, showing each one's progress, appending each finished
+ * run to `--csv DIR`'s files and keeping its fragmentation over time where it is charted.
+ */
+async function runWithProgress(
+  requests: readonly RunRequest[],
+  threads: number,
+  csvDir: string | undefined,
+  charted: boolean,
+  io: Io,
+): Promise<{ runs: VariantRun[]; fragmentation: FragmentationSeries[] }> {
+  const csv = csvDir === undefined ? undefined : await CsvFiles.open(csvDir);
+  const progress = new Progress(io, requests.map((r) => ({ label: `${runLabel(r.system, r.variant)}${r.load === null ? "" : ` at load ${r.load}`}`, jobs: r.jobs.length })));
+  const runs: VariantRun[] = [];
+  const fragmentation: FragmentationSeries[] = [];
+  await runAll(requests, threads, {
+    progress: (index, done) => progress.progress(index, done),
+    finished: async ({ index, run, rows, busiest, total, seconds }) => {
+      const { variant, load, system } = requests[index]!;
+      const series = runLabel(system, variant);
+      if (charted) fragmentation.push({ load, variant, busiest: { name: series, points: busiest }, total: { name: series, points: total } });
+      runs.push({ run, load, variant });
+      progress.finished(index, seconds);
+      await csv?.append(rows, systemReport(run, load, variant));
+    },
+  });
+  progress.done();
+  return { runs, fragmentation };
+}
 
 /** Offered loads: `--loads`, else the preset's. */
 function loadsFlag(raw: string | undefined, preset: Preset): number[] {
