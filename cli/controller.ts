@@ -98,8 +98,8 @@ ${TOPOLOGY_HELP}
                          jobs that did not register are counted where they run and never
                          moved, no worker moves onto a node Slurm could give another job, a
                          move's destination is held (a reservation) before it stages and its
-                         source given back (the job shrinks) once it commits. See README,
-                         "On a Slurm cluster"
+                         source given back (the job shrinks) once it commits. See
+                         docs/slurm.md
   --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
   --scheduler-poll S     look at Slurm every S seconds (default 3)
 ${SLURM_COMMENTS_HELP}

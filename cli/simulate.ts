@@ -84,9 +84,9 @@ for a fig-* preset the paper's headline numbers beside this run's.
 options:
   --preset NAME      ${presetNames.join(" | ")}
                      (default small): the fabric, λ, job mix, loads, job count and systems
-                     of an experiment (see README; fig-*: docs/paper-evaluation.md)
+                     of an experiment (docs/simulator.md; fig-*: docs/paper-evaluation.md)
   --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
-                     line; see README); runs on the preset's fabric unless given one
+                     line; docs/simulator.md); runs on the preset's fabric unless given one
   --from-sacct FILE  replay your cluster's history: the output of \`sacct --json\` (Slurm
                      22.05 or later), converted to a trace: arrival = submit time, DP degree =
                      allocated nodes (each must hold --gpus-per-host GPUs of gres/gpu), elapsed
@@ -112,12 +112,12 @@ options:
                      its DP and FSDP types alone (paper-dp), or its EP figure's models (paper-ep)
   --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
   --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
-                     bytes (paper §7.10: 10; default: the preset's, else 0); experimental, see README
+                     bytes (paper §7.10: 10; default: the preset's, else 0); experimental, docs/simulator.md
   --tokens-per-replica N
                      local batch of generated traces in tokens per model replica and iteration
                      (a DP/FSDP replica is one GPU, a TP job's spans its TP × PP GPUs): scales
                      compute, so how communication-bound jobs are (default ${DEFAULT_TOKENS_PER_REPLICA}, 16 × 4,096;
-                     1 to ${MAX_TOKENS_PER_REPLICA}); see README
+                     1 to ${MAX_TOKENS_PER_REPLICA}); docs/simulator.md
   --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
   --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
   --queue NAME       queue discipline: ${QUEUES.join(" | ")} (default fifo: the queue's head waits
