@@ -513,6 +513,110 @@ function stopLayout(hosts: number) {
   return { snapshot, big, small, from: straddler, to: free };
 }
 
+/** The big job training in lockstep (`trainInLockstep`). */
+interface Lockstep {
+  /** Per host: the barrier it waits at and since when, or null while it trains. */
+  readonly pending: readonly ({ readonly step: number; readonly since: number } | null)[];
+  /** When each step began. */
+  readonly stepStarts: readonly number[];
+  /** Rejects when a barrier answers anything but `continue` while training. */
+  readonly trainer: Promise<void>;
+  stop(): void;
+}
+
+/** Trains `workers` in lockstep: step k + 1 starts `stepMs` after every host's barrier k answered. */
+function trainInLockstep(workers: readonly WorkerClient[], stepMs: number): Lockstep {
+  const pending: ({ step: number; since: number } | null)[] = workers.map(() => null);
+  const stepStarts: number[] = [];
+  let training = true;
+  const trainStep = async (w: WorkerClient, i: number, step: number): Promise<Directive> => {
+    const barrier = w.barrier(step);
+    // `barrier` takes the step after one turn of the event loop (setImmediate), in which
+    // orders may arrive: this stamp follows it, so a host held is held since then.
+    const entry = { step, since: NaN };
+    pending[i] = entry;
+    setImmediate(() => (entry.since = epochMs()));
+    const directive = await barrier;
+    pending[i] = null;
+    return directive;
+  };
+  const trainer = (async () => {
+    for (let step = 0; training; step++) {
+      stepStarts[step] = epochMs();
+      await sleep(stepMs);
+      if (!training) return;
+      const directives = await Promise.all(workers.map((w, i) => trainStep(w, i, step)));
+      const other = directives.find((d) => d.kind !== "continue");
+      if (other && training) throw new Error(`barrier ${step} answered ${other.kind} before every host held`);
+    }
+  })();
+  trainer.catch(() => undefined);
+  return {
+    pending,
+    stepStarts,
+    trainer,
+    stop: () => {
+      training = false;
+    },
+  };
+}
+
+/** The moment every host of the job was held at the same stop step, and what each heard first. */
+interface Held {
+  readonly stopStep: number;
+  /** When the last host's barrier for the stop step was held. */
+  readonly heldAt: number;
+  /** When every host knew of a stop (polled every millisecond). */
+  readonly knownAt: number | null;
+  /** Per host, the first stop step it heard of. */
+  readonly firstStop: readonly (number | null)[];
+}
+
+async function waitUntilHeld(workers: readonly WorkerClient[], lockstep: Lockstep, controller: Server): Promise<Held> {
+  const { pending } = lockstep;
+  const firstStop: (number | null)[] = workers.map(() => null);
+  const deadline = performance.now() + 120_000;
+  let knownAt: number | null = null;
+  let heldAt: number | null = null;
+  while (heldAt === null) {
+    if (performance.now() > deadline) throw new Error(`the job was not held within 120 s:\n${controller.log().slice(-4000)}`);
+    await Promise.race([sleep(1), lockstep.trainer]);
+    workers.forEach((w, i) => (firstStop[i] ??= w.stop?.step ?? null));
+    if (knownAt === null && workers.every((w) => w.stop !== null)) knownAt = epochMs();
+    const stop = workers[0]!.stop?.step;
+    if (stop !== undefined && workers.every((w, i) => w.stop?.step === stop && pending[i]?.step === stop && !Number.isNaN(pending[i].since))) {
+      heldAt = Math.max(...pending.map((p) => p!.since));
+    }
+  }
+  return { stopStep: workers[0]!.stop!.step, heldAt, knownAt, firstStop };
+}
+
+/** The big job's move as the controller journaled it: when it paused (the plan's start) and when it saw every host held. */
+async function pausedMove(controller: Server, status: ControllerClient): Promise<{ readonly pausing: number; readonly paused: number | null }> {
+  // The controller hears of the holds from the hosts' reports: its view follows, and its log
+  // says when (watched there, since asking for its status often would load it).
+  for (const until = performance.now() + 30_000; !/: pausing → \S+ on paused/.test(controller.log()) && performance.now() < until;) await sleep(20);
+  const move = (await status.status()).migrations.find((m) => m.job === "big");
+  if (!move) throw new Error(`the controller planned no move of the big job:\n${controller.log().slice(-4000)}`);
+  const pausing = move.history.find((h) => h.state === "pausing")?.at;
+  if (pausing === undefined) throw new Error(`move ${move.id} never paused: ${JSON.stringify(move)}`);
+  const paused = move.history.find((h) => h.at >= pausing && h.state !== "pausing" && h.state !== "ready")?.at ?? null;
+  return { pausing, paused };
+}
+
+/** The stop step the controller ordered first, from its log; without that line, the earliest any host heard of. */
+function firstStopStep(log: string, firstStop: readonly (number | null)[]): number {
+  const first = /→ pausing on pause at barrier (\d+)/.exec(log)?.[1];
+  return first === undefined ? Math.min(...firstStop.map((s) => s ?? Infinity)) : Number(first);
+}
+
+/** The step that was running at `at`: the last that began by then. */
+function stepAt(stepStarts: readonly number[], at: number): number {
+  let step = stepStarts.length - 1;
+  while (step > 0 && stepStarts[step]! > at) step--;
+  return step;
+}
+
 async function planToStop(hosts: number, stepMs: number): Promise<PlanToStop> {
   const layout = stopLayout(hosts);
   const controller = await startController(layout.snapshot);
@@ -523,85 +627,35 @@ async function planToStop(hosts: number, stepMs: number): Promise<PlanToStop> {
     new WorkerClient(clients[i]!, { job, group: 0, host }, { tp: 1, pp: 1, dp }, { checkpointBytes: 1 << 20, replacement: "bench" });
   const big = layout.big.map((host, i) => worker("big", hosts, i, host));
   const small = layout.small.map((host, i) => worker("small", layout.small.length, hosts + i, host));
-  let training = true;
-  let trainer: Promise<void> = Promise.resolve();
+  let lockstep: Lockstep | undefined;
   try {
     await daemon.register();
     await Promise.all(big.map((w) => w.register(120_000)));
     progress(`plan to stop: ${hosts} hosts registered; training in lockstep, ${stepMs} ms a step`);
-
-    // Per host: the barrier it waits at and since when, and the first stop it heard of.
-    const pending: ({ step: number; since: number } | null)[] = big.map(() => null);
-    const firstStop: (number | null)[] = big.map(() => null);
-    const stepStarts: number[] = [];
-    const trainStep = async (w: WorkerClient, i: number, step: number): Promise<Directive> => {
-      const barrier = w.barrier(step);
-      // `barrier` takes the step after one turn of the event loop (setImmediate), in which
-      // orders may arrive: this stamp follows it, so a host held is held since then.
-      const entry = { step, since: NaN };
-      pending[i] = entry;
-      setImmediate(() => (entry.since = epochMs()));
-      const directive = await barrier;
-      pending[i] = null;
-      return directive;
-    };
-    trainer = (async () => {
-      for (let step = 0; training; step++) {
-        stepStarts[step] = epochMs();
-        await sleep(stepMs);
-        if (!training) return;
-        const directives = await Promise.all(big.map((w, i) => trainStep(w, i, step)));
-        const other = directives.find((d) => d.kind !== "continue");
-        if (other && training) throw new Error(`barrier ${step} answered ${other.kind} before every host held`);
-      }
-    })();
-    trainer.catch(() => undefined);
+    lockstep = trainInLockstep(big, stepMs);
     // Reports carry the step time once a host has a few: the controller projects the job's step from them.
     await sleep(Math.max(3_000, 40 * stepMs));
 
     // Job "small" starts across racks R and R + 1: rack R breaks λ, and the controller plans.
     await Promise.all(small.map((w) => w.register(120_000)));
-    const deadline = performance.now() + 120_000;
-    let knownAt: number | null = null;
-    let heldAt: number | null = null;
-    while (heldAt === null) {
-      if (performance.now() > deadline) throw new Error(`the job was not held within 120 s:\n${controller.log().slice(-4000)}`);
-      await Promise.race([sleep(1), trainer]);
-      big.forEach((w, i) => (firstStop[i] ??= w.stop?.step ?? null));
-      if (knownAt === null && big.every((w) => w.stop !== null)) knownAt = epochMs();
-      const stop = big[0]!.stop?.step;
-      if (stop !== undefined && big.every((w, i) => w.stop?.step === stop && pending[i]?.step === stop && !Number.isNaN(pending[i].since))) {
-        heldAt = Math.max(...pending.map((p) => p!.since));
-      }
-    }
-    const stopStep = big[0]!.stop!.step;
-    training = false;
-    // The controller hears of the holds from the hosts' reports: its view follows, and its log
-    // says when (watched there, since asking for its status often would load it).
-    for (const until = performance.now() + 30_000; !/: pausing → \S+ on paused/.test(controller.log()) && performance.now() < until; ) await sleep(20);
-    const move = (await status.status()).migrations.find((m) => m.job === "big");
-    if (!move) throw new Error(`the controller planned no move of the big job:\n${controller.log().slice(-4000)}`);
-    const pausing = move.history.find((h) => h.state === "pausing")?.at;
-    if (pausing === undefined) throw new Error(`move ${move.id} never paused: ${JSON.stringify(move)}`);
-    const paused = move.history.find((h) => h.at >= pausing && h.state !== "pausing" && h.state !== "ready")?.at ?? null;
-    const first = /→ pausing on pause at barrier (\d+)/.exec(controller.log())?.[1];
-    const firstStopStep = first === undefined ? Math.min(...firstStop.map((s) => s ?? Infinity)) : Number(first);
-    let atPlan = stepStarts.length - 1;
-    while (atPlan > 0 && stepStarts[atPlan]! > pausing) atPlan--;
+    const held = await waitUntilHeld(big, lockstep, controller);
+    lockstep.stop();
+    const { pausing, paused } = await pausedMove(controller, status);
+    const first = firstStopStep(controller.log(), held.firstStop);
     return {
       hosts,
       stepMs,
-      ms: Math.round(heldAt - pausing),
-      stepsAhead: stopStep - atPlan,
-      raised: firstStop.filter((s) => s !== null && s > firstStopStep).length,
-      firstStopStep,
-      stopStep,
-      knownMs: Math.round((knownAt ?? NaN) - pausing),
+      ms: Math.round(held.heldAt - pausing),
+      stepsAhead: held.stopStep - stepAt(lockstep.stepStarts, pausing),
+      raised: held.firstStop.filter((s) => s !== null && s > first).length,
+      firstStopStep: first,
+      stopStep: held.stopStep,
+      knownMs: Math.round((held.knownAt ?? NaN) - pausing),
       controllerMs: paused === null ? null : Math.round(paused - pausing),
       load: round1(loadavg()[0]!),
     };
   } finally {
-    training = false;
+    lockstep?.stop();
     daemon.close();
     await closeAll([...big, ...small], [...clients, status]);
     await controller.stop();

@@ -151,130 +151,225 @@ export async function createPlanner(): Promise<Planner> {
 
 function plan(highs: Highs, cluster: Cluster, options: PlanOptions = {}): Plan {
   const start = performance.now();
-  const timeLimitMs = options.timeLimitMs ?? DEFAULT_TIME_LIMIT_MS;
-  const deadline = start + timeLimitMs;
   const bounds = plannedBounds(cluster);
-  // Checking a snapshot costs time and memory linear in its size; the per (group, rack)
-  // structures below are built only when something is over its bound.
+  return planWithoutMoves(cluster, bounds, start) ?? new PlanRun(highs, cluster, bounds, options, start).run();
+}
+
+/**
+ * The plans that move nothing. Checking a snapshot costs time and memory linear in its size;
+ * the per (group, rack) structures of `PlanRun` are built only when something is over its bound.
+ */
+function planWithoutMoves(cluster: Cluster, bounds: Bounds, start: number): Plan | undefined {
   if (withinBounds(cluster, cluster.placement, bounds)) return unmoved(cluster, "unchanged", bounds, start);
   const reason = obviouslyInfeasible(cluster);
-  if (reason) return { ...unmoved(cluster, "infeasible", bounds, start), reason };
+  return reason ? { ...unmoved(cluster, "infeasible", bounds, start), reason } : undefined;
+}
 
-  const state = new CountState(cluster, undefined, bounds);
-  const finish = (status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number) =>
-    status === "infeasible" ? unmoved(cluster, status, bounds, start, method, lowerBound) : result(cluster, bounds, status, method, target, lowerBound, start);
-  const { exactNodes, diveNodes, mipNodes, repairSteps } = options.budget ?? {};
-  const capped = (nodes: number | undefined) => (nodes === undefined ? {} : { nodeLimit: nodes });
-  let lowerBound = 1;
-  let incumbent: Counts | undefined;
-  let best = Number.POSITIVE_INFINITY;
+/** Whether HiGHS is given the programs of this cluster (`MAX_PROGRAM_CELLS`). */
+function programFits(cluster: Cluster): boolean {
+  return cluster.groups.length * cluster.topology.racks <= MAX_PROGRAM_CELLS;
+}
+
+function checkPaperFits(cluster: Cluster): void {
+  if (programFits(cluster)) return;
+  const cells = `${cluster.groups.length} groups × ${cluster.topology.racks} racks`;
+  throw new InvalidInputError("--formulation paper", [
+    { path: "", message: `the program for ${cells} is larger than HiGHS is given (${MAX_PROGRAM_CELLS} cells); plan with --formulation monkeytree` },
+  ]);
+}
+
+const nodeCap = (nodes: number | undefined) => (nodes === undefined ? {} : { nodeLimit: nodes });
+
+/** One plan of a cluster over its bounds: the anytime schedule, and what it has established so far. */
+class PlanRun {
+  private readonly timeLimitMs: number;
+  private readonly deadline: number;
+  private readonly budget: PlanBudget;
+  private readonly state: CountState;
+  private readonly programFits: boolean;
+  /** The published program, which HiGHS alone solves ("paper"). */
+  private readonly program: ReturnType<typeof paperProgram> | undefined;
+  private lowerBound = 1;
+  private incumbent: Counts | undefined;
+  private best = Number.POSITIVE_INFINITY;
   /**
    * The repair's plan, held aside: the searches look for the fewest moves as if it did not
    * exist, and it is the answer only where they end with nothing better.
    */
-  let net: { readonly counts: Counts; readonly moves: number } | undefined;
-  const report = (phase: PlanProgress["phase"]) => {
-    const known = Math.min(best, net?.moves ?? Number.POSITIVE_INFINITY);
-    options.onProgress?.({ phase, lowerBound, ...(Number.isFinite(known) ? { best: known } : {}), elapsedMs: performance.now() - start });
-  };
-  const fresh = () => new CountState(cluster, state.initial, bounds);
-  const programFits = cluster.groups.length * cluster.topology.racks <= MAX_PROGRAM_CELLS;
-  if (options.formulation === "paper" && !programFits) {
-    const cells = `${cluster.groups.length} groups × ${cluster.topology.racks} racks`;
-    throw new InvalidInputError("--formulation paper", [{ path: "", message: `the program for ${cells} is larger than HiGHS is given (${MAX_PROGRAM_CELLS} cells); plan with --formulation monkeytree` }]);
+  private net: { readonly counts: Counts; readonly moves: number } | undefined;
+  private ranIlp = false;
+  private exactDone = false;
+
+  constructor(
+    private readonly highs: Highs,
+    private readonly cluster: Cluster,
+    private readonly bounds: Bounds,
+    private readonly options: PlanOptions,
+    private readonly start: number,
+  ) {
+    this.timeLimitMs = options.timeLimitMs ?? DEFAULT_TIME_LIMIT_MS;
+    this.deadline = start + this.timeLimitMs;
+    this.budget = options.budget ?? {};
+    this.state = new CountState(cluster, undefined, bounds);
+    this.programFits = programFits(cluster);
+    if (options.formulation === "paper") checkPaperFits(cluster);
+    this.program = options.formulation === "paper" ? paperProgram(this.state) : undefined;
   }
-  const program = options.formulation === "paper" ? paperProgram(state) : undefined;
-  let ranIlp = false;
+
+  run(): Plan {
+    if (this.program) return this.ilp(this.deadline, this.budget.mipNodes) ?? this.settle();
+    const exact = new Search(this.fresh(), nodeCap(this.budget.exactNodes));
+    const first =
+      this.budget.exactNodes === undefined
+        ? this.search(exact, Math.min(this.deadline, this.start + FIRST_SLICE_MS))
+        : this.search(exact, this.deadline, FIRST_SLICE_NODES);
+    if (first) return first;
+    const settled = this.firstPlan();
+    if (settled) return settled;
+    this.dive();
+    if (this.proved()) return this.finish("optimal", "search", this.incumbent!, this.best);
+    if (this.exactDone) return this.close();
+    return this.search(exact, this.deadline) ?? this.close();
+  }
+
+  /**
+   * A plan in milliseconds, however many moves: from here on there is one to return. Returns a
+   * plan only where the repair failed and HiGHS then settled the question.
+   */
+  private firstPlan(): Plan | undefined {
+    const { repairSteps, mipNodes } = this.budget;
+    const repaired = repairSteps === 0 || performance.now() >= this.deadline ? undefined : repair(this.fresh(), repairSteps, undefined, this.deadline);
+    if (repaired) {
+      this.net = { counts: repaired, moves: moveDistance(this.state.count, repaired) };
+      this.report("repair");
+    } else if (repairSteps !== 0 && performance.now() < this.deadline) {
+      // The repair failing is what an event with no valid placement looks like: HiGHS can prove
+      // that (and then find the best effort) or find a plan, where the dives and the search
+      // would run until the limit and return nothing.
+      return this.ilp(mipNodes === undefined ? Math.min(this.deadline, performance.now() + ILP_SLICE_MS) : this.deadline, mipNodes);
+    }
+    return undefined;
+  }
+
+  /** Dives for a valid plan, narrowest beam first, each shorter than the best so far. */
+  private dive(): void {
+    const { diveNodes } = this.budget;
+    for (const beam of DIVE_BEAMS) {
+      if (this.proved() || performance.now() >= this.deadline) break;
+      const until = diveNodes === undefined ? Math.min(this.deadline, performance.now() + DIVE_SLICE_MS) : this.deadline;
+      const outcome = searchMoves(this.fresh(), Math.min(DIVE_DEPTH, this.best - 1), until, { firstDepth: this.lowerBound, beam, ...nodeCap(diveNodes) });
+      if (outcome.kind !== "found") continue;
+      this.incumbent = applyRackMoves(this.state, outcome.moves);
+      this.best = outcome.moves.length;
+      this.report("dive");
+    }
+  }
+
+  private search(exact: Search, until: number, pauseAt?: number): Plan | undefined {
+    const outcome = exact.run(Math.min(SEARCH_DEPTH, this.best - 1), until, pauseAt);
+    // Deepening from below, the first plan found is minimal.
+    if (outcome.kind === "found") return this.finish("optimal", "search", applyRackMoves(this.state, outcome.moves), outcome.moves.length);
+    this.lowerBound = Math.max(this.lowerBound, outcome.depth + 1);
+    if (this.proved()) return this.finish("optimal", "search", this.incumbent!, this.best);
+    this.report("search");
+    this.exactDone = (outcome.kind === "exhausted" && outcome.depth >= SEARCH_DEPTH) || exact.spent;
+    return undefined;
+  }
+
+  /** Past its depth or its budget the exact search can do no more: HiGHS takes the rest. */
+  private close(): Plan {
+    return this.exactDone ? (this.ilp(this.deadline, this.budget.mipNodes) ?? this.settle()) : this.settle();
+  }
+
   /** One HiGHS run from the best plan and bound so far; a plan if it settles the question. */
-  const ilp = (untilMs: number, nodes: number | undefined): Plan | undefined => {
-    if (!programFits) return undefined;
-    ranIlp = true;
-    report("ilp");
-    const model = program ?? monkeytreeProgram(state, lowerBound);
-    const solved = solveMip(highs, model.model, {
+  private ilp(untilMs: number, nodes: number | undefined): Plan | undefined {
+    if (!this.programFits) return undefined;
+    this.ranIlp = true;
+    this.report("ilp");
+    const model = this.program ?? monkeytreeProgram(this.state, this.lowerBound);
+    const solved = solveMip(this.highs, model.model, {
       timeLimitSec: ilpSeconds(untilMs - performance.now()),
-      ...(incumbent ? { start: model.encode(incumbent) } : {}),
+      ...(this.incumbent ? { start: model.encode(this.incumbent) } : {}),
       ...(nodes === undefined ? {} : { maxNodes: nodes }),
     });
     // A plan the search or the repair found is verified; it outranks any numerical claim of
     // infeasibility. Without one, nothing else can use the time left: the best effort gets it.
-    if (solved.status === "infeasible" && !incumbent) return net ? undefined : ((program ? undefined : bestEffort(deadline)) ?? finish("infeasible", "ilp", state.count, lowerBound));
-    lowerBound = Math.max(lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
-    const found = solved.values ? model.decode(solved.values) : undefined;
-    if (found && moveDistance(state.count, found) < best) {
-      incumbent = found;
-      best = moveDistance(state.count, found);
+    if (solved.status === "infeasible" && !this.incumbent) {
+      return this.net
+        ? undefined
+        : ((this.program ? undefined : this.bestEffort(this.deadline)) ?? this.finish("infeasible", "ilp", this.state.count, this.lowerBound));
     }
-    if (incumbent && (solved.status === "optimal" || best <= lowerBound)) return finish("optimal", "ilp", incumbent, best);
+    this.lowerBound = Math.max(this.lowerBound, Math.ceil(solved.bound * model.movesPerObjective - 1e-6));
+    const found = solved.values ? model.decode(solved.values) : undefined;
+    if (found && moveDistance(this.state.count, found) < this.best) {
+      this.incumbent = found;
+      this.best = moveDistance(this.state.count, found);
+    }
+    if (this.incumbent && (solved.status === "optimal" || this.best <= this.lowerBound)) return this.finish("optimal", "ilp", this.incumbent, this.best);
     return undefined;
-  };
+  }
+
   /**
    * Where pinned jobs or unavailable hosts take the room a repair needs, the least
    * fragmentation over the rack bounds that can be reached, with the fewest moves for it.
    */
-  const bestEffort = (untilMs: number): Plan | undefined => {
+  private bestEffort(untilMs: number): Plan | undefined {
+    const { cluster, highs } = this;
     if (cluster.unavailable.length === 0 && cluster.groups.every((g) => g.movable)) return undefined;
     // Only when room is what is missing: with every host usable and every job movable, a
     // placement must exist.
     const free: Cluster = { ...cluster, unavailable: [], groups: cluster.groups.map((g) => ({ ...g, movable: true })) };
     const freed = new CountState(free);
-    if (solveMip(highs, monkeytreeProgram(freed).model, { timeLimitSec: ilpSeconds((untilMs - performance.now()) / 2) }).status === "infeasible") return undefined;
-    const soft = monkeytreeProgram(state, 0, true);
+    if (solveMip(highs, monkeytreeProgram(freed).model, { timeLimitSec: ilpSeconds((untilMs - performance.now()) / 2) }).status === "infeasible")
+      return undefined;
+    const soft = monkeytreeProgram(this.state, 0, true);
     const solved = solveMip(highs, soft.model, { timeLimitSec: ilpSeconds(untilMs - performance.now()) });
     if (!solved.values) return undefined;
     const target = soft.decode(solved.values);
-    const moves = moveDistance(state.count, target);
-    return result(cluster, bounds, solved.status === "optimal" ? "optimal" : "feasible", "ilp", target, solved.status === "optimal" ? moves : 0, start, true);
-  };
-  const settle = () => {
-    if (net && net.moves < best) return finish(net.moves <= lowerBound ? "optimal" : "feasible", "repair", net.counts, Math.min(lowerBound, net.moves));
-    if (!incumbent) throw new PlanTimeoutError(timeLimitMs, lowerBound, options.budget !== undefined);
-    return finish(best <= lowerBound ? "optimal" : "feasible", ranIlp ? "ilp" : "search", incumbent, Math.min(lowerBound, best));
-  };
-  if (program) return ilp(deadline, mipNodes) ?? settle();
+    const moves = moveDistance(this.state.count, target);
+    return result(
+      cluster,
+      this.bounds,
+      solved.status === "optimal" ? "optimal" : "feasible",
+      "ilp",
+      target,
+      solved.status === "optimal" ? moves : 0,
+      this.start,
+      true,
+    );
+  }
 
-  const exact = new Search(fresh(), capped(exactNodes));
-  const now = () => performance.now();
-  const proved = () => incumbent !== undefined && best <= lowerBound;
-  let exactDone = false;
-  const search = (until: number, pauseAt?: number): Plan | undefined => {
-    const outcome = exact.run(Math.min(SEARCH_DEPTH, best - 1), until, pauseAt);
-    // Deepening from below, the first plan found is minimal.
-    if (outcome.kind === "found") return finish("optimal", "search", applyRackMoves(state, outcome.moves), outcome.moves.length);
-    lowerBound = Math.max(lowerBound, outcome.depth + 1);
-    if (proved()) return finish("optimal", "search", incumbent!, best);
-    report("search");
-    exactDone = (outcome.kind === "exhausted" && outcome.depth >= SEARCH_DEPTH) || exact.spent;
-    return undefined;
-  };
-  // Past its depth or its budget the exact search can do no more: HiGHS takes the rest.
-  const close = () => (exactDone ? (ilp(deadline, mipNodes) ?? settle()) : settle());
-  const first = exactNodes === undefined ? search(Math.min(deadline, start + FIRST_SLICE_MS)) : search(deadline, FIRST_SLICE_NODES);
-  if (first) return first;
-  // A plan in milliseconds, however many moves: from here on there is one to return.
-  const repaired = repairSteps === 0 || now() >= deadline ? undefined : repair(fresh(), repairSteps, undefined, deadline);
-  if (repaired) {
-    net = { counts: repaired, moves: moveDistance(state.count, repaired) };
-    report("repair");
-  } else if (repairSteps !== 0 && now() < deadline) {
-    // The repair failing is what an event with no valid placement looks like: HiGHS can prove
-    // that (and then find the best effort) or find a plan, where the dives and the search
-    // would run until the limit and return nothing.
-    const settled = ilp(mipNodes === undefined ? Math.min(deadline, now() + ILP_SLICE_MS) : deadline, mipNodes);
-    if (settled) return settled;
+  /** The best plan found, once no phase has anything more to try. */
+  private settle(): Plan {
+    const { net, incumbent, best, lowerBound } = this;
+    if (net && net.moves < best) return this.finish(net.moves <= lowerBound ? "optimal" : "feasible", "repair", net.counts, Math.min(lowerBound, net.moves));
+    if (!incumbent) throw new PlanTimeoutError(this.timeLimitMs, lowerBound, this.options.budget !== undefined);
+    return this.finish(best <= lowerBound ? "optimal" : "feasible", this.ranIlp ? "ilp" : "search", incumbent, Math.min(lowerBound, best));
   }
-  for (const beam of DIVE_BEAMS) {
-    if (proved() || now() >= deadline) break;
-    const until = diveNodes === undefined ? Math.min(deadline, now() + DIVE_SLICE_MS) : deadline;
-    const outcome = searchMoves(fresh(), Math.min(DIVE_DEPTH, best - 1), until, { firstDepth: lowerBound, beam, ...capped(diveNodes) });
-    if (outcome.kind !== "found") continue;
-    incumbent = applyRackMoves(state, outcome.moves);
-    best = outcome.moves.length;
-    report("dive");
+
+  private finish(status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number): Plan {
+    return status === "infeasible"
+      ? unmoved(this.cluster, status, this.bounds, this.start, method, lowerBound)
+      : result(this.cluster, this.bounds, status, method, target, lowerBound, this.start);
   }
-  if (proved()) return finish("optimal", "search", incumbent!, best);
-  if (exactDone) return close();
-  return search(deadline) ?? close();
+
+  private proved(): boolean {
+    return this.incumbent !== undefined && this.best <= this.lowerBound;
+  }
+
+  private fresh(): CountState {
+    return new CountState(this.cluster, this.state.initial, this.bounds);
+  }
+
+  private report(phase: PlanProgress["phase"]): void {
+    const known = Math.min(this.best, this.net?.moves ?? Number.POSITIVE_INFINITY);
+    this.options.onProgress?.({
+      phase,
+      lowerBound: this.lowerBound,
+      ...(Number.isFinite(known) ? { best: known } : {}),
+      elapsedMs: performance.now() - this.start,
+    });
+  }
 }
 
 /**
