@@ -4,8 +4,8 @@ import { InvalidInputError } from "../../sdk/errors.ts";
 import { podFragmentation, rackFragmentation } from "../model/fragmentation.ts";
 import { TopologySchema, type Snapshot } from "../model/snapshot.ts";
 import { Random } from "./random.ts";
-import { scheduler, SCHEDULERS } from "./scheduler.ts";
-import { MIXES, workload, type JobSpec } from "./workload.ts";
+import { scheduler, SCHEDULERS, type Scheduler } from "./scheduler.ts";
+import { MIXES, workload, type JobSpec, type Workload } from "./workload.ts";
 
 export const TraceOptionsSchema = z.strictObject({
   seed: z.int(),
@@ -32,6 +32,7 @@ export const TraceOptionsSchema = z.strictObject({
   maxArrivals: z.int().min(0).optional(),
 });
 export type TraceOptions = z.input<typeof TraceOptionsSchema>;
+type ParsedTraceOptions = z.infer<typeof TraceOptionsSchema>;
 
 /** What a finished trace did; returned by the generator. */
 export interface TraceSummary {
@@ -49,7 +50,7 @@ export interface TraceSummary {
   readonly queued: number;
 }
 
-interface RunningJob {
+export interface RunningJob {
   readonly spec: JobSpec;
   readonly ends: number;
   groups: number[][];
@@ -57,6 +58,41 @@ interface RunningJob {
 
 /** Jobs last one mean duration; time is measured in it. */
 const MEAN_DURATION = 1;
+
+/** What every snapshot of a trace shares: topology and bounds. */
+type TraceShape = Readonly<Pick<ParsedTraceOptions, "topology" | "podLambda">> & { readonly lambda: number };
+
+/**
+ * Everything a trace carries from event to event. The first block is fixed when it starts;
+ * the rest changes as jobs arrive, start and leave.
+ */
+export interface TraceState extends TraceShape {
+  readonly options: ParsedTraceOptions;
+  readonly hostCount: number;
+  /** Draws arrivals and durations. */
+  readonly random: Random;
+  /** The front-end scheduler, on its own random stream. */
+  readonly place: Scheduler;
+  readonly jobs: Workload;
+  readonly arrivalRate: number;
+  /** Arrivals before measuring starts, during which bound-breaking jobs are turned away. */
+  readonly warmup: number;
+
+  readonly occupied: boolean[];
+  running: RunningJob[];
+  readonly queue: JobSpec[];
+  now: number;
+  nextArrival: number;
+  arrivals: number;
+  turnedAway: number;
+  departures: number;
+  events: number;
+  /** Hosts busy now. */
+  busy: number;
+  measuredSince: number | undefined;
+  /** Busy hosts integrated over the measured time. */
+  busyTime: number;
+}
 
 /**
  * A cluster trace: Poisson arrivals of jobs from a mix, exponential durations, placed by a
@@ -71,13 +107,21 @@ const MEAN_DURATION = 1;
 export function* trace(input: TraceOptions): Generator<Cluster, TraceSummary, Placement | undefined> {
   const parsed = TraceOptionsSchema.safeParse(input);
   if (!parsed.success) throw InvalidInputError.fromZod("trace options", parsed.error);
-  const options = parsed.data;
-  const { topology } = options;
+  const state = createTraceState(parsed.data);
+  while (tracing(state)) {
+    departOrArrive(state);
+    yield* startQueued(state);
+  }
+  return traceSummary(state);
+}
+
+/** The trace before its first arrival: an empty cluster, the first arrival drawn. */
+export function createTraceState(options: ParsedTraceOptions): TraceState {
+  const { topology, podLambda } = options;
   const hostCount = topology.racks * topology.hostsPerRack;
   const lambda = options.lambda ?? topology.uplinksPerRack;
-  const { podLambda } = options;
   // Surface a bad topology/bound combination (podLambda without pods) before simulating.
-  parseSnapshot(snapshotOf([]), "trace options");
+  parseSnapshot(snapshotOf({ topology, lambda, podLambda }, []), "trace options");
 
   const random = new Random(options.seed);
   // Its own stream, so that every front-end sees the same arrivals and durations.
@@ -85,125 +129,162 @@ export function* trace(input: TraceOptions): Generator<Cluster, TraceSummary, Pl
   const jobs = workload(options.mix, hostCount);
   const arrivalRate = (options.load * hostCount) / (jobs.meanHosts * MEAN_DURATION);
   const warmup = options.warmup ?? Math.ceil(3 * arrivalRate * MEAN_DURATION);
-
-  const occupied = new Array<boolean>(hostCount).fill(false);
-  let running: RunningJob[] = [];
-  const queue: JobSpec[] = [];
-  let now = 0;
-  let nextArrival = random.exponential(arrivalRate);
-  let arrivals = 0;
-  let turnedAway = 0;
-  let departures = 0;
-  let events = 0;
-  let busy = 0;
-  let measuredSince: number | undefined = warmup === 0 ? 0 : undefined;
-  let busyTime = 0;
-
-  const summary = (): TraceSummary => {
-    const measuredTime = measuredSince === undefined ? 0 : now - measuredSince;
-    return {
-      arrivals,
-      turnedAway,
-      departures,
-      events,
-      measuredTime,
-      load: measuredTime > 0 ? busyTime / (measuredTime * hostCount) : 0,
-      queued: queue.length,
-    };
+  return {
+    options,
+    topology,
+    lambda,
+    podLambda,
+    hostCount,
+    random,
+    place,
+    jobs,
+    arrivalRate,
+    warmup,
+    occupied: new Array<boolean>(hostCount).fill(false),
+    running: [],
+    queue: [],
+    now: 0,
+    nextArrival: random.exponential(arrivalRate),
+    arrivals: 0,
+    turnedAway: 0,
+    departures: 0,
+    events: 0,
+    busy: 0,
+    measuredSince: warmup === 0 ? 0 : undefined,
+    busyTime: 0,
   };
-  const advance = (to: number) => {
-    if (measuredSince !== undefined) busyTime += busy * (to - now);
-    now = to;
-  };
-  const occupy = (groups: readonly (readonly number[])[], value: boolean) => {
-    for (const hosts of groups) for (const h of hosts) occupied[h] = value;
-    busy += (value ? 1 : -1) * groups.reduce((sum, hosts) => sum + hosts.length, 0);
-  };
+}
 
-  function snapshotOf(jobList: readonly { spec: JobSpec; groups: readonly (readonly number[])[] }[]): Snapshot {
-    return {
-      topology,
-      lambda,
-      ...(podLambda === undefined ? {} : { podLambda }),
-      jobs: jobList.map(({ spec, groups }) =>
-        spec.stages === 1
-          ? { id: spec.id, rings: spec.rings, hosts: [...(groups[0] ?? [])] }
-          : { id: spec.id, rings: spec.rings, groups: groups.map((hosts) => [...hosts]) },
-      ),
-    };
+/** Whether the trace goes on: fewer events than asked for, and arrivals left. */
+export function tracing(state: TraceState): boolean {
+  const { options } = state;
+  return state.events < options.events && (options.maxArrivals === undefined || state.arrivals < options.maxArrivals);
+}
+
+/** The next event that is no placement: the first running job leaves, or the next job arrives and queues. */
+export function departOrArrive(state: TraceState): void {
+  const leaving = firstToEnd(state.running);
+  if (leaving && leaving.ends <= state.nextArrival) {
+    advance(state, leaving.ends);
+    state.running = state.running.filter((job) => job !== leaving);
+    occupy(state, leaving.groups, false);
+    state.departures++;
+  } else {
+    advance(state, state.nextArrival);
+    state.queue.push(state.jobs.draw(state.random, state.arrivals));
+    state.arrivals++;
+    if (state.arrivals === state.warmup) state.measuredSince = state.now;
+    state.nextArrival = state.now + state.random.exponential(state.arrivalRate);
   }
+}
 
-  /** Whether adding `job` raises some rack or pod above its bound, or further above it. */
-  const breaksBound = (job: RunningJob): boolean => {
-    const before = clusterFromSnapshot(snapshotOf(running));
-    const after = clusterFromSnapshot(snapshotOf([...running, job]));
-    const rises = (was: number[], is: number[], bound: number | undefined) =>
-      bound !== undefined && is.some((degree, d) => degree > bound && degree > (was[d] ?? 0));
-    return (
-      rises(rackFragmentation(before), rackFragmentation(after), lambda) ||
-      rises(podFragmentation(before), podFragmentation(after), podLambda)
-    );
+/**
+ * Starts queued jobs, FIFO: the head of the queue blocks everything behind it until enough
+ * hosts are free. Yields the cluster whenever a start breaks a bound, and goes on from the
+ * reply's placement.
+ */
+function* startQueued(state: TraceState): Generator<Cluster, void, Placement | undefined> {
+  const { queue, topology } = state;
+  for (let head = queue[0]; head !== undefined && state.events < state.options.events; head = queue[0]) {
+    const groups = state.place(state.occupied, topology.hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
+    if (!groups) break;
+    queue.shift();
+    const violation = startJob(state, head, groups);
+    if (!violation) continue;
+    const reply = yield violation;
+    if (reply !== undefined) adopt(state, violation, reply);
+  }
+}
+
+/**
+ * Starts a job the front-end placed on `groups`, and draws its duration. A job that breaks a
+ * bound during warm-up is turned away instead; after warm-up it counts as an event, and the
+ * cluster with it is returned. `undefined` when there is nothing to yield.
+ */
+export function startJob(state: TraceState, spec: JobSpec, groups: number[][]): Cluster | undefined {
+  const job: RunningJob = { spec, ends: state.now + state.random.exponential(1 / MEAN_DURATION), groups };
+  const violates = breaksBound(state, job);
+  if (violates && state.arrivals < state.warmup) {
+    state.turnedAway++;
+    return undefined;
+  }
+  state.running.push(job);
+  occupy(state, groups, true);
+  if (!violates) return undefined;
+  state.events++;
+  return parseSnapshot(snapshotOf(state, state.running), "trace");
+}
+
+/** What the trace did so far. */
+export function traceSummary(state: TraceState): TraceSummary {
+  const { measuredSince, now } = state;
+  const measuredTime = measuredSince === undefined ? 0 : now - measuredSince;
+  return {
+    arrivals: state.arrivals,
+    turnedAway: state.turnedAway,
+    departures: state.departures,
+    events: state.events,
+    measuredTime,
+    load: measuredTime > 0 ? state.busyTime / (measuredTime * state.hostCount) : 0,
+    queued: state.queue.length,
   };
+}
 
-  /** Replaces every running job's hosts with the reply's; the reply must move hosts only. */
-  const adopt = (cluster: Cluster, placement: Placement) => {
-    if (placement.length !== cluster.placement.length) {
+/** Moves the clock to `to`, counting busy hosts once measuring has started. */
+function advance(state: TraceState, to: number): void {
+  if (state.measuredSince !== undefined) state.busyTime += state.busy * (to - state.now);
+  state.now = to;
+}
+
+/** Marks hosts busy (`value` true) or free, and counts them. */
+function occupy(state: TraceState, groups: readonly (readonly number[])[], value: boolean): void {
+  for (const hosts of groups) for (const h of hosts) state.occupied[h] = value;
+  state.busy += (value ? 1 : -1) * groups.reduce((sum, hosts) => sum + hosts.length, 0);
+}
+
+function snapshotOf(shape: TraceShape, jobList: readonly { spec: JobSpec; groups: readonly (readonly number[])[] }[]): Snapshot {
+  const { topology, lambda, podLambda } = shape;
+  return {
+    topology,
+    lambda,
+    ...(podLambda === undefined ? {} : { podLambda }),
+    jobs: jobList.map(({ spec, groups }) =>
+      spec.stages === 1
+        ? { id: spec.id, rings: spec.rings, hosts: [...(groups[0] ?? [])] }
+        : { id: spec.id, rings: spec.rings, groups: groups.map((hosts) => [...hosts]) },
+    ),
+  };
+}
+
+/** Whether adding `job` raises some rack or pod above its bound, or further above it. */
+export function breaksBound(state: TraceState, job: RunningJob): boolean {
+  const before = clusterFromSnapshot(snapshotOf(state, state.running));
+  const after = clusterFromSnapshot(snapshotOf(state, [...state.running, job]));
+  const rises = (was: number[], is: number[], bound: number | undefined) =>
+    bound !== undefined && is.some((degree, d) => degree > bound && degree > (was[d] ?? 0));
+  return rises(rackFragmentation(before), rackFragmentation(after), state.lambda) || rises(podFragmentation(before), podFragmentation(after), state.podLambda);
+}
+
+/** Replaces every running job's hosts with the reply's; the reply must move hosts only. */
+export function adopt(state: TraceState, cluster: Cluster, placement: Placement): void {
+  if (placement.length !== cluster.placement.length) {
+    throw new InvalidInputError("placement", [{ path: "", message: `expected ${cluster.placement.length} groups, received ${placement.length}` }]);
+  }
+  parseSnapshot(toSnapshot(cluster, placement), "placement");
+  const byId = new Map(state.running.map((job) => [job.spec.id, job]));
+  cluster.groups.forEach((group, g) => {
+    const hosts = placement[g] ?? [];
+    const job = byId.get(group.job);
+    if (!job || hosts.length !== job.spec.hostsPerStage) {
       throw new InvalidInputError("placement", [
-        { path: "", message: `expected ${cluster.placement.length} groups, received ${placement.length}` },
+        { path: `[${g}]`, message: `expected ${job?.spec.hostsPerStage ?? 0} hosts for ${group.job} group ${group.index}, received ${hosts.length}` },
       ]);
     }
-    parseSnapshot(toSnapshot(cluster, placement), "placement");
-    const byId = new Map(running.map((job) => [job.spec.id, job]));
-    cluster.groups.forEach((group, g) => {
-      const hosts = placement[g] ?? [];
-      const job = byId.get(group.job);
-      if (!job || hosts.length !== job.spec.hostsPerStage) {
-        throw new InvalidInputError("placement", [
-          { path: `[${g}]`, message: `expected ${job?.spec.hostsPerStage ?? 0} hosts for ${group.job} group ${group.index}, received ${hosts.length}` },
-        ]);
-      }
-      job.groups[group.index] = [...hosts];
-    });
-    occupied.fill(false);
-    busy = 0;
-    for (const job of running) occupy(job.groups, true);
-  };
-
-  while (events < options.events && (options.maxArrivals === undefined || arrivals < options.maxArrivals)) {
-    const leaving = firstToEnd(running);
-    if (leaving && leaving.ends <= nextArrival) {
-      advance(leaving.ends);
-      running = running.filter((job) => job !== leaving);
-      occupy(leaving.groups, false);
-      departures++;
-    } else {
-      advance(nextArrival);
-      queue.push(jobs.draw(random, arrivals));
-      arrivals++;
-      if (arrivals === warmup) measuredSince = now;
-      nextArrival = now + random.exponential(arrivalRate);
-    }
-    // FIFO: the head of the queue blocks everything behind it until enough hosts are free.
-    for (let head = queue[0]; head !== undefined && events < options.events; head = queue[0]) {
-      const groups = place(occupied, topology.hostsPerRack, new Array<number>(head.stages).fill(head.hostsPerStage));
-      if (!groups) break;
-      queue.shift();
-      const job: RunningJob = { spec: head, ends: now + random.exponential(1 / MEAN_DURATION), groups };
-      const violates = breaksBound(job);
-      if (violates && arrivals < warmup) {
-        turnedAway++;
-        continue;
-      }
-      running.push(job);
-      occupy(groups, true);
-      if (!violates) continue;
-      events++;
-      const cluster = parseSnapshot(snapshotOf(running), "trace");
-      const reply = yield cluster;
-      if (reply !== undefined) adopt(cluster, reply);
-    }
-  }
-  return summary();
+    job.groups[group.index] = [...hosts];
+  });
+  state.occupied.fill(false);
+  state.busy = 0;
+  for (const job of state.running) occupy(state, job.groups, true);
 }
 
 /** The job that ends first; the earlier placed on a tie. */
