@@ -31,9 +31,20 @@ export const OTHER_STATE_BYTES = 2 ** 20;
 /** `monkeytree launch`'s arguments after the worker's identity, the same for a replacement. */
 export function launchTail(job: ExampleJob, training: Training): string[] {
   return [
-    "--checkpoint-bytes", String(training.checkpointBytes), "--master-port", String(training.masterPort),
+    "--checkpoint-bytes",
+    String(training.checkpointBytes),
+    "--master-port",
+    String(training.masterPort),
     ...(training.holdTimeoutS === undefined ? [] : ["--hold-timeout", String(training.holdTimeoutS)]),
-    "--", training.python, "-m", "torch.distributed.run", "--nproc_per_node", String(job.nproc), script(job), ...(job.args ?? []), ...training.args,
+    "--",
+    training.python,
+    "-m",
+    "torch.distributed.run",
+    "--nproc_per_node",
+    String(job.nproc),
+    script(job),
+    ...(job.args ?? []),
+    ...training.args,
   ];
 }
 
@@ -41,8 +52,25 @@ export function launchTail(job: ExampleJob, training: Training): string[] {
 export function launcherArgs(job: ExampleJob, host: number, group: number, endpoint: string, tail: readonly string[]): string[] {
   const { dp, pp, tp } = job.parallelism;
   return [
-    ...CLI, "launch", "--job", job.name, "--host", String(host), "--group", String(group),
-    "--dp", String(dp), "--pp", String(pp), "--tp", String(tp), "--connect", endpoint, "--replacement", job.name, ...tail,
+    ...CLI,
+    "launch",
+    "--job",
+    job.name,
+    "--host",
+    String(host),
+    "--group",
+    String(group),
+    "--dp",
+    String(dp),
+    "--pp",
+    String(pp),
+    "--tp",
+    String(tp),
+    "--connect",
+    endpoint,
+    "--replacement",
+    job.name,
+    ...tail,
   ];
 }
 
@@ -53,18 +81,40 @@ export function otherWorker(job: ExampleJob): string[] {
 
 /** The arriving job's worker on `host` (the program `worker`), which starts once `gate` exists. */
 export function otherArgs(job: ExampleJob, host: number, endpoint: string, gate: string, worker = otherWorker(job)): string[] {
-  return [...worker, "--controller", endpoint, "--job", "other", "--host", String(host), "--dp", String(job.other.hosts.length), "--replacement", "other", "--start-when-exists", gate];
+  return [
+    ...worker,
+    "--controller",
+    endpoint,
+    "--job",
+    "other",
+    "--host",
+    String(host),
+    "--dp",
+    String(job.other.hosts.length),
+    "--replacement",
+    "other",
+    "--start-when-exists",
+    gate,
+  ];
 }
 
 /**
  * A daemon's --replacement flags for both jobs, run as `tenant` if any. A daemon passes a
  * replacement none of its own environment, so `env` (the hook's path and the like) goes in the command.
  */
-export function replacementFlags(job: ExampleJob, env: Readonly<Record<string, string>>, tail: readonly string[], tenant: Tenant | undefined, other = otherWorker(job)): string[] {
+export function replacementFlags(
+  job: ExampleJob,
+  env: Readonly<Record<string, string>>,
+  tail: readonly string[],
+  tenant: Tenant | undefined,
+  other = otherWorker(job),
+): string[] {
   const assignments = Object.entries(env).map(([name, value]) => `${name}=${value}`);
   return [
-    "--replacement", `${job.name}=${shellCommand(["env", ...assignments, process.execPath, ...CLI, "launch", ...tail])}`,
-    "--replacement", `other=${shellCommand(["env", ...assignments, process.execPath, ...other])}`,
+    "--replacement",
+    `${job.name}=${shellCommand(["env", ...assignments, process.execPath, ...CLI, "launch", ...tail])}`,
+    "--replacement",
+    `other=${shellCommand(["env", ...assignments, process.execPath, ...other])}`,
     ...(tenant ? ["--run-as", tenant.user] : []),
   ];
 }
@@ -151,7 +201,16 @@ export async function startLoopbackCluster(job: ExampleJob, options: LoopbackOpt
   try {
     const snapshot = join(dir, "topology.json");
     writeFileSync(snapshot, JSON.stringify({ topology: job.topology, jobs: [] }));
-    const controller = group.start("controller", [...CLI, "controller", "--snapshot", snapshot, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")]);
+    const controller = group.start("controller", [
+      ...CLI,
+      "controller",
+      "--snapshot",
+      snapshot,
+      "--bind",
+      "tcp://127.0.0.1:*",
+      "--journal",
+      join(dir, "journal"),
+    ]);
     const endpoint = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, options.timeoutMs))[1]!;
     client = new ControllerClient({ endpoint, timeoutMs: 10_000 });
     const tail = launchTail(job, training);
@@ -159,14 +218,33 @@ export async function startLoopbackCluster(job: ExampleJob, options: LoopbackOpt
     // Room for the job's checkpoint or the other job's, whichever a host receives.
     const staging = Math.max(training.checkpointBytes, OTHER_STATE_BYTES) + 2 ** 20;
     const daemons = Array.from({ length: hostCount }, (_, host) =>
-      group.start(`daemon-${host}`, [...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", "127.0.0.1:0", "--staging-bytes", String(staging), ...replacementFlags(job, env, tail, options.tenant)]),
+      group.start(`daemon-${host}`, [
+        ...CLI,
+        "daemon",
+        "--host",
+        String(host),
+        "--connect",
+        endpoint,
+        "--listen",
+        "127.0.0.1:0",
+        "--staging-bytes",
+        String(staging),
+        ...replacementFlags(job, env, tail, options.tenant),
+      ]),
     );
     const perHost = options.pinned;
     if (perHost !== null) daemons.forEach((daemon, host) => pinHost(daemon, host, perHost));
     const registered = client;
-    await until(group, "the daemons to register", async () => ((await registered.status()).hosts.registered === hostCount ? true : undefined), options.timeoutMs);
+    await until(
+      group,
+      "the daemons to register",
+      async () => ((await registered.status()).hosts.registered === hostCount ? true : undefined),
+      options.timeoutMs,
+    );
     const launchers = new Map<number, Managed>();
-    job.hosts.forEach((stage, g) => stage.forEach((host) => launchers.set(host, group.start(`${job.name}-${host}`, launcherArgs(job, host, g, endpoint, tail)))));
+    job.hosts.forEach((stage, g) =>
+      stage.forEach((host) => launchers.set(host, group.start(`${job.name}-${host}`, launcherArgs(job, host, g, endpoint, tail)))),
+    );
     if (perHost !== null) launchers.forEach((launcher, host) => pinHost(launcher, host, perHost));
     const gate = join(dir, "other.admitted");
     for (const host of job.other.hosts) group.start(`other-${host}`, otherArgs(job, host, endpoint, gate));

@@ -115,7 +115,18 @@ async function startController(snapshot: Snapshot): Promise<Server> {
     writeFileSync(path, JSON.stringify({ ...snapshot, jobs: [] }));
     // No replacement is started here (the daemon is simulated): the move pauses its job as
     // soon as staging is granted, which is what this bench times from.
-    return await startProcess("controller", dir, [...CLI, "controller", "--snapshot", path, "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--replacement-wait", "0"]);
+    return await startProcess("controller", dir, [
+      ...CLI,
+      "controller",
+      "--snapshot",
+      path,
+      "--bind",
+      "tcp://127.0.0.1:*",
+      "--journal",
+      join(dir, "journal"),
+      "--replacement-wait",
+      "0",
+    ]);
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
@@ -202,7 +213,13 @@ class FakeDaemon {
 
   /** Registers the host; resolves once the controller accepted it. */
   async register(): Promise<void> {
-    const type = await this.send({ type: "daemon.register", host: this.host, incarnation: this.incarnation, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
+    const type = await this.send({
+      type: "daemon.register",
+      host: this.host,
+      incarnation: this.incarnation,
+      stagingBytes: 1 << 30,
+      endpoint: "tcp://127.0.0.1:1",
+    });
     if (type !== "ack") throw new Error(`the controller answered the daemon's registration for host ${this.host} with ${type}`);
   }
 
@@ -228,7 +245,8 @@ class FakeDaemon {
     try {
       for await (const [frame] of this.socket) {
         const message = JSON.parse(frame!.toString()) as { type: string; id: number };
-        if (message.type === "daemon.prepare") this.reply({ type: "daemon.prepared", id: message.id, endpoint: "tcp://127.0.0.1:1", token: `bench-token-${message.id}` });
+        if (message.type === "daemon.prepare")
+          this.reply({ type: "daemon.prepared", id: message.id, endpoint: "tcp://127.0.0.1:1", token: `bench-token-${message.id}` });
         else if (message.type === "daemon.release" || message.type === "daemon.spawn") this.reply({ type: "daemon.done", id: message.id });
         else {
           this.answers.get(message.id)?.(message.type);
@@ -339,16 +357,42 @@ interface ClientResult {
  * bench/control-client.py as its torchrun: the measured host. Its lines on stdout are the
  * client's; the launcher's log is on stderr.
  */
-function startLauncher(dir: string, endpoint: string, job: string, host: number, dp: number, run: { iterations: number; periodMs: number; python: string; echo: string }) {
+function startLauncher(
+  dir: string,
+  endpoint: string,
+  job: string,
+  host: number,
+  dp: number,
+  run: { iterations: number; periodMs: number; python: string; echo: string },
+) {
   // A torchrun stand-in: `monkeytree launch` runs it with torchrun's single-node flags, which the client ignores.
   const torchrun = join(dir, "torchrun");
   writeFileSync(torchrun, `#!/bin/sh\nexec ${JSON.stringify(run.python)} ${JSON.stringify(CLIENT_SCRIPT)} "$@"\n`);
   chmodSync(torchrun, 0o755);
-  const args = [...CLI, "launch", "--connect", endpoint, "--job", job, "--host", String(host), "--dp", String(dp), "--tp", "8", "--checkpoint-bytes", String(1 << 20)];
-  const child = spawn(process.execPath, [...args, "--", torchrun, "--iterations", String(run.iterations), "--period-ms", String(run.periodMs), "--echo", run.echo], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, PYTHONUNBUFFERED: "1" },
-  });
+  const args = [
+    ...CLI,
+    "launch",
+    "--connect",
+    endpoint,
+    "--job",
+    job,
+    "--host",
+    String(host),
+    "--dp",
+    String(dp),
+    "--tp",
+    "8",
+    "--checkpoint-bytes",
+    String(1 << 20),
+  ];
+  const child = spawn(
+    process.execPath,
+    [...args, "--", torchrun, "--iterations", String(run.iterations), "--period-ms", String(run.periodMs), "--echo", run.echo],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, PYTHONUNBUFFERED: "1" },
+    },
+  );
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const lines: string[] = [];
@@ -386,7 +430,7 @@ function startLauncher(dir: string, endpoint: string, job: string, host: number,
 function inRound(rounds: readonly { start: number; end: number }[], atMs: number): boolean {
   // The last round that began by then.
   let lo = 0;
-  for (let hi = rounds.length; hi - lo > 1; ) {
+  for (let hi = rounds.length; hi - lo > 1;) {
     const mid = (lo + hi) >> 1;
     if (rounds[mid]!.start <= atMs) lo = mid;
     else hi = mid;
@@ -410,7 +454,10 @@ async function steadyState(hosts: number, iterations: number, periodMs: number, 
   let echo: Server | null = null;
   try {
     await daemon.register();
-    echo = await startProcess("the channel echo", mkdtempSync(join(tmpdir(), "monkeytree-bench-")), [...nodeArgs(import.meta.url, "./channel-echo"), join(dir, "echo.sock")]);
+    echo = await startProcess("the channel echo", mkdtempSync(join(tmpdir(), "monkeytree-bench-")), [
+      ...nodeArgs(import.meta.url, "./channel-echo"),
+      join(dir, "echo.sock"),
+    ]);
     launcher = startLauncher(dir, controller.endpoint, job, measured, hosts, { iterations, periodMs, python, echo: join(dir, "echo.sock") });
     await Promise.all(simulated.map((w) => w.register(120_000)));
     const start = await launcher.next<ClientStart>(120_000);
@@ -705,83 +752,125 @@ function options(argv: string[]) {
   };
 }
 
-await benchMain("control", help, options, async ({ json, registerCount, connections: connectionCount, offset, hosts, iterations, periodMs, python, stopHosts, stepMs, stopRuns }) => {
-  // Interrupted, it exits through its "exit" handlers, which end its processes and remove their directories.
-  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(130));
-  // ZeroMQ allows 1,023 sockets per context unless told before the first one opens; this
-  // process plays every simulated host.
-  context.maxSockets = Math.max(context.maxSockets, Math.max(...hosts, stopHosts + 2, connectionCount) + 64);
-  const out = (text: string) => json || process.stdout.write(text);
-
-  progress(`registering ${registerCount} workers`);
-  const reg = await registration(registerCount, connectionCount, offset);
-  out(
-    `registration: ${registerCount} workers (${reg.jobs} jobs) over ${connectionCount} connections in ${reg.seconds.toFixed(2)} s ` +
-      `(${Math.round(reg.perSecond)} /s); ${reg.journalRecords} journal records; controller RSS ${reg.rssBeforeMiB.toFixed(0)} → ${reg.rssAfterMiB.toFixed(0)} MiB\n\n`,
-  );
-
-  const steady: SteadyRow[] = [];
-  for (const n of hosts) {
-    progress(`steady state, ${n} hosts`);
-    steady.push(await steadyState(n, iterations, periodMs, python));
-  }
+/** The steady-state section: every row against the fewest hosts' row, and whether the goals were met. */
+function steadyStateReport(steady: readonly SteadyRow[], periodMs: number): string {
+  const hosts = steady.map((r) => r.hosts);
   const base = steady.find((r) => r.hosts === Math.min(...hosts))!;
   const overheadMet = steady.every((r) => r.overheadP99Us <= OVERHEAD_GOAL_US);
   const growthMet = steady.every((r) => r.p99Us <= base.p99Us * GROWTH_GOAL);
-  out(
+  return (
     `steady state: the barrier's round trip from the training process (${steady[0]?.client ?? "?"}'s job.barrier) through the real launcher, ` +
-      `every ${periodMs} ms, all hosts at once (µs):\n` +
-      table(
-        ["hosts", "iterations", "barrier p50", "barrier p99", "max", "echo p50", "echo p99", "plain p50", "plain p99", "overhead p99", `p99 vs ${base.hosts} host${base.hosts === 1 ? "" : "s"}`, "together", "others' round p50 ms", "load"],
-        steady.map((r) => [
-          r.hosts,
-          r.iterations,
-          r.p50Us.toFixed(1),
-          r.p99Us.toFixed(1),
-          r.maxUs.toFixed(1),
-          r.echoP50Us.toFixed(1),
-          r.echoP99Us.toFixed(1),
-          r.plainP50Us.toFixed(1),
-          r.plainP99Us.toFixed(1),
-          r.overheadP99Us.toFixed(1),
-          `${(r.p99Us / base.p99Us).toFixed(2)}×`,
-          r.together === null ? "" : `${(r.together * 100).toFixed(0)}%`,
-          r.roundP50Ms === null ? "" : r.roundP50Ms.toFixed(2),
-          r.load.toFixed(1),
-        ]),
-      ) +
-      `\n"plain": the same call on an unmanaged job (no launcher: a plain torchrun loop). "echo": the same client against a bare echo of the channel ` +
-      `(bench/channel-echo.ts), in turns with the launcher in each iteration: what any local channel costs on this machine. "together": the share of measured barriers that began while ` +
-      `the other hosts (in this process) were at the same step's barrier. "load": the machine's 1-minute load average as the row ended (${cpus().length} CPUs). Goals: overhead p99 ≤ ${OVERHEAD_GOAL_US} µs ${overheadMet ? "met" : "NOT met"}; ` +
-      `no row's p99 above ${GROWTH_GOAL.toFixed(2)}× the ${base.hosts}-host row's ${growthMet ? "met" : "NOT met"}.\n\n`,
+    `every ${periodMs} ms, all hosts at once (µs):\n` +
+    table(
+      [
+        "hosts",
+        "iterations",
+        "barrier p50",
+        "barrier p99",
+        "max",
+        "echo p50",
+        "echo p99",
+        "plain p50",
+        "plain p99",
+        "overhead p99",
+        `p99 vs ${base.hosts} host${base.hosts === 1 ? "" : "s"}`,
+        "together",
+        "others' round p50 ms",
+        "load",
+      ],
+      steady.map((r) => [
+        r.hosts,
+        r.iterations,
+        r.p50Us.toFixed(1),
+        r.p99Us.toFixed(1),
+        r.maxUs.toFixed(1),
+        r.echoP50Us.toFixed(1),
+        r.echoP99Us.toFixed(1),
+        r.plainP50Us.toFixed(1),
+        r.plainP99Us.toFixed(1),
+        r.overheadP99Us.toFixed(1),
+        `${(r.p99Us / base.p99Us).toFixed(2)}×`,
+        r.together === null ? "" : `${(r.together * 100).toFixed(0)}%`,
+        r.roundP50Ms === null ? "" : r.roundP50Ms.toFixed(2),
+        r.load.toFixed(1),
+      ]),
+    ) +
+    `\n"plain": the same call on an unmanaged job (no launcher: a plain torchrun loop). "echo": the same client against a bare echo of the channel ` +
+    `(bench/channel-echo.ts), in turns with the launcher in each iteration: what any local channel costs on this machine. "together": the share of measured barriers that began while ` +
+    `the other hosts (in this process) were at the same step's barrier. "load": the machine's 1-minute load average as the row ended (${cpus().length} CPUs). Goals: overhead p99 ≤ ${OVERHEAD_GOAL_US} µs ${overheadMet ? "met" : "NOT met"}; ` +
+    `no row's p99 above ${GROWTH_GOAL.toFixed(2)}× the ${base.hosts}-host row's ${growthMet ? "met" : "NOT met"}.\n\n`
   );
+}
 
-  const runs: PlanToStop[] = [];
-  for (let run = 1; run <= stopRuns; run++) {
-    progress(`plan to stop, ${stopHosts} hosts, run ${run} of ${stopRuns}`);
-    runs.push(await planToStop(stopHosts, stepMs));
-  }
-  const stop = [...runs].sort((x, y) => x.ms - y.ms)[Math.floor((runs.length - 1) / 2)]!;
-  out(
+/** The plan-to-stop section: each run, the median marked. */
+function planToStopReport(runs: readonly PlanToStop[], stop: PlanToStop, stopHosts: number, stepMs: number): string {
+  const stopRuns = runs.length;
+  return (
     `plan to stop: a ${stopHosts}-host job in lockstep (${stepMs} ms steps), one move planned, ${stopRuns} run${stopRuns === 1 ? "" : "s"}:\n` +
-      table(
-        ["run", "plan → all held ms", "plan → all knew ms", "plan → controller saw held ms", "first stop step", "stop step", "steps ahead", "hosts that raised it", "load"],
-        runs.map((r, i) => [
-          `${i + 1}${r === stop ? " (median)" : ""}`,
-          r.ms,
-          r.knownMs,
-          r.controllerMs ?? "",
-          r.firstStopStep,
-          r.stopStep,
-          r.stepsAhead,
-          r.raised,
-          r.load.toFixed(1),
-        ]),
-      ) +
-      `\nFrom the move's "pausing" entry (the controller's clock) until the last host's barrier for the stop step was held (this process's clock, the same machine's). ` +
-      `"all knew": polled every millisecond from this busy process, so an upper bound. "steps ahead": the stop step minus the step the job was at when the plan came; ` +
-      `"raised": hosts that had passed the first stop step when they heard of it. "controller saw held": from "pausing" to the move's next state, which it enters once every host reported it holds.\n`,
+    table(
+      [
+        "run",
+        "plan → all held ms",
+        "plan → all knew ms",
+        "plan → controller saw held ms",
+        "first stop step",
+        "stop step",
+        "steps ahead",
+        "hosts that raised it",
+        "load",
+      ],
+      runs.map((r, i) => [
+        `${i + 1}${r === stop ? " (median)" : ""}`,
+        r.ms,
+        r.knownMs,
+        r.controllerMs ?? "",
+        r.firstStopStep,
+        r.stopStep,
+        r.stepsAhead,
+        r.raised,
+        r.load.toFixed(1),
+      ]),
+    ) +
+    `\nFrom the move's "pausing" entry (the controller's clock) until the last host's barrier for the stop step was held (this process's clock, the same machine's). ` +
+    `"all knew": polled every millisecond from this busy process, so an upper bound. "steps ahead": the stop step minus the step the job was at when the plan came; ` +
+    `"raised": hosts that had passed the first stop step when they heard of it. "controller saw held": from "pausing" to the move's next state, which it enters once every host reported it holds.\n`
   );
-  if (json) process.stdout.write(`${JSON.stringify({ steadyState: steady, planToStop: { ...stop, runs }, registration: reg }, null, 2)}\n`);
-  return 0;
-});
+}
+
+await benchMain(
+  "control",
+  help,
+  options,
+  async ({ json, registerCount, connections: connectionCount, offset, hosts, iterations, periodMs, python, stopHosts, stepMs, stopRuns }) => {
+    // Interrupted, it exits through its "exit" handlers, which end its processes and remove their directories.
+    for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(130));
+    // ZeroMQ allows 1,023 sockets per context unless told before the first one opens; this
+    // process plays every simulated host.
+    context.maxSockets = Math.max(context.maxSockets, Math.max(...hosts, stopHosts + 2, connectionCount) + 64);
+    const out = (text: string) => json || process.stdout.write(text);
+
+    progress(`registering ${registerCount} workers`);
+    const reg = await registration(registerCount, connectionCount, offset);
+    out(
+      `registration: ${registerCount} workers (${reg.jobs} jobs) over ${connectionCount} connections in ${reg.seconds.toFixed(2)} s ` +
+        `(${Math.round(reg.perSecond)} /s); ${reg.journalRecords} journal records; controller RSS ${reg.rssBeforeMiB.toFixed(0)} → ${reg.rssAfterMiB.toFixed(0)} MiB\n\n`,
+    );
+
+    const steady: SteadyRow[] = [];
+    for (const n of hosts) {
+      progress(`steady state, ${n} hosts`);
+      steady.push(await steadyState(n, iterations, periodMs, python));
+    }
+    out(steadyStateReport(steady, periodMs));
+
+    const runs: PlanToStop[] = [];
+    for (let run = 1; run <= stopRuns; run++) {
+      progress(`plan to stop, ${stopHosts} hosts, run ${run} of ${stopRuns}`);
+      runs.push(await planToStop(stopHosts, stepMs));
+    }
+    const stop = [...runs].sort((x, y) => x.ms - y.ms)[Math.floor((runs.length - 1) / 2)]!;
+    out(planToStopReport(runs, stop, stopHosts, stepMs));
+    if (json) process.stdout.write(`${JSON.stringify({ steadyState: steady, planToStop: { ...stop, runs }, registration: reg }, null, 2)}\n`);
+    return 0;
+  },
+);

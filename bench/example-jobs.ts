@@ -28,7 +28,12 @@ const twoByTwo = { racks: 2, hostsPerRack: 2, gpusPerHost: 8 } as const;
 
 /** Two hosts of two processes each, one in each rack, DP across them. */
 const twoHostsDp = {
-  nproc: 2, parallelism: { dp: 2, pp: 1, tp: 1 }, topology: { ...twoByTwo, uplinksPerRack: 1 }, hosts: [[0, 2]], other: { hosts: [1, 3], tp: 1 }, checkpointBytes: 16 * 2 ** 20,
+  nproc: 2,
+  parallelism: { dp: 2, pp: 1, tp: 1 },
+  topology: { ...twoByTwo, uplinksPerRack: 1 },
+  hosts: [[0, 2]],
+  other: { hosts: [1, 3], tp: 1 },
+  checkpointBytes: 16 * 2 ** 20,
 } as const;
 
 export const EXAMPLE_JOBS: readonly ExampleJob[] = [
@@ -41,8 +46,16 @@ export const EXAMPLE_JOBS: readonly ExampleJob[] = [
   // Two pipeline stages of two replicas, one group per stage, each inside a rack; the other job
   // (two rings) crosses the racks' single uplinks, and every fix swaps it with a stage's host.
   {
-    name: "pp", nproc: 1, parallelism: { dp: 2, pp: 2, tp: 1 }, topology: { racks: 2, hostsPerRack: 3, gpusPerHost: 8, uplinksPerRack: 1 },
-    hosts: [[0, 1], [3, 4]], other: { hosts: [2, 5], tp: 2 }, checkpointBytes: 16 * 2 ** 20,
+    name: "pp",
+    nproc: 1,
+    parallelism: { dp: 2, pp: 2, tp: 1 },
+    topology: { racks: 2, hostsPerRack: 3, gpusPerHost: 8, uplinksPerRack: 1 },
+    hosts: [
+      [0, 1],
+      [3, 4],
+    ],
+    other: { hosts: [2, 5], tp: 2 },
+    checkpointBytes: 16 * 2 ** 20,
   },
   // The framework integrations: DDP and FSDP2 under a Lightning Trainer, DDP under a Hugging Face Trainer.
   { name: "lightning", ...twoHostsDp, python: ["lightning"] },

@@ -44,7 +44,9 @@ async function start(metrics: ControllerMetrics | null, workers: number) {
   });
   metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(dir, JOURNAL_FILE) }));
   const clients = Array.from({ length: workers }, () => new ControllerClient({ endpoint: server.endpoint, timeoutMs: 60_000 }));
-  const all = clients.map((client, host) => new WorkerClient(client, { job: `job-${Math.floor(host / JOB_HOSTS)}`, group: 0, host }, { tp: 8, pp: 1, dp: JOB_HOSTS }));
+  const all = clients.map(
+    (client, host) => new WorkerClient(client, { job: `job-${Math.floor(host / JOB_HOSTS)}`, group: 0, host }, { tp: 8, pp: 1, dp: JOB_HOSTS }),
+  );
   await Promise.all(all.map((w) => w.register(60_000)));
   return {
     workers: all,
@@ -61,7 +63,12 @@ async function start(metrics: ControllerMetrics | null, workers: number) {
 const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, { workers: { type: "string" }, rounds: { type: "string" }, scrapes: { type: "string" }, help: { type: "boolean", short: "h", default: false } });
+  const flags = parseFlags(argv, {
+    workers: { type: "string" },
+    rounds: { type: "string" },
+    scrapes: { type: "string" },
+    help: { type: "boolean", short: "h", default: false },
+  });
   const workers = numberFlag("workers", flags.workers, 256, JOB_HOSTS);
   if (workers % JOB_HOSTS) throw new UsageError(`--workers must be a multiple of ${JOB_HOSTS} (the job size)`);
   return { help: flags.help, workers, rounds: numberFlag("rounds", flags.rounds, 20, 1), scrapes: numberFlag("scrapes", flags.scrapes, 50, 1) };
@@ -90,9 +97,17 @@ await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) =
     const base = [...variants[0]!.samples].sort((a, b) => a - b);
     const rows = variants.map((v) => {
       const sorted = [...v.samples].sort((a, b) => a - b);
-      return [v.name, sorted.length, quantile(sorted, 0.5).toFixed(3), quantile(sorted, 0.99).toFixed(3), (quantile(sorted, 0.5) / quantile(base, 0.5)).toFixed(2)];
+      return [
+        v.name,
+        sorted.length,
+        quantile(sorted, 0.5).toFixed(3),
+        quantile(sorted, 0.99).toFixed(3),
+        (quantile(sorted, 0.5) / quantile(base, 0.5)).toFixed(2),
+      ];
     });
-    process.stdout.write(`report round trips, ${workers} registered workers, one at a time (ms):\n${table(["controller", "samples", "p50", "p99", "p50 ratio"], rows)}\n\n`);
+    process.stdout.write(
+      `report round trips, ${workers} registered workers, one at a time (ms):\n${table(["controller", "samples", "p50", "p99", "p50 ratio"], rows)}\n\n`,
+    );
 
     const scrape = await MetricsServer.start(metrics.registry, { host: "127.0.0.1", port: 0 });
     try {
@@ -104,7 +119,9 @@ await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) =
         times.push(performance.now() - t);
       }
       times.sort((a, b) => a - b);
-      process.stdout.write(`GET /metrics with ${workers} workers registered: ${bytes} bytes, p50 ${quantile(times, 0.5).toFixed(2)} ms, p99 ${quantile(times, 0.99).toFixed(2)} ms over ${scrapes} scrapes\n`);
+      process.stdout.write(
+        `GET /metrics with ${workers} workers registered: ${bytes} bytes, p50 ${quantile(times, 0.5).toFixed(2)} ms, p99 ${quantile(times, 0.99).toFixed(2)} ms over ${scrapes} scrapes\n`,
+      );
     } finally {
       await scrape.close();
     }

@@ -89,10 +89,11 @@ export interface MoveMeasurement {
   readonly bytesWritten: number;
 }
 
-const all = (lines: readonly Line[], pattern: RegExp) => lines.flatMap((line) => {
-  const match = pattern.exec(line.text);
-  return match ? [{ at: line.at, match }] : [];
-});
+const all = (lines: readonly Line[], pattern: RegExp) =>
+  lines.flatMap((line) => {
+    const match = pattern.exec(line.text);
+    return match ? [{ at: line.at, match }] : [];
+  });
 
 /** Every report of `phase` in `lines`: which local rank, and the ms it took. */
 function reports(lines: readonly Line[], phase: string): { rank: number; ms: number }[] {

@@ -85,8 +85,15 @@ interface Options {
 
 function parse(argv: string[]): Options {
   const flags = parseFlags(argv, {
-    help: { type: "boolean", short: "h" }, jobs: { type: "string" }, sizes: { type: "string" }, runs: { type: "string" },
-    layers: { type: "string" }, rows: { type: "string" }, "no-pin": { type: "boolean" }, keep: { type: "boolean" }, json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+    jobs: { type: "string" },
+    sizes: { type: "string" },
+    runs: { type: "string" },
+    layers: { type: "string" },
+    rows: { type: "string" },
+    "no-pin": { type: "boolean" },
+    keep: { type: "boolean" },
+    json: { type: "boolean" },
   });
   const jobs = (flags.jobs ?? DEFAULT_JOBS.join(",")).split(",").map((name) => {
     const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
@@ -99,7 +106,17 @@ function parse(argv: string[]): Options {
   if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
   const rows = intFlag("rows", flags.rows, 4, 1);
   if (rows % MICROBATCHES) throw new UsageError(`--rows must be a multiple of ${MICROBATCHES} (the pipeline's microbatches), got ${rows}`);
-  return { help: flags.help ?? false, jobs, sizes, runs: intFlag("runs", flags.runs, 5, 1), layers, rows, pin: !(flags["no-pin"] ?? false), keep: flags.keep ?? false, json: flags.json ?? false };
+  return {
+    help: flags.help ?? false,
+    jobs,
+    sizes,
+    runs: intFlag("runs", flags.runs, 5, 1),
+    layers,
+    rows,
+    pin: !(flags["no-pin"] ?? false),
+    keep: flags.keep ?? false,
+    json: flags.json ?? false,
+  };
 }
 
 /**
@@ -215,14 +232,24 @@ async function move(job: ExampleJob, cluster: LoopbackCluster, recorder: LogReco
   const { group, client, launchers, daemons } = cluster;
   const first = launchers.get(job.hosts[0]![0]!)!;
   progress("waiting for the job to train");
-  await until(group, `${job.name} to train`, () => (recorder.lines(first.log).some((line) => /barrier \d+ reached/.test(line.text)) ? true : undefined), WAIT_MS);
+  await until(
+    group,
+    `${job.name} to train`,
+    () => (recorder.lines(first.log).some((line) => /barrier \d+ reached/.test(line.text)) ? true : undefined),
+    WAIT_MS,
+  );
   writeFileSync(cluster.gate, "");
   const planned = await until(group, "a plan that moves the job", async () => (await client.status()).migrations.find((m) => m.job === job.name), WAIT_MS);
   progress(`moving host ${planned.from} → ${planned.to} …`);
-  const done = await until(group, "the move", async () => {
-    const m = (await client.status()).migrations.find((x) => x.id === planned.id);
-    return m && (m.state === "done" || m.state === "rolled-back") ? m : undefined;
-  }, WAIT_MS);
+  const done = await until(
+    group,
+    "the move",
+    async () => {
+      const m = (await client.status()).migrations.find((x) => x.id === planned.id);
+      return m && (m.state === "done" || m.state === "rolled-back") ? m : undefined;
+    },
+    WAIT_MS,
+  );
   if (done.state !== "done") throw new Error(`the move rolled back: ${done.reason}`);
   const logs = (): MoveLogs => ({
     source: recorder.lines(launchers.get(done.from)!.log),
@@ -329,20 +356,37 @@ function report(options: Options, rows: readonly Row[]): void {
     return;
   }
   const summary = rows.map((r) => [
-    r.job, mib(r.bytesPerHost), r.width, r.cpusPerHost ?? "shared", `${r.runs.length}/${options.runs}`, fixed(r.downtimeS), `${fixed(r.downtimeRangeS[0])}–${fixed(r.downtimeRangeS[1])}`,
-    fixed(r.memcpyS), fixed(r.socketS), fixed(r.floorS), fixed(r.overheadS),
+    r.job,
+    mib(r.bytesPerHost),
+    r.width,
+    r.cpusPerHost ?? "shared",
+    `${r.runs.length}/${options.runs}`,
+    fixed(r.downtimeS),
+    `${fixed(r.downtimeRangeS[0])}–${fixed(r.downtimeRangeS[1])}`,
+    fixed(r.memcpyS),
+    fixed(r.socketS),
+    fixed(r.floorS),
+    fixed(r.overheadS),
   ]);
   const header = ["job", "checkpoint/host", "width", "CPUs/host", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
-  process.stdout.write(`${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`);
+  process.stdout.write(
+    `${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`,
+  );
   const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
-  const phases = [...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]), ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))]];
+  const phases = [
+    ...PHASES.map(([key, label]) => [label, ...rows.map((r) => fixed(r.phases[key]))]),
+    ["downtime: all stopped → first step after the move, less one step", ...rows.map((r) => fixed(r.downtimeS))],
+  ];
   process.stdout.write(`${table(["phase (seconds, median of the runs)", ...columns], phases)}\n`);
-  for (const r of rows.filter((row) => row.failures.length)) process.stdout.write(`\n${r.job} ${mib(r.bytesPerHost)}: ${r.failures.length} run(s) failed: ${r.failures.join("; ")}\n`);
+  for (const r of rows.filter((row) => row.failures.length))
+    process.stdout.write(`\n${r.job} ${mib(r.bytesPerHost)}: ${r.failures.length} run(s) failed: ${r.failures.join("; ")}\n`);
 }
 
 async function run(options: Options): Promise<number> {
   if (spawnSync(PYTHON, ["-c", "import torch"]).status !== 0) {
-    process.stderr.write(`bench:migrate: ${PYTHON} cannot import torch; run \`npm run setup:python\` (or set MONKEYTREE_PYTHON to an interpreter with torch)\n`);
+    process.stderr.write(
+      `bench:migrate: ${PYTHON} cannot import torch; run \`npm run setup:python\` (or set MONKEYTREE_PYTHON to an interpreter with torch)\n`,
+    );
     return 1;
   }
   const refused = tenantCannotRun();
@@ -361,7 +405,13 @@ async function run(options: Options): Promise<number> {
     for (const size of options.sizes) {
       const cpus = options.pin ? cpusPerHost(job) : "--no-pin";
       if (typeof cpus === "string") say(`${job.name}: hosts share every CPU: ${cpus}`);
-      const spec = { job, width: widthFor(job, size, options.layers), layers: options.layers, rows: options.rows, pinned: typeof cpus === "number" ? cpus : null };
+      const spec = {
+        job,
+        width: widthFor(job, size, options.layers),
+        layers: options.layers,
+        rows: options.rows,
+        pinned: typeof cpus === "number" ? cpus : null,
+      };
       say(`${job.name}: width ${spec.width}, ${mib(bytesOf(spec))} of checkpoint staging per host (asked for ${mib(size)})`);
       rows.push(await benchRow(spec, options, setup, say));
     }

@@ -18,16 +18,18 @@ const HARD_EXAMPLE = new URL("../cli/snapshots/hard-2048gpu-lambda2.json", impor
  */
 export function anytimeTable(planner: Planner, limitsSec: readonly number[]): string {
   const cluster = parseSnapshotText(readFileSync(HARD_EXAMPLE, "utf8"), "hard-2048gpu-lambda2.json");
-  const rows = [...limitsSec].sort((a, b) => b - a).map((limit) => {
-    const started = performance.now();
-    try {
-      const plan = planner.plan(cluster, { timeLimitMs: limit * 1000 });
-      return [limit, plan.status, plan.moveCount, plan.lowerBound, plan.method, (plan.solveMs / 1000).toFixed(2)];
-    } catch (error) {
-      if (!(error instanceof PlanTimeoutError)) throw error;
-      return [limit, "no plan", "-", error.lowerBound, "-", ((performance.now() - started) / 1000).toFixed(2)];
-    }
-  });
+  const rows = [...limitsSec]
+    .sort((a, b) => b - a)
+    .map((limit) => {
+      const started = performance.now();
+      try {
+        const plan = planner.plan(cluster, { timeLimitMs: limit * 1000 });
+        return [limit, plan.status, plan.moveCount, plan.lowerBound, plan.method, (plan.solveMs / 1000).toFixed(2)];
+      } catch (error) {
+        if (!(error instanceof PlanTimeoutError)) throw error;
+        return [limit, "no plan", "-", error.lowerBound, "-", ((performance.now() - started) / 1000).toFixed(2)];
+      }
+    });
   return [
     "hard event (cli/snapshots/hard-2048gpu-lambda2.json, 2,048 GPUs, λ = 2, optimum 8 moves) at several time limits",
     table(["limit s", "status", "moves", "lower bound", "method", "seconds"], rows),

@@ -99,8 +99,10 @@ function options(argv: string[]) {
     if (!Number.isInteger(gpus) || gpus <= 0 || gpus % (hostsPerRack * GPUS_PER_HOST) !== 0) {
       throw new UsageError(`--sizes takes multiples of ${hostsPerRack * GPUS_PER_HOST} GPUs (racks of ${hostsPerRack}×${GPUS_PER_HOST}), got "${raw}"`);
     }
-    if (gpus / GPUS_PER_HOST > MAX_HOSTS) throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_HOSTS} hosts (${MAX_HOSTS * GPUS_PER_HOST} GPUs)`);
-    if (gpus / (hostsPerRack * GPUS_PER_HOST) > MAX_RACKS) throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_RACKS} racks; give more --hosts-per-rack`);
+    if (gpus / GPUS_PER_HOST > MAX_HOSTS)
+      throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_HOSTS} hosts (${MAX_HOSTS * GPUS_PER_HOST} GPUs)`);
+    if (gpus / (hostsPerRack * GPUS_PER_HOST) > MAX_RACKS)
+      throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_RACKS} racks; give more --hosts-per-rack`);
     return gpus;
   });
   const mixes = flags.mix === "all" ? [...MIXES] : MIXES.filter((mix) => mix === flags.mix);
@@ -141,7 +143,14 @@ function planOnce(planner: Planner, cluster: Cluster, formulation: Formulation, 
     const plan = planner.plan(cluster, { timeLimitMs, formulation, onProgress });
     // A plan settled in one phase reports no progress: the plan is its own first.
     if (first === undefined && (plan.status === "optimal" || plan.status === "feasible")) first = { ms: plan.solveMs, moves: plan.moveCount };
-    const outcome = { status: plan.status, moves: plan.moveCount, ms: plan.solveMs, method: plan.method, lowerBound: plan.lowerBound, ...(first ? { first } : {}) };
+    const outcome = {
+      status: plan.status,
+      moves: plan.moveCount,
+      ms: plan.solveMs,
+      method: plan.method,
+      lowerBound: plan.lowerBound,
+      ...(first ? { first } : {}),
+    };
     return { outcome, placement: plan.placement };
   } catch (error) {
     if (!(error instanceof PlanTimeoutError)) throw error;
@@ -164,11 +173,16 @@ function runTrace(planner: Planner, mix: Mix, gpus: number, opts: Options): Run 
   let step = generator.next();
   traceMs += performance.now() - started;
   while (!step.done) {
-    const cluster = opts.pinned + opts.unavailable > 0 ? constrain(step.value, { pinned: opts.pinned, unavailable: opts.unavailable, seed: opts.seed * 1000 + events.length }) : step.value;
+    const cluster =
+      opts.pinned + opts.unavailable > 0
+        ? constrain(step.value, { pinned: opts.pinned, unavailable: opts.unavailable, seed: opts.seed * 1000 + events.length })
+        : step.value;
     // Alternate which formulation runs first so neither always gets the warmer caches.
     const order = events.length % 2 === 0 ? FORMULATIONS : ([...FORMULATIONS].reverse() as Formulation[]);
     const limit = (f: Formulation) => (f === "paper" ? opts.paperLimitMs : opts.timeLimitMs);
-    const results = new Map(order.map((f) => [f, limit(f) > 0 ? planOnce(planner, cluster, f, limit(f)) : { outcome: SKIPPED, placement: undefined }] as const));
+    const results = new Map(
+      order.map((f) => [f, limit(f) > 0 ? planOnce(planner, cluster, f, limit(f)) : { outcome: SKIPPED, placement: undefined }] as const),
+    );
     const ours = results.get("monkeytree");
     const paper = results.get("paper");
     if (!ours || !paper) throw new Error("internal: a formulation was not planned");

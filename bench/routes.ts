@@ -167,12 +167,20 @@ function main(opts: Options): number {
   // Warm the JIT on a small cluster so the first size is not charged for compilation.
   measure(GPUS_PER_RACK * 8, { ...opts, clusters: 2, reps: 10 });
   const rows = opts.sizes.map((gpus) => measure(gpus, opts));
-  const ms = (samples: number[], q: number) => quantile([...samples].sort((a, b) => a - b), q).toFixed(3);
+  const ms = (samples: number[], q: number) =>
+    quantile(
+      [...samples].sort((a, b) => a - b),
+      q,
+    ).toFixed(3);
   process.stdout.write(
     `${table(
       ["GPUs", "racks", "DP flows", "Δ", "ours p50 ms", "ours p90 ms", "HK p50 ms", "HK p90 ms", "HK/ours p50", "routeCluster p50 ms"],
       rows.map((r) => {
-        const p50 = (s: number[]) => quantile([...s].sort((a, b) => a - b), 0.5);
+        const p50 = (s: number[]) =>
+          quantile(
+            [...s].sort((a, b) => a - b),
+            0.5,
+          );
         return [
           r.gpus,
           r.gpus / GPUS_PER_RACK,

@@ -106,7 +106,9 @@ function options(argv: string[]) {
   for (const g of gpusPerRack ?? []) {
     const hosts = g / preset.fabric.gpusPerHost;
     if (!Number.isInteger(hosts) || gpus % g !== 0 || hosts > MAX_HOSTS_PER_RACK || gpus / g > MAX_RACKS) {
-      throw new UsageError(`--gpus-per-rack ${g}: racks must hold whole hosts of ${preset.fabric.gpusPerHost} GPUs (at most ${MAX_HOSTS_PER_RACK}) and divide the ${gpus} GPUs into at most ${MAX_RACKS} racks`);
+      throw new UsageError(
+        `--gpus-per-rack ${g}: racks must hold whole hosts of ${preset.fabric.gpusPerHost} GPUs (at most ${MAX_HOSTS_PER_RACK}) and divide the ${gpus} GPUs into at most ${MAX_RACKS} racks`,
+      );
     }
   }
   if (uplinks.some((u) => u > MAX_UPLINKS_PER_RACK)) throw new UsageError(`--uplinks: at most ${MAX_UPLINKS_PER_RACK} per rack`);
@@ -140,7 +142,15 @@ const runConfig = (o: Options) => ({ ...presetConfig(o.preset), seed: o.seed, sc
 /** The preset's trace at `load`, drawn for all of its hosts. */
 function presetTrace(o: Options, load: number): SimJob[] {
   const { fabric } = o.preset;
-  const generate = { ...presetGeneration(o.preset), seed: o.seed, hostCount: fabric.racks * fabric.hostsPerRack, load, jobs: o.jobs, gpusPerHost: fabric.gpusPerHost, tokensPerReplica: o.tokensPerReplica };
+  const generate = {
+    ...presetGeneration(o.preset),
+    seed: o.seed,
+    hostCount: fabric.racks * fabric.hostsPerRack,
+    load,
+    jobs: o.jobs,
+    gpusPerHost: fabric.gpusPerHost,
+    tokensPerReplica: o.tokensPerReplica,
+  };
   return generateJobs(generate, bytesPerSecond(fabric.nicGbps));
 }
 
@@ -173,7 +183,9 @@ async function sweep(o: Options, grid: { gpusPerRack: number[]; uplinks: number[
       process.stderr.write(`${system}, ${g} GPUs and ${u} uplinks per rack: ${seconds.toFixed(1)} s\n`);
     },
   });
-  process.stdout.write(`${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue; λ = uplinks per rack\n\n`);
+  process.stdout.write(
+    `${o.name} swept: ${gpus} GPUs, ${preset.mix} mix, ${o.jobs} jobs at ${Math.round(load * 100)}% load, ${o.tokensPerReplica} tokens per replica, seed ${o.seed}, ${o.scheduler}, ${o.queue} queue; λ = uplinks per rack\n\n`,
+  );
   for (const [title, pick] of [
     ["p99 slowdown", (r: SystemReport) => r.slowdown.p99],
     ["average slowdown", (r: SystemReport) => r.slowdown.avg],
@@ -308,9 +320,9 @@ function fragmentationTable(o: Options, runs: LoadRuns): string {
   );
   return `fragmentation over time (total: rings per rack summed over racks; time averages over the makespan)
 ${table(
-    ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
-    rows,
-  )}
+  ["system", "load", "mean total", "÷ monkeytree", "peak total", "mean max rack", "peak max rack", "fragmented groups", "makespan h", "÷ monkeytree"],
+  rows,
+)}
 
 `;
 }
@@ -354,7 +366,9 @@ function communicationTable(jobs: readonly SimJob[], fabric: { nicGbps: number; 
   }
   const all = [...byModel.values()].reduce((a, m) => ({ compute: a.compute + m.compute, total: a.total + m.total }), { compute: 0, total: 0 });
   const share = (m: { compute: number; total: number }) => `${(100 * (1 - m.compute / m.total)).toFixed(1)}%`;
-  const rows = [...byModel].sort(([a], [b]) => a.localeCompare(b)).map(([model, m]) => [model, m.jobs, (m.compute / m.iterations).toFixed(2), (m.total / m.iterations).toFixed(2), share(m)]);
+  const rows = [...byModel]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([model, m]) => [model, m.jobs, (m.compute / m.iterations).toFixed(2), (m.total / m.iterations).toFixed(2), share(m)]);
   rows.push(["all", jobs.length, "-", "-", share(all)]);
   return `communication share of ideal job time (iterations at full NIC rate)\n${table(["model", "jobs", "compute s/iteration", "ideal s/iteration", "communication"], rows)}`;
 }

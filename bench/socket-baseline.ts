@@ -66,4 +66,3 @@ export async function baselineRun(ns: Namespaces, source: StagingBuffer, destina
     receiver.kill();
   }
 }
-

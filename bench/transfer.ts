@@ -111,8 +111,17 @@ async function engineRun(ns: Namespaces, source: StagingBuffer, destination: Sta
   try {
     const { ticket } = await receiver.next(z.object({ ticket: transferTicketSchema }));
     const sender = new Peer([
-      ...ns.sender, ...node, "send", "--buffer", source.name, "--ticket", JSON.stringify(ticket satisfies TransferTicket),
-      "--streams", String(opts.streams), "--chunk", String(opts.chunk),
+      ...ns.sender,
+      ...node,
+      "send",
+      "--buffer",
+      source.name,
+      "--ticket",
+      JSON.stringify(ticket satisfies TransferTicket),
+      "--streams",
+      String(opts.streams),
+      "--chunk",
+      String(opts.chunk),
     ]);
     try {
       const { sent } = await sender.next(z.object({ sent: secondsSchema }));
@@ -268,7 +277,9 @@ async function main(opts: Options): Promise<number> {
   const packing = measurePacking(opts);
 
   if (opts.json) {
-    process.stdout.write(`${JSON.stringify({ bytes: opts.size, streams: opts.streams, chunk: opts.chunk, rounds: opts.rounds, transfers: rows, packing, notes })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ bytes: opts.size, streams: opts.streams, chunk: opts.chunk, rounds: opts.rounds, transfers: rows, packing, notes })}\n`,
+    );
     return 0;
   }
   const gib = (bytes: number): string => `${(bytes / GiB).toFixed(2)} GiB`;

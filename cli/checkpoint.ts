@@ -81,7 +81,9 @@ function run(program: string, args: string[], env: NodeJS.ProcessEnv): Promise<R
     child.stderr.on("data", (chunk: Buffer) => err.push(chunk));
     let failed: NodeJS.ErrnoException | undefined;
     child.on("error", (error) => (failed = error));
-    child.on("close", (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), ...(failed ? { error: failed } : {}) }));
+    child.on("close", (code) =>
+      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), ...(failed ? { error: failed } : {}) }),
+    );
   });
 }
 
@@ -109,7 +111,9 @@ function sourceArgs(argv: string[]): string[] {
     if (token.kind !== "option" || (token.name !== "buffer" && token.name !== "file")) continue;
     const value = token.value ?? "";
     if (token.name === "buffer" && (!SHM_NAME.test(value) || value === "." || value === "..")) {
-      throw new UsageError(`--buffer takes a staging buffer's name in ${SHM} (letters, digits, ".", "_" and "-"), got ${quote(value)}; give a file with --file PATH`);
+      throw new UsageError(
+        `--buffer takes a staging buffer's name in ${SHM} (letters, digits, ".", "_" and "-"), got ${quote(value)}; give a file with --file PATH`,
+      );
     }
     const path = token.name === "buffer" ? join(SHM, value) : value;
     if (!existsSync(path)) {
@@ -126,14 +130,18 @@ function sourceArgs(argv: string[]): string[] {
 function checkOut(out: string, overwrite: boolean): void {
   let entries: string[];
   try {
-    if (!statSync(out).isDirectory()) throw new InvalidInputError(`--out ${out}`, [{ path: "", message: "it is a file, not a directory; give a new or empty directory" }]);
+    if (!statSync(out).isDirectory())
+      throw new InvalidInputError(`--out ${out}`, [{ path: "", message: "it is a file, not a directory; give a new or empty directory" }]);
     entries = readdirSync(out);
   } catch (error) {
     if (error instanceof InvalidInputError) throw error;
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
     throw new InvalidInputError(`--out ${out}`, [{ path: "", message: `cannot read it (${errnoReason(error)}); give a directory this user can write` }]);
   }
-  if (entries.length > 0 && !overwrite) throw new InvalidInputError(`--out ${out}`, [{ path: "", message: "it exists and is not empty; give a new or empty directory, or add --overwrite to replace it" }]);
+  if (entries.length > 0 && !overwrite)
+    throw new InvalidInputError(`--out ${out}`, [
+      { path: "", message: "it exists and is not empty; give a new or empty directory, or add --overwrite to replace it" },
+    ]);
 }
 
 /** The exporter's failure as one line of advice, or null when it failed in a way only its output explains. */
@@ -194,7 +202,9 @@ async function exportCheckpoint(argv: string[], io: Io): Promise<ExitCode> {
     return ExitCode.usage;
   }
   io.err.write(ran.stderr);
-  io.err.write(`monkeytree checkpoint: internal error: ${python} -m monkeytree export ended with ${ran.code === null ? "a signal" : `exit code ${ran.code}`}\n`);
+  io.err.write(
+    `monkeytree checkpoint: internal error: ${python} -m monkeytree export ended with ${ran.code === null ? "a signal" : `exit code ${ran.code}`}\n`,
+  );
   return ExitCode.internal;
 }
 

@@ -224,14 +224,22 @@ type ControllerFlags = ReturnType<typeof controllerFlags>;
 /** How long the controller waits for what, and how far ahead a move stops its job: the flags', else the defaults. */
 export function pacingFlags(
   flags: ControllerFlags,
-): Pick<ServerOptions, "stopLeadSteps" | "timeouts" | "replanBackoffMs" | "planTimeLimitMs" | "heartbeatTimeoutMs" | "workerHeartbeatTimeoutMs" | "lostJobGraceMs"> {
+): Pick<
+  ServerOptions,
+  "stopLeadSteps" | "timeouts" | "replanBackoffMs" | "planTimeLimitMs" | "heartbeatTimeoutMs" | "workerHeartbeatTimeoutMs" | "lostJobGraceMs"
+> {
   return {
     stopLeadSteps: intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0),
     timeouts: { ...DEFAULT_TIMEOUTS, starting: secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0) },
     replanBackoffMs: secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0),
     planTimeLimitMs: secondsFlag("plan-time-limit", flags["plan-time-limit"], DEFAULT_PLAN_TIME_LIMIT_MS / 1000, 0.01),
     heartbeatTimeoutMs: secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1),
-    workerHeartbeatTimeoutMs: secondsFlag("worker-heartbeat-timeout", flags["worker-heartbeat-timeout"], DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000, MIN_WORKER_HEARTBEAT_TIMEOUT_S),
+    workerHeartbeatTimeoutMs: secondsFlag(
+      "worker-heartbeat-timeout",
+      flags["worker-heartbeat-timeout"],
+      DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000,
+      MIN_WORKER_HEARTBEAT_TIMEOUT_S,
+    ),
     lostJobGraceMs: secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0),
   };
 }
@@ -243,7 +251,10 @@ async function controlledCluster(flags: ControllerFlags): Promise<{ cluster: Clu
   const cluster: Cluster =
     flags.snapshot !== undefined
       ? await readSnapshotFile(flags.snapshot)
-      : parseSnapshot(named ? { topology: named.topology, lambda: named.lambda, podLambda: named.podLambda, jobs: [] } : DEFAULT_SNAPSHOT, named ? "topology" : "default topology");
+      : parseSnapshot(
+          named ? { topology: named.topology, lambda: named.lambda, podLambda: named.podLambda, jobs: [] } : DEFAULT_SNAPSHOT,
+          named ? "topology" : "default topology",
+        );
   if (cluster.groups.length) {
     throw new UsageError(`${flags.snapshot} lists jobs; the controller learns jobs from their workers' registrations, so give it a snapshot with "jobs": []`);
   }
@@ -265,7 +276,12 @@ function listenFlags(flags: ControllerFlags): { bind: string; keyring: Keyring |
 }
 
 /** With --scheduler slurm, Slurm as the owner of the named hosts and how often to look at it; nothing without. */
-function schedulerFlags(flags: ControllerFlags, named: NamedTopology | null, managed: () => ReadonlySet<string>, io: Io): Pick<ServerOptions, "scheduler" | "schedulerPollMs"> {
+function schedulerFlags(
+  flags: ControllerFlags,
+  named: NamedTopology | null,
+  managed: () => ReadonlySet<string>,
+  io: Io,
+): Pick<ServerOptions, "scheduler" | "schedulerPollMs"> {
   if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
   if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined || flags["slurm-comments"] !== undefined)) {
     throw new UsageError("--slurm-conf, --scheduler-poll and --slurm-comments go with --scheduler slurm");
@@ -292,7 +308,13 @@ async function startServer(options: ServerOptions): Promise<ControllerServer> {
 }
 
 /** Serves --metrics' scrape endpoint, where asked; one that cannot start closes the server first, so that the command's error leaves no socket or journal open. */
-async function scrapeEndpoint(server: ControllerServer, metrics: ControllerMetrics | undefined, at: MetricsAddress | null, logger: Logger, io: Io): Promise<MetricsServer | null> {
+async function scrapeEndpoint(
+  server: ControllerServer,
+  metrics: ControllerMetrics | undefined,
+  at: MetricsAddress | null,
+  logger: Logger,
+  io: Io,
+): Promise<MetricsServer | null> {
   try {
     return metrics && at ? await serveMetrics(at, metrics.registry, logger, io) : null;
   } catch (error) {

@@ -13,7 +13,20 @@ import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 import { ControllerRefusedError } from "../sdk/connection.ts";
 import { InvalidInputError } from "../sdk/errors.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, isLoopback, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command, type Io } from "./io.ts";
+import {
+  CREDENTIALS_ENV,
+  ExitCode,
+  UsageError,
+  addressFlag,
+  credentialFlag,
+  isLoopback,
+  parseFlags,
+  refusalAdvice,
+  secondsFlag,
+  shmBytesFlag,
+  type Command,
+  type Io,
+} from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 /** With the controller on this machine, transfers need no other address. */
@@ -88,13 +101,18 @@ function parseListen(raw: string): { host: string; port: number; advertise?: str
 function daemonCredential(path: string | undefined, host: number): ReturnType<typeof credentialFlag> {
   const credential = credentialFlag(path);
   if (credential && !(credential.credential.principal.role === "daemon" && credential.credential.principal.host === host)) {
-    throw new UsageError(`${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`);
+    throw new UsageError(
+      `${credential.path} is not host ${host}'s daemon credential; give --credentials the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`,
+    );
   }
   return credential;
 }
 
 /** `--replacement` and `--run-as`: the commands by name, and the shared user, checked. */
-function replacementSettings(flags: readonly string[] | undefined, user: string | undefined): { replacements: ReadonlyMap<string, string>; runAs: Tenant | undefined } {
+function replacementSettings(
+  flags: readonly string[] | undefined,
+  user: string | undefined,
+): { replacements: ReadonlyMap<string, string>; runAs: Tenant | undefined } {
   try {
     const replacements = parseReplacements(flags ?? []);
     if (replacements.size) requireSetpriv();
@@ -182,7 +200,9 @@ function startDaemon(options: DaemonOptions, listenFlag: string): HostDaemon {
   } catch (error) {
     options.cgroups?.close();
     if (!(error instanceof DaemonStartError)) throw error;
-    throw new InvalidInputError(`--listen ${listenFlag}`, [{ path: "", message: `${error.message}; give --listen an address of this host, with a free port or 0` }]);
+    throw new InvalidInputError(`--listen ${listenFlag}`, [
+      { path: "", message: `${error.message}; give --listen an address of this host, with a free port or 0` },
+    ]);
   }
 }
 
@@ -217,7 +237,10 @@ async function openEndpoints(running: Running, vouchPath: string | undefined, sc
 /** The exit code: 0 for a signal; 2 for the controller's refusal of this host, after saying what to do about it. */
 function exitCodeOf(stop: unknown[] | Error, host: number, credentialPath: string | undefined, logger: Logger, io: Io): ExitCode {
   if (stop instanceof Error) {
-    const why = stop instanceof ControllerRefusedError ? refusalAdvice(stop, credentialPath, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`) : stop.message;
+    const why =
+      stop instanceof ControllerRefusedError
+        ? refusalAdvice(stop, credentialPath, `the daemon-${host}.json that \`monkeytree keys --daemon ${host}\` wrote`)
+        : stop.message;
     io.err.write(`monkeytree daemon: ${why}\n`);
     return ExitCode.usage;
   }
@@ -239,7 +262,8 @@ export const command: Command = {
     const { replacements, runAs } = replacementSettings(flags.replacement, flags["run-as"]);
     const cgroups = replacementCgroups(flags.cgroup);
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
-    if (listen.advertise !== undefined) logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
+    if (listen.advertise !== undefined)
+      logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
     const metrics = metricsAt === null ? undefined : new DaemonMetrics();
     const daemon = startDaemon(
       {

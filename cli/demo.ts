@@ -49,7 +49,9 @@ function stateFlag(raw: string | undefined): number {
   if (capacity !== null && needed > capacity) {
     const most = Math.floor((capacity / 2 ** 20 / hosts - 4) / 3);
     const fix = most >= 1 ? `give at most ${most}, or make ${SHM} larger` : `make ${SHM} larger`;
-    throw new UsageError(`--state-mb ${raw ?? `${stateMb} (the default)`} needs ${needed} bytes of ${SHM} (${hosts} hosts × 3 checkpoints), more than its ${capacity}: ${fix}`);
+    throw new UsageError(
+      `--state-mb ${raw ?? `${stateMb} (the default)`} needs ${needed} bytes of ${SHM} (${hosts} hosts × 3 checkpoints), more than its ${capacity}: ${fix}`,
+    );
   }
   return stateMb;
 }
@@ -74,7 +76,9 @@ export const command: Command = {
     const dir = mkdtempSync(join(tmpdir(), "monkeytree-demo-"));
     const print = (line: string) => io.out.write(`${line}\n`);
     const jobs = [...DEMO_RUNNING, DEMO_ARRIVING];
-    print(`MonkeyTree demo: ${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, ${t.uplinksPerRack} uplinks per rack; jobs ${jobs.map((j) => `${j.id} (TP 8, DP ${j.hosts.length})`).join(", ")}; ${stateMb} MiB of state per worker, ${steps} iterations`);
+    print(
+      `MonkeyTree demo: ${t.racks} racks × ${t.hostsPerRack} hosts × ${t.gpusPerHost} GPUs, ${t.uplinksPerRack} uplinks per rack; jobs ${jobs.map((j) => `${j.id} (TP 8, DP ${j.hosts.length})`).join(", ")}; ${stateMb} MiB of state per worker, ${steps} iterations`,
+    );
     print(`working directory ${dir}`);
     let ok = false;
     const interrupt = new AbortController();
@@ -83,7 +87,9 @@ export const command: Command = {
     const interrupted = () => {
       // Every process the demo started has ended by now, so their staging buffers are stale.
       const freed = removeStaleStagingBuffers();
-      io.err.write(`monkeytree demo: ${String(interrupt.signal.reason)}: stopped every process it started and removed ${freed.length} staging buffers from /dev/shm\n`);
+      io.err.write(
+        `monkeytree demo: ${String(interrupt.signal.reason)}: stopped every process it started and removed ${freed.length} staging buffers from /dev/shm\n`,
+      );
       return ExitCode.interrupted;
     };
     try {

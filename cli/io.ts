@@ -32,7 +32,10 @@ type StrictConfig<T> = { args: string[]; options: T; allowPositionals: false; st
 /** `parseArgs` with unknown flags and stray positionals reported as `UsageError`. */
 // The return type is spelled out because the one inferred names @types/node types that a
 // declaration file cannot import.
-export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(argv: string[], options: T): ReturnType<typeof parseArgs<StrictConfig<T>>>["values"] {
+export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(
+  argv: string[],
+  options: T,
+): ReturnType<typeof parseArgs<StrictConfig<T>>>["values"] {
   try {
     return parseArgs({ args: argv, options, allowPositionals: false, strict: true }).values;
   } catch (error) {

@@ -64,7 +64,9 @@ function hostsOf(raw: string, topology: NamedTopology | null): number[] {
     const from = Number(match?.[1]);
     const to = match?.[2] === undefined ? from : Number(match[2]);
     if (!match || !Number.isSafeInteger(to) || to < from || to - from >= 65_536) {
-      throw new UsageError(`--daemon takes host indices as 3, 0-15 or 0,2,5 (at most 65,536 in a range), or host names with a topology (--topology FILE), got "${raw}"`);
+      throw new UsageError(
+        `--daemon takes host indices as 3, 0-15 or 0,2,5 (at most 65,536 in a range), or host names with a topology (--topology FILE), got "${raw}"`,
+      );
     }
     return Array.from({ length: to - from + 1 }, (_, i) => from + i);
   });
@@ -121,7 +123,9 @@ export const command: Command = {
     if (dir === undefined) throw new UsageError("--dir is required: the directory that holds the keyring and the credentials");
     const topology = flags.daemon?.length ? await loadTopology({ topology: flags.topology }, await loadConfig(), true) : null;
     const wanted: { name: string; principal: Principal }[] = [
-      ...(flags.daemon ?? []).flatMap((raw) => hostsOf(raw, topology)).map((host) => ({ name: `daemon-${host}`, principal: { role: "daemon", host } as const })),
+      ...(flags.daemon ?? [])
+        .flatMap((raw) => hostsOf(raw, topology))
+        .map((host) => ({ name: `daemon-${host}`, principal: { role: "daemon", host } as const })),
       ...(flags.job ?? []).map((job) => ({ name: `job-${named("job", job)}`, principal: { role: "job", job } as const })),
       ...(flags.operator ?? []).map((name) => ({ name: `operator-${named("operator", name)}`, principal: { role: "operator" } as const })),
     ];

@@ -10,7 +10,20 @@ import { replacementName, ReplacementConfigError } from "../controller/daemon/re
 import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
 import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
-import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, intFlag, parseFlags, refusalAdvice, secondsFlag, shmBytesFlag, type Command, type Io } from "./io.ts";
+import {
+  CREDENTIALS_ENV,
+  ExitCode,
+  UsageError,
+  addressFlag,
+  credentialFlag,
+  intFlag,
+  parseFlags,
+  refusalAdvice,
+  secondsFlag,
+  shmBytesFlag,
+  type Command,
+  type Io,
+} from "./io.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 
 const DEFAULT_CHECKPOINT_BYTES = 256 * 2 ** 20;
@@ -79,7 +92,8 @@ export const command: Command = {
   help,
   async run(argv, io) {
     const split = argv.indexOf("--");
-    if (split < 0) throw new UsageError("give the torchrun command after `--`, e.g. monkeytree launch --job j --host 0 --dp 2 -- torchrun --nproc-per-node 8 train.py");
+    if (split < 0)
+      throw new UsageError("give the torchrun command after `--`, e.g. monkeytree launch --job j --host 0 --dp 2 -- torchrun --nproc-per-node 8 train.py");
     const flags = parseFlags(argv.slice(0, split), {
       job: { type: "string" },
       host: { type: "string" },
@@ -104,7 +118,8 @@ export const command: Command = {
       torchrun = adaptTorchrun(argv.slice(split + 1));
       name = flags.replacement === undefined ? undefined : replacementName(flags.replacement);
     } catch (error) {
-      if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError || error instanceof ReplacementConfigError) throw new UsageError(error.message);
+      if (error instanceof ReplacementEnvironmentError || error instanceof TorchrunArgsError || error instanceof ReplacementConfigError)
+        throw new UsageError(error.message);
       throw error;
     }
     const config = await loadConfig();
@@ -116,7 +131,9 @@ export const command: Command = {
       : await freshIdentity(flags, config);
     const credential = credentialFlag(flags.credentials) ?? (config.credentials === undefined ? undefined : credentialFlag(config.credentials));
     if (credential && !(credential.credential.principal.role === "job" && credential.credential.principal.job === worker.job)) {
-      throw new UsageError(`${credential.path} is not job ${JSON.stringify(worker.job)}'s credential; give --credentials the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`);
+      throw new UsageError(
+        `${credential.path} is not job ${JSON.stringify(worker.job)}'s credential; give --credentials the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`,
+      );
     }
     const checkpointBytes = shmBytesFlag("checkpoint-bytes", flags["checkpoint-bytes"], DEFAULT_CHECKPOINT_BYTES, 4096);
     const masterPortBase = intFlag("master-port", flags["master-port"], 29500, 1024, 65535);
@@ -136,8 +153,12 @@ export const command: Command = {
       daemonSocket: flags["daemon-socket"] ?? defaultDaemonSocket(worker.host),
       log,
     });
-    log.info(() => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`);
-    return runLauncher(launcher, io, (error) => refusalAdvice(error, credential?.path, `the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`));
+    log.info(
+      () => `${replacement ? `replacement for migration ${replacement.MONKEYTREE_MIGRATION}` : "launching"} on ${hostname()}: ${torchrun.argv.join(" ")}`,
+    );
+    return runLauncher(launcher, io, (error) =>
+      refusalAdvice(error, credential?.path, `the job-${worker.job}.json that \`monkeytree keys --job ${worker.job}\` wrote`),
+    );
   },
 };
 
@@ -182,7 +203,15 @@ function controllerFlag(connect: string | undefined, config: Config): string {
   return config.controller ?? "tcp://127.0.0.1:5555";
 }
 
-type LaunchFlags = { job?: string | undefined; host?: string | undefined; group?: string | undefined; dp?: string | undefined; pp?: string | undefined; tp?: string | undefined; topology?: string | undefined };
+type LaunchFlags = {
+  job?: string | undefined;
+  host?: string | undefined;
+  group?: string | undefined;
+  dp?: string | undefined;
+  pp?: string | undefined;
+  tp?: string | undefined;
+  topology?: string | undefined;
+};
 
 /** A fresh launcher's job, host, group and parallelism: from the flags, else from srun's environment. */
 async function freshIdentity(flags: LaunchFlags, config: Config) {

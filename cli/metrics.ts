@@ -6,7 +6,9 @@ import { UsageError, type Io } from "./io.ts";
 /** The `--metrics ADDR` option's help, its text starting at `column` as the command's other options do. */
 export const metricsHelp = (column: number): string =>
   `  --metrics ADDR`.padEnd(column) +
-  ["serve Prometheus metrics at http://ADDR/metrics; ADDR is PORT (on", "127.0.0.1) or HOST:PORT, port 0 for any free one. Off by default"].join(`\n${" ".repeat(column)}`);
+  ["serve Prometheus metrics at http://ADDR/metrics; ADDR is PORT (on", "127.0.0.1) or HOST:PORT, port 0 for any free one. Off by default"].join(
+    `\n${" ".repeat(column)}`,
+  );
 
 /** The address `--metrics` names, checked before anything starts; null without the flag. */
 export function metricsFlag(raw: string | undefined): MetricsAddress | null {
@@ -21,7 +23,8 @@ export function metricsFlag(raw: string | undefined): MetricsAddress | null {
 
 /** Starts the scrape endpoint at `at` and says where it listens. */
 export async function serveMetrics(at: MetricsAddress, registry: Registry, log: Logger, io: Io): Promise<MetricsServer> {
-  if (!isLoopbackHost(at.host)) log.warn(() => `serving metrics on ${at.host}: anyone who reaches it can read the cluster's placement and migrations; firewall it to your Prometheus`);
+  if (!isLoopbackHost(at.host))
+    log.warn(() => `serving metrics on ${at.host}: anyone who reaches it can read the cluster's placement and migrations; firewall it to your Prometheus`);
   let server;
   try {
     server = await MetricsServer.start(registry, at);

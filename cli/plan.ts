@@ -96,9 +96,7 @@ export function toDocument(cluster: Cluster, plan: Plan): PlanDocument {
     ...(plan.reason === undefined ? {} : { reason: plan.reason }),
     ...(cluster.podLambda === undefined ? {} : { podLambda: cluster.podLambda }),
     fragmentation: { before: [...plan.fragmentation.before], after: [...plan.fragmentation.after] },
-    ...(plan.podFragmentation
-      ? { podFragmentation: { before: [...plan.podFragmentation.before], after: [...plan.podFragmentation.after] } }
-      : {}),
+    ...(plan.podFragmentation ? { podFragmentation: { before: [...plan.podFragmentation.before], after: [...plan.podFragmentation.after] } } : {}),
     ...(plan.bestEffort ? { bestEffort: { racks: [...plan.bestEffort.racks], pods: [...plan.bestEffort.pods] } } : {}),
     solveMs: Math.round(plan.solveMs * 1000) / 1000,
   };
@@ -129,7 +127,13 @@ function summary(cluster: Cluster, plan: Plan, path: string): string {
     ...bestEffortLines(cluster, plan),
   ];
   if (plan.moves.length > 0) {
-    lines.push("", table(["step", "job", "group", "from", "to"], plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`])));
+    lines.push(
+      "",
+      table(
+        ["step", "job", "group", "from", "to"],
+        plan.moves.map((m) => [m.step, m.job, m.group, `${m.from} (${rack(m.from)})`, `${m.to} (${rack(m.to)})`]),
+      ),
+    );
   }
   lines.push("", degreeTable("rack", plan.fragmentation, cluster.lambda));
   if (plan.podFragmentation && cluster.podLambda !== undefined) lines.push("", degreeTable("pod", plan.podFragmentation, cluster.podLambda));

@@ -75,18 +75,7 @@ function render(routes: Routes): string {
       "PP flows (round-robin):",
       table(
         ["job", "from stage", "to stage", "replica", "src rack", "dst rack", "uplink (spine)", "downlink", "core", "source port"],
-        routes.ppFlows.map((f) => [
-          f.job,
-          f.fromStage,
-          f.toStage,
-          f.replica,
-          f.srcRack,
-          f.dstRack,
-          f.uplink,
-          f.downlink,
-          orNone(f.core),
-          orNone(f.sourcePort),
-        ]),
+        routes.ppFlows.map((f) => [f.job, f.fromStage, f.toStage, f.replica, f.srcRack, f.dstRack, f.uplink, f.downlink, orNone(f.core), orNone(f.sourcePort)]),
       ),
     );
   }

@@ -195,7 +195,10 @@ export const command: Command = {
     const requests = runRequests(settings, traces, scenario.systems, charted);
     const threads = scenario.threads ?? (scenario.config.planTime === "solve" ? 1 : defaultThreads(requests.length));
     const { runs, fragmentation } = await runWithProgress(requests, threads, flags.csv, charted, io);
-    const report = simulationReport(scenario.config, runs, generation, { preset: scenario.presetName, variants: scenario.variants.flatMap((v) => (v === null ? [] : [v])) });
+    const report = simulationReport(scenario.config, runs, generation, {
+      preset: scenario.presetName,
+      variants: scenario.variants.flatMap((v) => (v === null ? [] : [v])),
+    });
     await writeCharts(flags, [report], fragmentation);
     if (flags.json) await writeJson(io, report);
     else io.out.write(`${render(report.systems, scenario.config)}${paperBeside([report])}\n`);
@@ -305,7 +308,10 @@ function scenarioFlags(flags: SimulateFlags): Scenario {
 }
 
 /** The front-end, its queue, how migrations run and what planning costs: the flags', else the preset's or the defaults. */
-function schedulingFlags(flags: SimulateFlags, preset: Preset): Pick<SimConfigInput, "scheduler" | "queue" | "queueInMoves" | "migrateBy" | "planTime" | "planTimeLimitMs"> {
+function schedulingFlags(
+  flags: SimulateFlags,
+  preset: Preset,
+): Pick<SimConfigInput, "scheduler" | "queue" | "queueInMoves" | "migrateBy" | "planTime" | "planTimeLimitMs"> {
   const scheduler = (flags.scheduler ?? "best-fit") as SchedulerName;
   if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
   const queue = flags.queue as QueueName;
@@ -316,7 +322,12 @@ function schedulingFlags(flags: SimulateFlags, preset: Preset): Pick<SimConfigIn
   if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
   const planTime = flags["plan-time"];
   if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
-  const planTimeLimitMs = secondsFlag("plan-time-limit", flags["plan-time-limit"], planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000, 0.001);
+  const planTimeLimitMs = secondsFlag(
+    "plan-time-limit",
+    flags["plan-time-limit"],
+    planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000,
+    0.001,
+  );
   return { scheduler, queue, queueInMoves, migrateBy, planTime, planTimeLimitMs: Math.round(planTimeLimitMs) };
 }
 
@@ -324,9 +335,19 @@ function schedulingFlags(flags: SimulateFlags, preset: Preset): Pick<SimConfigIn
 function replayedFile(flags: SimulateFlags): string | undefined {
   if (flags.trace !== undefined && flags["from-sacct"] !== undefined) throw new UsageError("--trace and --from-sacct both give the jobs; pass one");
   const replayed = flags.trace ?? flags["from-sacct"];
-  const generatorFlags = ["loads", "jobs", "mix", "mean-hours", "ep-factor", "tokens-per-replica", ...(flags.trace === undefined ? [] : ["save-trace"] as const)] as const;
+  const generatorFlags = [
+    "loads",
+    "jobs",
+    "mix",
+    "mean-hours",
+    "ep-factor",
+    "tokens-per-replica",
+    ...(flags.trace === undefined ? [] : (["save-trace"] as const)),
+  ] as const;
   if (replayed !== undefined && generatorFlags.some((f) => flags[f] !== undefined)) {
-    throw new UsageError(`--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`);
+    throw new UsageError(
+      `--${generatorFlags.join(", --")} shape generated traces; with --${flags.trace === undefined ? "from-sacct" : "trace"} the file gives the jobs`,
+    );
   }
   if (flags.model !== undefined && flags["from-sacct"] === undefined) throw new UsageError("--model names the model of jobs read with --from-sacct");
   return replayed;
@@ -343,7 +364,9 @@ function fabricFlags(flags: SimulateFlags, preset: Preset): FabricShape {
     nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001, MAX_NIC_GBPS),
   };
   if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
-    throw new UsageError(`--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`);
+    throw new UsageError(
+      `--racks × --hosts-per-rack (${fabric.racks} × ${fabric.hostsPerRack}) must be at most ${MAX_HOSTS} hosts, the largest cluster the planner supports`,
+    );
   }
   return fabric;
 }
@@ -366,14 +389,19 @@ function drawingFlags(flags: SimulateFlags, preset: Preset): Drawing {
 
 /** `--slurm-array DIR`: submits a task per variant and load, each a simulate of its own, and the job that merges them. */
 function submitSweep(argv: readonly string[], dir: string, flags: SimulateFlags, scenario: Scenario, io: Io): ExitCode {
-  if (scenario.replayed !== undefined) throw new UsageError(`--slurm-array splits a preset's generated runs by variant and load; a --${flags.trace === undefined ? "from-sacct" : "trace"} file is one run`);
+  if (scenario.replayed !== undefined)
+    throw new UsageError(
+      `--slurm-array splits a preset's generated runs by variant and load; a --${flags.trace === undefined ? "from-sacct" : "trace"} file is one run`,
+    );
   outputDir("slurm-array", dir);
   const kept = withoutFlags(argv, SWEEP_FLAGS);
   const loads = loadsFlag(flags.loads, scenario.preset);
   const tasks = scenario.variants.flatMap((v) => loads.map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
   const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
   const submitted = submitArray(dir, tasks, sbatchArgs);
-  io.out.write(`submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`);
+  io.out.write(
+    `submitted ${tasks.length} runs as job array ${submitted.array} (${submitted.script}), merged by job ${submitted.merge} into ${join(dir, "merged.json")} and ${join(dir, "report", "index.html")}\n`,
+  );
   return ExitCode.ok;
 }
 
@@ -395,7 +423,12 @@ function variantSettings(config: SimConfigInput, variants: readonly (Variant | n
 type Traces = (hostCount: number) => readonly Trace[];
 
 /** The runs' traces, and how generated ones were drawn (null for replayed ones). */
-async function chooseTraces(flags: SimulateFlags, scenario: Scenario, settings: readonly VariantSetting[], io: Io): Promise<{ traces: Traces; generation: TraceGeneration | null }> {
+async function chooseTraces(
+  flags: SimulateFlags,
+  scenario: Scenario,
+  settings: readonly VariantSetting[],
+  io: Io,
+): Promise<{ traces: Traces; generation: TraceGeneration | null }> {
   if (flags.trace !== undefined) {
     const replay = [{ load: null, jobs: await readTraceFile(flags.trace) }];
     return { traces: () => replay, generation: null };
@@ -409,9 +442,19 @@ async function chooseTraces(flags: SimulateFlags, scenario: Scenario, settings: 
 
 /** `--from-sacct`'s history as a trace, saved with `--save-trace`; says which jobs it skipped. */
 async function sacctTrace(path: string, flags: SimulateFlags, fabric: FabricShape, io: Io): Promise<Trace[]> {
-  const options = { gpusPerHost: fabric.gpusPerHost, nicBytesPerSecond: bytesPerSecond(fabric.nicGbps), ...(flags.model === undefined ? {} : { model: flags.model }) };
+  const options = {
+    gpusPerHost: fabric.gpusPerHost,
+    nicBytesPerSecond: bytesPerSecond(fabric.nicGbps),
+    ...(flags.model === undefined ? {} : { model: flags.model }),
+  };
   const { jobs, skipped } = sacctToTrace(await readSacct(path), options, `sacct ${path}`);
-  if (skipped.length) io.err.write(`${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped.slice(0, 5).map((s) => s.job).join(", ")}${skipped.length > 5 ? ", …" : ""})\n`);
+  if (skipped.length)
+    io.err.write(
+      `${path}: skipped ${skipped.length} jobs that never ran or held no GPU (${skipped
+        .slice(0, 5)
+        .map((s) => s.job)
+        .join(", ")}${skipped.length > 5 ? ", …" : ""})\n`,
+    );
   if (jobs.length === 0) throw new InvalidInputError(`sacct ${path}`, [{ path: "jobs", message: "no job that ran on GPUs" }]);
   const replay = [{ load: null, jobs }];
   if (flags["save-trace"] !== undefined) await saveTraces(flags["save-trace"], replay);
@@ -419,16 +462,30 @@ async function sacctTrace(path: string, flags: SimulateFlags, fabric: FabricShap
 }
 
 /** A trace per load, drawn once for each number of hosts a variant runs on, and saved with `--save-trace`. */
-async function generatedTraces(flags: SimulateFlags, scenario: Scenario, settings: readonly VariantSetting[]): Promise<{ traces: Traces; generation: TraceGeneration }> {
+async function generatedTraces(
+  flags: SimulateFlags,
+  scenario: Scenario,
+  settings: readonly VariantSetting[],
+): Promise<{ traces: Traces; generation: TraceGeneration }> {
   const { preset, seed, fabric, drawing } = scenario;
   const loads = loadsFlag(flags.loads, preset);
   const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, MAX_TRACE_JOBS);
-  const generation = { ...presetGeneration(preset), mix: drawing.mix, jobs: jobCount, meanHours: drawing.meanHours, epFactor: drawing.epFactor, tokensPerReplica: drawing.tokensPerReplica };
+  const generation = {
+    ...presetGeneration(preset),
+    mix: drawing.mix,
+    jobs: jobCount,
+    meanHours: drawing.meanHours,
+    epFactor: drawing.epFactor,
+    tokensPerReplica: drawing.tokensPerReplica,
+  };
   const generated = new Map<number, Trace[]>();
   const traces = (hostCount: number) => {
     if (!generated.has(hostCount)) {
       const draw = (load: number) => generateJobs({ ...generation, seed, hostCount, load, gpusPerHost: fabric.gpusPerHost }, bytesPerSecond(fabric.nicGbps));
-      generated.set(hostCount, loads.map((load) => ({ load, jobs: draw(load) })));
+      generated.set(
+        hostCount,
+        loads.map((load) => ({ load, jobs: draw(load) })),
+      );
     }
     return generated.get(hostCount)!;
   };
@@ -436,7 +493,10 @@ async function generatedTraces(flags: SimulateFlags, scenario: Scenario, setting
   if (saveDir !== undefined) {
     const base = fabric.racks * fabric.hostsPerRack;
     const saved = new Set<number>();
-    for (const { config: { fabric: shape }, hosts } of settings) {
+    for (const {
+      config: { fabric: shape },
+      hosts,
+    } of settings) {
       // A variant on another number of hosts draws traces of its own.
       if (!saved.has(hosts)) await saveTraces(saveDir, traces(hosts), { ...generation, seed, fabric: shape, loads }, hosts === base ? "" : `hosts-${hosts}-`);
       saved.add(hosts);
@@ -468,7 +528,10 @@ async function runWithProgress(
   io: Io,
 ): Promise<{ runs: VariantRun[]; fragmentation: FragmentationSeries[] }> {
   const csv = csvDir === undefined ? undefined : await CsvFiles.open(csvDir);
-  const progress = new Progress(io, requests.map((r) => ({ label: `${runLabel(r.system, r.variant)}${r.load === null ? "" : ` at load ${r.load}`}`, jobs: r.jobs.length })));
+  const progress = new Progress(
+    io,
+    requests.map((r) => ({ label: `${runLabel(r.system, r.variant)}${r.load === null ? "" : ` at load ${r.load}`}`, jobs: r.jobs.length })),
+  );
   const runs: VariantRun[] = [];
   const fragmentation: FragmentationSeries[] = [];
   await runAll(requests, threads, {
@@ -516,7 +579,10 @@ function withoutFlags(argv: readonly string[], names: ReadonlySet<string>): stri
 const MERGE_FLAGS = new Set(["merge", "report", "plot", "json"]);
 
 async function merge(argv: readonly string[], files: string, flags: { report?: string; plot?: string; json: boolean }, io: Io): Promise<ExitCode> {
-  const others = argv.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0]!).filter((name) => !MERGE_FLAGS.has(name));
+  const others = argv
+    .filter((a) => a.startsWith("--"))
+    .map((a) => a.slice(2).split("=")[0]!)
+    .filter((name) => !MERGE_FLAGS.has(name));
   if (others.length) throw new UsageError(`--${others.join(", --")}: --merge reads runs already made; give only --report, --plot or --json with it`);
   for (const flag of ["report", "plot"] as const) if (flags[flag] !== undefined) outputDir(flag, flags[flag]);
   const paths = listFlag("merge", files, [], (path) => path);
@@ -553,8 +619,13 @@ function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Reco
     return [null];
   }
   const names = all.map((v) => v.name);
-  const swept = sweptSettings(all).map((setting) => SWEPT_FLAGS[setting]).filter((flag) => flags[flag] !== undefined);
-  if (swept.length) throw new UsageError(`--${swept.join(", --")}: the ${presetName} preset sweeps ${swept.length > 1 ? "these" : "it"} itself (variants ${names.join(", ")}); pick variants with --variants`);
+  const swept = sweptSettings(all)
+    .map((setting) => SWEPT_FLAGS[setting])
+    .filter((flag) => flags[flag] !== undefined);
+  if (swept.length)
+    throw new UsageError(
+      `--${swept.join(", --")}: the ${presetName} preset sweeps ${swept.length > 1 ? "these" : "it"} itself (variants ${names.join(", ")}); pick variants with --variants`,
+    );
   return listFlag("variants", flags.variants as string | undefined, [...all], (name) => {
     const variant = all.find((v) => v.name === name);
     if (!variant) throw new UsageError(`--variants: the ${presetName} preset has no variant "${name}"; choose from ${names.join(", ")}`);
@@ -564,7 +635,10 @@ function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Reco
 
 function listFlag<T>(name: string, raw: string | undefined, fallback: T[], parse: (item: string) => T): T[] {
   if (raw === undefined) return fallback;
-  const items = raw.split(",").map((s) => s.trim()).filter((s) => s !== "");
+  const items = raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
   if (items.length === 0) throw new UsageError(`--${name} needs at least one value`);
   return items.map(parse);
 }
@@ -617,7 +691,11 @@ async function saveTraces(
 }
 
 /** `--plot`'s SVG files, each of the report page's charts as DIR/NAME.svg, and `--report`'s page. */
-async function writeCharts(flags: { report?: string; plot?: string }, reports: readonly SimulationReport[], fragmentation: readonly FragmentationSeries[]): Promise<void> {
+async function writeCharts(
+  flags: { report?: string; plot?: string },
+  reports: readonly SimulationReport[],
+  fragmentation: readonly FragmentationSeries[],
+): Promise<void> {
   if (flags.plot !== undefined) for (const figure of figures(reports, fragmentation)) await writeFile(join(flags.plot, `${figure.name}.svg`), figure.svg);
   if (flags.report !== undefined) await writeFile(join(flags.report, "index.html"), reportPage(reports, fragmentation));
 }
@@ -626,7 +704,8 @@ const csvHeaders = {
   jobs: "system,variant,load,job,arrival,start,finish,ideal,slowdown,moves",
   plans: "system,variant,load,time,status,moves,solve_ms",
   fragmentation: "system,variant,load,time,max_rack,mean_rack,fragmented_groups,total",
-  summary: "system,variant,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
+  summary:
+    "system,variant,load,jobs,slowdown_avg,slowdown_p50,slowdown_p90,slowdown_p99,makespan_s,migrations,bytes_moved,events,moves_avg,moves_share_1_or_2,frag_peak_max_rack,frag_mean_max_rack,solver_total_ms,frag_mean_total",
 } as const;
 
 /** The CSV files of a run, appended to as each system finishes. */
@@ -696,6 +775,23 @@ function render(systems: readonly SystemReport[], config: SimConfigInput): strin
   return [
     head,
     "",
-    table([...(variants ? ["variant"] : []), "load", "system", "jobs", "slowdown avg", "p50", "p90", "p99", "makespan h", "moves", "events", "moves/event", "solve ms/plan"], rows),
+    table(
+      [
+        ...(variants ? ["variant"] : []),
+        "load",
+        "system",
+        "jobs",
+        "slowdown avg",
+        "p50",
+        "p90",
+        "p99",
+        "makespan h",
+        "moves",
+        "events",
+        "moves/event",
+        "solve ms/plan",
+      ],
+      rows,
+    ),
   ].join("\n");
 }

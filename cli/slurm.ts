@@ -63,7 +63,10 @@ export const command: Command = {
     });
     const topology = await loadTopology(flags, await loadConfig());
     if (!topology) throw new UsageError("--topology is required: the cluster's topology file or Slurm's topology.conf");
-    const slurm = new Slurm({ timeoutMs: secondsFlag("timeout", flags.timeout, 10, 0.1), ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }) });
+    const slurm = new Slurm({
+      timeoutMs: secondsFlag("timeout", flags.timeout, 10, 0.1),
+      ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }),
+    });
     if (flags.output !== undefined) outputFile("output", flags.output);
     const comments = slurmCommentsFlag(flags["slurm-comments"]);
     const adapter = new SlurmAdapter({ slurm, topology, managed: () => new Set(), comments, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
@@ -114,10 +117,31 @@ function render(topology: NamedTopology, state: AdapterState): string {
     `${t.racks} racks × ${t.hostsPerRack} hosts, ${t.uplinksPerRack} uplinks per rack; ` +
       `${state.pinned.length} pinned jobs, ${state.unavailable.length - slots} unavailable hosts${slots ? ` (and ${slots} empty slots)` : ""}, ${state.holds.length} holds`,
   ];
-  if (state.pinned.length) lines.push("", table(["pinned job", "rings", "hosts"], state.pinned.map((j) => [j.id, j.rings, j.hosts.map(name).join(" ")])));
+  if (state.pinned.length)
+    lines.push(
+      "",
+      table(
+        ["pinned job", "rings", "hosts"],
+        state.pinned.map((j) => [j.id, j.rings, j.hosts.map(name).join(" ")]),
+      ),
+    );
   const hosts = state.unavailable.filter((u) => topology.hostNames[u.host] !== null);
-  if (hosts.length) lines.push("", table(["unavailable", "why"], hosts.map((u) => [name(u.host), u.why])));
-  if (state.holds.length) lines.push("", table(["hold", "job", "node"], state.holds.map((h) => [h.name, h.job, h.node])));
+  if (hosts.length)
+    lines.push(
+      "",
+      table(
+        ["unavailable", "why"],
+        hosts.map((u) => [name(u.host), u.why]),
+      ),
+    );
+  if (state.holds.length)
+    lines.push(
+      "",
+      table(
+        ["hold", "job", "node"],
+        state.holds.map((h) => [h.name, h.job, h.node]),
+      ),
+    );
   for (const note of state.notes) lines.push(`note: ${note}`);
   return lines.join("\n");
 }

@@ -4,7 +4,19 @@ import type { ControllerEvent } from "../sdk/protocol/events.ts";
 import type { StatusReport } from "../sdk/protocol/status.ts";
 import type { ControllerRefusedError } from "../sdk/connection.ts";
 import type { Credential } from "../sdk/protocol/auth.ts";
-import { CREDENTIALS_ENV, ExitCode, addressFlag, credentialFlag, parseFlags, refusalAdvice, secondsFlag, table, writeJson, type Command, type Io } from "./io.ts";
+import {
+  CREDENTIALS_ENV,
+  ExitCode,
+  addressFlag,
+  credentialFlag,
+  parseFlags,
+  refusalAdvice,
+  secondsFlag,
+  table,
+  writeJson,
+  type Command,
+  type Io,
+} from "./io.ts";
 
 const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json] [--follow]
 
@@ -35,7 +47,11 @@ const FOLLOW_POLL_MS = 250;
  * A client of the controller at `endpoint` that closes itself when the controller refuses its
  * handshake, which ends any wait at once; `refused()` then says why (else undefined).
  */
-export function operatorClient(endpoint: string, credential: Credential | undefined, timeoutMs: number): { client: ControllerClient; refused: () => ControllerRefusedError | undefined } {
+export function operatorClient(
+  endpoint: string,
+  credential: Credential | undefined,
+  timeoutMs: number,
+): { client: ControllerClient; refused: () => ControllerRefusedError | undefined } {
   let refused: ControllerRefusedError | undefined;
   const client = new ControllerClient({
     endpoint,
@@ -110,7 +126,8 @@ async function follow(client: ControllerClient, io: Io, json: boolean): Promise<
   try {
     while (!stopped.signal.aborted) {
       const batch = await client.events(after);
-      if (batch.missed > 0) io.err.write(`monkeytree status: ${batch.missed} events went by faster than they were read; events.jsonl beside the controller's journal has them\n`);
+      if (batch.missed > 0)
+        io.err.write(`monkeytree status: ${batch.missed} events went by faster than they were read; events.jsonl beside the controller's journal has them\n`);
       for (const event of batch.events) io.out.write(`${json ? JSON.stringify(event) : describeEvent(event)}\n`);
       // A controller started afresh numbers its events from 1 again.
       after = batch.events.at(-1)?.seq ?? (after === undefined || batch.last < after ? batch.last : after);
@@ -206,9 +223,27 @@ export function renderStatus(report: StatusReport): string {
   const scheduler = report.scheduler;
   if (scheduler) {
     lines.push("", `scheduler: ${scheduler.pinned.length} pinned jobs, ${scheduler.unavailable.length} unavailable hosts, ${scheduler.holds.length} holds`);
-    if (scheduler.pinned.length) lines.push(table(["pinned job", "rings", "hosts"], scheduler.pinned.map((j) => [j.id, j.rings, j.hosts.join(" ")])));
-    if (scheduler.unavailable.length) lines.push(table(["unavailable", "why"], scheduler.unavailable.map((u) => [u.host, u.why])));
-    if (scheduler.holds.length) lines.push(table(["hold", "job", "node"], scheduler.holds.map((h) => [h.name, h.job, h.node])));
+    if (scheduler.pinned.length)
+      lines.push(
+        table(
+          ["pinned job", "rings", "hosts"],
+          scheduler.pinned.map((j) => [j.id, j.rings, j.hosts.join(" ")]),
+        ),
+      );
+    if (scheduler.unavailable.length)
+      lines.push(
+        table(
+          ["unavailable", "why"],
+          scheduler.unavailable.map((u) => [u.host, u.why]),
+        ),
+      );
+    if (scheduler.holds.length)
+      lines.push(
+        table(
+          ["hold", "job", "node"],
+          scheduler.holds.map((h) => [h.name, h.job, h.node]),
+        ),
+      );
   }
   if (report.migrations.length) {
     lines.push(

@@ -41,8 +41,12 @@ export async function loadTopology(flags: TopologyFlags, config: Config, namesOn
     }
     return parseTopologyText(text, source);
   }
-  const uplinksPerRack = flags["uplinks-per-rack"] === undefined ? (config.uplinksPerRack ?? (namesOnly ? 1 : undefined)) : intFlag("uplinks-per-rack", flags["uplinks-per-rack"], undefined, 1);
-  if (uplinksPerRack === undefined) throw new UsageError(`${path} is a Slurm topology.conf, which does not say how many uplinks a rack has: add --uplinks-per-rack N`);
+  const uplinksPerRack =
+    flags["uplinks-per-rack"] === undefined
+      ? (config.uplinksPerRack ?? (namesOnly ? 1 : undefined))
+      : intFlag("uplinks-per-rack", flags["uplinks-per-rack"], undefined, 1);
+  if (uplinksPerRack === undefined)
+    throw new UsageError(`${path} is a Slurm topology.conf, which does not say how many uplinks a rack has: add --uplinks-per-rack N`);
   const gpusPerHost = intFlag("gpus-per-host", flags["gpus-per-host"], config.gpusPerHost ?? 8, 1);
   return parseTopologyFile(topologyFromConf(text, { uplinksPerRack, gpusPerHost }, source), source);
 }
@@ -54,7 +58,9 @@ export async function loadTopology(flags: TopologyFlags, config: Config, namesOn
 export function hostFlag(raw: string, topology: NamedTopology | null): number {
   if (topology === null) {
     if (/^\d+$/.test(raw)) return Number(raw);
-    throw new UsageError(`--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host's name; got "${raw}"`);
+    throw new UsageError(
+      `--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host's name; got "${raw}"`,
+    );
   }
   try {
     return hostIndexOf(topology, raw);

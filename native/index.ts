@@ -89,14 +89,7 @@ interface NativeStagingBuffer {
   free(): void;
 }
 
-type ListenerEvent = (
-  token: string,
-  code: string | null,
-  message: string | null,
-  bytes: number,
-  seconds: number,
-  transport: Transport,
-) => void;
+type ListenerEvent = (token: string, code: string | null, message: string | null, bytes: number, seconds: number, transport: Transport) => void;
 
 interface NativeListener {
   readonly port: number;
@@ -167,10 +160,7 @@ function loadNative(): NativeModule {
   try {
     return require(join(ADDON_DIR, "monkeytree_native.node")) as NativeModule;
   } catch (cause) {
-    throw new Error(
-      "the MonkeyTree native addon is not built; run `npm install` (it runs `node-gyp rebuild --directory native`)",
-      { cause },
-    );
+    throw new Error("the MonkeyTree native addon is not built; run `npm install` (it runs `node-gyp rebuild --directory native`)", { cause });
   }
 }
 
@@ -217,9 +207,7 @@ function checkRange(offset: number, length: number, size: number, what: string):
   checkInteger(offset, `${what}.offset`, 0);
   checkInteger(length, `${what}.length`, 1);
   if (offset + length > size) {
-    throw new RangeError(
-      `${what} range [${offset}, ${offset + length}) exceeds the buffer's ${size} bytes; lower ${what}.offset or ${what}.length`,
-    );
+    throw new RangeError(`${what} range [${offset}, ${offset + length}) exceeds the buffer's ${size} bytes; lower ${what}.offset or ${what}.length`);
   }
 }
 
@@ -610,9 +598,7 @@ export function send(options: SendOptions): Promise<TransferResult> {
     return Promise.reject(new TransferError("the transfer was cancelled before it started", "cancelled"));
   }
   if (transport === "rdma" && !ticket.rdma) {
-    return Promise.reject(
-      new TransferError("the destination does not offer RDMA for this ticket; send with transport \"tcp\"", "rdma_unavailable"),
-    );
+    return Promise.reject(new TransferError('the destination does not offer RDMA for this ticket; send with transport "tcp"', "rdma_unavailable"));
   }
   if (transport === "tcp" || !ticket.rdma) return startTransfer(options, nativeOptions);
   const attempt = startTransfer(options, { ...nativeOptions, transport: "rdma" });

@@ -1,6 +1,18 @@
 import { performance } from "node:perf_hooks";
 import { ControllerError, ControllerTimeoutError, DEFAULT_WORKER_TIMEOUT_MS, type ControllerClient } from "./client.ts";
-import { advance, DEFAULT_HOLD_TIMEOUT_MS, holdReport, initialHold, lastStep, NO_STOP, stopWord, type Answer, type HoldEvent, type HostHold, type HostPhase } from "./hold.ts";
+import {
+  advance,
+  DEFAULT_HOLD_TIMEOUT_MS,
+  holdReport,
+  initialHold,
+  lastStep,
+  NO_STOP,
+  stopWord,
+  type Answer,
+  type HoldEvent,
+  type HostHold,
+  type HostPhase,
+} from "./hold.ts";
 import type { Logger } from "./log.ts";
 import type { Assignment, Directive, Order, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
 
@@ -143,7 +155,8 @@ export class HostAgent {
   }
 
   private wait(rank: number, event: HoldEvent, step?: number): Promise<Answer> {
-    if (this.waiters.has(rank)) return Promise.resolve({ kind: "error", message: `local rank ${rank} already waits for an answer; call barrier once per step and wait for its answer` });
+    if (this.waiters.has(rank))
+      return Promise.resolve({ kind: "error", message: `local rank ${rank} already waits for an answer; call barrier once per step and wait for its answer` });
     if (!this.hold) return Promise.resolve({ kind: "error", message: "the worker is not registered yet: attach first" });
     if (step !== undefined) this.timeStep(step);
     return new Promise((resolve) => {
@@ -239,7 +252,12 @@ export class HostAgent {
   }
 
   private reportFailed(error: unknown): void {
-    const why = error instanceof ControllerTimeoutError ? "the controller does not answer: training goes on, and no migration starts until it does" : error instanceof ControllerError ? `the controller refused a report: ${error.message}` : null;
+    const why =
+      error instanceof ControllerTimeoutError
+        ? "the controller does not answer: training goes on, and no migration starts until it does"
+        : error instanceof ControllerError
+          ? `the controller refused a report: ${error.message}`
+          : null;
     if (why === null || why === this.failing) return;
     this.failing = why;
     this.log.warn(() => why);

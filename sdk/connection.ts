@@ -85,7 +85,9 @@ export class ControllerTimeoutError extends Error {
     readonly endpoint: string,
     readonly timeoutMs: number,
   ) {
-    super(`no answer to ${request} from ${endpoint} within ${timeoutMs} ms; check that the controller runs there and, when it has a keyring, that its keyring lists this credential's key`);
+    super(
+      `no answer to ${request} from ${endpoint} within ${timeoutMs} ms; check that the controller runs there and, when it has a keyring, that its keyring lists this credential's key`,
+    );
   }
 }
 
@@ -262,7 +264,10 @@ export class ControllerConnection {
         const waiting = id === null ? undefined : this.take(id);
         if (!waiting) this.options.onMessage?.(frame);
         else if (decoded.success) waiting.resolve(decoded.data);
-        else if (decoded.error.code === "unsupported_version") waiting.reject(new ControllerError(decoded.error.code, `the controller at ${this.options.endpoint} speaks another protocol version: ${decoded.error.message}`));
+        else if (decoded.error.code === "unsupported_version")
+          waiting.reject(
+            new ControllerError(decoded.error.code, `the controller at ${this.options.endpoint} speaks another protocol version: ${decoded.error.message}`),
+          );
         else waiting.reject(new ControllerError(decoded.error.code, `the controller's answer could not be read: ${decoded.error.message}`));
       }
     } catch (error) {
@@ -278,6 +283,7 @@ export class ControllerConnection {
  */
 function refusalOf(event: SocketEvent, credential: boolean): Refusal | null {
   if (event.type === "handshake:error:auth") return "key-unknown";
-  if (event.type === "handshake:error:protocol" && event.error.code === "ERR_ZMTP_MECHANISM_MISMATCH") return credential ? "credential-unexpected" : "credential-required";
+  if (event.type === "handshake:error:protocol" && event.error.code === "ERR_ZMTP_MECHANISM_MISMATCH")
+    return credential ? "credential-unexpected" : "credential-required";
   return null;
 }

@@ -50,7 +50,10 @@ const KEYS_SHOWN = 3;
 function toIssue(issue: z.core.$ZodIssue): InputIssue {
   const path = formatPath(issue.path);
   if (issue.code === "unrecognized_keys") {
-    const shown = issue.keys.slice(0, KEYS_SHOWN).map((k) => quote(k)).join(", ");
+    const shown = issue.keys
+      .slice(0, KEYS_SHOWN)
+      .map((k) => quote(k))
+      .join(", ");
     const keys = issue.keys.length > KEYS_SHOWN ? `${shown} and ${issue.keys.length - KEYS_SHOWN} more` : shown;
     return { path, message: `unknown field ${keys}; remove it or check its spelling` };
   }

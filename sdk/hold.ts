@@ -74,7 +74,19 @@ export const DEFAULT_HOLD_TIMEOUT_MS = 20_000;
 
 /** `passed`: the barrier a replacement resumes after; -1 at a fresh start. */
 export function initialHold(ranks: number, generation: number, now: number, passed = -1): HostHold {
-  return { ranks, generation, passed, phase: "running", stop: null, waiting: new Map(), heardAt: now, released: null, migration: null, unsaved: new Set(), stopReason: null };
+  return {
+    ranks,
+    generation,
+    passed,
+    phase: "running",
+    stop: null,
+    waiting: new Map(),
+    heardAt: now,
+    released: null,
+    migration: null,
+    unsaved: new Set(),
+    stopReason: null,
+  };
 }
 
 /** No stop: the control block's stop word, above any barrier. */
@@ -120,7 +132,13 @@ export function advance(h: HostHold, event: HoldEvent, now: number, holdTimeoutM
   }
 }
 
-const step = (state: HostHold, answers: HoldStep["answers"], report: boolean, log: string | null = null, send = false): HoldStep => ({ state, answers, report, send, log });
+const step = (state: HostHold, answers: HoldStep["answers"], report: boolean, log: string | null = null, send = false): HoldStep => ({
+  state,
+  answers,
+  report,
+  send,
+  log,
+});
 const quiet = (state: HostHold): HoldStep => step(state, [], false);
 const refuse = (h: HostHold, rank: number, message: string): HoldStep => step(h, [{ rank, answer: { kind: "error", message } }], false);
 
@@ -128,10 +146,12 @@ function arrive(h: HostHold, rank: number, at: number): HoldStep {
   if (h.phase === "stopped") return step(h, [{ rank, answer: { kind: "stop", reason: h.stopReason ?? "stopped" } }], false);
   const waits = h.waiting.get(rank);
   if (waits !== undefined) return refuse(h, rank, `local rank ${rank} is already at barrier ${waits}; call barrier once per step and wait for its answer`);
-  if (h.phase !== "running" && h.phase !== "armed") return refuse(h, rank, `local rank ${rank} reached barrier ${at} while the host is ${h.phase} at barrier ${h.stop?.step ?? "?"}`);
+  if (h.phase !== "running" && h.phase !== "armed")
+    return refuse(h, rank, `local rank ${rank} reached barrier ${at} while the host is ${h.phase} at barrier ${h.stop?.step ?? "?"}`);
   const stop = h.stop;
   if (stop === null || at < stop.step) return step({ ...h, passed: Math.max(h.passed, at) }, [{ rank, answer: CONTINUE }], false);
-  if (at > stop.step) return refuse(h, rank, `local rank ${rank} reached barrier ${at}, past the stop at ${stop.step}; every process must call barrier once per step`);
+  if (at > stop.step)
+    return refuse(h, rank, `local rank ${rank} reached barrier ${at}, past the stop at ${stop.step}; every process must call barrier once per step`);
   const waiting = new Map(h.waiting).set(rank, at);
   if (waiting.size < h.ranks) return quiet({ ...h, waiting });
   return step({ ...h, waiting, phase: "held" }, [], true, `every local process holds at barrier ${at} (stop ${stop.id})`);
@@ -162,14 +182,24 @@ function obey(h: HostHold, order: Order): HoldStep {
   switch (order.kind) {
     case "run":
       if (h.phase === "running") return quiet(h.released ? { ...h, released: null } : h);
-      return step({ ...h, phase: "running", stop: null, waiting: new Map(), passed: passedOnRelease(h), migration: null, released: null }, answerAll(h, CONTINUE), true, `the controller released stop ${h.stop?.id ?? "?"}: training on`);
+      return step(
+        { ...h, phase: "running", stop: null, waiting: new Map(), passed: passedOnRelease(h), migration: null, released: null },
+        answerAll(h, CONTINUE),
+        true,
+        `the controller released stop ${h.stop?.id ?? "?"}: training on`,
+      );
     case "stop-at":
       return arm(h, order.stop, order.step);
     case "migrate-out": {
       if ((h.phase === "saving" || h.phase === "saved") && h.migration === order.migration) return quiet(h);
       if (h.phase !== "held" || h.stop?.id !== order.stop || h.stop.step !== order.step) return ignored(h, order.kind);
       const answer: Answer = { kind: "migrate-out", migration: order.migration, to: order.to, endpoint: order.endpoint, token: order.token, step: order.step };
-      return step({ ...h, phase: "saving", waiting: new Map(), unsaved: new Set(h.waiting.keys()), migration: order.migration }, answerAll(h, answer), true, `migration ${order.migration}: checkpointing at barrier ${order.step} for host ${order.to}`);
+      return step(
+        { ...h, phase: "saving", waiting: new Map(), unsaved: new Set(h.waiting.keys()), migration: order.migration },
+        answerAll(h, answer),
+        true,
+        `migration ${order.migration}: checkpointing at barrier ${order.step} for host ${order.to}`,
+      );
     }
     case "seal":
       if (h.phase === "sealed" && h.stop?.id === order.stop) return quiet(h);
@@ -180,10 +210,20 @@ function obey(h: HostHold, order: Order): HoldStep {
       const a = order.assignment;
       if (h.phase === "running" && a.generation === h.generation) return quiet(h);
       if (h.phase !== "sealed") return ignored(h, `${order.kind} to generation ${a.generation}`);
-      return step({ ...h, phase: "running", stop: null, waiting: new Map(), passed: passedOnRelease(h), generation: a.generation, migration: null }, answerAll(h, { kind: "reconfigure", assignment: a }), true, `re-forming at generation ${a.generation}`);
+      return step(
+        { ...h, phase: "running", stop: null, waiting: new Map(), passed: passedOnRelease(h), generation: a.generation, migration: null },
+        answerAll(h, { kind: "reconfigure", assignment: a }),
+        true,
+        `re-forming at generation ${a.generation}`,
+      );
     }
     case "stop":
-      return step({ ...h, phase: "stopped", stopReason: order.reason, waiting: new Map() }, answerAll(h, { kind: "stop", reason: order.reason }), false, `stopping: ${order.reason}`);
+      return step(
+        { ...h, phase: "stopped", stopReason: order.reason, waiting: new Map() },
+        answerAll(h, { kind: "stop", reason: order.reason }),
+        false,
+        `stopping: ${order.reason}`,
+      );
   }
 }
 

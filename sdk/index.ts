@@ -3,14 +3,7 @@
  * schemas are `monkeytree/protocol`, the checkpoint layout `monkeytree/checkpoint`, the
  * transfer engine `monkeytree/native` and the planner `monkeytree/planner`.
  */
-export {
-  ClientClosedError,
-  ControllerClient,
-  ControllerError,
-  ControllerTimeoutError,
-  UnexpectedReplyError,
-  type ClientOptions,
-} from "./client.ts";
+export { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError, UnexpectedReplyError, type ClientOptions } from "./client.ts";
 export { WorkerClient, type AgentOptions } from "./agent.ts";
 export { InvalidInputError, type InputIssue } from "./errors.ts";
 export { CheckpointError, type CheckpointErrorCode, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";

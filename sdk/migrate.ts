@@ -27,7 +27,9 @@ export function replacementFromEnv(env: NodeJS.ProcessEnv = process.env): Replac
   if (env.MONKEYTREE_TOKEN === undefined) return null;
   const parsed = ReplacementEnvSchema.safeParse(env);
   if (!parsed.success) {
-    throw new ReplacementEnvironmentError(`${formatZodError("replacement environment", parsed.error)}; a replacement gets these from the daemon that starts it`);
+    throw new ReplacementEnvironmentError(
+      `${formatZodError("replacement environment", parsed.error)}; a replacement gets these from the daemon that starts it`,
+    );
   }
   return parsed.data;
 }

@@ -29,14 +29,18 @@ describe("the import direction (test/helpers/architecture.ts)", () => {
     expect(check("sdk/client.ts", `import { a } from "./protocol/codec.ts";\nimport {\n  b,\n} from "../controller/plan/index.ts";`)).toEqual([
       [4, "controller/plan/index.ts", "sdk/ may import only sdk/, native/ (layers, bottom to top: native ← sdk ← controller ← cli)"],
     ]);
-    expect(check("native/index.ts", `const m = require("../sdk/log.ts");`)).toEqual([[1, "sdk/log.ts", expect.stringMatching(/^native\/ may import only native\//)]]);
-    expect(check("cli/main.ts", `export * from "../test/helpers/cli.ts";`)).toEqual([[1, "test/helpers/cli.ts", expect.stringMatching(/^cli\/ may import only cli\//)]]);
+    expect(check("native/index.ts", `const m = require("../sdk/log.ts");`)).toEqual([
+      [1, "sdk/log.ts", expect.stringMatching(/^native\/ may import only native\//)],
+    ]);
+    expect(check("cli/main.ts", `export * from "../test/helpers/cli.ts";`)).toEqual([
+      [1, "test/helpers/cli.ts", expect.stringMatching(/^cli\/ may import only cli\//)],
+    ]);
     expect(check("bench/plan.ts", `const f = new URL("../examples/snapshots/x.json", import.meta.url);`)).toEqual([
       [1, "examples/snapshots/x.json", expect.stringMatching(/^bench\/ may import only bench\/, native\//)],
     ]);
-    expect(check("examples/plan.ts", `const { createPlanner } = await import("../controller/plan/index.ts");\nimport { WorkerClient } from "monkeytree";`)).toEqual([
-      [1, "controller/plan/index.ts", expect.stringContaining("import MonkeyTree by its package name")],
-    ]);
+    expect(
+      check("examples/plan.ts", `const { createPlanner } = await import("../controller/plan/index.ts");\nimport { WorkerClient } from "monkeytree";`),
+    ).toEqual([[1, "controller/plan/index.ts", expect.stringContaining("import MonkeyTree by its package name")]]);
   });
 
   it("holds the finer order inside sdk/ and controller/", () => {
@@ -45,7 +49,9 @@ describe("the import direction (test/helpers/architecture.ts)", () => {
       "inside controller/, controller/model/ may import only nothing of its layer besides itself (see TIERS in test/helpers/architecture.ts)",
     ]);
     // Units of one tier are independent of each other.
-    expect(rules("sdk/protocol/codec.ts", "../checkpoint/index.ts")).toEqual([expect.stringMatching(/^inside sdk\/, sdk\/protocol\/ may import only sdk\/errors.ts/)]);
+    expect(rules("sdk/protocol/codec.ts", "../checkpoint/index.ts")).toEqual([
+      expect.stringMatching(/^inside sdk\/, sdk\/protocol\/ may import only sdk\/errors.ts/),
+    ]);
     // A file no tier names is an entry point, above every tier.
     expect(rules("sdk/client.ts", "./index.ts")).toHaveLength(1);
     expect(rules("sdk/index.ts", "./launch/launcher.ts")).toEqual([]);

@@ -14,7 +14,17 @@ export const WorkerEventSchema = z.discriminatedUnion("event", [
   /** A replacement loaded the staged checkpoint; `step` is the first iteration it runs. */
   z.strictObject({ ...base, event: z.literal("resumed"), migration: z.string(), step: z.int().min(0), loadSeconds: z.number() }),
   /** The source packed its state and wrote it into the destination's staging buffer. */
-  z.strictObject({ ...base, event: z.literal("sent"), migration: z.string(), to: z.int().min(0), step: z.int().min(0), bytes: z.int(), packSeconds: z.number(), sendSeconds: z.number(), transport: z.enum(["tcp", "rdma"]) }),
+  z.strictObject({
+    ...base,
+    event: z.literal("sent"),
+    migration: z.string(),
+    to: z.int().min(0),
+    step: z.int().min(0),
+    bytes: z.int(),
+    packSeconds: z.number(),
+    sendSeconds: z.number(),
+    transport: z.enum(["tcp", "rdma"]),
+  }),
   /** The move rolled back after the source sent; it keeps training where it was. */
   z.strictObject({ ...base, event: z.literal("kept"), migration: z.string(), step: z.int().min(0) }),
   /** The last iteration ran; `digest` is the CRC32C of the whole state. */

@@ -87,7 +87,11 @@ export function checkpointItems(state: TrainState): CheckpointItemInput[] {
     dtype: "float32",
     chunks: [{ sizes: [array.length], data: bytesOf(array) }],
   });
-  return [tensor("model.weight", state.params), tensor("optim.state.0.momentum_buffer", state.momentum), { fqn: "trainer.counters", kind: "bytes", data: counters(state) }];
+  return [
+    tensor("model.weight", state.params),
+    tensor("optim.state.0.momentum_buffer", state.momentum),
+    { fqn: "trainer.counters", kind: "bytes", data: counters(state) },
+  ];
 }
 
 /** Copies the state out of a checkpoint view, so the staging buffer can be unmapped. */
@@ -99,7 +103,12 @@ export function restoreState(view: CheckpointView): TrainState {
   };
   const raw = view.bytes("trainer.counters");
   const counters = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-  return { params: tensor("model.weight"), momentum: tensor("optim.state.0.momentum_buffer"), step: Number(counters.getBigUint64(0, true)), rng: counters.getUint32(8, true) };
+  return {
+    params: tensor("model.weight"),
+    momentum: tensor("optim.state.0.momentum_buffer"),
+    step: Number(counters.getBigUint64(0, true)),
+    rng: counters.getUint32(8, true),
+  };
 }
 
 /** CRC32C over every byte of the state, as 8 hex digits. */

@@ -420,7 +420,9 @@ const mib = (bytes: number) => `${(bytes / MiB).toFixed(0)} MiB`;
 const ms = (seconds: number) => `${(seconds * 1000).toFixed(0)} ms`;
 const gbps = (bytes: number, seconds: number) => `${((bytes * 8) / seconds / 1e9).toFixed(1)} Gbit/s`;
 
-type RackView = Pick<StatusReport, "fragmentation" | "lambda" | "withinBounds"> & { readonly jobs: readonly { readonly id: string; readonly hosts: readonly number[] }[] };
+type RackView = Pick<StatusReport, "fragmentation" | "lambda" | "withinBounds"> & {
+  readonly jobs: readonly { readonly id: string; readonly hosts: readonly number[] }[];
+};
 
 /** Racks as a placement leaves them, computed the way the controller does. */
 function placed(jobs: readonly DemoJob[]): RackView {
@@ -438,7 +440,9 @@ function printRacks(print: (line: string) => void, report: RackView): void {
   const width = Math.max(6, ...racks.map((r) => jobsOn(r).length));
   print(`           rack       ${racks.map((r) => String(r).padStart(width)).join(" ")}`);
   print(`           jobs       ${racks.map((r) => jobsOn(r).padStart(width)).join(" ")}`);
-  print(`           rings      ${report.fragmentation.map((d) => `${d}${d > report.lambda ? "!" : ""}`.padStart(width)).join(" ")}   (bound ${report.lambda}${report.withinBounds ? ", all within" : "; ! = over"})`);
+  print(
+    `           rings      ${report.fragmentation.map((d) => `${d}${d > report.lambda ? "!" : ""}`.padStart(width)).join(" ")}   (bound ${report.lambda}${report.withinBounds ? ", all within" : "; ! = over"})`,
+  );
 }
 
 const PHASES = ["staging", "starting", "ready", "pausing", "transferring", "verifying", "staged", "committing", "resuming"] as const;
@@ -454,7 +458,15 @@ function phaseTable(moves: StatusReport["migrations"]): string {
     // From the stop: before it, the job trained on.
     const first = m.history.find((h) => h.state === "pausing") ?? m.history[0]!;
     const total = m.history[m.history.length - 1]!.at - first.at;
-    return [m.id, m.job, `${m.from}→${m.to}`, String(m.stopStep ?? "-"), ...PHASES.map(time), String(total), m.state === "done" ? "done" : `${m.state}: ${m.reason ?? ""}`];
+    return [
+      m.id,
+      m.job,
+      `${m.from}→${m.to}`,
+      String(m.stopStep ?? "-"),
+      ...PHASES.map(time),
+      String(total),
+      m.state === "done" ? "done" : `${m.state}: ${m.reason ?? ""}`,
+    ];
   });
   return table(header, rows)
     .split("\n")

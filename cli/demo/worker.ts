@@ -72,7 +72,8 @@ const stepMs = whole("step-ms", flags["step-ms"]);
  */
 function pauseFlags(): { readonly before: number; readonly until: string }[] {
   const [at, until] = [flags["pause-at"] ?? [], flags["resume-when-exists"] ?? []];
-  if (at.length !== until.length) throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
+  if (at.length !== until.length)
+    throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
   return at.map((raw, i) => ({ before: whole("pause-at", raw), until: until[i]! }));
 }
 const pauses = pauseFlags();
@@ -122,7 +123,10 @@ async function obey(directive: Directive, step: number): Promise<boolean> {
     case "continue":
       return true;
     case "reconfigure":
-      log.info(() => `re-formed at generation ${directive.assignment.generation}: node rank ${directive.assignment.nodeRank}, ring ${directive.assignment.ringOrder.join("→")}`);
+      log.info(
+        () =>
+          `re-formed at generation ${directive.assignment.generation}: node rank ${directive.assignment.nodeRank}, ring ${directive.assignment.ringOrder.join("→")}`,
+      );
       return true;
     case "stop":
       log.info(() => `stopping: ${directive.reason}`);
@@ -130,11 +134,26 @@ async function obey(directive: Directive, step: number): Promise<boolean> {
     case "migrate-out": {
       try {
         const sent = await sendCheckpoint(directive, checkpointItems(state), { bytes: checkpointBytes });
-        log.info(() => `migration ${directive.migration}: packed in ${(sent.packSeconds * 1000).toFixed(0)} ms, sent ${sent.bytes} bytes to host ${directive.to} in ${(sent.sendSeconds * 1000).toFixed(0)} ms over ${sent.transport}`);
-        report({ ...who, event: "sent", migration: directive.migration, to: directive.to, step, bytes: sent.bytes, packSeconds: sent.packSeconds, sendSeconds: sent.sendSeconds, transport: sent.transport });
+        log.info(
+          () =>
+            `migration ${directive.migration}: packed in ${(sent.packSeconds * 1000).toFixed(0)} ms, sent ${sent.bytes} bytes to host ${directive.to} in ${(sent.sendSeconds * 1000).toFixed(0)} ms over ${sent.transport}`,
+        );
+        report({
+          ...who,
+          event: "sent",
+          migration: directive.migration,
+          to: directive.to,
+          step,
+          bytes: sent.bytes,
+          packSeconds: sent.packSeconds,
+          sendSeconds: sent.sendSeconds,
+          transport: sent.transport,
+        });
       } catch (error) {
         // The controller learns of the failure from the destination (or its silence) and rolls back.
-        log.warn(() => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to} (${(error as Error).message}); waiting for the controller`);
+        log.warn(
+          () => `migration ${directive.migration}: the checkpoint did not reach host ${directive.to} (${(error as Error).message}); waiting for the controller`,
+        );
       }
       const after = await worker.barrier(step);
       if (after.kind === "continue") report({ ...who, event: "kept", migration: directive.migration, step });

@@ -20,7 +20,12 @@ export function mergeReports(parts: readonly Part[]): SimulationReport[] {
   const bySeed = new Map<number, { path: string; report: SimulationReport }[]>();
   for (const part of read) {
     if (part.report.preset !== first.report.preset) {
-      throw new InvalidInputError(`report ${part.path}`, [{ path: "preset", message: `is ${JSON.stringify(part.report.preset)}, where ${first.path} has ${JSON.stringify(first.report.preset)}: merge one preset's runs` }]);
+      throw new InvalidInputError(`report ${part.path}`, [
+        {
+          path: "preset",
+          message: `is ${JSON.stringify(part.report.preset)}, where ${first.path} has ${JSON.stringify(first.report.preset)}: merge one preset's runs`,
+        },
+      ]);
     }
     const seed = part.report.config.seed;
     bySeed.set(seed, [...(bySeed.get(seed) ?? []), part]);
@@ -48,12 +53,17 @@ function mergeSeed(parts: readonly { path: string; report: SimulationReport }[])
   const systems: SystemReport[] = [];
   for (const { path, report } of parts) {
     if (JSON.stringify(report.config) !== settings) {
-      throw new InvalidInputError(`report ${path}`, [{ path: "config", message: `differs from ${first!.path}'s, of the same seed ${report.config.seed}: merge runs made with the same settings` }]);
+      throw new InvalidInputError(`report ${path}`, [
+        { path: "config", message: `differs from ${first!.path}'s, of the same seed ${report.config.seed}: merge runs made with the same settings` },
+      ]);
     }
     for (const s of report.systems) {
       const key = `${s.name} at load ${s.load ?? "trace"}${s.variant === null ? "" : `, variant ${s.variant}`}`;
       const other = owner.get(key);
-      if (other !== undefined) throw new InvalidInputError(`report ${path}`, [{ path: "systems", message: `repeats ${key} of seed ${report.config.seed}, which ${other} holds: merge each run once` }]);
+      if (other !== undefined)
+        throw new InvalidInputError(`report ${path}`, [
+          { path: "systems", message: `repeats ${key} of seed ${report.config.seed}, which ${other} holds: merge each run once` },
+        ]);
       owner.set(key, path);
       systems.push(s);
     }

@@ -74,7 +74,10 @@ function meanOverSeeds(reports: readonly SimulationReport[]): SimulationReport {
   const systems = [...new Map(all.map((s) => [key(s), s] as const)).values()].map((s) => {
     const same = all.filter((o) => key(o) === key(s));
     const mean = (pick: (o: SystemReport) => number) => same.reduce((sum, o) => sum + pick(o), 0) / same.length;
-    return { ...s, slowdown: { avg: mean((o) => o.slowdown.avg), p50: mean((o) => o.slowdown.p50), p90: mean((o) => o.slowdown.p90), p99: mean((o) => o.slowdown.p99) } };
+    return {
+      ...s,
+      slowdown: { avg: mean((o) => o.slowdown.avg), p50: mean((o) => o.slowdown.p50), p90: mean((o) => o.slowdown.p90), p99: mean((o) => o.slowdown.p99) },
+    };
   });
   return { ...first, systems, events: pooledMoveEvents(all) };
 }
@@ -104,13 +107,23 @@ function slowdownFigures(report: SimulationReport): Figure[] {
   const loads = [...new Set(report.systems.map((s) => s.load))];
   const systems = [...new Set(report.systems.map((s) => s.name))];
   const charts: Figure[] = [];
-  for (const [stat, title] of [["p99", "p99 job slowdown"], ["avg", "average job slowdown"]] as const) {
+  for (const [stat, title] of [
+    ["p99", "p99 job slowdown"],
+    ["avg", "average job slowdown"],
+  ] as const) {
     if (loads.length > 1 || variants.length === 1) {
       for (const variant of variants) {
         const runs = report.systems.filter((s) => s.variant === variant);
-        const series = systems.map((name) => ({ name, points: runs.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), s.slowdown[stat]] as const) }));
+        const series = systems.map((name) => ({
+          name,
+          points: runs.filter((s) => s.name === name).map((s) => [100 * (s.load ?? 1), s.slowdown[stat]] as const),
+        }));
         const caption = variant === null ? title : `${title}, ${variant}`;
-        charts.push({ name: `slowdown-${stat}${variant === null ? "" : `-${variant}`}`, caption, svg: lineChart({ title: caption, xLabel: "offered load (%)", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1 }) });
+        charts.push({
+          name: `slowdown-${stat}${variant === null ? "" : `-${variant}`}`,
+          caption,
+          svg: lineChart({ title: caption, xLabel: "offered load (%)", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1 }),
+        });
       }
     } else {
       const names = variants.map((v) => v ?? "");
@@ -119,7 +132,11 @@ function slowdownFigures(report: SimulationReport): Figure[] {
         points: report.systems.filter((s) => s.name === name).map((s) => [names.indexOf(s.variant ?? ""), s.slowdown[stat]] as const),
       }));
       const caption = `${title} at ${percent(loads[0] ?? null)} load`;
-      charts.push({ name: `slowdown-${stat}`, caption, svg: lineChart({ title: caption, xLabel: "variant", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1, xNames: names }) });
+      charts.push({
+        name: `slowdown-${stat}`,
+        caption,
+        svg: lineChart({ title: caption, xLabel: "variant", yLabel: "JCT ÷ ideal JCT", series, yFrom: 1, xNames: names }),
+      });
     }
   }
   return charts;
@@ -135,8 +152,16 @@ function fragmentationFigures(fragmentation: readonly FragmentationSeries[]): Fi
     const total = `total fragmentation${suffix}`;
     const name = `${load ?? "trace"}${variant === null ? "" : `-${variant}`}`;
     return [
-      { name: `fragmentation-${name}`, caption: busiest, svg: lineChart({ title: busiest, xLabel: "hours", yLabel: "max rings per rack", series: runs.map((f) => f.busiest), step: true }) },
-      { name: `fragmentation-total-${name}`, caption: total, svg: lineChart({ title: total, xLabel: "hours", yLabel: "rings per rack, summed over racks", series: runs.map((f) => f.total), step: true }) },
+      {
+        name: `fragmentation-${name}`,
+        caption: busiest,
+        svg: lineChart({ title: busiest, xLabel: "hours", yLabel: "max rings per rack", series: runs.map((f) => f.busiest), step: true }),
+      },
+      {
+        name: `fragmentation-total-${name}`,
+        caption: total,
+        svg: lineChart({ title: total, xLabel: "hours", yLabel: "rings per rack, summed over racks", series: runs.map((f) => f.total), step: true }),
+      },
     ];
   });
 }

@@ -50,25 +50,58 @@ function marker(i: number, x: number, y: number, colour: string): string {
   const r = 3.5;
   const at = (points: readonly (readonly [number, number])[]) => points.map(([dx, dy]) => `${(x + dx * r).toFixed(1)},${(y + dy * r).toFixed(1)}`).join(" ");
   const polygon = (points: readonly (readonly [number, number])[]) => `<polygon class="mark" points="${at(points)}" fill="${colour}"/>`;
-  const strokes = (points: readonly (readonly [number, number])[]) => `<polyline class="mark" points="${at(points)}" fill="none" stroke="${colour}" stroke-width="1.8"/>`;
+  const strokes = (points: readonly (readonly [number, number])[]) =>
+    `<polyline class="mark" points="${at(points)}" fill="none" stroke="${colour}" stroke-width="1.8"/>`;
   const shape = MARKERS[i % MARKERS.length]!;
   switch (shape) {
     case "circle":
       return `<circle class="mark" cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${r}" fill="${colour}"/>`;
     case "square":
-      return polygon([[-1, -1], [1, -1], [1, 1], [-1, 1]]);
+      return polygon([
+        [-1, -1],
+        [1, -1],
+        [1, 1],
+        [-1, 1],
+      ]);
     case "triangle":
-      return polygon([[0, -1.2], [1.1, 0.9], [-1.1, 0.9]]);
+      return polygon([
+        [0, -1.2],
+        [1.1, 0.9],
+        [-1.1, 0.9],
+      ]);
     case "diamond":
-      return polygon([[0, -1.3], [1.3, 0], [0, 1.3], [-1.3, 0]]);
+      return polygon([
+        [0, -1.3],
+        [1.3, 0],
+        [0, 1.3],
+        [-1.3, 0],
+      ]);
     case "down":
-      return polygon([[0, 1.2], [1.1, -0.9], [-1.1, -0.9]]);
+      return polygon([
+        [0, 1.2],
+        [1.1, -0.9],
+        [-1.1, -0.9],
+      ]);
     case "cross":
-      return strokes([[-1, -1], [1, 1], [0, 0], [1, -1], [-1, 1]]);
+      return strokes([
+        [-1, -1],
+        [1, 1],
+        [0, 0],
+        [1, -1],
+        [-1, 1],
+      ]);
     case "plus":
-      return strokes([[-1.3, 0], [1.3, 0], [0, 0], [0, -1.3], [0, 1.3]]);
+      return strokes([
+        [-1.3, 0],
+        [1.3, 0],
+        [0, 0],
+        [0, -1.3],
+        [0, 1.3],
+      ]);
     case "star":
-      return polygon(Array.from({ length: 10 }, (_, k) => [Math.sin((k * Math.PI) / 5) * (k % 2 ? 0.6 : 1.4), -Math.cos((k * Math.PI) / 5) * (k % 2 ? 0.6 : 1.4)] as const));
+      return polygon(
+        Array.from({ length: 10 }, (_, k) => [Math.sin((k * Math.PI) / 5) * (k % 2 ? 0.6 : 1.4), -Math.cos((k * Math.PI) / 5) * (k % 2 ? 0.6 : 1.4)] as const),
+      );
     case "bar":
       return `<rect class="mark" x="${(x - r * 1.3).toFixed(1)}" y="${(y - r * 0.45).toFixed(1)}" width="${(r * 2.6).toFixed(1)}" height="${(r * 0.9).toFixed(1)}" fill="${colour}"/>`;
     default:
@@ -109,7 +142,10 @@ export function lineChart(chart: LineChart): string {
   const py = (y: number) => MARGIN.top + plotH - ((y - yLow) / (y1 - yLow || 1)) * plotH;
   const body: string[] = [
     `<rect x="${MARGIN.left}" y="${MARGIN.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#999"/>`,
-    ...yTicks.map((t) => `<line x1="${MARGIN.left}" x2="${MARGIN.left + plotW}" y1="${py(t).toFixed(1)}" y2="${py(t).toFixed(1)}" stroke="#eee"/><text x="${MARGIN.left - 6}" y="${(py(t) + 4).toFixed(1)}" text-anchor="end">${number(t)}</text>`),
+    ...yTicks.map(
+      (t) =>
+        `<line x1="${MARGIN.left}" x2="${MARGIN.left + plotW}" y1="${py(t).toFixed(1)}" y2="${py(t).toFixed(1)}" stroke="#eee"/><text x="${MARGIN.left - 6}" y="${(py(t) + 4).toFixed(1)}" text-anchor="end">${number(t)}</text>`,
+    ),
     ...xTicks.map((t) => `<text x="${px(t).toFixed(1)}" y="${MARGIN.top + plotH + 18}" text-anchor="middle">${escape(chart.xNames?.[t] ?? number(t))}</text>`),
   ];
   chart.series.forEach((series, i) => {
@@ -141,11 +177,16 @@ export function barChart(title: string, xLabel: string, yLabel: string, bars: re
   const py = (y: number) => MARGIN.top + plotH - (y / top) * plotH;
   const body: string[] = [
     `<rect x="${MARGIN.left}" y="${MARGIN.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#999"/>`,
-    ...yTicks.map((t) => `<line x1="${MARGIN.left}" x2="${MARGIN.left + plotW}" y1="${py(t).toFixed(1)}" y2="${py(t).toFixed(1)}" stroke="#eee"/><text x="${MARGIN.left - 6}" y="${(py(t) + 4).toFixed(1)}" text-anchor="end">${number(t)}</text>`),
+    ...yTicks.map(
+      (t) =>
+        `<line x1="${MARGIN.left}" x2="${MARGIN.left + plotW}" y1="${py(t).toFixed(1)}" y2="${py(t).toFixed(1)}" stroke="#eee"/><text x="${MARGIN.left - 6}" y="${(py(t) + 4).toFixed(1)}" text-anchor="end">${number(t)}</text>`,
+    ),
   ];
   bars.forEach(([label, value], i) => {
     const x = MARGIN.left + i * slot + slot * 0.15;
-    body.push(`<rect class="mark" x="${x.toFixed(1)}" y="${py(value).toFixed(1)}" width="${(slot * 0.7).toFixed(1)}" height="${(MARGIN.top + plotH - py(value)).toFixed(1)}" fill="${COLOURS[0]}"/>`);
+    body.push(
+      `<rect class="mark" x="${x.toFixed(1)}" y="${py(value).toFixed(1)}" width="${(slot * 0.7).toFixed(1)}" height="${(MARGIN.top + plotH - py(value)).toFixed(1)}" fill="${COLOURS[0]}"/>`,
+    );
     body.push(`<text x="${(x + slot * 0.35).toFixed(1)}" y="${MARGIN.top + plotH + 18}" text-anchor="middle">${escape(label)}</text>`);
   });
   return frame(title, xLabel, yLabel, body);

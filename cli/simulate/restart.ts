@@ -26,6 +26,7 @@ export function restartFromBench(path: string): number {
   const source = `--restart-from ${path}`;
   const bench = readJsonFile(path, source, MigrationBenchSchema, "write it with `npm run bench:migrate -- --json > FILE`");
   const measured = bench.rows.flatMap((row) => (row.overheadS === null ? [] : [row.overheadS]));
-  if (measured.length === 0) throw new InvalidInputError(source, [{ path: "rows", message: "no row measured an overhead (every run failed); run the bench again" }]);
+  if (measured.length === 0)
+    throw new InvalidInputError(source, [{ path: "rows", message: "no row measured an overhead (every run failed); run the bench again" }]);
   return Math.max(0, ...measured);
 }

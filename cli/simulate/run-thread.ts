@@ -18,7 +18,10 @@ port.on("message", (request: RunRequest) => {
 async function answer(request: RunRequest): Promise<ThreadMessage> {
   try {
     if (systemSpec(request.system).migrate) planner ??= await createPlanner();
-    return { kind: "result", result: simulateRun(request, planner, (done) => port!.postMessage({ kind: "progress", index: request.index, done } satisfies ThreadMessage)) };
+    return {
+      kind: "result",
+      result: simulateRun(request, planner, (done) => port!.postMessage({ kind: "progress", index: request.index, done } satisfies ThreadMessage)),
+    };
   } catch (error) {
     if (error instanceof InvalidInputError) return { kind: "invalid", index: request.index, source: error.source, issues: error.issues };
     return { kind: "error", index: request.index, message: error instanceof Error ? error.message : String(error) };

@@ -51,14 +51,29 @@ export function submitArray(directory: string, tasks: readonly Task[], sbatchArg
   const parts = tasks.map((_, k) => join(dir, `part-${k}.json`)).join(",");
   const merge = [process.execPath, ...CLI, "simulate", "--merge", parts, "--report", join(dir, "report"), "--json"];
   const wrap = `${shellCommand(merge)} > ${shellCommand([join(dir, "merged.json")])}`;
-  const merged = sbatch([...sbatchArgs, "--job-name=monkeytree-merge", `--dependency=afterok:${array}`, "--kill-on-invalid-dep=yes", `--output=${join(dir, "merge.log")}`, "--wrap", wrap], script);
+  const merged = sbatch(
+    [
+      ...sbatchArgs,
+      "--job-name=monkeytree-merge",
+      `--dependency=afterok:${array}`,
+      "--kill-on-invalid-dep=yes",
+      `--output=${join(dir, "merge.log")}`,
+      "--wrap",
+      wrap,
+    ],
+    script,
+  );
   return { script, array, merge: merged };
 }
 
 /** `sbatch --parsable ARGS`: the job id, or why Slurm would not take it. */
 function sbatch(args: readonly string[], script: string): string {
   const result = spawnSync("sbatch", ["--parsable", ...args], { encoding: "utf8" });
-  if (result.error) throw new UsageError(`--slurm-array: cannot run sbatch (${result.error.message}); run this on a Slurm login node, or submit ${script} yourself`);
-  if (result.status !== 0) throw new UsageError(`--slurm-array: sbatch refused the job: ${result.stderr.trim() || `exit ${result.status}`}; ${script} is written, fix the cause or submit it yourself`);
+  if (result.error)
+    throw new UsageError(`--slurm-array: cannot run sbatch (${result.error.message}); run this on a Slurm login node, or submit ${script} yourself`);
+  if (result.status !== 0)
+    throw new UsageError(
+      `--slurm-array: sbatch refused the job: ${result.stderr.trim() || `exit ${result.status}`}; ${script} is written, fix the cause or submit it yourself`,
+    );
   return result.stdout.trim().split(";")[0]!;
 }

@@ -57,7 +57,10 @@ export class ReplacementCgroups {
    * first removing what daemons no longer running left there.
    */
   static open(parent: string): ReplacementCgroups {
-    if (!writable(parent)) throw new CgroupConfigError(`--cgroup ${parent} is not a cgroup v2 directory this daemon can write; give a delegated cgroup v2 directory (e.g. under /sys/fs/cgroup) or run the daemon as root`);
+    if (!writable(parent))
+      throw new CgroupConfigError(
+        `--cgroup ${parent} is not a cgroup v2 directory this daemon can write; give a delegated cgroup v2 directory (e.g. under /sys/fs/cgroup) or run the daemon as root`,
+      );
     for (const name of readdirSync(parent)) {
       const pid = Number(OWN_DIR.exec(name)?.[1]);
       if (pid && !processAlive(pid)) removeTree(join(parent, name));

@@ -3,7 +3,14 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { chownSync } from "node:fs";
 import { userInfo } from "node:os";
-import { ClientClosedError, ControllerConnection, ControllerError, type ControllerRefusedError, type ConnectionOptions, type RequestBody } from "../../sdk/connection.ts";
+import {
+  ClientClosedError,
+  ControllerConnection,
+  ControllerError,
+  type ControllerRefusedError,
+  type ConnectionOptions,
+  type RequestBody,
+} from "../../sdk/connection.ts";
 import type { Logger } from "../../sdk/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
 import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
@@ -111,7 +118,6 @@ const OWN_USER = (() => {
 
 const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
-
 export class HostDaemon {
   private readonly connection: ControllerConnection;
   private readonly staged = new Map<string, Staged>();
@@ -163,7 +169,9 @@ export class HostDaemon {
       throw error;
     }
     if (options.cgroups === undefined && options.replacements?.size) {
-      options.log?.warn(() => "no cgroup for replacements: what a replacement leaves running outside its process group is not stopped with it; give --cgroup DIR (cgroup v2)");
+      options.log?.warn(
+        () => "no cgroup for replacements: what a replacement leaves running outside its process group is not stopped with it; give --cgroup DIR (cgroup v2)",
+      );
     }
     return new HostDaemon(options, listener);
   }
@@ -210,12 +218,20 @@ export class HostDaemon {
 
   private register(): Promise<void> {
     this.registering = true;
-    const body = { type: "daemon.register", host: this.options.host, incarnation: this.incarnation, stagingBytes: this.options.stagingBytes, endpoint: this.endpoint } as const;
+    const body = {
+      type: "daemon.register",
+      host: this.options.host,
+      incarnation: this.incarnation,
+      stagingBytes: this.options.stagingBytes,
+      endpoint: this.endpoint,
+    } as const;
     const attempt = (): Promise<void> =>
       this.connection.request(body).then(
         () => {
           this.registering = false;
-          this.log.info(() => `host ${this.options.host} registered with ${this.options.controller} (${this.options.stagingBytes} staging bytes at ${this.endpoint})`);
+          this.log.info(
+            () => `host ${this.options.host} registered with ${this.options.controller} (${this.options.stagingBytes} staging bytes at ${this.endpoint})`,
+          );
         },
         async (error: unknown) => {
           // The host's previous daemon (this one before a restart, say) is still live to the
@@ -324,7 +340,11 @@ export class HostDaemon {
     const staging = [...this.staged.values()].find((s) => s.migration === command.migration);
     if (staging) {
       if (staging.grant.ticket.length === command.bytes) return this.prepared(command.id, staging.grant);
-      return this.refuse(command.id, "malformed", `migration ${command.migration} is already staging ${staging.grant.ticket.length} bytes on host ${this.options.host}, not ${command.bytes}`);
+      return this.refuse(
+        command.id,
+        "malformed",
+        `migration ${command.migration} is already staging ${staging.grant.ticket.length} bytes on host ${this.options.host}, not ${command.bytes}`,
+      );
     }
     // Refused before anything is staged, so the move rolls back; after its commit it could not.
     const starts = this.commandFor(command.replacement);
@@ -333,7 +353,11 @@ export class HostDaemon {
     if (tenant !== undefined && "code" in tenant) return this.refuse(command.id, tenant.code, tenant.message);
     const free = this.options.stagingBytes - this.reservedBytes();
     if (command.bytes > free) {
-      return this.refuse(command.id, "no_space", `${command.bytes} bytes do not fit in host ${this.options.host}'s staging: ${free} of its ${this.options.stagingBytes} bytes are free; start the daemon with a larger --staging-bytes`);
+      return this.refuse(
+        command.id,
+        "no_space",
+        `${command.bytes} bytes do not fit in host ${this.options.host}'s staging: ${free} of its ${this.options.stagingBytes} bytes are free; start the daemon with a larger --staging-bytes`,
+      );
     }
     const done = this.stagingFile(command.bytes, tenant);
     this.allocating.set(command.migration, { bytes: command.bytes, done });
@@ -398,7 +422,8 @@ export class HostDaemon {
     if (!staged) return this.refuse(command.id, "unknown_token", `no staged checkpoint on host ${this.options.host} carries this token`);
     staged.committed = true;
     if (staged.replacement) return this.done(command.id);
-    if (staged.state !== "verified") return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
+    if (staged.state !== "verified")
+      return this.refuse(command.id, "not_staged", `migration ${staged.migration}'s checkpoint is ${staged.state}, not verified`);
     const failure = await this.startReplacement(staged, command, command.token);
     return failure === null ? this.done(command.id) : this.refuse(command.id, failure.code, failure.message);
   }
@@ -436,7 +461,10 @@ export class HostDaemon {
     }
     // Only root switches users; a daemon running as its tenant starts replacements as itself.
     const user = process.getuid?.() === 0 ? staged.tenant : undefined;
-    const [file, ...args] = launchArgv(command, { ...(user ? { tenant: user } : {}), ...(staged.cgroup ? { cgroupProcs: join(staged.cgroup, "cgroup.procs") } : {}) });
+    const [file, ...args] = launchArgv(command, {
+      ...(user ? { tenant: user } : {}),
+      ...(staged.cgroup ? { cgroupProcs: join(staged.cgroup, "cgroup.procs") } : {}),
+    });
     const child = spawn(file!, args, { env, stdio: ["ignore", "inherit", "inherit"], detached: true });
     // A stopped daemon exits while the replacements of committed moves train on.
     child.unref();

@@ -27,14 +27,46 @@ export class DaemonMetrics {
   constructor() {
     const registers = [this.registry];
     const m = (name: string) => `${PREFIX}daemon_${name}`;
-    this.bytes = new Counter({ name: m("received_bytes_total"), help: "Checkpoint bytes received and verified, by transport (tcp, rdma).", labelNames: ["transport"], registers });
-    this.rate = new Histogram({ name: m("transfer_rate_bytes_per_second"), help: "Each verified transfer's rate, by transport.", labelNames: ["transport"], buckets: RATE_BUCKETS, registers });
-    this.seconds = new Histogram({ name: m("transfer_duration_seconds"), help: "Each verified transfer's duration, by transport.", labelNames: ["transport"], buckets: SECONDS_BUCKETS, registers });
-    this.transfers = new Counter({ name: m("transfers_total"), help: "Transfers into this host by outcome: verified, checksum-mismatch or failed.", labelNames: ["outcome"], registers });
+    this.bytes = new Counter({
+      name: m("received_bytes_total"),
+      help: "Checkpoint bytes received and verified, by transport (tcp, rdma).",
+      labelNames: ["transport"],
+      registers,
+    });
+    this.rate = new Histogram({
+      name: m("transfer_rate_bytes_per_second"),
+      help: "Each verified transfer's rate, by transport.",
+      labelNames: ["transport"],
+      buckets: RATE_BUCKETS,
+      registers,
+    });
+    this.seconds = new Histogram({
+      name: m("transfer_duration_seconds"),
+      help: "Each verified transfer's duration, by transport.",
+      labelNames: ["transport"],
+      buckets: SECONDS_BUCKETS,
+      registers,
+    });
+    this.transfers = new Counter({
+      name: m("transfers_total"),
+      help: "Transfers into this host by outcome: verified, checksum-mismatch or failed.",
+      labelNames: ["outcome"],
+      registers,
+    });
     for (const outcome of ["verified", "checksum-mismatch", "failed"]) this.transfers.inc({ outcome }, 0);
     this.replacements = new Counter({ name: m("replacements_started_total"), help: "Replacement launchers this daemon started.", registers });
-    const staging: Gauge = new Gauge({ name: m("staging_size_bytes"), help: "Size of the host's staging buffer.", registers, collect: () => this.read((v) => staging.set(v.stagingBytes)) });
-    const reserved: Gauge = new Gauge({ name: m("staging_reserved_bytes"), help: "Bytes of the staging buffer granted to moves now.", registers, collect: () => this.read((v) => reserved.set(v.reservedBytes)) });
+    const staging: Gauge = new Gauge({
+      name: m("staging_size_bytes"),
+      help: "Size of the host's staging buffer.",
+      registers,
+      collect: () => this.read((v) => staging.set(v.stagingBytes)),
+    });
+    const reserved: Gauge = new Gauge({
+      name: m("staging_reserved_bytes"),
+      help: "Bytes of the staging buffer granted to moves now.",
+      registers,
+      collect: () => this.read((v) => reserved.set(v.reservedBytes)),
+    });
   }
 
   private read(set: (view: DaemonView) => void): void {

@@ -57,7 +57,9 @@ export function resolveTenant(user: string, what = `--run-as ${user}`): Tenant {
   if (tenant.uid === 0) throw new ReplacementConfigError(`${what} is root (uid 0): replacements run tenants' code, so name an unprivileged user`);
   const own = process.getuid?.();
   if (own !== 0 && own !== tenant.uid) {
-    throw new ReplacementConfigError(`${what}: switching to that user needs the daemon to run as root (it runs as uid ${own}); run the daemon as root, or as that user`);
+    throw new ReplacementConfigError(
+      `${what}: switching to that user needs the daemon to run as root (it runs as uid ${own}); run the daemon as root, or as that user`,
+    );
   }
   return tenant;
 }
@@ -66,7 +68,10 @@ export function resolveTenant(user: string, what = `--run-as ${user}`): Tenant {
 export function requireSetpriv(): void {
   if (process.getuid?.() !== 0) return;
   const probe = spawnSync("setpriv", ["--version"], { encoding: "utf8" });
-  if (probe.status !== 0) throw new ReplacementConfigError(`a daemon running as root starts replacements as their jobs' users with setpriv, which is not here (${probe.error?.message ?? probe.stderr.trim()}); install util-linux`);
+  if (probe.status !== 0)
+    throw new ReplacementConfigError(
+      `a daemon running as root starts replacements as their jobs' users with setpriv, which is not here (${probe.error?.message ?? probe.stderr.trim()}); install util-linux`,
+    );
 }
 
 /**

@@ -98,7 +98,13 @@ export class MetricsServer {
     const slots = new ConnectionSlots();
     const server = createServer(
       // Node checks the request timeouts every connectionsCheckingInterval (30 s by default).
-      { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: KEEP_ALIVE_MS, connectionsCheckingInterval: 1_000 },
+      {
+        maxHeaderSize: MAX_HEADER_BYTES,
+        requestTimeout: REQUEST_TIMEOUT_MS,
+        headersTimeout: REQUEST_TIMEOUT_MS,
+        keepAliveTimeout: KEEP_ALIVE_MS,
+        connectionsCheckingInterval: 1_000,
+      },
       (request, response) => {
         slots.answer(request.socket, response);
         void answer(registry, request, response);

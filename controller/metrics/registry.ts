@@ -14,7 +14,12 @@ const VERSION = (createRequire(import.meta.url)("monkeytree/package.json") as { 
 
 export function createRegistry(role: "controller" | "daemon"): Registry {
   const registry = new Registry();
-  const info = new Gauge({ name: `${PREFIX}build_info`, help: "Always 1; its labels name the MonkeyTree version, the Node.js version and the role of the process.", labelNames: ["version", "node_version", "role"], registers: [registry] });
+  const info = new Gauge({
+    name: `${PREFIX}build_info`,
+    help: "Always 1; its labels name the MonkeyTree version, the Node.js version and the role of the process.",
+    labelNames: ["version", "node_version", "role"],
+    registers: [registry],
+  });
   info.set({ version: VERSION, node_version: process.versions.node, role }, 1);
   return registry;
 }

@@ -129,5 +129,4 @@ export function toSnapshot(cluster: Cluster, placement: Placement = cluster.plac
 }
 
 export const rackOf = (cluster: Cluster, host: number): number => Math.floor(host / cluster.topology.hostsPerRack);
-export const podOfRack = (cluster: Cluster, rack: number): number =>
-  cluster.topology.racksPerPod ? Math.floor(rack / cluster.topology.racksPerPod) : 0;
+export const podOfRack = (cluster: Cluster, rack: number): number => (cluster.topology.racksPerPod ? Math.floor(rack / cluster.topology.racksPerPod) : 0);

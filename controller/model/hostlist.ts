@@ -44,7 +44,11 @@ export function expandHostlists(lists: readonly string[], limit = MAX_HOSTS): st
     for (const item of splitTopLevel(list.trim())) {
       for (const name of expandItem(item, list)) {
         names.push(name);
-        if (names.length > limit) throw new HostlistError(`hostlist "${shorten(list)}" names more than ${limit} hosts${lists.length > 1 ? " with the lists before it" : ""}, the most MonkeyTree supports`, true);
+        if (names.length > limit)
+          throw new HostlistError(
+            `hostlist "${shorten(list)}" names more than ${limit} hosts${lists.length > 1 ? " with the lists before it" : ""}, the most MonkeyTree supports`,
+            true,
+          );
       }
     }
   }
@@ -102,11 +106,16 @@ function rangeSet(body: string, list: string): string[] {
     const low = Number(lowText);
     const high = highText === undefined ? low : Number(highText);
     // Past 2^53 a number no longer counts up by one: `v++` would never reach `high`.
-    if (!Number.isSafeInteger(high)) throw new HostlistError(`hostlist "${shorten(list)}": range ${shorten(range)} has a bound over ${Number.MAX_SAFE_INTEGER}; host numbers are decimal and at most that`);
+    if (!Number.isSafeInteger(high))
+      throw new HostlistError(
+        `hostlist "${shorten(list)}": range ${shorten(range)} has a bound over ${Number.MAX_SAFE_INTEGER}; host numbers are decimal and at most that`,
+      );
     if (high < low) throw new HostlistError(`hostlist "${shorten(list)}": range ${range} runs backwards`);
-    if (high - low >= MAX_HOSTS) throw new HostlistError(`hostlist "${shorten(list)}": range ${range} names more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
+    if (high - low >= MAX_HOSTS)
+      throw new HostlistError(`hostlist "${shorten(list)}": range ${range} names more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
     for (let v = low; v <= high; v++) out.push(String(v).padStart(lowText.length, "0"));
-    if (out.length > MAX_HOSTS) throw new HostlistError(`hostlist "${shorten(list)}": "[${shorten(body)}]" names more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
+    if (out.length > MAX_HOSTS)
+      throw new HostlistError(`hostlist "${shorten(list)}": "[${shorten(body)}]" names more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
   }
   return out;
 }

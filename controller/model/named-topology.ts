@@ -129,7 +129,10 @@ export function parseTopologyFile(value: unknown, source = "topology"): NamedTop
 function fileRacks(file: TopologyFile, fail: Fail): FileRack[] {
   return file.racks.map((rack, r) => {
     const hosts = rackHosts(rack, (message) => fail(`racks[${r}].hosts`, message));
-    const uplinks = rack.uplinks ?? file.uplinksPerRack ?? fail(`racks[${r}].uplinks`, `rack "${rack.name}" has no uplink count: give it "uplinks" or give the file "uplinksPerRack"`);
+    const uplinks =
+      rack.uplinks ??
+      file.uplinksPerRack ??
+      fail(`racks[${r}].uplinks`, `rack "${rack.name}" has no uplink count: give it "uplinks" or give the file "uplinksPerRack"`);
     return { ...rack, index: r, hosts, uplinks };
   });
 }
@@ -140,7 +143,10 @@ function checkRacksAlike(racks: readonly FileRack[], fail: Fail): void {
   for (const rack of racks) {
     // The planner's bound is one number for every rack.
     if (rack.uplinks !== first.uplinks) {
-      fail(`racks[${rack.index}].uplinks`, `rack "${rack.name}" has ${rack.uplinks} uplinks but rack "${first.name}" has ${first.uplinks}; MonkeyTree takes one uplink count for every rack, so give the smallest to all`);
+      fail(
+        `racks[${rack.index}].uplinks`,
+        `rack "${rack.name}" has ${rack.uplinks} uplinks but rack "${first.name}" has ${first.uplinks}; MonkeyTree takes one uplink count for every rack, so give the smallest to all`,
+      );
     }
     if ((rack.pod === undefined) !== (first.pod === undefined)) {
       fail(`racks[${rack.index}].pod`, "give a pod to every rack or to none");
@@ -191,7 +197,8 @@ function numberHosts(ordered: readonly FileRack[], hostsPerRack: number, fail: F
         padding.push(index);
         continue;
       }
-      if (hostIndex.has(host)) fail(`racks[${rack.index}].hosts`, `host "${host}" is listed twice (also in rack "${ordered[Math.floor(hostIndex.get(host)! / hostsPerRack)]!.name}")`);
+      if (hostIndex.has(host))
+        fail(`racks[${rack.index}].hosts`, `host "${host}" is listed twice (also in rack "${ordered[Math.floor(hostIndex.get(host)! / hostsPerRack)]!.name}")`);
       hostIndex.set(host, index);
       hostNames.push(host);
     }
@@ -208,7 +215,8 @@ function rackHosts(rack: { name: string; hosts: string | string[] }, fail: (mess
   try {
     hosts = expandHostlists(typeof rack.hosts === "string" ? [rack.hosts] : rack.hosts, MAX_HOSTS_PER_RACK);
   } catch (error) {
-    if (error instanceof HostlistError) fail(error.overLimit ? `rack "${rack.name}" has more than ${MAX_HOSTS_PER_RACK} hosts, the most MonkeyTree supports` : error.message);
+    if (error instanceof HostlistError)
+      fail(error.overLimit ? `rack "${rack.name}" has more than ${MAX_HOSTS_PER_RACK} hosts, the most MonkeyTree supports` : error.message);
     throw error;
   }
   if (hosts.length === 0) fail(`rack "${rack.name}" lists no hosts`);
@@ -233,9 +241,12 @@ function withinTokens(text: string, max: number): boolean {
 
 /** Parses a topology document written as YAML or JSON (JSON is YAML); syntax errors become `InvalidInputError`. */
 export function parseTopologyText(text: string, source = "topology"): NamedTopology {
-  if (text.length > MAX_TOPOLOGY_BYTES) throw new InvalidInputError(source, [{ path: "", message: `it holds more than ${MAX_TOPOLOGY_BYTES} characters, the most a topology file may have` }]);
+  if (text.length > MAX_TOPOLOGY_BYTES)
+    throw new InvalidInputError(source, [{ path: "", message: `it holds more than ${MAX_TOPOLOGY_BYTES} characters, the most a topology file may have` }]);
   if (!withinTokens(text, MAX_TOPOLOGY_TOKENS)) {
-    throw new InvalidInputError(source, [{ path: "", message: `it holds more than ${MAX_TOPOLOGY_TOKENS} YAML tokens, far more than the largest topology MonkeyTree supports` }]);
+    throw new InvalidInputError(source, [
+      { path: "", message: `it holds more than ${MAX_TOPOLOGY_TOKENS} YAML tokens, far more than the largest topology MonkeyTree supports` },
+    ]);
   }
   let value: unknown;
   try {

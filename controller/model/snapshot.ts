@@ -1,13 +1,5 @@
 import { z } from "zod";
-import {
-  idSchema,
-  MAX_FRAGMENTATION,
-  MAX_GPUS_PER_HOST,
-  MAX_HOSTS,
-  MAX_HOSTS_PER_RACK,
-  MAX_RACKS,
-  MAX_UPLINKS_PER_RACK,
-} from "../../sdk/protocol/limits.ts";
+import { idSchema, MAX_FRAGMENTATION, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../../sdk/protocol/limits.ts";
 
 /**
  * A cluster snapshot: the topology, the fragmentation bounds, and where the cluster's own
@@ -26,9 +18,7 @@ const bound = (what: string) =>
     .int({ error: `${what} must be a whole number` })
     .min(0, { error: `${what} must not be negative` })
     .max(MAX_FRAGMENTATION, { error: `${what} must be at most ${MAX_FRAGMENTATION}, the highest fragmentation degree any supported cluster can have` });
-const host = z
-  .int({ error: "a host is a whole-number global index" })
-  .min(0, { error: "host indices start at 0" });
+const host = z.int({ error: "a host is a whole-number global index" }).min(0, { error: "host indices start at 0" });
 
 export const TopologySchema = z
   .strictObject({
@@ -104,8 +94,7 @@ export const SnapshotSchema = z
       });
     }
     const hostCount = racks * hostsPerRack;
-    const outOfRange = (h: number) =>
-      `host ${h} is out of range: the topology has hosts 0..${hostCount - 1} (${racks} racks × ${hostsPerRack} hosts)`;
+    const outOfRange = (h: number) => `host ${h} is out of range: the topology has hosts 0..${hostCount - 1} (${racks} racks × ${hostsPerRack} hosts)`;
     const listed = new Set<number>();
     snap.unavailable?.forEach((h, i) => {
       if (h >= hostCount) {

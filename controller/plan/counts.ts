@@ -259,10 +259,7 @@ export class CountState {
    * `before + delta`. A group adds its rings to every domain it spans while it spans two or
    * more, so only crossing between one and two domains touches a domain other than `at`.
    */
-  private resplit(
-    g: number, before: number, frag: Int32Array, bound: ArrayLike<number>, racks: boolean,
-    at: number, delta: 1 | -1, other: () => number,
-  ): void {
+  private resplit(g: number, before: number, frag: Int32Array, bound: ArrayLike<number>, racks: boolean, at: number, delta: 1 | -1, other: () => number): void {
     const rings = this.rings[g]!;
     const after = before + delta;
     if (before >= 2 && after >= 2) {

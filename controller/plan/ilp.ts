@@ -42,7 +42,12 @@ export function monkeytreeProgram(state: CountState, minMoves = 0, soft = false)
   const pods = addPodBound(mip, state, (g, t) => cells[g * racks + t]!.w);
   // A lower bound proven elsewhere (the exact search) lifts the relaxation's bound at once, so
   // HiGHS can stop as soon as it finds a plan that meets it.
-  if (minMoves > 0) mip.row(cells.flatMap((cell) => (cell.d >= 0 ? [[cell.d, 1] as const] : [])), minMoves, Number.POSITIVE_INFINITY);
+  if (minMoves > 0)
+    mip.row(
+      cells.flatMap((cell) => (cell.d >= 0 ? [[cell.d, 1] as const] : [])),
+      minMoves,
+      Number.POSITIVE_INFINITY,
+    );
   return placementProgram(mip, state, cells, pods, 1, (w0, w) => Math.max(0, w0 - w));
 }
 
@@ -61,18 +66,49 @@ function addGroupCells(mip: MipBuilder, state: CountState, g: number): Cell[] {
     const y = size <= state.capacity ? mip.variable(0, 0, 1, true) : -1;
     const d = w0 > 0 && movable ? mip.variable(1, 0, w0, false) : -1;
     const cell = { w, x, y, d, e: availableColumn(mip, state, g * state.racks + t, w, upper) };
-    mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
-    if (y >= 0) mip.row([[y, size], [w, -1]], Number.NEGATIVE_INFINITY, 0);
-    if (d >= 0) mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
+    mip.row(
+      [
+        [w, 1],
+        [x, -upper],
+      ],
+      Number.NEGATIVE_INFINITY,
+      0,
+    );
+    if (y >= 0)
+      mip.row(
+        [
+          [y, size],
+          [w, -1],
+        ],
+        Number.NEGATIVE_INFINITY,
+        0,
+      );
+    if (d >= 0)
+      mip.row(
+        [
+          [d, 1],
+          [w, 1],
+        ],
+        w0,
+        Number.POSITIVE_INFINITY,
+      );
     return cell;
   });
-  mip.row(cells.map((cell) => [cell.w, 1]), size, size);
+  mip.row(
+    cells.map((cell) => [cell.w, 1]),
+    size,
+    size,
+  );
   return cells;
 }
 
 /** Rack `t`'s capacity and fragmentation rows; with `overCost` the bound may be passed at that cost a ring. */
 function addRackRows(mip: MipBuilder, state: CountState, cells: readonly Cell[], t: number, overCost: number | undefined): void {
-  mip.row(range(state.groups, (g) => [cells[g * state.racks + t]!.e, 1]), Number.NEGATIVE_INFINITY, state.room[t]!);
+  mip.row(
+    range(state.groups, (g) => [cells[g * state.racks + t]!.e, 1]),
+    Number.NEGATIVE_INFINITY,
+    state.room[t]!,
+  );
   const over = overCost === undefined ? [] : [[mip.variable(overCost, 0, Number.POSITIVE_INFINITY, false), -1] as [number, number]];
   mip.row([...fragTerms(state, cells, t), ...over], Number.NEGATIVE_INFINITY, state.bound[t]!);
 }
@@ -93,8 +129,22 @@ export function paperProgram(state: CountState): PlacementProgram {
   for (const g of movable) addPaperGroupCells(mip, state, g, frozen.free, cells);
   for (let t = 0; t < racks; t++) {
     const at = (g: number) => cells.get(g * racks + t)!;
-    mip.row(movable.map((g) => [at(g).e, 1] as const), Number.NEGATIVE_INFINITY, frozen.free[t]!);
-    mip.row(movable.flatMap((g) => [[at(g).x, state.rings[g]!], [at(g).y, -state.rings[g]!]] as const), Number.NEGATIVE_INFINITY, state.bound[t]! - frozen.rings[t]!);
+    mip.row(
+      movable.map((g) => [at(g).e, 1] as const),
+      Number.NEGATIVE_INFINITY,
+      frozen.free[t]!,
+    );
+    mip.row(
+      movable.flatMap(
+        (g) =>
+          [
+            [at(g).x, state.rings[g]!],
+            [at(g).y, -state.rings[g]!],
+          ] as const,
+      ),
+      Number.NEGATIVE_INFINITY,
+      state.bound[t]! - frozen.rings[t]!,
+    );
   }
   const pods = addPodBound(mip, state, (g, t) => cells.get(g * racks + t)?.w, movable);
   return placementProgram(mip, state, cells, pods, 0.5, (w0, w) => Math.abs(w0 - w));
@@ -122,13 +172,45 @@ function addPaperGroupCells(mip: MipBuilder, state: CountState, g: number, free:
     const y = mip.variable(0, 0, 1, true);
     const d = mip.variable(1, 0, Number.POSITIVE_INFINITY, false);
     cells.set(g * racks + t, { w, x, y, d, e: availableColumn(mip, state, g * racks + t, w, upper) });
-    mip.row([[w, 1], [x, -upper]], Number.NEGATIVE_INFINITY, 0);
-    mip.row([[d, 1], [w, -1]], -w0, Number.POSITIVE_INFINITY);
-    mip.row([[d, 1], [w, 1]], w0, Number.POSITIVE_INFINITY);
-    mip.row([[y, 1], [x, -1]], Number.NEGATIVE_INFINITY, 0);
+    mip.row(
+      [
+        [w, 1],
+        [x, -upper],
+      ],
+      Number.NEGATIVE_INFINITY,
+      0,
+    );
+    mip.row(
+      [
+        [d, 1],
+        [w, -1],
+      ],
+      -w0,
+      Number.POSITIVE_INFINITY,
+    );
+    mip.row(
+      [
+        [d, 1],
+        [w, 1],
+      ],
+      w0,
+      Number.POSITIVE_INFINITY,
+    );
+    mip.row(
+      [
+        [y, 1],
+        [x, -1],
+      ],
+      Number.NEGATIVE_INFINITY,
+      0,
+    );
   }
   const cell = (t: number) => cells.get(g * racks + t)!;
-  mip.row(range(racks, (t) => [cell(t).w, 1]), size, size);
+  mip.row(
+    range(racks, (t) => [cell(t).w, 1]),
+    size,
+    size,
+  );
   for (let t = 0; t < racks; t++) {
     const others = range(racks, (u) => u).filter((u) => u !== t);
     mip.row([...others.map((u) => [cell(u).x, 1] as const), [cell(t).y, racks - 1]], Number.NEGATIVE_INFINITY, racks - 1);
@@ -180,7 +262,14 @@ function availableColumn(mip: MipBuilder, state: CountState, cell: number, w: nu
   const held = state.heldAt(cell);
   if (held === 0) return w;
   const e = mip.variable(0, 0, upper, false);
-  mip.row([[e, 1], [w, -1]], -held, Number.POSITIVE_INFINITY);
+  mip.row(
+    [
+      [e, 1],
+      [w, -1],
+    ],
+    -held,
+    Number.POSITIVE_INFINITY,
+  );
   return e;
 }
 
@@ -229,9 +318,7 @@ function addPodBound(
   }
   const moving = new Set(groups);
   for (let p = 0; p < pods; p++) {
-    const frozen = sum(state.groups, (g) =>
-      !moving.has(g) && state.podSpread[g]! >= 2 && state.podCount[g * pods + p]! > 0 ? state.rings[g]! : 0,
-    );
+    const frozen = sum(state.groups, (g) => (!moving.has(g) && state.podSpread[g]! >= 2 && state.podCount[g * pods + p]! > 0 ? state.rings[g]! : 0));
     const terms = cells
       .filter((cell) => cell.p === p)
       .flatMap((cell) => [[cell.z, state.rings[cell.g]!] as const, ...(cell.v >= 0 ? [[cell.v, -state.rings[cell.g]!] as const] : [])]);

@@ -96,7 +96,11 @@ export interface Plan {
 export class PlanTimeoutError extends Error {
   override readonly name = "PlanTimeoutError";
   readonly code = "plan_timeout";
-  constructor(readonly timeLimitMs: number, readonly lowerBound: number, budgeted = false) {
+  constructor(
+    readonly timeLimitMs: number,
+    readonly lowerBound: number,
+    budgeted = false,
+  ) {
     super(
       `no plan found within ${timeLimitMs / 1000} s${budgeted ? " and the work budget" : ""} ` +
         `(at least ${lowerBound} moves are needed); raise ${budgeted ? "the budget or " : ""}--time-limit`,
@@ -414,7 +418,13 @@ function applyRackMoves(state: CountState, moves: readonly RackMove[]): Counts {
 
 /** Builds the plan and checks it end to end: a wrong plan is a bug, never an answer. */
 function result(
-  cluster: Cluster, bounds: Bounds, status: PlanStatus, method: Plan["method"], target: Counts, lowerBound: number, start: number,
+  cluster: Cluster,
+  bounds: Bounds,
+  status: PlanStatus,
+  method: Plan["method"],
+  target: Counts,
+  lowerBound: number,
+  start: number,
   overRacks = false,
 ): Plan {
   const moves = hostMoves(cluster, target);
@@ -437,7 +447,17 @@ function result(
 
 /** A plan that moves nothing (`unchanged`, `infeasible`), in time linear in the snapshot. */
 function unmoved(cluster: Cluster, status: "unchanged" | "infeasible", bounds: Bounds, start: number, method: Plan["method"] = "none", lowerBound = 0): Plan {
-  return { status, moves: [], moveCount: 0, steps: 0, lowerBound, method, ...degrees(cluster, bounds, cluster.placement), placement: cluster.placement, solveMs: performance.now() - start };
+  return {
+    status,
+    moves: [],
+    moveCount: 0,
+    steps: 0,
+    lowerBound,
+    method,
+    ...degrees(cluster, bounds, cluster.placement),
+    placement: cluster.placement,
+    solveMs: performance.now() - start,
+  };
 }
 
 function degrees(cluster: Cluster, bounds: Bounds, after: Placement, overRacks = false): Pick<Plan, "fragmentation" | "podFragmentation" | "bestEffort"> {

@@ -131,7 +131,9 @@ function bestStep(state: CountState, problem: Problem, isTabu: IsTabu, budget: B
       // The overflow alone, or the whole piece.
       const pieces = movableOn(state, group, rack);
       const sizes = new Set([Math.min(pieces, state.occupancy[rack]! - state.room[rack]!), pieces]);
-      for (const count of sizes) for (let to = 0; to < state.racks && !budget.spent(); to++) if (to !== rack && count > 0 && !isTabu(group, to)) landings(state, { group, from: rack, to, count }, isTabu, roomy, consider);
+      for (const count of sizes)
+        for (let to = 0; to < state.racks && !budget.spent(); to++)
+          if (to !== rack && count > 0 && !isTabu(group, to)) landings(state, { group, from: rack, to, count }, isTabu, roomy, consider);
       continue;
     }
     if (!spans(state, group)) continue;
@@ -144,7 +146,8 @@ function bestStep(state: CountState, problem: Problem, isTabu: IsTabu, budget: B
         if (!isTabu(group, rack)) landings(state, { group, from, to: rack, count }, isTabu, roomy, consider);
         continue;
       }
-      for (let to = 0; to < state.racks && !budget.spent(); to++) if (to !== rack && !isTabu(group, to)) landings(state, { group, from, to, count }, isTabu, roomy, consider);
+      for (let to = 0; to < state.racks && !budget.spent(); to++)
+        if (to !== rack && !isTabu(group, to)) landings(state, { group, from, to, count }, isTabu, roomy, consider);
     }
   }
   return best;

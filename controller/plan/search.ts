@@ -73,7 +73,10 @@ export class Search {
   /** The next depth to try: every plan shorter than it is ruled out. */
   private depth: number;
 
-  constructor(private readonly state: CountState, options: SearchOptions = {}) {
+  constructor(
+    private readonly state: CountState,
+    options: SearchOptions = {},
+  ) {
     this.beam = options.beam ?? Number.POSITIVE_INFINITY;
     this.nodeLimit = options.nodeLimit ?? Number.POSITIVE_INFINITY;
     this.depth = options.firstDepth ?? 1;
@@ -146,8 +149,7 @@ export class Search {
 
 const MEMO_LIMIT = 1 << 21;
 
-const hasDefect = (state: CountState) =>
-  state.overRackSet.size > 0 || state.overPodSet.size > 0 || state.fullRackSet.size > 0;
+const hasDefect = (state: CountState) => state.overRackSet.size > 0 || state.overPodSet.size > 0 || state.fullRackSet.size > 0;
 
 function firstPending(state: CountState): number {
   for (let g = 0; g < state.groups; g++) if (state.pending[g]! > 0) return g;

@@ -36,9 +36,7 @@ export function routeCluster(cluster: Cluster, options: RouteOptions = {}): Rout
   const orders = ringOrders(cluster, options.previousOrders);
   const dp = dpFlows(cluster, orders);
   const pp = ppFlows(cluster, orders);
-  const routing = threeTier
-    ? routeThreeTier(cluster, dp, colour)
-    : { ...routeTwoTier(cluster, dp, colour), coreDelta: null };
+  const routing = threeTier ? routeThreeTier(cluster, dp, colour) : { ...routeTwoTier(cluster, dp, colour), coreDelta: null };
   const addressed = <F extends { srcHost: number; dstHost: number }>(f: F) => ({
     ...f,
     srcAddress: addressOf(f.srcHost),

@@ -43,7 +43,12 @@ export interface ThreeTierRouting extends DpRouting {
  * `coreLinks` is each aggregation switch's count of core-facing links (and of core switches);
  * the controller's model has as many as a rack has uplinks, a simulated fabric may have fewer.
  */
-export function routeThreeTier(cluster: Cluster, flows: readonly DpFlow[], colour: ColourMethod, coreLinks = cluster.topology.uplinksPerRack): ThreeTierRouting {
+export function routeThreeTier(
+  cluster: Cluster,
+  flows: readonly DpFlow[],
+  colour: ColourMethod,
+  coreLinks = cluster.topology.uplinksPerRack,
+): ThreeTierRouting {
   const { racks, uplinksPerRack: links } = cluster.topology;
   const pods = cluster.podCount;
   const podOf = (rack: number) => podOfRack(cluster, rack);

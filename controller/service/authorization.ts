@@ -73,7 +73,10 @@ export function authorize(caller: Caller, message: Request | CommandReply): Refu
     case "status":
     case "events":
       if (caller.role === "anyone" || caller.role === "operator") return null;
-      return { rule: "status-needs-operator", message: `${message.type} needs an operator credential, and this is ${describe(caller)}; create one with \`monkeytree keys --operator NAME\`` };
+      return {
+        rule: "status-needs-operator",
+        message: `${message.type} needs an operator credential, and this is ${describe(caller)}; create one with \`monkeytree keys --operator NAME\``,
+      };
     default:
       return assertNever(message);
   }

@@ -128,10 +128,17 @@ export class Controller {
       observer: observeAll(options.observer ? [this.events, options.observer] : [this.events], this.log),
     });
     this.daemons = new DaemonLiveness(this.context, options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS, options.daemonRegistered ?? (() => {}));
-    this.sessions = new WorkerSessions(this.context, this.daemons.addressOf, () => this.plan, {
-      heartbeatTimeoutMs: options.workerHeartbeatTimeoutMs ?? DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS,
-      lostJobGraceMs: options.lostJobGraceMs ?? DEFAULT_LOST_JOB_GRACE_MS,
-    }, () => this.watch, options.requireVouch ? this.vouches : null);
+    this.sessions = new WorkerSessions(
+      this.context,
+      this.daemons.addressOf,
+      () => this.plan,
+      {
+        heartbeatTimeoutMs: options.workerHeartbeatTimeoutMs ?? DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS,
+        lostJobGraceMs: options.lostJobGraceMs ?? DEFAULT_LOST_JOB_GRACE_MS,
+      },
+      () => this.watch,
+      options.requireVouch ? this.vouches : null,
+    );
     this.watch = options.scheduler
       ? new SchedulerWatch(
           this.context,

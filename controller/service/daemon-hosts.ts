@@ -96,7 +96,11 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     // A ticket names only the endpoint the host's daemon registered with, under its own key.
     const registered = this.peers.get(host)?.endpoint;
     if (reply.endpoint !== registered) {
-      throw new DaemonCommandError("unexpected_reply", host, `the daemon on host ${host} granted staging at ${reply.endpoint}, not at ${registered ?? "a registered endpoint"}`);
+      throw new DaemonCommandError(
+        "unexpected_reply",
+        host,
+        `the daemon on host ${host} granted staging at ${reply.endpoint}, not at ${registered ?? "a registered endpoint"}`,
+      );
     }
     return { endpoint: reply.endpoint, token: reply.token };
   }
@@ -115,12 +119,17 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
     const peer = this.peers.get(host)?.peer;
     const send = this.sendFrame;
     if (!peer || !send) {
-      return Promise.reject(new DaemonCommandError("no_daemon", host, `no daemon is registered for host ${host}; start \`monkeytree daemon --host ${host}\` there`));
+      return Promise.reject(
+        new DaemonCommandError("no_daemon", host, `no daemon is registered for host ${host}; start \`monkeytree daemon --host ${host}\` there`),
+      );
     }
     const id = this.nextId++;
     return new Promise<CommandReply>((resolve, reject) => {
       const deadline = setTimeout(
-        () => settle(() => reject(new DaemonCommandError("timeout", host, `the daemon on host ${host} did not answer ${body.type} #${id} within ${this.timeoutMs} ms`))),
+        () =>
+          settle(() =>
+            reject(new DaemonCommandError("timeout", host, `the daemon on host ${host} did not answer ${body.type} #${id} within ${this.timeoutMs} ms`)),
+          ),
         this.timeoutMs,
       );
       const settle = (finish: () => void) => {

@@ -132,7 +132,8 @@ export class EventLog implements ControllerObserver {
       this.failing = false;
     } catch (error) {
       // Decisions go on without their log line; the logger says so once per outage.
-      if (!this.failing) this.options.log?.error(() => `event log ${this.file}: ${(error as Error).message}; events are kept in memory only until it can be written`);
+      if (!this.failing)
+        this.options.log?.error(() => `event log ${this.file}: ${(error as Error).message}; events are kept in memory only until it can be written`);
       this.failing = true;
     }
   }
@@ -151,7 +152,10 @@ function lastEvent(file: string): { bytes: number; last: number } {
     const length = Math.min(bytes, TAIL_BYTES);
     const buffer = Buffer.alloc(length);
     readSync(fd, buffer, 0, length, bytes - length);
-    const lines = buffer.toString("utf8").split("\n").slice(length < bytes ? 1 : 0);
+    const lines = buffer
+      .toString("utf8")
+      .split("\n")
+      .slice(length < bytes ? 1 : 0);
     for (const line of lines.reverse()) {
       const parsed = safeJson(line);
       const event = ControllerEventSchema.safeParse(parsed);

@@ -6,7 +6,16 @@ import { ProtocolError } from "../../sdk/protocol/errors.ts";
 import type { ReplacementExited, TransferResult } from "../../sdk/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
-import { assertNever, isCommitted, isFinished, transition, type Migration, type MigrationAction, type MigrationEvent, type MigrationTimeouts } from "./migration.ts";
+import {
+  assertNever,
+  isCommitted,
+  isFinished,
+  transition,
+  type Migration,
+  type MigrationAction,
+  type MigrationEvent,
+  type MigrationTimeouts,
+} from "./migration.ts";
 import type { PlanRunner } from "./plan-thread.ts";
 import { recoverMigrations } from "./recovery.ts";
 import type { SessionMoves, WorkerSessions } from "./sessions.ts";
@@ -163,7 +172,10 @@ export class PlanExecution implements SessionMoves {
     const ours = m !== undefined && m.to === req.host && (m.token === null || m.token === req.token);
     if (ours && !isFinished(m.state) && m.state !== "resuming") {
       const how = req.signal ?? `code ${req.code ?? "unknown"}`;
-      this.fire(m.id, { type: "fail", reason: `the replacement launcher on host ${req.host} exited (${how}) before its workers registered; its output is in the log of host ${req.host}'s daemon` });
+      this.fire(m.id, {
+        type: "fail",
+        reason: `the replacement launcher on host ${req.host} exited (${how}) before its workers registered; its output is in the log of host ${req.host}'s daemon`,
+      });
     }
     this.context.ack(target);
   }
@@ -227,7 +239,9 @@ export class PlanExecution implements SessionMoves {
    */
   private planned(planning: Planning, cluster: Cluster, plan: Plan): void {
     this.planning = null;
-    this.context.log.info(() => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`);
+    this.context.log.info(
+      () => `fragmentation over λ ${cluster.lambda}: plan ${plan.status}, ${plan.moveCount} moves in ${plan.steps} steps (${plan.solveMs.toFixed(0)} ms)`,
+    );
     const now = this.cluster();
     const stale = planning.lost.length
       ? `the daemons on hosts ${planning.lost.join(", ")} were lost`
@@ -252,7 +266,15 @@ export class PlanExecution implements SessionMoves {
       return;
     }
     const id = plan.moves.length ? `p${this.context.state.plans}` : null;
-    this.context.observer.planned({ plan: id, status: plan.status, moves: plan.moveCount, steps: plan.steps, seconds: plan.solveMs / 1000, fragmentation: rackFragmentation(cluster), lambda: cluster.lambda });
+    this.context.observer.planned({
+      plan: id,
+      status: plan.status,
+      moves: plan.moveCount,
+      steps: plan.steps,
+      seconds: plan.solveMs / 1000,
+      fragmentation: rackFragmentation(cluster),
+      lambda: cluster.lambda,
+    });
     if (id === null) return;
     this.context.record({ kind: "plan", plan: id, moves: plan.moves.map((m) => ({ ...m })) });
   }
@@ -394,7 +416,13 @@ export class PlanExecution implements SessionMoves {
       case "prepare-staging":
         return this.prepareStaging(action);
       case "migrate-out":
-        return this.sessions.migrateOut(action.from, { migration: action.migration, to: action.to, endpoint: action.endpoint, token: action.token, step: action.step });
+        return this.sessions.migrateOut(action.from, {
+          migration: action.migration,
+          to: action.to,
+          endpoint: action.endpoint,
+          token: action.token,
+          step: action.step,
+        });
       case "release-staging":
         return this.releaseStaging(action);
       case "stop-source":
@@ -427,10 +455,11 @@ export class PlanExecution implements SessionMoves {
     if (master !== undefined && this.daemons.addressOf(master) === null) {
       if (this.awaitingMaster.has(jobId)) return;
       this.awaitingMaster.add(jobId);
-      const reform = () => this.later(() => {
-        this.awaitingMaster.delete(jobId);
-        this.reform(jobId);
-      });
+      const reform = () =>
+        this.later(() => {
+          this.awaitingMaster.delete(jobId);
+          this.reform(jobId);
+        });
       this.daemons.registered(master).then(reform, reform);
       return;
     }
@@ -479,22 +508,31 @@ export class PlanExecution implements SessionMoves {
         },
       );
     this.context.effect(() =>
-      held().then((user) => this.daemons.registered(action.host).then(() => this.options.transport.prepare({
-        migration: action.migration,
-        host: action.host,
-        bytes: action.bytes,
-        replacement: { job: m.job, group: m.group, parallelism: job.parallelism, place, replacement: job.replacement, user },
-      }))).then(
-        (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
-        (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
-      ),
+      held()
+        .then((user) =>
+          this.daemons.registered(action.host).then(() =>
+            this.options.transport.prepare({
+              migration: action.migration,
+              host: action.host,
+              bytes: action.bytes,
+              replacement: { job: m.job, group: m.group, parallelism: job.parallelism, place, replacement: job.replacement, user },
+            }),
+          ),
+        )
+        .then(
+          (grant) => this.later(() => this.fire(action.migration, { type: "staging-ready", endpoint: grant.endpoint, token: grant.token })),
+          (error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `host ${action.host} could not stage: ${message(error)}` })),
+        ),
     );
   }
 
   private releaseStaging(action: Extract<MigrationAction, { type: "release-staging" }>): void {
     this.sessions.refuseEarly(action.token, "its migration rolled back");
     this.context.effect(() =>
-      this.daemons.registered(action.host).then(() => this.options.transport.release(action.host, action.token)).catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
+      this.daemons
+        .registered(action.host)
+        .then(() => this.options.transport.release(action.host, action.token))
+        .catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
     );
   }
 
@@ -504,12 +542,26 @@ export class PlanExecution implements SessionMoves {
     if (early) this.later(() => this.sessions.admitEarly(action.token, early));
     const job = this.context.state.jobs.get(action.job);
     const place = job && placeOf(job, action.host);
-    if (!job || !place) return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
+    if (!job || !place)
+      return this.later(() => this.fire(action.migration, { type: "fail", reason: `job "${action.job}" ended before its replacement started` }));
     this.context.effect(() =>
       this.daemons
         .registered(action.host)
-        .then(() => this.options.launcher.spawn({ migration: action.migration, job: action.job, group: action.group, parallelism: job.parallelism, place, replacement: job.replacement, host: action.host, token: action.token }))
-        .catch((error: unknown) => this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` }))),
+        .then(() =>
+          this.options.launcher.spawn({
+            migration: action.migration,
+            job: action.job,
+            group: action.group,
+            parallelism: job.parallelism,
+            place,
+            replacement: job.replacement,
+            host: action.host,
+            token: action.token,
+          }),
+        )
+        .catch((error: unknown) =>
+          this.later(() => this.fire(action.migration, { type: "fail", reason: `spawning the replacement on host ${action.host}: ${message(error)}` })),
+        ),
     );
   }
 

@@ -57,7 +57,11 @@ export abstract class JournalError extends Error {
 export class JournalCorruptError extends JournalError {
   override readonly name = "JournalCorruptError";
   readonly code = "journal_corrupt";
-  constructor(readonly path: string, readonly line: number, detail: string) {
+  constructor(
+    readonly path: string,
+    readonly line: number,
+    detail: string,
+  ) {
     super(
       `${path} line ${line}: ${detail}; the journal is damaged: restore it from a backup, or move it aside ` +
         `(mv ${path} ${path}.damaged) to start with an empty journal, which forgets the jobs it recorded`,
@@ -75,7 +79,11 @@ export class JournalConfigError extends JournalError {
 export class JournalTruncatedError extends JournalError {
   override readonly name = "JournalTruncatedError";
   readonly code = "journal_truncated";
-  constructor(readonly path: string, readonly expected: number, readonly found: number) {
+  constructor(
+    readonly path: string,
+    readonly expected: number,
+    readonly found: number,
+  ) {
     super(
       `${path} holds ${found} records, but ${join(dirname(path), MARK_FILE)} says ${expected} were written: the last ${expected - found} ` +
         "were lost (the file was cut short or replaced by an older copy); restore it from a backup, or start once with " +
@@ -332,13 +340,18 @@ function openJournalFile(dir: string, path: string): number {
 function pathError(path: string, error: unknown, fix: string): JournalPathError {
   const code = (error as NodeJS.ErrnoException).code;
   const what =
-    code === "EISDIR" ? "is a directory" :
-    code === "EEXIST" || code === "ENOTDIR" ? "is (or is inside) a file, not a directory" :
-    code === "EACCES" || code === "EPERM" ? "is not readable and writable by this user" :
-    code === "EROFS" ? "is on a read-only file system" :
-    // mkdir under /proc, say, where no directory can be made.
-    code === "ENOENT" ? "cannot be created (no such file or directory)" :
-    `cannot be used (${(error as Error).message})`;
+    code === "EISDIR"
+      ? "is a directory"
+      : code === "EEXIST" || code === "ENOTDIR"
+        ? "is (or is inside) a file, not a directory"
+        : code === "EACCES" || code === "EPERM"
+          ? "is not readable and writable by this user"
+          : code === "EROFS"
+            ? "is on a read-only file system"
+            : // mkdir under /proc, say, where no directory can be made.
+              code === "ENOENT"
+              ? "cannot be created (no such file or directory)"
+              : `cannot be used (${(error as Error).message})`;
   return new JournalPathError(`${path} ${what}; ${fix}`);
 }
 
@@ -464,7 +477,9 @@ class FileReader {
 export function journalLine(record: JournalRecord): Buffer {
   const json = Buffer.from(JSON.stringify(record));
   if (json.length > MAX_RECORD_BYTES) {
-    throw new JournalRecordTooLargeError(`a ${record.kind} record of ${json.length} bytes is over the journal's limit of ${MAX_RECORD_BYTES}; it was not written`);
+    throw new JournalRecordTooLargeError(
+      `a ${record.kind} record of ${json.length} bytes is over the journal's limit of ${MAX_RECORD_BYTES}; it was not written`,
+    );
   }
   const header = `${checksum(json)} ${json.length.toString(16).padStart(8, "0")} `;
   return Buffer.concat([Buffer.from(header, "latin1"), json, Buffer.of(NEWLINE)]);
@@ -487,7 +502,7 @@ function parseRecord(json: string, expectedSeq: number): { ok: true; record: Jou
 }
 
 function writeAll(fd: number, data: Buffer): void {
-  for (let done = 0; done < data.length; ) done += writeSync(fd, data, done);
+  for (let done = 0; done < data.length;) done += writeSync(fd, data, done);
 }
 
 /** Makes a file's creation or rename in `dir` durable. */

@@ -25,11 +25,26 @@ export const KeyringSchema = z
     const seen = new Set<string>();
     const hosts = new Set<number>();
     for (const [i, client] of keyring.clients.entries()) {
-      if (seen.has(client.publicKey)) ctx.addIssue({ code: "custom", path: ["clients", i, "publicKey"], message: `key of ${client.name} is listed twice; each credential needs a key of its own` });
+      if (seen.has(client.publicKey))
+        ctx.addIssue({
+          code: "custom",
+          path: ["clients", i, "publicKey"],
+          message: `key of ${client.name} is listed twice; each credential needs a key of its own`,
+        });
       seen.add(client.publicKey);
-      if (client.user !== undefined && client.principal.role !== "job") ctx.addIssue({ code: "custom", path: ["clients", i, "user"], message: `${client.name} is a ${client.principal.role} key; only a job's key names a user` });
+      if (client.user !== undefined && client.principal.role !== "job")
+        ctx.addIssue({
+          code: "custom",
+          path: ["clients", i, "user"],
+          message: `${client.name} is a ${client.principal.role} key; only a job's key names a user`,
+        });
       if (client.principal.role !== "daemon") continue;
-      if (hosts.has(client.principal.host)) ctx.addIssue({ code: "custom", path: ["clients", i, "principal"], message: `host ${client.principal.host} has a second daemon key (${client.name}); a host's daemon has exactly one` });
+      if (hosts.has(client.principal.host))
+        ctx.addIssue({
+          code: "custom",
+          path: ["clients", i, "principal"],
+          message: `host ${client.principal.host} has a second daemon key (${client.name}); a host's daemon has exactly one`,
+        });
       hosts.add(client.principal.host);
     }
   });
@@ -48,7 +63,11 @@ export function loadKeyring(dir: string): Keyring {
 export function keyringChange(before: Keyring, after: Keyring): { added: string[]; removed: string[] } {
   const keys = (keyring: Keyring) => new Set(keyring.clients.map((c) => c.publicKey));
   const [was, is] = [keys(before), keys(after)];
-  const names = (clients: readonly KeyringClient[], other: ReadonlySet<string>) => clients.filter((c) => !other.has(c.publicKey)).map((c) => c.name).sort();
+  const names = (clients: readonly KeyringClient[], other: ReadonlySet<string>) =>
+    clients
+      .filter((c) => !other.has(c.publicKey))
+      .map((c) => c.name)
+      .sort();
   return { added: names(after.clients, was), removed: names(before.clients, is) };
 }
 
@@ -83,7 +102,11 @@ export class Authenticator {
 
   /** The keyring client behind a request frame; `ProtocolError("forbidden")` when the proof fails. */
   senderOf(frame: Uint8Array, auth: Uint8Array | undefined): KeyringClient {
-    if (!auth) throw new ProtocolError("forbidden", "the request carries no auth frame; this controller has a keyring, so connect with a credential file (--credentials, or MONKEYTREE_CREDENTIALS)");
+    if (!auth)
+      throw new ProtocolError(
+        "forbidden",
+        "the request carries no auth frame; this controller has a keyring, so connect with a credential file (--credentials, or MONKEYTREE_CREDENTIALS)",
+      );
     let parsed: unknown;
     try {
       parsed = JSON.parse(Buffer.from(auth).toString("utf8"));
@@ -99,7 +122,8 @@ export class Authenticator {
       secret = sharedSecret(this.keyring, client.publicKey);
       this.secrets.set(client.publicKey, secret);
     }
-    if (!verifyFrame(secret, frame, proof.data.mac)) throw new ProtocolError("forbidden", `the request's MAC does not match ${client.name}'s key; the credential file holds another keypair than the keyring`);
+    if (!verifyFrame(secret, frame, proof.data.mac))
+      throw new ProtocolError("forbidden", `the request's MAC does not match ${client.name}'s key; the credential file holds another keypair than the keyring`);
     return client;
   }
 }

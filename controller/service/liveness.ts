@@ -100,13 +100,17 @@ export class DaemonLiveness {
   sender(req: Pick<Heartbeat, "host" | "incarnation">, what: string): DaemonSession {
     const daemon = this.daemons.get(req.host);
     if (!daemon) throw new ProtocolError("unknown_worker", `host ${req.host} has no registered daemon; send daemon.register first`);
-    if (daemon.incarnation !== req.incarnation) throw new ProtocolError("conflict", `host ${req.host} is registered by another daemon; this one is not, and ${what}`);
+    if (daemon.incarnation !== req.incarnation)
+      throw new ProtocolError("conflict", `host ${req.host} is registered by another daemon; this one is not, and ${what}`);
     return daemon;
   }
 
   /** Hosts whose daemon went silent and has not been heard from since, in order. */
   lostHosts(): number[] {
-    return [...this.daemons].filter(([, daemon]) => daemon.lost).map(([host]) => host).sort((a, b) => a - b);
+    return [...this.daemons]
+      .filter(([, daemon]) => daemon.lost)
+      .map(([host]) => host)
+      .sort((a, b) => a - b);
   }
 
   /**

@@ -38,17 +38,41 @@ export class ControllerMetrics implements ControllerObserver {
   constructor() {
     const registers = [this.registry];
     const m = (name: string) => `${PREFIX}${name}`;
-    this.atPlan = new Gauge({ name: m("rack_fragmentation_at_last_plan"), help: "Each rack's fragmentation degree when the controller last planned moves.", labelNames: ["rack"], registers });
-    this.defragmentations = new Counter({ name: m("defragmentation_events_total"), help: "Times some rack was found over its bound and the planner was asked for moves.", registers });
+    this.atPlan = new Gauge({
+      name: m("rack_fragmentation_at_last_plan"),
+      help: "Each rack's fragmentation degree when the controller last planned moves.",
+      labelNames: ["rack"],
+      registers,
+    });
+    this.defragmentations = new Counter({
+      name: m("defragmentation_events_total"),
+      help: "Times some rack was found over its bound and the planner was asked for moves.",
+      registers,
+    });
     this.plans = new Counter({ name: m("plans_total"), help: "Plans by the planner's status.", labelNames: ["status"], registers });
     for (const status of PLAN_STATUSES) this.plans.inc({ status }, 0);
     this.planFailures = new Counter({ name: m("plan_failures_total"), help: "Planner calls that failed (tried again later).", registers });
     this.planSeconds = new Histogram({ name: m("plan_duration_seconds"), help: "Time the planner took per plan.", buckets: SECONDS_BUCKETS, registers });
     this.planMoves = new Histogram({ name: m("plan_moves"), help: "Moves per plan.", buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128], registers });
-    this.migrations = new Counter({ name: m("migrations_total"), help: "Finished moves by outcome: done, or rolled-back.", labelNames: ["outcome"], registers });
+    this.migrations = new Counter({
+      name: m("migrations_total"),
+      help: "Finished moves by outcome: done, or rolled-back.",
+      labelNames: ["outcome"],
+      registers,
+    });
     for (const outcome of ["done", "rolled-back"]) this.migrations.inc({ outcome }, 0);
-    this.phaseSeconds = new Histogram({ name: m("migration_phase_duration_seconds"), help: "Time moves spent in each state of the migration state machine, counted as they leave it.", labelNames: ["phase"], buckets: SECONDS_BUCKETS, registers });
-    this.bytesMoved = new Counter({ name: m("migration_verified_bytes_total"), help: "Checkpoint bytes destinations received and verified (by transport: the daemons' monkeytree_daemon_received_bytes_total).", registers });
+    this.phaseSeconds = new Histogram({
+      name: m("migration_phase_duration_seconds"),
+      help: "Time moves spent in each state of the migration state machine, counted as they leave it.",
+      labelNames: ["phase"],
+      buckets: SECONDS_BUCKETS,
+      registers,
+    });
+    this.bytesMoved = new Counter({
+      name: m("migration_verified_bytes_total"),
+      help: "Checkpoint bytes destinations received and verified (by transport: the daemons' monkeytree_daemon_received_bytes_total).",
+      registers,
+    });
     this.daemonsLost = new Counter({ name: m("daemons_lost_total"), help: "Times a host daemon was declared lost (heartbeats missed).", registers });
     this.clusterGauges();
     this.connectionGauges();
@@ -71,41 +95,60 @@ export class ControllerMetrics implements ControllerObserver {
       help: "Each rack's fragmentation degree: the rings of the groups it shares with other racks.",
       labelNames: ["rack"],
       registers,
-      collect: read((v) => rackFragmentation(clusterOf(v.state)), (degrees) => degrees.forEach((d, rack) => fragmentation.set({ rack }, d))),
+      collect: read(
+        (v) => rackFragmentation(clusterOf(v.state)),
+        (degrees) => degrees.forEach((d, rack) => fragmentation.set({ rack }, d)),
+      ),
     });
     const bound = new Gauge({
       name: m("rack_fragmentation_bound"),
       help: "Each rack's bound on its fragmentation degree (λ, its uplinks by default).",
       labelNames: ["rack"],
       registers,
-      collect: read((v) => v.state, (s) => {
-        for (let rack = 0; rack < s.topology.racks; rack++) bound.set({ rack }, s.lambda);
-      }),
+      collect: read(
+        (v) => v.state,
+        (s) => {
+          for (let rack = 0; rack < s.topology.racks; rack++) bound.set({ rack }, s.lambda);
+        },
+      ),
     });
     const over = new Gauge({
       name: m("racks_over_bound"),
       help: "Racks whose fragmentation degree is over their bound now.",
       registers,
-      collect: read((v) => rackFragmentation(clusterOf(v.state)).filter((d) => d > v.state.lambda).length, (n) => over.set(n)),
+      collect: read(
+        (v) => rackFragmentation(clusterOf(v.state)).filter((d) => d > v.state.lambda).length,
+        (n) => over.set(n),
+      ),
     });
     const inProgress = new Gauge({
       name: m("plan_in_progress"),
       help: "1 while a plan has moves in flight, else 0.",
       registers,
-      collect: read((v) => v.state.activeMoves.some((id) => { const mv = v.state.migrations.get(id); return mv !== undefined && !isFinished(mv.state); }), (b) => inProgress.set(b ? 1 : 0)),
+      collect: read(
+        (v) =>
+          v.state.activeMoves.some((id) => {
+            const mv = v.state.migrations.get(id);
+            return mv !== undefined && !isFinished(mv.state);
+          }),
+        (b) => inProgress.set(b ? 1 : 0),
+      ),
     });
     const inFlight = new Gauge({
       name: m("migrations_in_flight"),
       help: "Moves of the active plan by state, finished ones excluded.",
       labelNames: ["state"],
       registers,
-      collect: read((v) => v.state, (s) => {
-        for (const state of MIGRATION_STATES) if (!isFinished(state)) inFlight.set({ state }, 0);
-        for (const id of s.activeMoves) {
-          const mv = s.migrations.get(id);
-          if (mv && !isFinished(mv.state)) inFlight.inc({ state: mv.state });
-        }
-      }),
+      collect: read(
+        (v) => v.state,
+        (s) => {
+          for (const state of MIGRATION_STATES) if (!isFinished(state)) inFlight.set({ state }, 0);
+          for (const id of s.activeMoves) {
+            const mv = s.migrations.get(id);
+            if (mv && !isFinished(mv.state)) inFlight.inc({ state: mv.state });
+          }
+        },
+      ),
     });
   }
 
@@ -114,26 +157,40 @@ export class ControllerMetrics implements ControllerObserver {
     const registers = [this.registry];
     const m = (name: string) => `${PREFIX}${name}`;
     const read = this.read.bind(this);
-    const workers = new Gauge({ name: m("registered_workers"), help: "Workers connected to the controller (registered launchers).", registers, collect: read((v) => v.workers, (n) => workers.set(n)) });
+    const workers = new Gauge({
+      name: m("registered_workers"),
+      help: "Workers connected to the controller (registered launchers).",
+      registers,
+      collect: read(
+        (v) => v.workers,
+        (n) => workers.set(n),
+      ),
+    });
     const daemons = new Gauge({
       name: m("registered_daemons"),
       help: "Host daemons registered with the controller, live or lost.",
       labelNames: ["state"],
       registers,
-      collect: read((v) => v.daemons, (d) => {
-        daemons.set({ state: "live" }, d.filter((x) => !x.lost).length);
-        daemons.set({ state: "lost" }, d.filter((x) => x.lost).length);
-      }),
+      collect: read(
+        (v) => v.daemons,
+        (d) => {
+          daemons.set({ state: "live" }, d.filter((x) => !x.lost).length);
+          daemons.set({ state: "lost" }, d.filter((x) => x.lost).length);
+        },
+      ),
     });
     const jobs = new Gauge({
       name: m("registered_jobs"),
       help: "Jobs running, and jobs still waiting for some of their workers to register.",
       labelNames: ["state"],
       registers,
-      collect: read((v) => v, (v) => {
-        jobs.set({ state: "running" }, v.state.jobs.size);
-        jobs.set({ state: "registering" }, v.registering.length);
-      }),
+      collect: read(
+        (v) => v,
+        (v) => {
+          jobs.set({ state: "running" }, v.state.jobs.size);
+          jobs.set({ state: "registering" }, v.registering.length);
+        },
+      ),
     });
     // A job's progress, from its launchers' reports; a finished job's series go with it.
     const perJob = (name: string, help: string, get: (p: JobProgress) => number | null) => {
@@ -142,18 +199,29 @@ export class ControllerMetrics implements ControllerObserver {
         help,
         labelNames: ["job"],
         registers,
-        collect: read((v) => v.progress, (progress) => {
-          gauge.reset();
-          for (const [job, p] of progress) {
-            const value = get(p);
-            if (value !== null) gauge.set({ job }, value);
-          }
-        }),
+        collect: read(
+          (v) => v.progress,
+          (progress) => {
+            gauge.reset();
+            for (const [job, p] of progress) {
+              const value = get(p);
+              if (value !== null) gauge.set({ job }, value);
+            }
+          },
+        ),
       });
     };
     perJob("job_step", "Each running job's last barrier step, as its launchers report it.", (p) => p.step);
     perJob("job_step_seconds", "Each running job's recent step time: the median its slowest host reports.", (p) => p.stepSeconds);
-    const journal = new Gauge({ name: m("journal_size_bytes"), help: "Size of the journal file.", registers, collect: read((v) => v.journalPath, (path) => journal.set(fileSize(path))) });
+    const journal = new Gauge({
+      name: m("journal_size_bytes"),
+      help: "Size of the journal file.",
+      registers,
+      collect: read(
+        (v) => v.journalPath,
+        (path) => journal.set(fileSize(path)),
+      ),
+    });
   }
 
   /** Where the scrape reads the controller's state and connections from. */

@@ -115,12 +115,28 @@ export type MigrationAction =
   /** Ask the destination to allocate staging for `bytes`; its answer is a `staging-ready` event. */
   | { readonly type: "prepare-staging"; readonly migration: string; readonly host: number; readonly bytes: number }
   /** Answer the source worker's held barrier with `migrate-out`. */
-  | { readonly type: "migrate-out"; readonly migration: string; readonly job: string; readonly from: number; readonly to: number; readonly endpoint: string; readonly token: string; readonly step: number }
+  | {
+      readonly type: "migrate-out";
+      readonly migration: string;
+      readonly job: string;
+      readonly from: number;
+      readonly to: number;
+      readonly endpoint: string;
+      readonly token: string;
+      readonly step: number;
+    }
   | { readonly type: "release-staging"; readonly host: number; readonly token: string }
   /** The source worker is replaced: answer it `stop`. */
   | { readonly type: "stop-source"; readonly job: string; readonly host: number }
   /** The destination daemon starts the replacement launcher, which registers with `token`. */
-  | { readonly type: "spawn-replacement"; readonly migration: string; readonly job: string; readonly group: number; readonly host: number; readonly token: string }
+  | {
+      readonly type: "spawn-replacement";
+      readonly migration: string;
+      readonly job: string;
+      readonly group: number;
+      readonly host: number;
+      readonly token: string;
+    }
   /** Re-form the job on its new placement: every worker gets its new assignment. */
   | { readonly type: "reconfigure-job"; readonly job: string }
   /** Release the job's held workers where they stopped. */
@@ -169,11 +185,18 @@ export const DEFAULT_TIMEOUTS: MigrationTimeouts = {
   resuming: 300_000,
 };
 
-export function planned(
-  fields: Pick<Migration, "id" | "job" | "group" | "from" | "to" | "planStep" | "bytes">,
-  now: number,
-): Migration {
-  return { ...fields, state: "planned", since: now, history: [{ state: "planned", at: now }], deadline: null, stopStep: null, endpoint: null, token: null, reason: null };
+export function planned(fields: Pick<Migration, "id" | "job" | "group" | "from" | "to" | "planStep" | "bytes">, now: number): Migration {
+  return {
+    ...fields,
+    state: "planned",
+    since: now,
+    history: [{ state: "planned", at: now }],
+    deadline: null,
+    stopStep: null,
+    endpoint: null,
+    token: null,
+    reason: null,
+  };
 }
 
 export function transition(m: Migration, event: MigrationEvent, now: number, timeouts: MigrationTimeouts = DEFAULT_TIMEOUTS): Transition {
@@ -189,7 +212,8 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
     if (m.deadline === null || now < m.deadline) return { migration: m, actions: [], log: null };
     // A replacement slow to start is not waited for: the move goes on, and after its commit
     // waits for the registration, as long as the job would have waited for it in any case.
-    if (m.state === "starting") return enter("ready", {}, [], ` (the replacement was not ready after ${now - m.since} ms; the job pauses without waiting for it)`);
+    if (m.state === "starting")
+      return enter("ready", {}, [], ` (the replacement was not ready after ${now - m.since} ms; the job pauses without waiting for it)`);
     return fail(m, `timed out in ${m.state} after ${now - m.since} ms`, enter, ignore);
   }
 
@@ -203,7 +227,11 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
       if (expect("rolled-back")) {
         // The grant was asked for at the start and came after the rollback, which released
         // nothing it did not know of: released now, or the range stays reserved on the host.
-        return { migration: m, actions: [{ type: "release-staging", host: m.to, token: event.token }], log: `migration ${m.id}: staging on host ${m.to} was granted after the rollback; releasing it` };
+        return {
+          migration: m,
+          actions: [{ type: "release-staging", host: m.to, token: event.token }],
+          log: `migration ${m.id}: staging on host ${m.to} was granted after the rollback; releasing it`,
+        };
       }
       if (!expect("staging")) return ignore("not waiting for staging");
       // A `starting` timeout of 0 waits for no replacement.
@@ -213,11 +241,20 @@ export function transition(m: Migration, event: MigrationEvent, now: number, tim
       return enter("ready", {}, []);
     case "pause":
       if (!expect("ready")) return ignore("not ready");
-      return enter("pausing", { stopStep: event.stopStep }, [{ type: "hold-job", job: m.job, stop: stopIdOf(m), step: event.stopStep }], ` at barrier ${event.stopStep}`);
+      return enter(
+        "pausing",
+        { stopStep: event.stopStep },
+        [{ type: "hold-job", job: m.job, stop: stopIdOf(m), step: event.stopStep }],
+        ` at barrier ${event.stopStep}`,
+      );
     case "raise":
       if (!expect("pausing")) return ignore("not pausing");
       if (m.stopStep !== null && event.stopStep <= m.stopStep) return { migration: m, actions: [], log: null };
-      return { migration: { ...m, stopStep: event.stopStep }, actions: [], log: `migration ${m.id}: the job stops at barrier ${event.stopStep}, where its hosts agreed` };
+      return {
+        migration: { ...m, stopStep: event.stopStep },
+        actions: [],
+        log: `migration ${m.id}: the job stops at barrier ${event.stopStep}, where its hosts agreed`,
+      };
     case "paused":
       if (!expect("pausing")) return ignore("not pausing");
       return enter("transferring", {}, [migrateOut(m, m.endpoint ?? "", m.token ?? "")]);
@@ -270,7 +307,11 @@ function fail(
 ): Transition {
   if (isFinished(m.state)) return ignore("already finished");
   if (!isReversible(m.state)) {
-    return { migration: { ...m, reason, deadline: null }, actions: [{ type: "alert", migration: m.id, message: `failure after commit: ${reason}` }], log: `migration ${m.id}: ${reason} after commit; the move stands` };
+    return {
+      migration: { ...m, reason, deadline: null },
+      actions: [{ type: "alert", migration: m.id, message: `failure after commit: ${reason}` }],
+      log: `migration ${m.id}: ${reason} after commit; the move stands`,
+    };
   }
   const actions: MigrationAction[] = [];
   if (m.token !== null) actions.push({ type: "release-staging", host: m.to, token: m.token });

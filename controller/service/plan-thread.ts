@@ -113,7 +113,14 @@ export class PlanThread implements PlanRunner {
 
   private planDeadline(id: number, timeLimitMs: number): NodeJS.Timeout {
     const limitMs = timeLimitMs + (this.options.graceMs ?? DEFAULT_PLAN_GRACE_MS);
-    return setTimeout(() => this.fail(new PlanThreadError(`the planner thread did not answer plan #${id} within ${limitMs} ms (its time limit is ${timeLimitMs} ms); it was stopped`), true), limitMs);
+    return setTimeout(
+      () =>
+        this.fail(
+          new PlanThreadError(`the planner thread did not answer plan #${id} within ${limitMs} ms (its time limit is ${timeLimitMs} ms); it was stopped`),
+          true,
+        ),
+      limitMs,
+    );
   }
 
   private startDeadline(): NodeJS.Timeout {

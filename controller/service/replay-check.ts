@@ -27,7 +27,10 @@ export function misfit(before: DurableState, record: JournalRecord, after: Durab
       return outOfRange(hosts, `job "${record.job}":`) ?? sharedHost(before, record.job, hosts, false);
     }
     case "plan":
-      return outOfRange(record.moves.flatMap((m) => [m.from, m.to]), `plan ${record.plan}:`);
+      return outOfRange(
+        record.moves.flatMap((m) => [m.from, m.to]),
+        `plan ${record.plan}:`,
+      );
     case "migration": {
       const m = record.migration;
       const planned = before.migrations.get(m.id);
@@ -42,7 +45,10 @@ export function misfit(before: DurableState, record: JournalRecord, after: Durab
         const problem = outOfRange(job.groups.flat(), `job "${job.id}":`) ?? sharedHost(after, job.id, job.groups.flat(), true);
         if (problem) return problem;
       }
-      return outOfRange([...after.migrations.values()].flatMap((m) => [m.from, m.to]), "migration");
+      return outOfRange(
+        [...after.migrations.values()].flatMap((m) => [m.from, m.to]),
+        "migration",
+      );
   }
 }
 

@@ -107,7 +107,9 @@ export class SchedulerWatch implements Allocations {
         this.context.log.warn(() => `host ${host} of job ${job.id} lies outside its allocation and no hold covers it: holding it again`);
         this.scheduler
           .hold(job.id, `keep-${host}`, host)
-          .catch((error: unknown) => this.context.log.warn(() => `holding host ${host} for job ${job.id}: ${error instanceof Error ? error.message : String(error)}`))
+          .catch((error: unknown) =>
+            this.context.log.warn(() => `holding host ${host} for job ${job.id}: ${error instanceof Error ? error.message : String(error)}`),
+          )
           .finally(() => this.holding.delete(key));
       }
     }

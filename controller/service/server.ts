@@ -114,14 +114,22 @@ export class ControllerServer {
     const { journal, state, replay } = Journal.open(options.journalDir, options.config, options.clock, { acceptLoss: options.acceptJournalLoss ?? false });
     if (replay.lost) {
       const { expected, found } = replay.lost;
-      log.warn(() => `journal ${journal.path}: started from ${found} records of the ${expected} written (--accept-journal-loss); the changes in the others are forgotten`);
+      log.warn(
+        () =>
+          `journal ${journal.path}: started from ${found} records of the ${expected} written (--accept-journal-loss); the changes in the others are forgotten`,
+      );
     }
     if (replay.tornTail) {
       const torn = replay.tornTail;
       log.warn(() => `journal ${journal.path}: dropped a torn last record (line ${torn.line}, ${torn.bytes} bytes) left by a crash`);
     }
     if (replay.records) log.info(() => `journal ${journal.path}: replayed ${replay.records} records, ${state.jobs.size} jobs`);
-    const eventLog = new EventLog({ dir: options.journalDir, log, ...(options.clock ? { clock: options.clock } : {}), ...(options.eventLogBytes ? { maxBytes: options.eventLogBytes } : {}) });
+    const eventLog = new EventLog({
+      dir: options.journalDir,
+      log,
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.eventLogBytes ? { maxBytes: options.eventLogBytes } : {}),
+    });
     // The keyring of the moment names jobs' users: a reload (SIGHUP) applies to later moves.
     let jobUser = (_job: string): string | null => null;
     const controller = new Controller({
@@ -159,7 +167,19 @@ export class ControllerServer {
     const endpoint = socket.lastEndpoint ?? options.bind;
     log.info(() => `listening on ${endpoint}${keyring ? ` (CURVE, ${keyring.clients.length} client keys)` : ""}`);
     const auth = keyring ? new Authenticator(keyring) : null;
-    const server = new ControllerServer(socket, controller, journal, endpoint, replay, log, options.tickMs ?? 200, options.daemons, auth, zap, options.rateLimits);
+    const server = new ControllerServer(
+      socket,
+      controller,
+      journal,
+      endpoint,
+      replay,
+      log,
+      options.tickMs ?? 200,
+      options.daemons,
+      auth,
+      zap,
+      options.rateLimits,
+    );
     jobUser = (job) => server.auth?.userOf(job) ?? options.jobUser?.(job) ?? null;
     return server;
   }
@@ -195,7 +215,8 @@ export class ControllerServer {
   reloadKeyring(keyring: Keyring): { added: string[]; removed: string[] } {
     const auth = this.auth;
     if (!auth) throw new Error("this controller was started without --keys; restart it with --keys DIR to use a keyring");
-    if (!auth.sameServer(keyring)) throw new Error("the keyring's controller keypair differs from the one this controller listens with; restart it to change keypairs");
+    if (!auth.sameServer(keyring))
+      throw new Error("the keyring's controller keypair differs from the one this controller listens with; restart it to change keypairs");
     this.auth = new Authenticator(keyring);
     return keyringChange(auth.keyring, keyring);
   }
@@ -230,7 +251,8 @@ export class ControllerServer {
     try {
       sender = this.auth.senderOf(body, auth);
     } catch (error) {
-      const failure = error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
+      const failure =
+        error instanceof ProtocolError ? error : new ProtocolError("internal", `the controller could not check the auth frame: ${(error as Error).message}`);
       const decoded = safeDecodeRequest(body);
       this.reject(peer, decoded.success ? decoded.data.id : (decoded.id ?? 0), failure);
       return null;
@@ -238,7 +260,8 @@ export class ControllerServer {
     // A job's key stands for all its launchers: its bucket grows with them, each as much as a connection.
     const scale = sender.principal.role === "job" ? Math.max(1, this.controller.workersOf(sender.principal.job)) : 1;
     const decision = this.principals.take(sender.publicKey, Date.now(), scale);
-    if (decision === "refuse-first") this.log.warn(() => `${sender.name} is over its request rate across its connections; dropping its requests until it slows down`);
+    if (decision === "refuse-first")
+      this.log.warn(() => `${sender.name} is over its request rate across its connections; dropping its requests until it slows down`);
     if (decision === "allow") return sender.principal;
     this.droppedCount += 1;
     return null;
@@ -301,7 +324,8 @@ export class ControllerServer {
     // The identity's bytes as the bucket's key, read in place: this runs for every message.
     const identity = Buffer.isBuffer(peer) ? peer : Buffer.from(peer.buffer, peer.byteOffset, peer.byteLength);
     const decision = this.limiter.take(identity.toString("latin1"), Date.now());
-    if (decision === "refuse-first") this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
+    if (decision === "refuse-first")
+      this.log.warn(() => `peer ${identity.toString("hex")} is over its request rate; dropping its requests until it slows down`);
     if (decision !== "allow") this.droppedCount += 1;
     return decision === "allow";
   }
@@ -354,7 +378,8 @@ export class ControllerServer {
           try {
             await this.socket.send([peer, frame]);
           } catch (error) {
-            if (!this.closed) this.log.warn(() => `${typeof what === "string" ? what : `reply ${what.type} #${what.id}`} not sent: ${(error as Error).message}`);
+            if (!this.closed)
+              this.log.warn(() => `${typeof what === "string" ? what : `reply ${what.type} #${what.id}`} not sent: ${(error as Error).message}`);
           }
         }
       }

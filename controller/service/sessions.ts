@@ -158,14 +158,21 @@ export class WorkerSessions {
     const hostCount = this.state.topology.racks * this.state.topology.hostsPerRack;
     if (host >= hostCount) throw new ProtocolError("malformed", `worker.host ${host} is out of range: the cluster has hosts 0..${hostCount - 1}`);
     if (group >= pp) throw new ProtocolError("malformed", `worker.group ${group} is out of range: parallelism.pp is ${pp}, so groups are 0..${pp - 1}`);
-    if (pp * dp > hostCount) throw new ProtocolError("malformed", `parallelism.pp × parallelism.dp is ${pp * dp}, more than the cluster's ${hostCount} hosts; a job runs one worker per host`);
+    if (pp * dp > hostCount)
+      throw new ProtocolError(
+        "malformed",
+        `parallelism.pp × parallelism.dp is ${pp * dp}, more than the cluster's ${hostCount} hosts; a job runs one worker per host`,
+      );
     if (req.token !== undefined) return this.registerReplacement(target, req, req.token);
 
     const started = this.state.jobs.get(jobId);
     if (started) {
       const assignment = assignmentOf(started, host, this.addressOf);
       if (!assignment || assignment.group !== group) {
-        throw new ProtocolError("conflict", `job "${jobId}" runs group ${group} on hosts ${started.groups[group]?.join(", ") ?? "none"}, not on host ${host}; a running job takes new workers only through migrations`);
+        throw new ProtocolError(
+          "conflict",
+          `job "${jobId}" runs group ${group} on hosts ${started.groups[group]?.join(", ") ?? "none"}, not on host ${host}; a running job takes new workers only through migrations`,
+        );
       }
       this.session(jobId, host).generation = started.generation;
       this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.registered", id: target.id, assignment });
@@ -193,9 +200,17 @@ export class WorkerSessions {
     const { job: jobId, group, host } = req.worker;
     const { pp, dp } = req.parallelism;
     const owner = this.owners.get(host);
-    if (owner !== undefined && owner !== jobId) throw new ProtocolError("conflict", `host ${host} already runs a worker of another job; one worker per host`, `job "${owner}" has it`);
-    const incoming = this.moves().openMigrations().find((m) => m.to === host);
-    if (incoming) throw new ProtocolError("conflict", `host ${host} is the destination of a migration in progress; place the job elsewhere`, `migration ${incoming.id} of job "${incoming.job}"`);
+    if (owner !== undefined && owner !== jobId)
+      throw new ProtocolError("conflict", `host ${host} already runs a worker of another job; one worker per host`, `job "${owner}" has it`);
+    const incoming = this.moves()
+      .openMigrations()
+      .find((m) => m.to === host);
+    if (incoming)
+      throw new ProtocolError(
+        "conflict",
+        `host ${host} is the destination of a migration in progress; place the job elsewhere`,
+        `migration ${incoming.id} of job "${incoming.job}"`,
+      );
     const rings = req.rings ?? req.parallelism.tp;
     let pending = this.pendingJobs.get(jobId);
     if (!pending) {
@@ -213,7 +228,8 @@ export class WorkerSessions {
     const existing = pending.workers.get(host);
     if (!existing) {
       const inGroup = [...pending.workers.values()].filter((w) => w.group === group).length;
-      if (inGroup >= dp) throw new ProtocolError("conflict", `job "${jobId}" group ${group} already has its ${dp} workers (parallelism.dp); host ${host} is one too many`);
+      if (inGroup >= dp)
+        throw new ProtocolError("conflict", `job "${jobId}" group ${group} already has its ${dp} workers (parallelism.dp); host ${host} is one too many`);
     } else if (existing.group !== group) {
       throw new ProtocolError("conflict", `host ${host} registered for job "${jobId}" group ${existing.group}, not ${group}`);
     }
@@ -237,9 +253,14 @@ export class WorkerSessions {
       this.awaitLook(allocations, { target, req });
       return false;
     }
-    if (!hosts.has(host)) throw new ProtocolError("conflict", `host ${host} is not in job "${job}"'s allocation; its workers register only on the hosts the scheduler allocated to it`);
+    if (!hosts.has(host))
+      throw new ProtocolError(
+        "conflict",
+        `host ${host} is not in job "${job}"'s allocation; its workers register only on the hosts the scheduler allocated to it`,
+      );
     const { pp, dp } = req.parallelism;
-    if (pp * dp > hosts.size) throw new ProtocolError("conflict", `parallelism pp ${pp} × dp ${dp} needs ${pp * dp} hosts, and job "${job}"'s allocation has ${hosts.size}`);
+    if (pp * dp > hosts.size)
+      throw new ProtocolError("conflict", `parallelism pp ${pp} × dp ${dp} needs ${pp * dp} hosts, and job "${job}"'s allocation has ${hosts.size}`);
     return true;
   }
 
@@ -259,7 +280,10 @@ export class WorkerSessions {
     for (const { target, req } of waiting) {
       this.answerRefusal(target, req, () => {
         if (this.allocations()?.of(req.worker.job) === undefined) {
-          throw new ProtocolError("unknown_job", `job "${req.worker.job}" is not a job the scheduler runs; under a scheduler a job's id is its scheduler job id, and its workers register once it runs`);
+          throw new ProtocolError(
+            "unknown_job",
+            `job "${req.worker.job}" is not a job the scheduler runs; under a scheduler a job's id is its scheduler job id, and its workers register once it runs`,
+          );
         }
         this.register(target, req);
       });
@@ -272,7 +296,10 @@ export class WorkerSessions {
       run();
     } catch (error) {
       if (!(error instanceof ProtocolError)) throw error;
-      this.context.log.warn(() => `refused worker.register of job ${req.worker.job} on host ${req.worker.host}: ${error.message}${error.detail === null ? "" : ` (${error.detail})`}`);
+      this.context.log.warn(
+        () =>
+          `refused worker.register of job ${req.worker.job} on host ${req.worker.host}: ${error.message}${error.detail === null ? "" : ` (${error.detail})`}`,
+      );
       this.context.send(target, errorReply(target.id, error.code, error.message));
     }
   }
@@ -288,7 +315,15 @@ export class WorkerSessions {
     );
     const checkpointBytes: Record<string, number> = {};
     for (const [host, w] of pending.workers) checkpointBytes[String(host)] = w.bytes;
-    this.context.record({ kind: "job-started", job: jobId, rings: pending.rings, parallelism: pending.parallelism, groups, checkpointBytes, replacement: pending.replacement });
+    this.context.record({
+      kind: "job-started",
+      job: jobId,
+      rings: pending.rings,
+      parallelism: pending.parallelism,
+      groups,
+      checkpointBytes,
+      replacement: pending.replacement,
+    });
     const job = this.state.jobs.get(jobId);
     if (!job) return;
     this.context.log.info(() => `job ${jobId} started on hosts ${jobHosts(job).join(", ")}`);
@@ -309,9 +344,14 @@ export class WorkerSessions {
    * and the registration is held until the commit (`early`), or refused on a rollback.
    */
   private registerReplacement(target: ReplyTarget, req: Register, token: string): void {
-    const m = this.moves().activeMoves().find((x) => x.token === token);
+    const m = this.moves()
+      .activeMoves()
+      .find((x) => x.token === token);
     if (!m || m.to !== req.worker.host || m.job !== req.worker.job || m.group !== req.worker.group || m.state === "rolled-back") {
-      throw new ProtocolError("invalid_token", `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`);
+      throw new ProtocolError(
+        "invalid_token",
+        `token does not admit job "${req.worker.job}" group ${req.worker.group} on host ${req.worker.host}: no migration in progress carries it there`,
+      );
     }
     if (!isCommitted(m.state)) {
       // The launcher asks again until answered; only its first call is news.
@@ -352,14 +392,18 @@ export class WorkerSessions {
    */
   private reportOfStranger(target: ReplyTarget, req: Report): void {
     const { job: jobId, group, host } = req.worker;
-    const stop = (reason: string) => this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.order", id: target.id, worker: req.worker, order: { kind: "stop", reason } });
+    const stop = (reason: string) =>
+      this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.order", id: target.id, worker: req.worker, order: { kind: "stop", reason } });
     const replaced = [...this.state.migrations.values()].find((m) => m.job === jobId && m.from === host && isCommitted(m.state));
     if (replaced) return stop(`replaced by migration ${replaced.id} to host ${replaced.to}`);
     if (!this.state.jobs.has(jobId) && this.state.finished.includes(jobId)) return stop(`job ${jobId} finished`);
     if (!this.state.jobs.has(jobId)) {
-      throw new ProtocolError("unknown_job", this.pendingJobs.has(jobId)
-        ? `job "${jobId}" has not started: reports begin after every worker registered and got its assignment`
-        : `job "${jobId}" is not known to this controller; register its workers first`);
+      throw new ProtocolError(
+        "unknown_job",
+        this.pendingJobs.has(jobId)
+          ? `job "${jobId}" has not started: reports begin after every worker registered and got its assignment`
+          : `job "${jobId}" is not known to this controller; register its workers first`,
+      );
     }
     throw new ProtocolError("unknown_worker", `job "${jobId}" runs no worker of group ${group} on host ${host}; register it first`);
   }
@@ -403,7 +447,13 @@ export class WorkerSessions {
   }
 
   private answer(target: ReplyTarget, session: WorkerSession, order: Order = this.orderOf(session)): void {
-    this.context.send(target, { v: PROTOCOL_VERSION, type: "worker.order", id: target.id, worker: { job: session.job, group: this.groupOf(session), host: session.host }, order });
+    this.context.send(target, {
+      v: PROTOCOL_VERSION,
+      type: "worker.order",
+      id: target.id,
+      worker: { job: session.job, group: this.groupOf(session), host: session.host },
+      order,
+    });
   }
 
   /** Pushes the worker's order to its launcher (id 0: it answers no request). */
@@ -496,7 +546,9 @@ export class WorkerSessions {
         if (now - w.heardAt < this.liveness.heartbeatTimeoutMs) continue;
         pending.workers.delete(host);
         if (this.owners.get(host) === jobId) this.owners.delete(host);
-        this.context.log.info(() => `registration of job ${jobId} on host ${host} dropped: its launcher stopped sending it ${Math.round(now - w.heardAt)} ms ago`);
+        this.context.log.info(
+          () => `registration of job ${jobId} on host ${host} dropped: its launcher stopped sending it ${Math.round(now - w.heardAt)} ms ago`,
+        );
       }
       if (pending.workers.size === 0) this.pendingJobs.delete(jobId);
     }
@@ -686,7 +738,12 @@ export class WorkerSessions {
     return job ? job.groups.reduce((sum, group) => sum + group.length, 0) : (this.pendingJobs.get(jobId)?.workers.size ?? 0);
   }
 
-  view(): { registering: { id: string; hosts: number[]; expected: number }[]; workers: number; lost: Map<string, number[]>; progress: Map<string, JobProgress> } {
+  view(): {
+    registering: { id: string; hosts: number[]; expected: number }[];
+    workers: number;
+    lost: Map<string, number[]>;
+    progress: Map<string, JobProgress>;
+  } {
     const lost = new Map<string, number[]>();
     const progress = new Map<string, JobProgress>();
     for (const s of this.workers.values()) {
@@ -709,7 +766,22 @@ export class WorkerSessions {
     let session = this.workers.get(host);
     const now = this.context.clock();
     if (!session || session.job !== job) {
-      session = { job, host, peer: null, step: null, stepMs: null, reportedAt: now, advancing: false, generation: -1, hold: null, heldRegister: null, migrateOut: null, heardAt: now, heartbeats: false, lost: false };
+      session = {
+        job,
+        host,
+        peer: null,
+        step: null,
+        stepMs: null,
+        reportedAt: now,
+        advancing: false,
+        generation: -1,
+        hold: null,
+        heldRegister: null,
+        migrateOut: null,
+        heardAt: now,
+        heartbeats: false,
+        lost: false,
+      };
       this.workers.set(host, session);
     }
     if (session.lost) this.context.log.info(() => `worker of job ${job} on host ${host} is back`);

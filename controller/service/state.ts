@@ -199,10 +199,12 @@ export function applyRecord(state: DurableState, record: JournalRecord): Durable
     case "plan": {
       // The previous plan's moves stay for a while (its replaced workers may still call in);
       // older ones are finished and forgotten, so the state does not grow with every plan.
-      const migrations = new Map(state.activeMoves.flatMap((id) => {
-        const m = state.migrations.get(id);
-        return m ? [[id, m] as const] : [];
-      }));
+      const migrations = new Map(
+        state.activeMoves.flatMap((id) => {
+          const m = state.migrations.get(id);
+          return m ? [[id, m] as const] : [];
+        }),
+      );
       const ids = record.moves.map((_, i) => `${record.plan}/${i}`);
       record.moves.forEach((move, i) => {
         const id = ids[i] ?? "";
@@ -232,7 +234,11 @@ export function commitMove(state: DurableState, m: Migration): Map<string, JobSt
   const groups = job.groups.map((hosts, g) => {
     if (g !== m.group) return hosts;
     const moved = hosts.map((h) => (h === m.from ? m.to : h));
-    return ringOrder(cluster, moved, hosts.map((h) => (h === m.from ? m.to : h)));
+    return ringOrder(
+      cluster,
+      moved,
+      hosts.map((h) => (h === m.from ? m.to : h)),
+    );
   });
   const checkpointBytes = { ...job.checkpointBytes, [String(m.to)]: job.checkpointBytes[String(m.from)] ?? m.bytes };
   delete checkpointBytes[String(m.from)];
@@ -257,5 +263,4 @@ export function clusterOf(state: DurableState, pinned: readonly Job[] = [], unav
   });
 }
 
-const topologyCluster = (state: DurableState): Cluster =>
-  clusterFromSnapshot({ topology: state.topology, lambda: state.lambda, jobs: [] });
+const topologyCluster = (state: DurableState): Cluster => clusterFromSnapshot({ topology: state.topology, lambda: state.lambda, jobs: [] });

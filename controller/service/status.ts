@@ -51,7 +51,13 @@ export function statusReport(id: number, view: LiveView): StatusReport {
       ...(lost.length ? { lost: [...lost].sort((a, b) => a - b) } : {}),
     };
   });
-  const registering = view.registering.map((job) => ({ id: job.id, hosts: [...job.hosts].sort((a, b) => a - b), expected: job.expected, started: false, generation: 0 }));
+  const registering = view.registering.map((job) => ({
+    id: job.id,
+    hosts: [...job.hosts].sort((a, b) => a - b),
+    expected: job.expected,
+    started: false,
+    generation: 0,
+  }));
   const { racks, hostsPerRack, gpusPerHost, uplinksPerRack } = state.topology;
   return {
     v: PROTOCOL_VERSION,
@@ -61,22 +67,30 @@ export function statusReport(id: number, view: LiveView): StatusReport {
     lambda: state.lambda,
     jobs: [...started, ...registering].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
     workers: view.workers,
-    hosts: { registered: view.daemons.length, lost: view.daemons.filter((d) => d.lost).map((d) => d.host).sort((a, b) => a - b) },
+    hosts: {
+      registered: view.daemons.length,
+      lost: view.daemons
+        .filter((d) => d.lost)
+        .map((d) => d.host)
+        .sort((a, b) => a - b),
+    },
     fragmentation: rackFragmentation(cluster),
     withinBounds: withinBounds(cluster),
     routes: { isolated: routes.isolated, dpFlows: routes.dpFlows.length, maxFlowsPerLink: routes.overlap.maxFlowsPerLink },
-    migrations: state.activeMoves.flatMap((moveId) => state.migrations.get(moveId) ?? []).map((m) => ({
-      id: m.id,
-      job: m.job,
-      group: m.group,
-      from: m.from,
-      to: m.to,
-      planStep: m.planStep,
-      state: m.state,
-      stopStep: m.stopStep,
-      reason: m.reason,
-      history: [...m.history],
-    })),
+    migrations: state.activeMoves
+      .flatMap((moveId) => state.migrations.get(moveId) ?? [])
+      .map((m) => ({
+        id: m.id,
+        job: m.job,
+        group: m.group,
+        from: m.from,
+        to: m.to,
+        planStep: m.planStep,
+        state: m.state,
+        stopStep: m.stopStep,
+        reason: m.reason,
+        history: [...m.history],
+      })),
     journalRecords: view.journalRecords,
     ...(view.scheduler
       ? {

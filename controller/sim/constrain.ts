@@ -19,5 +19,8 @@ export function constrain(cluster: Cluster, { pinned, unavailable, seed }: Const
   const used = new Set(cluster.placement.flat());
   const snapshot = toSnapshot(cluster);
   const held = Array.from({ length: cluster.hostCount }, (_, h) => h).filter((h) => !used.has(h) && random.float() < unavailable);
-  return parseSnapshot({ ...snapshot, jobs: snapshot.jobs.map((job) => (random.float() < pinned ? { ...job, movable: false } : job)), unavailable: held }, "constrained snapshot");
+  return parseSnapshot(
+    { ...snapshot, jobs: snapshot.jobs.map((job) => (random.float() < pinned ? { ...job, movable: false } : job)), unavailable: held },
+    "constrained snapshot",
+  );
 }

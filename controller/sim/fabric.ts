@@ -36,17 +36,24 @@ export const FabricSchema = z
   })
   .superRefine((f, ctx) => {
     const issue = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
-    if ((f.racksPerPod === undefined) !== (f.aggUplinks === undefined)) issue(f.racksPerPod === undefined ? "racksPerPod" : "aggUplinks", "a 3-tier Clos needs both racksPerPod and aggUplinks");
-    if (f.racksPerPod !== undefined && f.racks % f.racksPerPod !== 0) issue("racksPerPod", `racksPerPod (${f.racksPerPod}) must divide racks (${f.racks}) so every pod is whole`);
-    if (f.uplinksPerRail !== undefined && f.racksPerPod !== undefined) issue("uplinksPerRail", "a fabric is either rail-optimised (uplinksPerRail) or a 3-tier Clos (racksPerPod), not both");
+    if ((f.racksPerPod === undefined) !== (f.aggUplinks === undefined))
+      issue(f.racksPerPod === undefined ? "racksPerPod" : "aggUplinks", "a 3-tier Clos needs both racksPerPod and aggUplinks");
+    if (f.racksPerPod !== undefined && f.racks % f.racksPerPod !== 0)
+      issue("racksPerPod", `racksPerPod (${f.racksPerPod}) must divide racks (${f.racks}) so every pod is whole`);
+    if (f.uplinksPerRail !== undefined && f.racksPerPod !== undefined)
+      issue("uplinksPerRail", "a fabric is either rail-optimised (uplinksPerRail) or a 3-tier Clos (racksPerPod), not both");
     if (f.uplinksPerRail !== undefined && f.uplinksPerRack !== f.gpusPerHost * f.uplinksPerRail) {
-      issue("uplinksPerRack", `on a rail-optimised fabric uplinksPerRack counts every rail's uplinks: gpusPerHost × uplinksPerRail = ${f.gpusPerHost * f.uplinksPerRail}, got ${f.uplinksPerRack}`);
+      issue(
+        "uplinksPerRack",
+        `on a rail-optimised fabric uplinksPerRack counts every rail's uplinks: gpusPerHost × uplinksPerRail = ${f.gpusPerHost * f.uplinksPerRail}, got ${f.uplinksPerRack}`,
+      );
     }
   });
 export type FabricShape = z.infer<typeof FabricSchema>;
 export type FabricKind = "clos2" | "clos3" | "rail";
 
-export const fabricKind = (shape: Pick<FabricShape, "racksPerPod" | "uplinksPerRail">): FabricKind => (shape.racksPerPod !== undefined ? "clos3" : shape.uplinksPerRail !== undefined ? "rail" : "clos2");
+export const fabricKind = (shape: Pick<FabricShape, "racksPerPod" | "uplinksPerRail">): FabricKind =>
+  shape.racksPerPod !== undefined ? "clos3" : shape.uplinksPerRail !== undefined ? "rail" : "clos2";
 
 /** What a shape adds to a 2-tier Clos, for table headings: empty for a 2-tier Clos. */
 export function fabricSummary(shape: Omit<FabricShape, "nicGbps">): string {
@@ -93,7 +100,10 @@ export class Fabric {
   readonly #coreBase: number;
   readonly #hops: { local: readonly Hop[]; remote: readonly Hop[] };
 
-  constructor(readonly shape: FabricShape, readonly sprayed = false) {
+  constructor(
+    readonly shape: FabricShape,
+    readonly sprayed = false,
+  ) {
     const nic = bytesPerSecond(shape.nicGbps);
     this.kind = sprayed ? "clos2" : fabricKind(shape);
     this.hostCount = shape.racks * shape.hostsPerRack;
@@ -109,7 +119,11 @@ export class Fabric {
     const tor: Hop = { tier: "tor", members: this.kind === "rail" ? shape.uplinksPerRail! : this.#rackLinks };
     this.#hops = {
       local: sprayed ? SINGLE : [tor],
-      remote: sprayed ? SINGLE : this.kind === "clos3" ? [tor, { tier: "aggregation", members: shape.aggUplinks! }, { tier: "core", members: shape.uplinksPerRack }] : [tor],
+      remote: sprayed
+        ? SINGLE
+        : this.kind === "clos3"
+          ? [tor, { tier: "aggregation", members: shape.aggUplinks! }, { tier: "core", members: shape.uplinksPerRack }]
+          : [tor],
     };
   }
 

@@ -29,9 +29,15 @@ export const MAX_TRACE_SECONDS = 10 * 365 * 24 * 3600;
 const MAX_JOB_BYTES = 1e15;
 
 const seconds = (what: string) =>
-  z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must not be negative` }).max(MAX_TRACE_SECONDS, { error: `${what} must be at most ${MAX_TRACE_SECONDS} s (ten years)` });
+  z
+    .number({ error: `${what} must be a number` })
+    .min(0, { error: `${what} must not be negative` })
+    .max(MAX_TRACE_SECONDS, { error: `${what} must be at most ${MAX_TRACE_SECONDS} s (ten years)` });
 const bytes = (what: string) =>
-  z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must not be negative` }).max(MAX_JOB_BYTES, { error: `${what} must be at most ${MAX_JOB_BYTES} bytes (a petabyte)` });
+  z
+    .number({ error: `${what} must be a number` })
+    .min(0, { error: `${what} must not be negative` })
+    .max(MAX_JOB_BYTES, { error: `${what} must be at most ${MAX_JOB_BYTES} bytes (a petabyte)` });
 
 /**
  * One job of a simulated history: one line of a trace file (JSON lines). Everything the
@@ -91,7 +97,8 @@ export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNu
   });
   const seen = new Set<string>();
   jobs.forEach((job, i) => {
-    if (seen.has(job.id)) throw new InvalidInputError(`${source} line ${lineOf(i)}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
+    if (seen.has(job.id))
+      throw new InvalidInputError(`${source} line ${lineOf(i)}`, [{ path: "id", message: `job id "${job.id}" is used twice; ids must be unique` }]);
     seen.add(job.id);
   });
   return [...jobs].sort((a, b) => a.arrival - b.arrival);
@@ -101,7 +108,10 @@ export function parseSimJobs(lines: readonly unknown[], source = "trace", lineNu
 export function tooManyJobs(source: string, count?: number): InvalidInputError {
   const held = count === undefined ? `more than ${MAX_TRACE_JOBS} jobs` : `${count} jobs`;
   return new InvalidInputError(source, [
-    { path: "", message: `${held}; a run replays at most ${MAX_TRACE_JOBS}: split the trace by arrival into files of at most ${MAX_TRACE_JOBS} lines and simulate each` },
+    {
+      path: "",
+      message: `${held}; a run replays at most ${MAX_TRACE_JOBS}: split the trace by arrival into files of at most ${MAX_TRACE_JOBS} lines and simulate each`,
+    },
   ]);
 }
 
@@ -129,7 +139,14 @@ export const GenerateOptionsSchema = z.strictObject({
 export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
 
 /** How a report's generated traces were drawn (the seed, fabric and loads are recorded beside it). */
-export const TraceGenerationSchema = GenerateOptionsSchema.pick({ mix: true, jobs: true, warmupJobs: true, meanHours: true, epFactor: true, tokensPerReplica: true });
+export const TraceGenerationSchema = GenerateOptionsSchema.pick({
+  mix: true,
+  jobs: true,
+  warmupJobs: true,
+  meanHours: true,
+  epFactor: true,
+  tokensPerReplica: true,
+});
 export type TraceGeneration = z.infer<typeof TraceGenerationSchema>;
 
 /**
@@ -159,7 +176,17 @@ export function generateJobs(input: GenerateOptions, nicBytesPerSecond: number):
     const ideal = iterationSeconds({ ...spec, ...traffic }, idealRates(nicBytesPerSecond, options.gpusPerHost));
     const iterations = Math.max(1, Math.round(random.exponential(1 / meanSeconds) / ideal));
     const warmup = n < options.warmupJobs;
-    return { id: spec.id, arrival: now, model: name, rings: spec.rings, stages: spec.stages, hostsPerStage: spec.hostsPerStage, iterations, ...traffic, warmup };
+    return {
+      id: spec.id,
+      arrival: now,
+      model: name,
+      rings: spec.rings,
+      stages: spec.stages,
+      hostsPerStage: spec.hostsPerStage,
+      iterations,
+      ...traffic,
+      warmup,
+    };
   });
 }
 
@@ -175,8 +202,17 @@ function publishedJobs(options: z.infer<typeof GenerateOptionsSchema>, types: re
   const gpus = options.hostCount * options.gpusPerHost;
   const largest = Math.max(...types.flatMap((type) => type.gpus));
   const problems = [
-    ...(options.gpusPerHost === PUBLISHED_GPUS_PER_HOST ? [] : [{ path: "gpusPerHost", message: `the ${options.mix} mix's jobs fill hosts of ${PUBLISHED_GPUS_PER_HOST} GPUs, not ${options.gpusPerHost}` }]),
-    ...(gpus >= largest ? [] : [{ path: "hostCount", message: `the ${options.mix} mix has jobs of ${largest} GPUs; give a cluster of at least ${largest / options.gpusPerHost} hosts` }]),
+    ...(options.gpusPerHost === PUBLISHED_GPUS_PER_HOST
+      ? []
+      : [{ path: "gpusPerHost", message: `the ${options.mix} mix's jobs fill hosts of ${PUBLISHED_GPUS_PER_HOST} GPUs, not ${options.gpusPerHost}` }]),
+    ...(gpus >= largest
+      ? []
+      : [
+          {
+            path: "hostCount",
+            message: `the ${options.mix} mix has jobs of ${largest} GPUs; give a cluster of at least ${largest / options.gpusPerHost} hosts`,
+          },
+        ]),
   ];
   if (problems.length) throw new InvalidInputError("trace options", problems);
   const random = new Random(options.seed);

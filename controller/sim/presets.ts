@@ -12,7 +12,10 @@ import { SCHEDULERS } from "./scheduler.ts";
 export const VariantSchema = z.strictObject({
   /** Short and flag-friendly: `--variants` picks variants by name. */
   name: z.string(),
-  fabric: z.strictObject({ racks: z.int().min(1), hostsPerRack: z.int().min(1), uplinksPerRack: z.int().min(1) }).partial().optional(),
+  fabric: z
+    .strictObject({ racks: z.int().min(1), hostsPerRack: z.int().min(1), uplinksPerRack: z.int().min(1) })
+    .partial()
+    .optional(),
   lambda: z.int().min(0).optional(),
   scheduler: z.enum(SCHEDULERS).optional(),
   sglbK: z.int().min(1).optional(),
@@ -176,7 +179,8 @@ export const PRESETS = {
     systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree", "spray"],
   },
   "paper-ep": {
-    description: "§7.10: 1,024 GPUs, 16 uplinks per rack, every job EP-dominated (10× more all-to-all than ring bytes), 100 jobs per load after 50 that fill the cluster",
+    description:
+      "§7.10: 1,024 GPUs, 16 uplinks per rack, every job EP-dominated (10× more all-to-all than ring bytes), 100 jobs per load after 50 that fill the cluster",
     fabric: { ...GPUS_1024, uplinksPerRack: 16 },
     mix: "tp8pp",
     loads: PAPER_LOADS,
@@ -207,11 +211,13 @@ export const PRESETS = {
     loads: [0.8],
     systems: ["ecmp", "crux", "sglb", "perfect", "monkeytree"],
     variants: [16, 32, 64, 128, 256].flatMap((gpus) =>
-      [16, 32, 64].filter((uplinks) => uplinks <= gpus).map((uplinks) => ({
-        name: `g${gpus}-u${uplinks}`,
-        fabric: { racks: 2048 / gpus, hostsPerRack: gpus / 8, uplinksPerRack: uplinks },
-        sglbK: halfOf(uplinks),
-      })),
+      [16, 32, 64]
+        .filter((uplinks) => uplinks <= gpus)
+        .map((uplinks) => ({
+          name: `g${gpus}-u${uplinks}`,
+          fabric: { racks: 2048 / gpus, hostsPerRack: gpus / 8, uplinksPerRack: uplinks },
+          sglbK: halfOf(uplinks),
+        })),
     ),
   },
   "fig-moves": {
@@ -228,7 +234,8 @@ export const PRESETS = {
     systems: ["monkeytree"],
   },
   "fig-threshold": {
-    description: "Fig. 13: MonkeyTree's bound λ from 2 to 8 (variants lambda-<λ>), 1,024 GPUs with 4 uplinks per rack (16:1), 1,200 published DP and FSDP jobs at 100% load",
+    description:
+      "Fig. 13: MonkeyTree's bound λ from 2 to 8 (variants lambda-<λ>), 1,024 GPUs with 4 uplinks per rack (16:1), 1,200 published DP and FSDP jobs at 100% load",
     ...FIGURE,
     fabric: { ...GPUS_1024, uplinksPerRack: 4 },
     mix: "paper-dp",
@@ -248,7 +255,8 @@ export const PRESETS = {
     sglbK: 1,
   },
   "fig-3tier": {
-    description: "Fig. 14b: 1,024 GPUs in a 3-tier Clos, 4 pods of 4 racks, 16 uplinks per rack (4:1), each aggregation switch linked to all 16 cores, loads 50-100%",
+    description:
+      "Fig. 14b: 1,024 GPUs in a 3-tier Clos, 4 pods of 4 racks, 16 uplinks per rack (4:1), each aggregation switch linked to all 16 cores, loads 50-100%",
     ...FIGURE,
     fabric: { ...GPUS_1024, uplinksPerRack: 16, racksPerPod: 4, aggUplinks: 16 },
     loads: PAPER_LOADS,
@@ -263,7 +271,8 @@ export const PRESETS = {
     variants: SCHEDULERS.map((scheduler) => ({ name: scheduler, scheduler })),
   },
   "fig-ep": {
-    description: "Fig. 16: EP-dominated jobs on 1,024 GPUs with 2-16 uplinks per rack (variants u<uplinks>), λ = 2, 100 jobs after 50 that fill the cluster, 100% load",
+    description:
+      "Fig. 16: EP-dominated jobs on 1,024 GPUs with 2-16 uplinks per rack (variants u<uplinks>), λ = 2, 100 jobs after 50 that fill the cluster, 100% load",
     ...FIGURE,
     lambda: 2,
     mix: "paper-ep",

@@ -67,15 +67,38 @@ export const PUBLISHED_TYPES: readonly JobType[] = [
   { model: "gpt-13b-dp", weight: 25, gpus: FSDP_GPUS, computeUs: 215_000, modelBytes: 26e9, pattern: { kind: "all-reduce" } },
   { model: "gpt-oss-20b-dp-moe", weight: 1, gpus: [16], computeUs: 24 * 133_000, modelBytes: 8.8e9, pattern: { kind: "moe", a2aBytes: MOE_A2A_BYTES } },
   { model: "gpt-oss-120b-dp-moe", weight: 1, gpus: [16], computeUs: 24 * 106_000, modelBytes: 11.42e9, pattern: { kind: "moe", a2aBytes: MOE_A2A_BYTES } },
-  { model: "llama2-70b-tp-dp", weight: 100, gpus: [16, 32], computeUs: 341_000, modelBytes: 0, pattern: { kind: "strided", stride: 8, bytes: LLAMA_70B_TP_BYTES } },
-  { model: "llama3-70b-tp-dp", weight: 100, gpus: [16, 32], computeUs: 743_000, modelBytes: 0, pattern: { kind: "strided", stride: 8, bytes: LLAMA_70B_TP_BYTES } },
+  {
+    model: "llama2-70b-tp-dp",
+    weight: 100,
+    gpus: [16, 32],
+    computeUs: 341_000,
+    modelBytes: 0,
+    pattern: { kind: "strided", stride: 8, bytes: LLAMA_70B_TP_BYTES },
+  },
+  {
+    model: "llama3-70b-tp-dp",
+    weight: 100,
+    gpus: [16, 32],
+    computeUs: 743_000,
+    modelBytes: 0,
+    pattern: { kind: "strided", stride: 8, bytes: LLAMA_70B_TP_BYTES },
+  },
   {
     model: "llama2-70b-tp-dp-pp2",
     weight: 25,
     gpus: [32, 48, 64],
     computeUs: 0,
     modelBytes: 0,
-    pattern: { kind: "pipeline", stages: 2, tp: 8, microbatches: 8, forwardUs: 60_000, backwardUs: 111_000, activationBytes: ACTIVATION_BYTES, shardBytes: 8.59e9 },
+    pattern: {
+      kind: "pipeline",
+      stages: 2,
+      tp: 8,
+      microbatches: 8,
+      forwardUs: 60_000,
+      backwardUs: 111_000,
+      activationBytes: ACTIVATION_BYTES,
+      shardBytes: 8.59e9,
+    },
   },
   {
     model: "llama2-70b-tp-dp-pp4",
@@ -83,7 +106,16 @@ export const PUBLISHED_TYPES: readonly JobType[] = [
     gpus: [64],
     computeUs: 0,
     modelBytes: 0,
-    pattern: { kind: "pipeline", stages: 4, tp: 8, microbatches: 8, forwardUs: 30_000, backwardUs: 56_000, activationBytes: ACTIVATION_BYTES, shardBytes: 4.295e9 },
+    pattern: {
+      kind: "pipeline",
+      stages: 4,
+      tp: 8,
+      microbatches: 8,
+      forwardUs: 30_000,
+      backwardUs: 56_000,
+      activationBytes: ACTIVATION_BYTES,
+      shardBytes: 4.295e9,
+    },
   },
 ];
 
@@ -145,7 +177,17 @@ export function publishedJob(type: JobType, gpus: number, gpusPerHost: number): 
   switch (pattern.kind) {
     case "all-reduce": {
       const ringBytes = ringHop(type.modelBytes, gpus);
-      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, a2aHostBytes: 0, checkpointBytes: host(ringBytes) };
+      return {
+        rings: 1,
+        stages: 1,
+        hostsPerStage: hosts,
+        computeSeconds,
+        ringBytes,
+        ppBytes: 0,
+        a2aBytes: 0,
+        a2aHostBytes: 0,
+        checkpointBytes: host(ringBytes),
+      };
     }
     case "moe": {
       const ringBytes = ringHop(type.modelBytes, gpus);
@@ -153,12 +195,32 @@ export function publishedJob(type: JobType, gpus: number, gpusPerHost: number): 
       // meets another job's traffic.
       const sent = host(pattern.a2aBytes / gpus);
       const a2aBytes = (sent * (gpus - gpusPerHost)) / (gpus - 1);
-      return { rings: 1, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes, a2aHostBytes: sent - a2aBytes, checkpointBytes: host(ringBytes) + sent };
+      return {
+        rings: 1,
+        stages: 1,
+        hostsPerStage: hosts,
+        computeSeconds,
+        ringBytes,
+        ppBytes: 0,
+        a2aBytes,
+        a2aHostBytes: sent - a2aBytes,
+        checkpointBytes: host(ringBytes) + sent,
+      };
     }
     case "strided": {
       if (pattern.stride !== gpusPerHost) throw new RangeError(`${type.model}: its ${pattern.stride} rings need hosts of ${pattern.stride} GPUs`);
       const ringBytes = ringHop(pattern.bytes, gpus / pattern.stride);
-      return { rings: pattern.stride, stages: 1, hostsPerStage: hosts, computeSeconds, ringBytes, ppBytes: 0, a2aBytes: 0, a2aHostBytes: 0, checkpointBytes: host(ringBytes) };
+      return {
+        rings: pattern.stride,
+        stages: 1,
+        hostsPerStage: hosts,
+        computeSeconds,
+        ringBytes,
+        ppBytes: 0,
+        a2aBytes: 0,
+        a2aHostBytes: 0,
+        checkpointBytes: host(ringBytes),
+      };
     }
     case "pipeline": {
       const { stages, tp, microbatches } = pattern;

@@ -116,7 +116,13 @@ export function systemReport(run: SystemRun, load: number | null, variant: strin
     bytesMoved: run.bytesMoved,
     migrationSeconds: run.migrationSeconds.length ? quantiles(run.migrationSeconds) : null,
     fragmentation: run.fragmentation,
-    solver: { plans: solve.length, stale: run.plans.filter((p) => p.status === STALE_PLAN).length, totalMs: solve.reduce((a, b) => a + b, 0), p50Ms: quantile(solve, 0.5), p99Ms: quantile(solve, 0.99) },
+    solver: {
+      plans: solve.length,
+      stale: run.plans.filter((p) => p.status === STALE_PLAN).length,
+      totalMs: solve.reduce((a, b) => a + b, 0),
+      p50Ms: quantile(solve, 0.5),
+      p99Ms: quantile(solve, 0.99),
+    },
     events: moveEvents(run.plans),
   };
 }

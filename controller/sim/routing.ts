@@ -77,9 +77,17 @@ export class RouteMemo {
     const hosts = cluster.placement[g]!;
     const name = `${group.job}/${group.index}`;
     const kept = this.#kept.get(name);
-    const same = kept !== undefined && kept.flows.length === dp.length && kept.rings === group.rings && kept.share === share && kept.hosts.length === hosts.length && kept.hosts.every((h, i) => h === hosts[i]);
+    const same =
+      kept !== undefined &&
+      kept.flows.length === dp.length &&
+      kept.rings === group.rings &&
+      kept.share === share &&
+      kept.hosts.length === hosts.length &&
+      kept.hosts.every((h, i) => h === hosts[i]);
     const nics = cluster.topology.gpusPerHost;
-    const entry = same ? kept : { hosts: [...hosts], rings: group.rings, share, flows: dp.map((f) => flowOf(f, ringRail(cluster, f, nics), dpKey(cluster, f), share)) };
+    const entry = same
+      ? kept
+      : { hosts: [...hosts], rings: group.rings, share, flows: dp.map((f) => flowOf(f, ringRail(cluster, f, nics), dpKey(cluster, f), share)) };
     this.#next.set(name, entry);
     return entry;
   }
@@ -122,7 +130,13 @@ export function sourcePort(key: string, seed: number): number {
  * model routing steers against), with a source port the flow's queue pair drew at random.
  */
 export function ecmpSpine(srcHost: number, dstHost: number, key: string, seed: number, spines: number, tier: Tier = "tor"): number {
-  const tuple = { srcAddress: defaultAddressOf(srcHost), dstAddress: defaultAddressOf(dstHost), protocol: UDP, srcPort: sourcePort(key, seed), dstPort: ROCE_V2_PORT };
+  const tuple = {
+    srcAddress: defaultAddressOf(srcHost),
+    dstAddress: defaultAddressOf(dstHost),
+    protocol: UDP,
+    srcPort: sourcePort(key, seed),
+    dstPort: ROCE_V2_PORT,
+  };
   return hashModel.select(tuple, spines, tier);
 }
 
@@ -206,7 +220,8 @@ function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[],
   const shape = fabric.shape;
   if (fabric.kind === "clos3") {
     const routed = routeThreeTier(cluster, dp, colourEdges, shape.aggUplinks!).paths;
-    const hops = (p: { uplink: number; core: number | null; downlink: number }) => (p.core === null ? [p.uplink] : [p.uplink, p.core % shape.aggUplinks!, p.downlink]);
+    const hops = (p: { uplink: number; core: number | null; downlink: number }) =>
+      p.core === null ? [p.uplink] : [p.uplink, p.core % shape.aggUplinks!, p.downlink];
     return { dp: routed.map(hops), pp: routePipelineFlows(cluster, pp).map(hops) };
   }
   if (fabric.kind === "rail") {
@@ -215,7 +230,11 @@ function perfect(cluster: Cluster, dp: readonly DpFlow[], pp: readonly PpFlow[],
     const rails = dp.map((f) => ringRail(cluster, f, cluster.topology.gpusPerHost));
     for (let r = 0; r < shape.gpusPerHost; r++) {
       const on = dp.flatMap((_, i) => (rails[i] === r ? [i] : []));
-      routeTwoTier(rail, on.map((i) => dp[i]!), colourEdges).paths.forEach((p, k) => (choice[on[k]!] = [p.uplink]));
+      routeTwoTier(
+        rail,
+        on.map((i) => dp[i]!),
+        colourEdges,
+      ).paths.forEach((p, k) => (choice[on[k]!] = [p.uplink]));
     }
     return { dp: choice, pp: routePipelineFlows(rail, pp).map((p) => [p.uplink]) };
   }
@@ -310,14 +329,23 @@ class LinkLoads {
  * most so far, hop by hop (see LinkLoads). Greedy, so it can miss an isolating assignment that
  * exists. PP and other flows follow, spread the same way.
  */
-function crux(cluster: Cluster, groups: readonly DpFlow[], dp: readonly OtherFlow[], pp: readonly OtherFlow[], other: readonly OtherFlow[], context: RoutingContext): PathChoice {
+function crux(
+  cluster: Cluster,
+  groups: readonly DpFlow[],
+  dp: readonly OtherFlow[],
+  pp: readonly OtherFlow[],
+  other: readonly OtherFlow[],
+  context: RoutingContext,
+): PathChoice {
   const loads = new LinkLoads(context.fabric);
   const jobOf = (i: number) => cluster.groups[groups[i]!.group]!.job;
-  const order = dp.map((_, i) => i).sort((a, b) => {
-    const ja = jobOf(a);
-    const jb = jobOf(b);
-    return context.intensity(jb) - context.intensity(ja) || (ja < jb ? -1 : ja > jb ? 1 : 0) || a - b;
-  });
+  const order = dp
+    .map((_, i) => i)
+    .sort((a, b) => {
+      const ja = jobOf(a);
+      const jb = jobOf(b);
+      return context.intensity(jb) - context.intensity(ja) || (ja < jb ? -1 : ja > jb ? 1 : 0) || a - b;
+    });
   const least = (f: OtherFlow) => loads.place(f, 1, (best) => best[0]!);
   const dpChoices: number[][] = dp.map(() => []);
   for (const i of order) dpChoices[i] = least(dp[i]!);

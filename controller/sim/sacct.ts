@@ -14,7 +14,9 @@ export const MAX_SACCT_JOBS = 1_000_000;
 const SlurmNumber = z.union([
   z.number(),
   z.string().regex(/^\d+$/).transform(Number),
-  z.looseObject({ set: z.boolean().optional(), infinite: z.boolean().optional(), number: z.number() }).transform((n) => (n.set === false || n.infinite ? undefined : n.number)),
+  z
+    .looseObject({ set: z.boolean().optional(), infinite: z.boolean().optional(), number: z.number() })
+    .transform((n) => (n.set === false || n.infinite ? undefined : n.number)),
 ]);
 
 const TresList = z.array(z.looseObject({ type: z.string(), name: z.string().nullish(), count: SlurmNumber.optional() })).max(256);
@@ -63,7 +65,8 @@ const MODEL_TAG = /(?:^|[\s,;])monkeytree:model=([A-Za-z0-9._-]+)/;
 export function sacctToTrace(document: unknown, options: SacctOptions, source = "sacct"): SacctConversion {
   const top = SacctSchema.safeParse(document);
   if (!top.success) throw InvalidInputError.fromZod(source, top.error);
-  if (options.model !== undefined && !MODELS[options.model]) throw new InvalidInputError(source, [{ path: "--model", message: `no model "${options.model}"; choose from ${Object.keys(MODELS).join(", ")}` }]);
+  if (options.model !== undefined && !MODELS[options.model])
+    throw new InvalidInputError(source, [{ path: "--model", message: `no model "${options.model}"; choose from ${Object.keys(MODELS).join(", ")}` }]);
   const parsed = top.data.jobs.map((raw, i) => {
     const job = SacctJobSchema.safeParse(raw);
     const id = (raw as { job_id?: unknown } | null)?.job_id;
@@ -96,7 +99,10 @@ export function sacctToTrace(document: unknown, options: SacctOptions, source = 
     if (job.time.submission === undefined) throw fail("time.submission", "is unset; a job that ran has a submit time");
     if (nodes > MAX_HOSTS) throw fail("allocation_nodes", `${nodes} nodes is more than the ${MAX_HOSTS} a simulated cluster may have`);
     if (gpus !== nodes * options.gpusPerHost) {
-      throw fail("tres.allocated gres/gpu", `${gpus} GPUs on ${nodes} nodes; the simulator places whole hosts of ${options.gpusPerHost} GPUs (set --gpus-per-host to your nodes' count)`);
+      throw fail(
+        "tres.allocated gres/gpu",
+        `${gpus} GPUs on ${nodes} nodes; the simulator places whole hosts of ${options.gpusPerHost} GPUs (set --gpus-per-host to your nodes' count)`,
+      );
     }
     const comment = typeof job.comment === "string" ? job.comment : (job.comment?.job ?? "");
     const model = MODEL_TAG.exec(comment)?.[1] ?? options.model;
@@ -120,7 +126,10 @@ export function sacctToTrace(document: unknown, options: SacctOptions, source = 
   }
   if (jobs.length > MAX_TRACE_JOBS) {
     throw new InvalidInputError(source, [
-      { path: "jobs", message: `${jobs.length} jobs ran on GPUs; a run replays at most ${MAX_TRACE_JOBS}: dump a shorter period (sacct --json --starttime … --endtime …) and simulate each` },
+      {
+        path: "jobs",
+        message: `${jobs.length} jobs ran on GPUs; a run replays at most ${MAX_TRACE_JOBS}: dump a shorter period (sacct --json --starttime … --endtime …) and simulate each`,
+      },
     ]);
   }
   return { jobs: jobs.sort((a, b) => a.arrival - b.arrival), skipped };

@@ -62,7 +62,10 @@ function roomiest(free: readonly (readonly number[])[]): number {
  * with no regard for racks.
  */
 export function firstFree(occupied: readonly boolean[], _hostsPerRack: number, stageSizes: readonly number[]): number[][] | undefined {
-  return splitFree(occupied.flatMap((busy, host) => (busy ? [] : [host])), stageSizes);
+  return splitFree(
+    occupied.flatMap((busy, host) => (busy ? [] : [host])),
+    stageSizes,
+  );
 }
 
 /** The paper's Random front-end (§7.9): free hosts drawn uniformly at random. */
@@ -70,7 +73,10 @@ export function randomFree(random: Random): Scheduler {
   return (occupied, _hostsPerRack, stageSizes) => {
     const free = occupied.flatMap((busy, host) => (busy ? [] : [host]));
     // Partial Fisher–Yates: only the hosts handed out are drawn.
-    const needed = Math.min(free.length, stageSizes.reduce((sum, size) => sum + size, 0));
+    const needed = Math.min(
+      free.length,
+      stageSizes.reduce((sum, size) => sum + size, 0),
+    );
     for (let i = 0; i < needed; i++) {
       const j = random.int(i, free.length - 1);
       [free[i], free[j]] = [free[j]!, free[i]!];

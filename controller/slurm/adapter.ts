@@ -80,8 +80,18 @@ export class SlurmAdapter {
         for (const node of r.nodes) reserved.set(node, r.name);
       }
     }
-    const view = slurmView({ topology, nodes, jobs, managed: this.options.managed(), held: new Set(holds.map((h) => h.node)), reserved, comments: this.options.comments ?? "bounded" });
-    const allocations = jobs.filter((job) => live.has(job.id)).map((job) => ({ job: job.id, hosts: job.nodes.flatMap((node) => topology.hostIndex.get(node) ?? []) }));
+    const view = slurmView({
+      topology,
+      nodes,
+      jobs,
+      managed: this.options.managed(),
+      held: new Set(holds.map((h) => h.node)),
+      reserved,
+      comments: this.options.comments ?? "bounded",
+    });
+    const allocations = jobs
+      .filter((job) => live.has(job.id))
+      .map((job) => ({ job: job.id, hosts: job.nodes.flatMap((node) => topology.hostIndex.get(node) ?? []) }));
     return { ...view, holds, jobs, live: [...live], allocations };
   }
 
@@ -121,9 +131,15 @@ export class SlurmAdapter {
     const node = hostName(topology, host);
     const entry = (await slurm.jobs()).find((j) => j.id === job);
     if (!entry || !entry.nodes.includes(node)) throw new SlurmStateError(`${node} is not allocated to Slurm job ${job}; nothing to give back`);
-    if (entry.batchHost === node) throw new SlurmStateError(`${node} is Slurm job ${job}'s batch host, which Slurm cannot drop from a running job; it stays allocated to the job until it ends`);
+    if (entry.batchHost === node)
+      throw new SlurmStateError(
+        `${node} is Slurm job ${job}'s batch host, which Slurm cannot drop from a running job; it stays allocated to the job until it ends`,
+      );
     try {
-      await slurm.shrink(job, entry.nodes.filter((n) => n !== node));
+      await slurm.shrink(
+        job,
+        entry.nodes.filter((n) => n !== node),
+      );
     } catch (error) {
       // A resize leaves the job waiting for a database index that only slurmdbd assigns.
       if (error instanceof SlurmCommandError && error.detail.includes("DB index is being set")) {

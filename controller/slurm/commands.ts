@@ -103,7 +103,16 @@ export class Slurm {
    */
   async hold(name: string, node: string, user: string): Promise<void> {
     try {
-      await this.run("scontrol", ["create", "reservation", `ReservationName=${name}`, `Nodes=${node}`, `Users=${user}`, "StartTime=now", "Duration=infinite", "Flags=IGNORE_JOBS"]);
+      await this.run("scontrol", [
+        "create",
+        "reservation",
+        `ReservationName=${name}`,
+        `Nodes=${node}`,
+        `Users=${user}`,
+        "StartTime=now",
+        "Duration=infinite",
+        "Flags=IGNORE_JOBS",
+      ]);
     } catch (error) {
       const existing = (await this.reservations()).find((r) => r.name === name);
       if (existing && existing.nodes.length === 1 && existing.nodes[0] === node) return;

@@ -27,9 +27,11 @@ export function slurmTask(env: NodeJS.ProcessEnv): SlurmTask | null {
   if (job === undefined || job === "") return null;
   if (!/^\d+$/.test(job)) throw new SlurmEnvironmentError(`SLURM_JOB_ID is "${job.slice(0, 40)}", not a job number`);
   const node = env.SLURMD_NODENAME;
-  if (node === undefined || node === "") throw new SlurmEnvironmentError("SLURM_JOB_ID is set but SLURMD_NODENAME is not: run monkeytree launch through srun, one task per node");
+  if (node === undefined || node === "")
+    throw new SlurmEnvironmentError("SLURM_JOB_ID is set but SLURMD_NODENAME is not: run monkeytree launch through srun, one task per node");
   const list = env.SLURM_JOB_NODELIST ?? env.SLURM_NODELIST;
-  if (list === undefined || list === "") throw new SlurmEnvironmentError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: run monkeytree launch through srun");
+  if (list === undefined || list === "")
+    throw new SlurmEnvironmentError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: run monkeytree launch through srun");
   let nodes: string[];
   try {
     nodes = expandHostlist(list);

@@ -61,7 +61,9 @@ function parseJsonReport<T>(text: string, schema: z.ZodType<T>, source: string):
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new InvalidInputError(source, [{ path: "", message: `not JSON (${(error as Error).message}); is this Slurm 22.05 or later, with the serializer/json plugin?` }]);
+    throw new InvalidInputError(source, [
+      { path: "", message: `not JSON (${(error as Error).message}); is this Slurm 22.05 or later, with the serializer/json plugin?` },
+    ]);
   }
   const result = schema.safeParse(value);
   if (!result.success) throw InvalidInputError.fromZod(source, result.error);
@@ -78,7 +80,12 @@ function hostlist(list: string, source: string, path: string): string[] {
 }
 
 export function parseSinfo(text: string): SlurmNode[] {
-  return parseJsonReport(text, SinfoSchema, "sinfo --json").nodes.map((n) => ({ name: n.name, state: n.state.toLowerCase(), flags: n.state_flags.map((f) => f.toUpperCase()), reason: n.reason }));
+  return parseJsonReport(text, SinfoSchema, "sinfo --json").nodes.map((n) => ({
+    name: n.name,
+    state: n.state.toLowerCase(),
+    flags: n.state_flags.map((f) => f.toUpperCase()),
+    reason: n.reason,
+  }));
 }
 
 export function parseSqueue(text: string): SlurmJob[] {

@@ -59,7 +59,8 @@ export function topologyFromConf(text: string, options: TopologyConfOptions, sou
     const nodes = expand("nodes", MAX_HOSTS - hosts, `the Nodes= lists so far name more than ${MAX_HOSTS} hosts, the most MonkeyTree supports`);
     hosts += nodes.length;
     const entry = { name, line, nodes, switches: expand("switches", MAX_SWITCHES, `switch "${name}" lists more than ${MAX_SWITCHES} switches`) };
-    if (entry.nodes.length && entry.switches.length) fail(line, `switch "${name}" lists both Nodes and Switches; MonkeyTree reads hosts only under leaf switches`);
+    if (entry.nodes.length && entry.switches.length)
+      fail(line, `switch "${name}" lists both Nodes and Switches; MonkeyTree reads hosts only under leaf switches`);
     switches.set(name, entry);
   });
 
@@ -105,7 +106,10 @@ function refuseCycles(switches: ReadonlyMap<string, Switch>, parent: ReadonlyMap
     for (let at: string | undefined = start; at !== undefined && !rooted.has(at); at = parent.get(at)) {
       if (onPath.has(at)) {
         const loop = [...path.slice(path.indexOf(at)), at].reverse();
-        fail(switches.get(at)!.line, `Switches= go round in a loop, ${loop.map((name) => `"${name}"`).join(" → ")}; a tree's switches lead down to the racks without one`);
+        fail(
+          switches.get(at)!.line,
+          `Switches= go round in a loop, ${loop.map((name) => `"${name}"`).join(" → ")}; a tree's switches lead down to the racks without one`,
+        );
       }
       path.push(at);
       onPath.add(at);

@@ -118,7 +118,13 @@ export function slurmView(input: ViewInput): SlurmView {
 }
 
 /** Why a worker may not move to `name`, or null when it may. */
-function unusable(name: string, node: SlurmNode | undefined, foreignJobs: readonly string[] | undefined, held: ReadonlySet<string>, reservation: string | undefined): string | null {
+function unusable(
+  name: string,
+  node: SlurmNode | undefined,
+  foreignJobs: readonly string[] | undefined,
+  held: ReadonlySet<string>,
+  reservation: string | undefined,
+): string | null {
   if (!node) return "Slurm does not report this node";
   if (UNUSABLE_STATES.has(node.state)) return `${node.state}${node.reason ? ` (${node.reason})` : ""}`;
   if (reservation !== undefined) return `reserved (${reservation})`;
@@ -146,6 +152,8 @@ function ringsOf(job: SlurmJob, bound: number, policy: CommentPolicy, notes: str
     return 1;
   }
   if (rings <= bound) return rings;
-  notes.push(`Slurm job ${job.id}: monkeytree:rings=${rings} is more than its allocation carries (${bound} GPUs on the rack where it has fewest); counted as ${bound}`);
+  notes.push(
+    `Slurm job ${job.id}: monkeytree:rings=${rings} is more than its allocation carries (${bound} GPUs on the rack where it has fewest); counted as ${bound}`,
+  );
   return bound;
 }

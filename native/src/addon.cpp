@@ -76,8 +76,8 @@ Napi::Value CopyWithCrc32cOf(const Napi::CallbackInfo& info) {
       !ByteView(env, info[1], "source", &source, &sourceLength))
     return env.Undefined();
   if (sourceLength > destinationLength) {
-    Napi::RangeError::New(env, "destination (" + std::to_string(destinationLength) + " bytes) is shorter than source (" +
-                                   std::to_string(sourceLength) + " bytes)")
+    Napi::RangeError::New(env, "destination (" + std::to_string(destinationLength) +
+                                   " bytes) is shorter than source (" + std::to_string(sourceLength) + " bytes)")
         .ThrowAsJavaScriptException();
     return env.Undefined();
   }
@@ -104,7 +104,8 @@ Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass, "setErrorClass"));
   exports.Set("crc32c", Napi::Function::New(env, Crc32cOf, "crc32c"));
   exports.Set("copyWithCrc32c", Napi::Function::New(env, CopyWithCrc32cOf, "copyWithCrc32c"));
-  exports.Set("createStagingBufferAsync", Napi::Function::New(env, CreateStagingBufferAsync, "createStagingBufferAsync"));
+  exports.Set("createStagingBufferAsync",
+              Napi::Function::New(env, CreateStagingBufferAsync, "createStagingBufferAsync"));
   exports.Set("copyWithCrc32cAsync", Napi::Function::New(env, CopyWithCrc32cAsync, "copyWithCrc32cAsync"));
   return exports;
 }

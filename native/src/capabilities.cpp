@@ -129,8 +129,9 @@ Napi::Value Capabilities(const Napi::CallbackInfo& info) {
   rdma.Set("compiled", Napi::Boolean::New(env, kRdmaCompiled));
   rdma.Set("available", Napi::Boolean::New(env, kRdmaCompiled && !rdmaProbe.devices.empty()));
   if (!kRdmaCompiled && !rdmaProbe.devices.empty())
-    rdma.Set("reason", Napi::String::New(env, "this build has no RDMA transport: <infiniband/verbs.h> was absent "
-                                              "when the addon was built (install libibverbs-dev and rebuild)"));
+    rdma.Set("reason", Napi::String::New(env,
+                                         "this build has no RDMA transport: <infiniband/verbs.h> was absent "
+                                         "when the addon was built (install libibverbs-dev and rebuild)"));
   result.Set("rdma", rdma);
 
   const Probe cudaProbe = ProbeCuda();

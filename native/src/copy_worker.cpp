@@ -75,8 +75,7 @@ void ThrowType(Napi::Env env, const std::string& message) {
 
 // One side of pairs[index]: a Uint8Array over a live (not detached) buffer. On success also
 // returns its ArrayBuffer, which the caller references for the duration of the copy.
-bool ViewOf(Napi::Env env, Napi::Value value, const std::string& where, Napi::Uint8Array* view,
-            Napi::Value* buffer) {
+bool ViewOf(Napi::Env env, Napi::Value value, const std::string& where, Napi::Uint8Array* view, Napi::Value* buffer) {
   if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
     ThrowType(env, where + " must be a Uint8Array");
     return false;

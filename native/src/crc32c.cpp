@@ -93,8 +93,7 @@ __attribute__((target("sse4.2"))) inline uint64_t Step(uint64_t lane, uint8_t* d
 // read, so a copy costs no second pass over memory (dst is ignored without kCopy). Returns how
 // many bytes it consumed.
 template <bool kCopy>
-__attribute__((target("sse4.2"))) size_t UpdateLanes(uint32_t* state, uint8_t* dst, const uint8_t* src,
-                                                      size_t length) {
+__attribute__((target("sse4.2"))) size_t UpdateLanes(uint32_t* state, uint8_t* dst, const uint8_t* src, size_t length) {
   size_t done = 0;
   for (; length - done >= 3 * kLane; done += 3 * kLane) {
     uint64_t a = *state, b = 0, c = 0;
@@ -115,7 +114,7 @@ __attribute__((target("sse4.2"))) uint32_t UpdateHardware(uint32_t state, const 
 }
 
 __attribute__((target("sse4.2"))) uint32_t CopyUpdateHardware(uint32_t state, uint8_t* dst, const uint8_t* src,
-                                                               size_t length) {
+                                                              size_t length) {
   const size_t done = UpdateLanes<true>(&state, dst, src, length);
   std::memcpy(dst + done, src + done, length - done);
   return UpdateSerial(state, src + done, length - done);

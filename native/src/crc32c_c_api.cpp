@@ -11,7 +11,8 @@ __attribute__((visibility("default"))) uint32_t monkeytree_crc32c(const void* da
   return mt::Crc32c(crc, data, length);
 }
 
-__attribute__((visibility("default"))) uint32_t monkeytree_copy_crc32c(void* dst, const void* src, size_t length, uint32_t crc) {
+__attribute__((visibility("default"))) uint32_t monkeytree_copy_crc32c(void* dst, const void* src, size_t length,
+                                                                       uint32_t crc) {
   return mt::CopyWithCrc32c(crc, dst, src, length);
 }
 
@@ -19,7 +20,8 @@ __attribute__((visibility("default"))) uint32_t monkeytree_copy_crc32c(void* dst
 // sequentially consistent: the launcher writes the stop word, then reads the slots, so one of the
 // two sees the other's write (sdk/hold.ts). It may pass the barrier when `step` is below the
 // returned word; otherwise it asks the launcher over the channel.
-__attribute__((visibility("default"))) int64_t monkeytree_barrier_enter(int64_t* slot, const int64_t* stop, int64_t step) {
+__attribute__((visibility("default"))) int64_t monkeytree_barrier_enter(int64_t* slot, const int64_t* stop,
+                                                                        int64_t step) {
   __atomic_store_n(slot, step, __ATOMIC_SEQ_CST);
   return __atomic_load_n(stop, __ATOMIC_SEQ_CST);
 }
@@ -28,5 +30,4 @@ __attribute__((visibility("default"))) int64_t monkeytree_barrier_enter(int64_t*
 __attribute__((visibility("default"))) void monkeytree_barrier_ask(int64_t* slot, int64_t step) {
   __atomic_store_n(slot, step - 1, __ATOMIC_SEQ_CST);
 }
-
 }

@@ -457,11 +457,12 @@ bool Listener::ReceiveRdma(int fd, const Grant& grant, RdmaQueuePair& queuePair,
 }
 
 Failure Listener::UnknownTokenLocked(const wire::Token& token) const {
-  return consumed_.count(token) != 0
-             ? Failure{"token_used", "this token was already used by a finished or revoked transfer; "
-                                     "ask the destination for a new grant"}
-             : Failure{"bad_token", "the destination knows no grant with this token; "
-                                    "use the token returned by its grant()"};
+  return consumed_.count(token) != 0 ? Failure{"token_used",
+                                               "this token was already used by a finished or revoked transfer; "
+                                               "ask the destination for a new grant"}
+                                     : Failure{"bad_token",
+                                               "the destination knows no grant with this token; "
+                                               "use the token returned by its grant()"};
 }
 
 std::shared_ptr<Listener::Grant> Listener::Join(int fd, const wire::Hello& hello, Failure* failure) {
@@ -507,7 +508,8 @@ bool Listener::ReceiveChunk(int fd, Grant& grant, const wire::ChunkHeader& heade
   const uint64_t index = header.offset / grant.chunkSize;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    const uint64_t expected = index < grant.chunkCount ? std::min<uint64_t>(grant.chunkSize, grant.length - header.offset) : 0;
+    const uint64_t expected =
+        index < grant.chunkCount ? std::min<uint64_t>(grant.chunkSize, grant.length - header.offset) : 0;
     if (header.kind != wire::FrameKind::Chunk || header.offset % grant.chunkSize != 0 || index >= grant.chunkCount ||
         header.length != expected || grant.chunkClaimed[index] != 0) {
       *failure = {"protocol", "unexpected chunk " + RangeText(header.offset, header.length) + " from the sender"};

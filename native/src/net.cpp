@@ -9,8 +9,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace mt {
@@ -104,7 +104,7 @@ Fd ListenTcp(const std::string& host, uint16_t* port, Failure* failure) {
   socklen_t boundLength = sizeof bound;
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &boundLength);
   *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return fd;
 }
 
@@ -112,7 +112,8 @@ Fd ConnectTcp(const std::string& host, uint16_t port, Failure* failure) {
   AddrInfoList list;
   if (!Resolve(host, port, false, &list, failure)) return Fd();
   int lastErrno = 0;
-  Fd fd = FirstSocket(list, &lastErrno, [](int s, const addrinfo& ai) { return connect(s, ai.ai_addr, ai.ai_addrlen) == 0; });
+  Fd fd = FirstSocket(list, &lastErrno,
+                      [](int s, const addrinfo& ai) { return connect(s, ai.ai_addr, ai.ai_addrlen) == 0; });
   if (!fd.valid()) {
     *failure = {"connect_failed", "cannot connect to " + host + ":" + std::to_string(port) + ": " +
                                       ErrnoText(lastErrno) + "; is the destination listener running?"};

@@ -1,6 +1,5 @@
 #include "outgoing_transfer.hpp"
 
-
 #include <algorithm>
 #include <system_error>
 
@@ -379,7 +378,7 @@ void OutgoingTransfer::Settle(Napi::Env env, Napi::Function callback) {
     if (thread.joinable()) thread.join();
   pin_.reset();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  Failure outcome = cancelled_ ? Failure{"cancelled", "the transfer was cancelled by the sender"}
+  Failure outcome = cancelled_                  ? Failure{"cancelled", "the transfer was cancelled by the sender"}
                     : receiverFailure_.failed() ? receiverFailure_
                                                 : localFailure_;
   if (cancelled_ && !receiverFailure_.failed() && !localFailure_.failed()) outcome = {};

@@ -5,6 +5,8 @@
 // registration, so once an object is destroyed the adapter can no longer touch the range.
 // Completions are awaited on the transfer threads (through a completion channel polled with a
 // timeout), never on the JS thread.
+#include "rdma.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -18,8 +20,6 @@
 #include <random>
 #include <string>
 #include <utility>
-
-#include "rdma.hpp"
 
 namespace mt {
 namespace {
@@ -47,7 +47,7 @@ using DeviceList = std::unique_ptr<ibv_device*, DeviceListFree>;
 
 constexpr uint32_t kSendDepth = RdmaQueuePair::kSendDepth;
 constexpr uint32_t kRecvDepth = RdmaQueuePair::kRecvDepth;
-constexpr int kPollMillis = 100;      // how often a waiting thread looks at `stop` and the clock
+constexpr int kPollMillis = 100;  // how often a waiting thread looks at `stop` and the clock
 
 // The opened device and port, shared by Probe and Open.
 struct Device {
@@ -69,8 +69,8 @@ bool OpenDevice(const RdmaOptions& options, Device* device, Failure* failure) {
   DeviceList list(ibv_get_device_list(&count));
   const int listError = errno;
   if (!list || count == 0) {
-    const std::string why = list ? "ibv_get_device_list returned an empty list"
-                                 : "ibv_get_device_list: " + ErrnoText(listError);
+    const std::string why =
+        list ? "ibv_get_device_list returned an empty list" : "ibv_get_device_list: " + ErrnoText(listError);
     *failure = {"rdma_unavailable", "no RDMA device on this host (" + why + ")"};
     return false;
   }
@@ -155,7 +155,8 @@ class VerbsQueuePair final : public RdmaQueuePair {
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = port_;
     attr.qp_access_flags = remoteWrite ? IBV_ACCESS_REMOTE_WRITE : 0;
-    if (const int rc = ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    if (const int rc =
+            ibv_modify_qp(qp_.get(), &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
       return Fail("rdma_failed", "queue pair RESET→INIT", rc, failure);
     std::random_device entropy;
     psn_ = entropy() & 0xffffff;
@@ -205,9 +206,9 @@ class VerbsQueuePair final : public RdmaQueuePair {
       return Fail("rdma_failed", "queue pair INIT→RTR", rc, failure);
     attr = {};
     attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;    // 4.096 µs × 2^14 ≈ 67 ms per try
+    attr.timeout = 14;  // 4.096 µs × 2^14 ≈ 67 ms per try
     attr.retry_cnt = 7;
-    attr.rnr_retry = 7;   // a receiver that has fallen behind (no receive posted) is waited for
+    attr.rnr_retry = 7;  // a receiver that has fallen behind (no receive posted) is waited for
     attr.sq_psn = psn_;
     attr.max_rd_atomic = 1;
     if (const int rc = ibv_modify_qp(qp_.get(), &attr,

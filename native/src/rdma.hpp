@@ -23,7 +23,7 @@ constexpr bool kRdmaCompiled = false;
 struct RdmaOptions {
   std::string device;  // empty: the first device
   uint8_t port = 1;
-  int gidIndex = -1;   // -1: the port's first IPv4-mapped GID (RoCE v2 routes by it), else index 0
+  int gidIndex = -1;  // -1: the port's first IPv4-mapped GID (RoCE v2 routes by it), else index 0
 };
 
 // What a wait for a completion ended with.
@@ -38,9 +38,9 @@ class RdmaQueuePair {
   // listener asks once, and offers RDMA in its tickets only when this succeeds.
   static bool Probe(const RdmaOptions& options, Failure* failure);
   // Opens the device, registers [data, data + length) and creates an RC queue pair in INIT. Only a
-  // receiver (`remoteWrite`) lets the peer write into its range; a sender's range stays local. Fails with `rdma_unavailable` when there is no usable device, and
-  // `rdma_failed` when one exists but refuses (the engine reports either as `rdma_unavailable`:
-  // nothing has been sent or claimed yet, so TCP can still carry the transfer).
+  // receiver (`remoteWrite`) lets the peer write into its range; a sender's range stays local. Fails with
+  // `rdma_unavailable` when there is no usable device, and `rdma_failed` when one exists but refuses (the engine
+  // reports either as `rdma_unavailable`: nothing has been sent or claimed yet, so TCP can still carry the transfer).
   static std::unique_ptr<RdmaQueuePair> Open(uint8_t* data, uint64_t length, bool remoteWrite,
                                              const RdmaOptions& options, Failure* failure);
 
@@ -56,8 +56,8 @@ class RdmaQueuePair {
   // immediate a receive carried. Returns early, with nothing consumed, when `watchFd` becomes
   // readable (the peer spoke or hung up) or `stop` is set; fails with `timeout` after
   // `idleSeconds` (0 = never) without a completion.
-  virtual RdmaWait Await(bool sendQueue, int watchFd, const std::atomic<bool>& stop, double idleSeconds,
-                         uint32_t* imm, Failure* failure) = 0;
+  virtual RdmaWait Await(bool sendQueue, int watchFd, const std::atomic<bool>& stop, double idleSeconds, uint32_t* imm,
+                         Failure* failure) = 0;
 };
 
 }  // namespace mt

@@ -68,8 +68,8 @@ std::shared_ptr<Region> Region::Map(const std::string& name, int fd, size_t size
     const int err = errno;
     close(fd);
     if (owner) shm_unlink(ShmName(name).c_str());
-    *failure = {"shm_failed", "mmap of /dev/shm/" + name + " (" + std::to_string(size) +
-                                  " bytes) failed: " + ErrnoText(err)};
+    *failure = {"shm_failed",
+                "mmap of /dev/shm/" + name + " (" + std::to_string(size) + " bytes) failed: " + ErrnoText(err)};
     return nullptr;
   }
   std::shared_ptr<Region> region(new Region(name, fd, static_cast<uint8_t*>(data), size, owner));

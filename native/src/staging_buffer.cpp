@@ -31,8 +31,7 @@ StagingBuffer::StagingBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<
     region_ = *info[0].As<Napi::External<std::shared_ptr<Region>>>().Data();
     return;
   }
-  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean() ||
-      !info[3].IsBoolean()) {
+  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean() || !info[3].IsBoolean()) {
     Napi::TypeError::New(env, "StagingBuffer(name: string, size: number, create: boolean, lock: boolean)")
         .ThrowAsJavaScriptException();
     return;
@@ -42,8 +41,8 @@ StagingBuffer::StagingBuffer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<
   const bool create = info[2].As<Napi::Boolean>();
   const bool lock = info[3].As<Napi::Boolean>();
   Failure failure;
-  region_ = create ? Region::Create(name, static_cast<size_t>(size), lock, &failure)
-                   : Region::Open(name, lock, &failure);
+  region_ =
+      create ? Region::Create(name, static_cast<size_t>(size), lock, &failure) : Region::Open(name, lock, &failure);
   if (!region_) ThrowTransferError(env, failure.code, failure.message);
 }
 
@@ -92,11 +91,13 @@ class CreateWorker : public Napi::AsyncWorker {
 Napi::Value CreateStagingBufferAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 3 || !info[0].IsString() || !info[1].IsNumber() || !info[2].IsBoolean()) {
-    Napi::TypeError::New(env, "createStagingBufferAsync(name: string, size: number, lock: boolean)").ThrowAsJavaScriptException();
+    Napi::TypeError::New(env, "createStagingBufferAsync(name: string, size: number, lock: boolean)")
+        .ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  auto* worker = new CreateWorker(env, info[0].As<Napi::String>(), static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue()),
-                                  info[2].As<Napi::Boolean>());
+  auto* worker =
+      new CreateWorker(env, info[0].As<Napi::String>(), static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue()),
+                       info[2].As<Napi::Boolean>());
   Napi::Promise promise = worker->Promise();
   worker->Queue();
   return promise;
@@ -154,8 +155,8 @@ Napi::Value StagingBuffer::GetArrayBuffer(const Napi::CallbackInfo& info) {
   if (!arrayBuffer_.IsEmpty() && !arrayBuffer_.Value().IsEmpty()) return arrayBuffer_.Value();
   auto* keepAlive = new std::shared_ptr<Region>(region_);
   Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(
-      env, region_->data(), region_->size(),
-      [](Napi::Env, void*, std::shared_ptr<Region>* region) { delete region; }, keepAlive);
+      env, region_->data(), region_->size(), [](Napi::Env, void*, std::shared_ptr<Region>* region) { delete region; },
+      keepAlive);
   arrayBuffer_ = Napi::Reference<Napi::ArrayBuffer>::New(buffer, 0);
   return buffer;
 }
@@ -180,12 +181,14 @@ Napi::Value StagingBuffer::Word(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!CheckLive(env)) return env.Undefined();
   const double index = info[0].As<Napi::Number>().DoubleValue();
-  if (index < 0 || index != static_cast<double>(static_cast<size_t>(index)) || (index + 1) * 8 > static_cast<double>(region_->size())) {
+  if (index < 0 || index != static_cast<double>(static_cast<size_t>(index)) ||
+      (index + 1) * 8 > static_cast<double>(region_->size())) {
     Napi::RangeError::New(env, "word index is outside the buffer").ThrowAsJavaScriptException();
     return env.Undefined();
   }
   auto* word = reinterpret_cast<int64_t*>(region_->data()) + static_cast<size_t>(index);
-  if (info.Length() > 1) __atomic_store_n(word, static_cast<int64_t>(info[1].As<Napi::Number>().DoubleValue()), __ATOMIC_SEQ_CST);
+  if (info.Length() > 1)
+    __atomic_store_n(word, static_cast<int64_t>(info[1].As<Napi::Number>().DoubleValue()), __ATOMIC_SEQ_CST);
   return Napi::Number::New(env, static_cast<double>(__atomic_load_n(word, __ATOMIC_SEQ_CST)));
 }
 

@@ -96,8 +96,7 @@ inline bool SendHello(int fd, const Hello& hello, Failure* failure) {
 // Decodes the Hello in `bytes` (Hello::kBytes of them).
 inline bool ParseHello(const uint8_t* bytes, Hello* hello, Failure* failure) {
   if (GetU32(&bytes[0]) != kMagic || GetU16(&bytes[4]) != kVersion) {
-    *failure = {"protocol", "peer is not a MonkeyTree transfer sender of protocol version " +
-                                std::to_string(kVersion)};
+    *failure = {"protocol", "peer is not a MonkeyTree transfer sender of protocol version " + std::to_string(kVersion)};
     return false;
   }
   hello->streamIndex = GetU16(&bytes[6]);

@@ -11,5 +11,13 @@ export {
   type Dtype,
   type ItemMetadata,
 } from "./format.ts";
-export { checkpointCapacity, packCheckpoint, packCheckpointAsync, type CheckpointItemInput, type PackOptions, type PackResult, type TensorChunkInput } from "./writer.ts";
+export {
+  checkpointCapacity,
+  packCheckpoint,
+  packCheckpointAsync,
+  type CheckpointItemInput,
+  type PackOptions,
+  type PackResult,
+  type TensorChunkInput,
+} from "./writer.ts";
 export { readCheckpoint, type CheckpointView, type ReadOptions, type TensorChunkView } from "./reader.ts";

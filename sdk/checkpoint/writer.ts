@@ -69,11 +69,7 @@ function checkShape(fqn: string, what: string, values: readonly number[]): numbe
   return [...values];
 }
 
-function placeTensor(
-  item: Extract<CheckpointItemInput, { kind: "tensor" }>,
-  cursor: { next: number },
-  alignment: number,
-): Placed {
+function placeTensor(item: Extract<CheckpointItemInput, { kind: "tensor" }>, cursor: { next: number }, alignment: number): Placed {
   const element = dtypeBytes[item.dtype];
   if (element === undefined) {
     throw new CheckpointError(`${item.fqn}: unknown dtype ${JSON.stringify(item.dtype)}; use one of ${Object.keys(dtypeBytes).join(", ")}`, "invalid_item");

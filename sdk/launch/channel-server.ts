@@ -21,7 +21,12 @@ export class ChannelServer {
     readonly path: string,
   ) {}
 
-  static async open(path: string, handle: ChannelHandler, onPhase: (request: Extract<ChannelRequest, { type: "phase" }>) => void, log: Logger): Promise<ChannelServer> {
+  static async open(
+    path: string,
+    handle: ChannelHandler,
+    onPhase: (request: Extract<ChannelRequest, { type: "phase" }>) => void,
+    log: Logger,
+  ): Promise<ChannelServer> {
     rmSync(path, { force: true });
     const sockets = new Set<Socket>();
     const server = createServer((socket) => {

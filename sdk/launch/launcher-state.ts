@@ -123,7 +123,9 @@ export function launching(processes: number): LauncherState {
 /** Why a job whose master runs no daemon cannot form its process group, and what to do about it. */
 export function masterUnknown(assignment: Assignment): LaunchError {
   const host = assignment.masterHost;
-  return new LaunchError(`the job's master, host ${host}, runs no monkeytree daemon, so its address is unknown; start \`monkeytree daemon --host ${host}\` there`);
+  return new LaunchError(
+    `the job's master, host ${host}, runs no monkeytree daemon, so its address is unknown; start \`monkeytree daemon --host ${host}\` there`,
+  );
 }
 
 type Illegal = (why: string) => Transition;
@@ -243,7 +245,12 @@ function told(
       return {
         state: { ...state, saving: null },
         actions: [{ type: "send", migrateOut: m, at: now }],
-        log: [line("info", `migration ${m.migration}: sending ${bytes} bytes to ${m.endpoint}; every local process saved, ${saving?.written ?? 0} bytes in all${after}`)],
+        log: [
+          line(
+            "info",
+            `migration ${m.migration}: sending ${bytes} bytes to ${m.endpoint}; every local process saved, ${saving?.written ?? 0} bytes in all${after}`,
+          ),
+        ],
       };
     }
     case "barrier":
@@ -260,7 +267,8 @@ function progressed(state: Extract<LauncherState, { phase: "running" | "finishin
   if (step <= logged) return quiet(state);
   const every = Math.floor(step / PROGRESS_EVERY) > Math.floor(logged / PROGRESS_EVERY);
   const log = [line(logged < 0 || every ? "info" : "debug", `barrier ${step} reached`)];
-  if (reformedAt !== null) log.push(line("info", `training resumed: barrier ${step} reached ${seconds(now - reformedAt)} s after the group was told to re-form`));
+  if (reformedAt !== null)
+    log.push(line("info", `training resumed: barrier ${step} reached ${seconds(now - reformedAt)} s after the group was told to re-form`));
   return { state: { ...state, progress: { logged: step, reformedAt: null } }, actions: [], log };
 }
 

@@ -11,14 +11,33 @@ import { askToVouch, VouchError } from "./vouch.ts";
 import { ticketFor } from "../protocol/endpoint.ts";
 import type { Logger } from "../log.ts";
 import {
-  CHANNEL_ENV, CHANNEL_VERSION, CRC32C_LIBRARY_ENV, EXPECTED_NODE_RANK_ENV, EXPECTED_NODES_ENV, INBOX_ENV, INBOX_OFFSET_ENV,
-  OUTBOX_ENV, RESUMING_ENV, SHARE_ENV,
-  type ChannelDirective, type ChannelReply, type ChannelRequest,
+  CHANNEL_ENV,
+  CHANNEL_VERSION,
+  CRC32C_LIBRARY_ENV,
+  EXPECTED_NODE_RANK_ENV,
+  EXPECTED_NODES_ENV,
+  INBOX_ENV,
+  INBOX_OFFSET_ENV,
+  OUTBOX_ENV,
+  RESUMING_ENV,
+  SHARE_ENV,
+  type ChannelDirective,
+  type ChannelReply,
+  type ChannelRequest,
 } from "../protocol/channel.ts";
 import type { ReplacementEnv } from "../protocol/replacement.ts";
 import type { Assignment, Directive, Parallelism, WorkerIdentity } from "../protocol/worker.ts";
 import { ChannelServer } from "./channel-server.ts";
-import { launching, LaunchError, masterUnknown, transition, type LauncherAction, type LauncherEvent, type LauncherState, type SendOutcome } from "./launcher-state.ts";
+import {
+  launching,
+  LaunchError,
+  masterUnknown,
+  transition,
+  type LauncherAction,
+  type LauncherEvent,
+  type LauncherState,
+  type SendOutcome,
+} from "./launcher-state.ts";
 import type { TorchrunCommand } from "./torchrun.ts";
 import type { Credential } from "../protocol/auth.ts";
 
@@ -120,7 +139,8 @@ export class Launcher {
    */
   async run(): Promise<number> {
     const { options } = this;
-    if (this.share === 0) throw new LaunchError(`--checkpoint-bytes ${options.checkpointBytes} leaves less than a page for each of ${options.torchrun.nprocPerNode} processes`);
+    if (this.share === 0)
+      throw new LaunchError(`--checkpoint-bytes ${options.checkpointBytes} leaves less than a page for each of ${options.torchrun.nprocPerNode} processes`);
     // ZeroMQ answers a refused handshake with no reply at all: without this, the registration
     // would wait for its deadline.
     let refuse: (error: ControllerRefusedError) => void = () => {};
@@ -229,7 +249,10 @@ export class Launcher {
     try {
       await this.client!.finish(this.options.worker.job);
     } catch (error) {
-      this.options.log.warn(() => `the controller did not hear that job ${this.options.worker.job} finished (${(error as Error).message}); it ends the job once its workers are lost`);
+      this.options.log.warn(
+        () =>
+          `the controller did not hear that job ${this.options.worker.job} finished (${(error as Error).message}); it ends the job once its workers are lost`,
+      );
     }
     this.apply({ type: "finished" });
   }
@@ -285,7 +308,8 @@ export class Launcher {
       case "barrier":
         return this.agent!.arrive(request.localRank, request.step).then((answer) => this.reply(answer, request.localRank));
       case "saved":
-        if (request.bytes > this.share) return Promise.resolve(error(`local rank ${request.localRank} saved ${request.bytes} bytes into a ${this.share}-byte range`));
+        if (request.bytes > this.share)
+          return Promise.resolve(error(`local rank ${request.localRank} saved ${request.bytes} bytes into a ${this.share}-byte range`));
         this.apply({ type: "saved", bytes: request.bytes });
         return this.agent!.saved(request.localRank).then((answer) => this.reply(answer, request.localRank));
     }

@@ -43,14 +43,18 @@ export function adaptTorchrun(argv: readonly string[]): TorchrunCommand {
     const name = flagName(arg);
     if (name === null) continue;
     if (OWNED.includes(name)) {
-      throw new TorchrunArgsError(`remove --${name} from the torchrun command: monkeytree launch sets up the job's rendezvous from the controller's ring order`);
+      throw new TorchrunArgsError(
+        `remove --${name} from the torchrun command: monkeytree launch sets up the job's rendezvous from the controller's ring order`,
+      );
     }
     const inline = arg.includes("=");
     const value = inline ? arg.slice(arg.indexOf("=") + 1) : VALUED.has(name) ? rest[++i] : undefined;
     if (name === "nproc-per-node") {
       const count = Number(value);
       if (!Number.isInteger(count) || count < 1 || count > MAX_GPUS_PER_HOST) {
-        throw new TorchrunArgsError(`--nproc-per-node must be a whole number of processes from 1 to ${MAX_GPUS_PER_HOST} (monkeytree launch needs it explicit), got "${value}"`);
+        throw new TorchrunArgsError(
+          `--nproc-per-node must be a whole number of processes from 1 to ${MAX_GPUS_PER_HOST} (monkeytree launch needs it explicit), got "${value}"`,
+        );
       }
       nprocPerNode = count;
     }

@@ -91,7 +91,16 @@ export type Done = z.infer<typeof DoneSchema>;
  * can start a replacement as: unknown here, root, or another user than a daemon that cannot
  * switch users runs as), `launch_failed`, `malformed`.
  */
-export const RefusalCodeSchema = z.enum(["no_space", "unknown_token", "not_staged", "unknown_replacement", "run_as_required", "unknown_user", "launch_failed", "malformed"]);
+export const RefusalCodeSchema = z.enum([
+  "no_space",
+  "unknown_token",
+  "not_staged",
+  "unknown_replacement",
+  "run_as_required",
+  "unknown_user",
+  "launch_failed",
+  "malformed",
+]);
 export type RefusalCode = z.infer<typeof RefusalCodeSchema>;
 
 export const RefusedSchema = z.strictObject({

@@ -55,7 +55,10 @@ export const ReplacementExitedSchema = z.strictObject({
   /** The launcher's exit code, or null when a signal ended it. */
   code: intSchema("code", 0, 255).nullable(),
   /** The signal that ended it (`SIGKILL`), or null. */
-  signal: z.string().regex(/^SIG[A-Z0-9]{1,12}$/, { error: "signal is a signal's name, such as SIGKILL" }).nullable(),
+  signal: z
+    .string()
+    .regex(/^SIG[A-Z0-9]{1,12}$/, { error: "signal is a signal's name, such as SIGKILL" })
+    .nullable(),
 });
 export type ReplacementExited = z.infer<typeof ReplacementExitedSchema>;
 

@@ -18,7 +18,9 @@ export const RequestIdSchema = z.int({ error: "id is a whole-number request id" 
 /** The envelope alone: read first, so a wrong version or type gets its own clear error. */
 export const EnvelopeSchema = z.object({
   v: z.int({ error: "v is the protocol version, a whole number" }),
-  type: z.string({ error: "type names the message, a string" }).max(MAX_ID_LENGTH, { error: `type is longer than ${MAX_ID_LENGTH} characters; no message type is` }),
+  type: z
+    .string({ error: "type names the message, a string" })
+    .max(MAX_ID_LENGTH, { error: `type is longer than ${MAX_ID_LENGTH} characters; no message type is` }),
   id: RequestIdSchema,
 });
 export type Envelope = z.infer<typeof EnvelopeSchema>;

@@ -27,7 +27,15 @@ export const ControllerEventSchema = z.discriminatedUnion("event", [
   /** Some rack went over its bound: its fragmentation degree (rings) against `lambda`, per rack. */
   z.strictObject({ ...base, event: z.literal("fragmentation"), racks: list(count), lambda: count, over: list(count) }),
   /** The planner's answer to it; `plan` names the moves' plan, null when there are none. */
-  z.strictObject({ ...base, event: z.literal("plan"), plan: idSchema("plan id").nullable(), status: z.enum(PLAN_STATUSES), moves: count, steps: count, seconds: z.number().min(0) }),
+  z.strictObject({
+    ...base,
+    event: z.literal("plan"),
+    plan: idSchema("plan id").nullable(),
+    status: z.enum(PLAN_STATUSES),
+    moves: count,
+    steps: count,
+    seconds: z.number().min(0),
+  }),
   z.strictObject({ ...base, event: z.literal("plan-failed"), reason: textSchema("reason") }),
   /** A move entered state `to` from `from` (`controller/service/migration.ts`). */
   z.strictObject({

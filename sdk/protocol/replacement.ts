@@ -26,7 +26,10 @@ export const UserNameSchema = z
  */
 
 const decimal = (name: string) =>
-  z.string({ error: `${name} is not set; the replacement must be started by a monkeytree daemon` }).regex(/^\d+$/, { error: `${name} must be a whole number` }).transform(Number);
+  z
+    .string({ error: `${name} is not set; the replacement must be started by a monkeytree daemon` })
+    .regex(/^\d+$/, { error: `${name} must be a whole number` })
+    .transform(Number);
 
 export const ReplacementEnvSchema = z.object({
   MONKEYTREE_CONTROLLER: z.string({ error: "MONKEYTREE_CONTROLLER is not set" }).min(1),

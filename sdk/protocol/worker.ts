@@ -84,7 +84,11 @@ export const ReportSchema = z.strictObject({
   /** The last barrier any of the host's processes reached; null before the first. */
   step: whole("step").nullable(),
   /** The median of the host's recent step times; null until it has one. */
-  stepMs: z.number({ error: "stepMs must be a number of milliseconds" }).min(0, { error: "stepMs must not be negative" }).max(MAX_STEP_MS, { error: `stepMs must be at most ${MAX_STEP_MS}` }).nullable(),
+  stepMs: z
+    .number({ error: "stepMs must be a number of milliseconds" })
+    .min(0, { error: "stepMs must not be negative" })
+    .max(MAX_STEP_MS, { error: `stepMs must be at most ${MAX_STEP_MS}` })
+    .nullable(),
   hold: HoldSchema.nullable(),
 });
 export type Report = z.infer<typeof ReportSchema>;

@@ -1,12 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { crc32c } from "../../native/index.ts";
-import {
-  HEADER_BYTES,
-  checkpointCapacity,
-  packCheckpoint,
-  readCheckpoint,
-  type CheckpointItemInput,
-} from "../../sdk/checkpoint/index.ts";
+import { HEADER_BYTES, checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
 import { thrown } from "./thrown.ts";
 
 function bytesOf(length: number, seed: number): Uint8Array {
@@ -58,7 +52,10 @@ describe("checkpoint layout", () => {
       }
     }
     const wq = view.metadata.items[1];
-    expect(wq?.kind === "tensor" && wq.chunks.map((c) => c.offsets)).toEqual([[0, 0], [4, 0]]);
+    expect(wq?.kind === "tensor" && wq.chunks.map((c) => c.offsets)).toEqual([
+      [0, 0],
+      [4, 0],
+    ]);
   });
 
   it("aligns every blob, records its CRC32C, and zeroes the padding", () => {
@@ -109,7 +106,14 @@ describe("checkpoint layout", () => {
   it("rejects invalid items, naming the item and the rule", () => {
     const data = new Uint8Array(16);
     const cases: [CheckpointItemInput[], RegExp, string][] = [
-      [[{ fqn: "a", kind: "bytes", data }, { fqn: "a", kind: "bytes", data }], /fqn appears twice/, "duplicate_fqn"],
+      [
+        [
+          { fqn: "a", kind: "bytes", data },
+          { fqn: "a", kind: "bytes", data },
+        ],
+        /fqn appears twice/,
+        "duplicate_fqn",
+      ],
       [[{ fqn: "t", kind: "tensor", dtype: "float32", chunks: [{ sizes: [3], data }] }], /holds 16 bytes but float32\[3\] needs 12/, "invalid_item"],
       [[{ fqn: "t", kind: "tensor", dtype: "float32", size: [3], chunks: [{ offsets: [1], sizes: [4], data }] }], /extends past/, "invalid_item"],
       [[{ fqn: "t", kind: "tensor", dtype: "float32", size: [4, 1], chunks: [{ sizes: [4], data }] }], /1 dims but the tensor has 2/, "invalid_item"],

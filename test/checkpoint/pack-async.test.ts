@@ -264,7 +264,14 @@ describe("copyWithCrc32cAsync", () => {
       [[[a, b, a]], TypeError, /pairs\[0\] must be a \[destination, source\] array/],
       [[[new Float32Array(2), b]], TypeError, /pairs\[0\]\[0\] \(destination\) must be a Uint8Array/],
       [[[a, "bytes"]], TypeError, /pairs\[0\]\[1\] \(source\) must be a Uint8Array/],
-      [[[a, b], [a.subarray(0, 3), b.subarray(0, 4)]], TypeError, /pairs\[1\]: destination holds 3 bytes but source holds 4; they must be the same length/],
+      [
+        [
+          [a, b],
+          [a.subarray(0, 3), b.subarray(0, 4)],
+        ],
+        TypeError,
+        /pairs\[1\]: destination holds 3 bytes but source holds 4; they must be the same length/,
+      ],
       [[[detachedView(8), b]], TypeError, /pairs\[0\]\[0\] \(destination\) is a view of a detached ArrayBuffer/],
       [[[a.subarray(0, 6), a.subarray(2, 8)]], RangeError, /pairs\[0\]: destination and source overlap/],
     ];

@@ -74,11 +74,26 @@ describe("the checkpoint reader's structural checks, behind valid checksums", ()
   });
 
   it.each<[string, (view: DataView) => void, CheckpointErrorCode, RegExp]>([
-    ["a format version this reader does not read", (h) => h.setUint32(at.version, 2, true), "bad_header", /^format version 2 is not supported; this reader reads version 1$/],
-    ["an alignment that is not a power of two", (h) => h.setUint32(at.alignment, 48, true), "bad_header", /^header alignment 48 is not a power of two of at least 8$/],
+    [
+      "a format version this reader does not read",
+      (h) => h.setUint32(at.version, 2, true),
+      "bad_header",
+      /^format version 2 is not supported; this reader reads version 1$/,
+    ],
+    [
+      "an alignment that is not a power of two",
+      (h) => h.setUint32(at.alignment, 48, true),
+      "bad_header",
+      /^header alignment 48 is not a power of two of at least 8$/,
+    ],
     ["an alignment below 8", (h) => h.setUint32(at.alignment, 4, true), "bad_header", /^header alignment 4 is not/],
     // Data starting inside the header would let items alias the header's bytes.
-    ["data that starts inside the header", (h) => h.setBigUint64(at.dataOffset, 0n, true), "bad_header", /^header places data at 0\+\d+ .* alignment 64 puts data at 64 /],
+    [
+      "data that starts inside the header",
+      (h) => h.setBigUint64(at.dataOffset, 0n, true),
+      "bad_header",
+      /^header places data at 0\+\d+ .* alignment 64 puts data at 64 /,
+    ],
     [
       "metadata that overlaps the data",
       (h) => h.setBigUint64(at.dataLength, h.getBigUint64(at.dataLength, true) + 64n, true),
@@ -108,11 +123,23 @@ describe("the checkpoint reader's structural checks, behind valid checksums", ()
     ["a negative storage offset", item(1, (entry) => (entry.storageOffset = -64)), /^checkpoint metadata at items\[1\]\.storageOffset: /],
     ["a checksum wider than 32 bits", item(1, (entry) => (entry.crc32c = 2 ** 32)), /^checkpoint metadata at items\[1\]\.crc32c: /],
     ["a chunk whose rank differs from the tensor's", item(0, (entry) => (entry.size = [16])), /^w chunks\[0\]: rank differs from the tensor's size$/],
-    ["a chunk whose length is not its shape's", item(0, (entry) => Object.assign(entry.chunks[1]!, { sizes: [1, 4] })), /^w chunks\[1\]: length 32 does not match float32\[1, 4\]$/],
-    ["a chunk past the tensor's size", item(0, (entry) => Object.assign(entry.chunks[1]!, { offsets: [3, 0] })), /^w chunks\[1\]: extends past the tensor's size \[4, 4\] in dim 0$/],
+    [
+      "a chunk whose length is not its shape's",
+      item(0, (entry) => Object.assign(entry.chunks[1]!, { sizes: [1, 4] })),
+      /^w chunks\[1\]: length 32 does not match float32\[1, 4\]$/,
+    ],
+    [
+      "a chunk past the tensor's size",
+      item(0, (entry) => Object.assign(entry.chunks[1]!, { offsets: [3, 0] })),
+      /^w chunks\[1\]: extends past the tensor's size \[4, 4\] in dim 0$/,
+    ],
     ["storage before the data region", item(1, (entry) => (entry.storageOffset = 0)), /^step: storage \[0, 1\) lies outside the data region \[64, 193\)$/],
     ["storage past the data region", item(1, (entry) => (entry.length = 2)), /^step: storage \[192, 194\) lies outside the data region \[64, 193\)$/],
-    ["storage that is not aligned", item(0, (entry) => Object.assign(entry.chunks[1]!, { storageOffset: 72 })), /^w chunks\[1\]: storageOffset 72 is not a multiple of the alignment 64$/],
+    [
+      "storage that is not aligned",
+      item(0, (entry) => Object.assign(entry.chunks[1]!, { storageOffset: 72 })),
+      /^w chunks\[1\]: storageOffset 72 is not a multiple of the alignment 64$/,
+    ],
     ["two items of one name", item(1, (entry) => (entry.fqn = "w")), /^w: fqn appears twice in the metadata$/],
   ])("rejects metadata with %s", (_, edit, message) => {
     const error = thrown(() => readCheckpoint(rewritten(edit)));

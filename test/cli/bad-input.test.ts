@@ -67,7 +67,7 @@ const daemon = (...flags: string[]) => runCli("daemon", "--host", "0", "--stagin
 const NOT_HERE = "192.0.2.1";
 
 describe("a malformed ZeroMQ address", () => {
-  const form = "must be a ZeroMQ address \\(tcp://HOST:PORT, ipc://PATH or inproc://NAME\\), got \"garbage\"";
+  const form = 'must be a ZeroMQ address \\(tcp://HOST:PORT, ipc://PATH or inproc://NAME\\), got "garbage"';
 
   it("is refused up front by status, launch and daemon, naming --connect", async () => {
     expectOneLine(await runCli("status", "--connect", "garbage"), 2, "status", new RegExp(`--connect ${form}`));
@@ -75,11 +75,15 @@ describe("a malformed ZeroMQ address", () => {
     expectOneLine(await daemon("--connect", "garbage", "--listen", "127.0.0.1:0"), 2, "daemon", new RegExp(`--connect ${form}`));
   });
 
-  it("ends the daemon process at once rather than leaving it running", async () => {
-    const result = await runBinary(["daemon", "--host", "0", "--connect", "garbage", "--listen", "127.0.0.1:0"]);
-    expect(result.signal).toBeNull();
-    expectOneLine(result, 2, "daemon", /--connect must be a ZeroMQ address/);
-  }, 2 * HANG_MS);
+  it(
+    "ends the daemon process at once rather than leaving it running",
+    async () => {
+      const result = await runBinary(["daemon", "--host", "0", "--connect", "garbage", "--listen", "127.0.0.1:0"]);
+      expect(result.signal).toBeNull();
+      expectOneLine(result, 2, "daemon", /--connect must be a ZeroMQ address/);
+    },
+    2 * HANG_MS,
+  );
 
   it("is refused from $MONKEYTREE_CONTROLLER and from the site configuration, naming where it came from", async () => {
     vi.stubEnv("MONKEYTREE_CONTROLLER", "tcp://controller");
@@ -119,21 +123,39 @@ describe("an address this host cannot listen on", () => {
   });
 
   it("daemon --listen on an address of another host, or a name that resolves to none", async () => {
-    expectOneLine(await daemon("--listen", `${NOT_HERE}:0`), 2, "daemon", `--listen ${NOT_HERE}:0: cannot listen on ${NOT_HERE}:0: EADDRNOTAVAIL`, "give --listen an address of this host, with a free port or 0");
-    expectOneLine(await daemon("--listen", "no-such-host.invalid:0"), 2, "daemon", "--listen no-such-host.invalid:0: cannot resolve host", "give --listen an address of this host");
+    expectOneLine(
+      await daemon("--listen", `${NOT_HERE}:0`),
+      2,
+      "daemon",
+      `--listen ${NOT_HERE}:0: cannot listen on ${NOT_HERE}:0: EADDRNOTAVAIL`,
+      "give --listen an address of this host, with a free port or 0",
+    );
+    expectOneLine(
+      await daemon("--listen", "no-such-host.invalid:0"),
+      2,
+      "daemon",
+      "--listen no-such-host.invalid:0: cannot resolve host",
+      "give --listen an address of this host",
+    );
   });
 });
 
 describe("a number past what the machine can do", () => {
   it("a staging buffer larger than /dev/shm: names the flag and the largest size there is", async () => {
-    const message = (flag: string) => new RegExp(`--${flag} 999999999999999 is more than /dev/shm holds \\((\\d+) bytes in all\\): give at most \\1, or make /dev/shm larger`);
+    const message = (flag: string) =>
+      new RegExp(`--${flag} 999999999999999 is more than /dev/shm holds \\((\\d+) bytes in all\\): give at most \\1, or make /dev/shm larger`);
     expectOneLine(await daemon("--staging-bytes", "999999999999999"), 2, "daemon", message("staging-bytes"));
     expectOneLine(await launch("--checkpoint-bytes", "999999999999999"), 2, "launch", message("checkpoint-bytes"));
   });
 
   it("demo --state-mb more than all its hosts' checkpoints fit in /dev/shm, refused before anything starts", async () => {
     const result = await runCli("demo", "--state-mb", "1e9");
-    expectOneLine(result, 2, "demo", /--state-mb 1e9 needs \d+ bytes of \/dev\/shm \(8 hosts × 3 checkpoints\), more than its \d+: give at most \d+, or make \/dev\/shm larger/);
+    expectOneLine(
+      result,
+      2,
+      "demo",
+      /--state-mb 1e9 needs \d+ bytes of \/dev\/shm \(8 hosts × 3 checkpoints\), more than its \d+: give at most \d+, or make \/dev\/shm larger/,
+    );
     expect(result.stdout).toBe("");
   });
 
@@ -155,18 +177,27 @@ describe("an input that never ends", () => {
     expectOneLine(await runCli("plan", "--snapshot", "/dev/zero"), 2, "plan", "snapshot /dev/zero: it holds more than the 16777216 bytes a snapshot may have");
   });
 
-  it("a credential that is a device, not a file, is refused rather than read forever", async () => {
-    const result = await runBinary(["status", "--credentials", "/dev/zero"]);
-    expect(result.signal).toBeNull();
-    expectOneLine(result, 2, "status", "credential /dev/zero: it is not a regular file; `monkeytree keys` writes credential files");
-  }, 2 * HANG_MS);
+  it(
+    "a credential that is a device, not a file, is refused rather than read forever",
+    async () => {
+      const result = await runBinary(["status", "--credentials", "/dev/zero"]);
+      expect(result.signal).toBeNull();
+      expectOneLine(result, 2, "status", "credential /dev/zero: it is not a regular file; `monkeytree keys` writes credential files");
+    },
+    2 * HANG_MS,
+  );
 });
 
 describe("an output path that cannot be written", () => {
   it("keys --dir at a file says it is a file, not a directory", async () => {
     const file = join(tempDir(), "keys");
     writeFileSync(file, "");
-    expectOneLine(await runCli("keys", "--dir", file, "--job", "a"), 2, "keys", `--dir ${file}: it is a file, not a directory; give --dir a directory this user can write`);
+    expectOneLine(
+      await runCli("keys", "--dir", file, "--job", "a"),
+      2,
+      "keys",
+      `--dir ${file}: it is a file, not a directory; give --dir a directory this user can write`,
+    );
     expectOneLine(await runCli("keys", "--dir", join(file, "sub"), "--job", "a"), 2, "keys", `--dir ${join(file, "sub")}: ${file} is a file, not a directory`);
   });
 
@@ -183,7 +214,12 @@ describe("an output path that cannot be written", () => {
 
   it("plan --output at a directory is refused before planning", async () => {
     const dir = tempDir();
-    expectOneLine(await runCli("plan", "--output", dir), 2, "plan", `--output ${dir}: it is a directory, not a file; give --output a file path this user can write`);
+    expectOneLine(
+      await runCli("plan", "--output", dir),
+      2,
+      "plan",
+      `--output ${dir}: it is a directory, not a file; give --output a file path this user can write`,
+    );
   });
 
   // mkdir under /proc says ENOENT of /proc itself, on which Node's recursive mkdir spins forever.
@@ -192,12 +228,16 @@ describe("an output path that cannot be written", () => {
     ["simulate", "--csv"],
     ["controller", "--journal"],
     ["keys", "--dir"],
-  ])("%s %s /proc/x fails at once", async (command, flag) => {
-    const extra = command === "keys" ? ["--job", "a"] : [];
-    const result = await runBinary([command, flag, "/proc/x", ...extra]);
-    expect(result.signal).toBeNull();
-    expectOneLine(result, 2, command, `${flag} /proc/x: cannot create /proc/x (no such file or directory); give ${flag} a directory this user can write`);
-  }, 2 * HANG_MS);
+  ])(
+    "%s %s /proc/x fails at once",
+    async (command, flag) => {
+      const extra = command === "keys" ? ["--job", "a"] : [];
+      const result = await runBinary([command, flag, "/proc/x", ...extra]);
+      expect(result.signal).toBeNull();
+      expectOneLine(result, 2, command, `${flag} /proc/x: cannot create /proc/x (no such file or directory); give ${flag} a directory this user can write`);
+    },
+    2 * HANG_MS,
+  );
 
   it("plan --output /proc/x fails before planning", async () => {
     expectOneLine(await runCli("plan", "--output", "/proc/x"), 2, "plan", "--output /proc/x: cannot write it (no such file or directory)");
@@ -217,12 +257,17 @@ describe("Slurm's commands not installed", () => {
     writeFileSync(file, "SwitchName=s1 Nodes=n[1-2]\n");
     return file;
   };
-  const missing = /sinfo is not installed here \(not on PATH\): install Slurm's client commands \(Debian and Ubuntu: apt install slurm-client, or slurm-wlm with the daemons\) or add their directory to PATH$/;
+  const missing =
+    /sinfo is not installed here \(not on PATH\): install Slurm's client commands \(Debian and Ubuntu: apt install slurm-client, or slurm-wlm with the daemons\) or add their directory to PATH$/;
 
-  it("monkeytree slurm says which command is missing and what to install, exit 2", async () => {
-    const result = await runBinary(["slurm", "--topology", topology(), "--uplinks-per-rack", "1"], { PATH: pathWithoutSlurm() });
-    expectOneLine(result, 2, "slurm", missing);
-  }, 2 * HANG_MS);
+  it(
+    "monkeytree slurm says which command is missing and what to install, exit 2",
+    async () => {
+      const result = await runBinary(["slurm", "--topology", topology(), "--uplinks-per-rack", "1"], { PATH: pathWithoutSlurm() });
+      expectOneLine(result, 2, "slurm", missing);
+    },
+    2 * HANG_MS,
+  );
 
   it("controller --scheduler slurm says so before it starts", async () => {
     vi.stubEnv("PATH", pathWithoutSlurm());
@@ -258,14 +303,35 @@ describe("a client a keyed controller refuses", () => {
     expect((await runCli("keys", "--dir", keys, "--daemon", "1")).code).toBe(0);
     const credential = join(keys, "daemon-1.json");
     const result = await runCli("daemon", "--host", "1", "--staging-bytes", String(1 << 20), "--connect", endpoint, "--credentials", credential);
-    expectOneLine(result, 2, "daemon", `the controller at ${endpoint} refused this client's credential: its keyring does not list the credential's key (${credential})`);
+    expectOneLine(
+      result,
+      2,
+      "daemon",
+      `the controller at ${endpoint} refused this client's credential: its keyring does not list the credential's key (${credential})`,
+    );
   });
 
   it("launch without credentials says so at once, not at its registration's deadline, with the daemon's advice", async () => {
     const { endpoint } = await keyedController();
     vi.stubEnv("MONKEYTREE_CREDENTIALS", "");
     const log = join(tempDir(), "torchrun.jsonl");
-    const result = await runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--connect", endpoint, "--checkpoint-bytes", "65536", "--", FAKE_TORCHRUN, "--log", log);
+    const result = await runCli(
+      "launch",
+      "--job",
+      "a",
+      "--host",
+      "0",
+      "--dp",
+      "1",
+      "--connect",
+      endpoint,
+      "--checkpoint-bytes",
+      "65536",
+      "--",
+      FAKE_TORCHRUN,
+      "--log",
+      log,
+    );
     expectOneLine(
       result,
       2,

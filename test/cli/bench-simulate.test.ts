@@ -6,7 +6,20 @@ const run = promisify(execFile);
 
 describe("bench:simulate's rack-size sweep", () => {
   it("runs every cell of the grid on the run threads and prints each, with - where uplinks exceed a rack's GPUs", async () => {
-    const argv = ["bin/run-ts.js", "bench/simulate.ts", "--preset", "small", "--gpus-per-rack", "32,128", "--uplinks", "2,64", "--jobs", "20", "--threads", "2"];
+    const argv = [
+      "bin/run-ts.js",
+      "bench/simulate.ts",
+      "--preset",
+      "small",
+      "--gpus-per-rack",
+      "32,128",
+      "--uplinks",
+      "2,64",
+      "--jobs",
+      "20",
+      "--threads",
+      "2",
+    ];
     const { stdout, stderr } = await run(process.execPath, argv, { timeout: 240_000 });
     // Four systems on 32-GPU racks with 2 uplinks, and on 128-GPU racks with 2 and 64.
     expect(stderr.trim().split("\n")).toHaveLength(12);

@@ -38,7 +38,10 @@ function follow(...args: string[]) {
     for (;;) {
       const found = lines.find((l) => pattern.test(l));
       if (found) return found;
-      await Promise.race([new Promise<void>((resolve) => waiting.push(resolve)), exited.then(() => Promise.reject(new Error(`the follower exited before printing ${pattern}: ${stderr}`)))]);
+      await Promise.race([
+        new Promise<void>((resolve) => waiting.push(resolve)),
+        exited.then(() => Promise.reject(new Error(`the follower exited before printing ${pattern}: ${stderr}`))),
+      ]);
     }
   };
   return { child, line, lines, exited };
@@ -53,32 +56,40 @@ async function startJob(endpoint: string, job: string, hosts: number[]): Promise
 }
 
 describe("monkeytree status --follow", () => {
-  it("prints the latest events, then each new one as a line, and exits 0 on SIGINT", async () => {
-    harness = await startController();
-    const client = await startJob(harness.server.endpoint, "a", [0, 1]);
-    const follower = follow("--connect", harness.server.endpoint);
-    expect(await follower.line(/job a started/)).toMatch(/^\d\d:\d\d:\d\d\.\d{3} {2}job a started on hosts 0, 1 \(1 rings\)$/);
-    await client.finish("a");
-    await follower.line(/job a finished/);
-    follower.child.kill("SIGINT");
-    expect(await follower.exited).toEqual({ code: 0, stderr: "" });
-  }, SAFETY_NET_MS);
+  it(
+    "prints the latest events, then each new one as a line, and exits 0 on SIGINT",
+    async () => {
+      harness = await startController();
+      const client = await startJob(harness.server.endpoint, "a", [0, 1]);
+      const follower = follow("--connect", harness.server.endpoint);
+      expect(await follower.line(/job a started/)).toMatch(/^\d\d:\d\d:\d\d\.\d{3} {2}job a started on hosts 0, 1 \(1 rings\)$/);
+      await client.finish("a");
+      await follower.line(/job a finished/);
+      follower.child.kill("SIGINT");
+      expect(await follower.exited).toEqual({ code: 0, stderr: "" });
+    },
+    SAFETY_NET_MS,
+  );
 
-  it("with --json prints each event's JSON line, and says so when the controller goes away", async () => {
-    harness = await startController();
-    await startJob(harness.server.endpoint, "a", [0, 4]);
-    await startJob(harness.server.endpoint, "b", [1, 5]);
-    // Long enough that no poll of a live controller outlasts it on a loaded machine.
-    const follower = follow("--connect", harness.server.endpoint, "--json", "--timeout", "5");
-    await follower.line(/"event":"plan"/);
-    const events = follower.lines.map((line) => ControllerEventSchema.parse(JSON.parse(line)));
-    expect(events.map((e) => e.event).slice(0, 4)).toEqual(["job-started", "job-started", "fragmentation", "plan"]);
-    await harness.close();
-    harness = undefined;
-    const { code, stderr } = await follower.exited;
-    expect(code).toBe(3);
-    expect(stderr).toMatch(/^monkeytree status: the controller is unreachable: no answer to events #\d+ from tcp:\/\/127\.0\.0\.1:\d+ within 5000 ms/);
-  }, SAFETY_NET_MS);
+  it(
+    "with --json prints each event's JSON line, and says so when the controller goes away",
+    async () => {
+      harness = await startController();
+      await startJob(harness.server.endpoint, "a", [0, 4]);
+      await startJob(harness.server.endpoint, "b", [1, 5]);
+      // Long enough that no poll of a live controller outlasts it on a loaded machine.
+      const follower = follow("--connect", harness.server.endpoint, "--json", "--timeout", "5");
+      await follower.line(/"event":"plan"/);
+      const events = follower.lines.map((line) => ControllerEventSchema.parse(JSON.parse(line)));
+      expect(events.map((e) => e.event).slice(0, 4)).toEqual(["job-started", "job-started", "fragmentation", "plan"]);
+      await harness.close();
+      harness = undefined;
+      const { code, stderr } = await follower.exited;
+      expect(code).toBe(3);
+      expect(stderr).toMatch(/^monkeytree status: the controller is unreachable: no answer to events #\d+ from tcp:\/\/127\.0\.0\.1:\d+ within 5000 ms/);
+    },
+    SAFETY_NET_MS,
+  );
 
   it("leaves no abort listener behind between polls, however many it makes", async () => {
     // An idle follower sleeps between polls on one signal, until SIGINT aborts it; a listener

@@ -81,7 +81,9 @@ describe("monkeytree launch under srun", () => {
     environment({ MONKEYTREE_CONFIG: "/dev/null", SLURM_JOB_ID: "42", SLURMD_NODENAME: "n4", SLURM_JOB_NODELIST: "n4" });
     const result = await runCli("launch", "--", CHANNEL_SCRIPT);
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain('--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host\'s name; got "n4"');
+    expect(result.stderr).toContain(
+      '--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host\'s name; got "n4"',
+    );
   });
 });
 
@@ -124,9 +126,25 @@ describe("monkeytree controller --topology", () => {
     const dir = mkdtempSync(join(tmpdir(), "monkeytree-site-"));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, "topology.conf"), "SwitchName=r0 Nodes=n[0-2]\nSwitchName=r1 Nodes=n[3-4]\nSwitchName=top Switches=r[0-1]\n");
-    const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", "controller", "--topology", join(dir, "topology.conf"), "--uplinks-per-rack", "2", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal")], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        "bin/run-ts.js",
+        "cli/monkeytree.ts",
+        "controller",
+        "--topology",
+        join(dir, "topology.conf"),
+        "--uplinks-per-rack",
+        "2",
+        "--bind",
+        "tcp://127.0.0.1:*",
+        "--journal",
+        join(dir, "journal"),
+      ],
+      {
+        stdio: ["ignore", "pipe", "inherit"],
+      },
+    );
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     cleanups.push(() => child.kill("SIGKILL"));
     const endpoint = await new Promise<string>((resolve) =>

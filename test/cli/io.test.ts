@@ -31,12 +31,18 @@ describe("intFlag", () => {
 
   it("is what every command's whole-number flags go through", async () => {
     const cases: [string[], string][] = [
-      [["daemon", "--host", "1.5"], `--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host's name; got "1.5"`],
+      [
+        ["daemon", "--host", "1.5"],
+        `--host must be a whole number ≥ 0 or, with a topology (--topology FILE, or "topology" in the site configuration $MONKEYTREE_CONFIG), a host's name; got "1.5"`,
+      ],
       [["daemon", "--host", "0", "--staging-bytes", "0"], `--staging-bytes must be a whole number ≥ 1, got "0"`],
       [["controller", "--stop-lead=-1"], `--stop-lead must be a whole number ≥ 0, got "-1"`],
       [["demo", "--step-ms", "0.5"], `--step-ms must be a whole number ≥ 0, got "0.5"`],
       [["launch", "--job", "a", "--host", "0", "--dp", "0", "--", "torchrun", "t.py"], `--dp must be a whole number ≥ 1, got "0"`],
-      [["launch", "--job", "a", "--host", "0", "--dp", "1", "--master-port", "70000", "--", "torchrun", "t.py"], `--master-port must be a whole number from 1024 to 65535, got "70000"`],
+      [
+        ["launch", "--job", "a", "--host", "0", "--dp", "1", "--master-port", "70000", "--", "torchrun", "t.py"],
+        `--master-port must be a whole number from 1024 to 65535, got "70000"`,
+      ],
     ];
     for (const [argv, message] of cases) expect(await runCli(...argv)).toMatchObject({ code: 2, stderr: expect.stringContaining(message) });
   });
@@ -53,7 +59,18 @@ describe("isZmqAddress", () => {
   });
 
   it("refuses what ZeroMQ calls an invalid argument, or cannot reach", () => {
-    for (const address of ["garbage", "", "tcp://controller", "tcp://controller:", "tcp://:5555", "tcp://h:65536", "tcp://h:5555/x", "http://h:80", "ipc://", "tcp://h h:1"]) {
+    for (const address of [
+      "garbage",
+      "",
+      "tcp://controller",
+      "tcp://controller:",
+      "tcp://:5555",
+      "tcp://h:65536",
+      "tcp://h:5555/x",
+      "http://h:80",
+      "ipc://",
+      "tcp://h h:1",
+    ]) {
       expect([isZmqAddress(address, "connect"), isZmqAddress(address, "bind")], address).toEqual([false, false]);
     }
   });

@@ -50,8 +50,14 @@ describe("monkeytree keys", () => {
     const dir = tempDir();
     dirs.push(dir);
     expect(await runCli("keys", "--dir", dir, "--job", "../x")).toMatchObject({ code: 2, stderr: expect.stringContaining('--job "../x" names a file') });
-    expect(await runCli("keys", "--dir", dir, "--daemon", "5-2")).toMatchObject({ code: 2, stderr: expect.stringContaining("--daemon takes host indices as 3, 0-15 or 0,2,5") });
+    expect(await runCli("keys", "--dir", dir, "--daemon", "5-2")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining("--daemon takes host indices as 3, 0-15 or 0,2,5"),
+    });
     writeFileSync(join(dir, "controller.json"), "{}", { mode: 0o600 });
-    expect(await runCli("keys", "--dir", dir, "--job", "a")).toMatchObject({ code: 2, stderr: expect.stringContaining(`keyring ${join(dir, "controller.json")} at publicKey`) });
+    expect(await runCli("keys", "--dir", dir, "--job", "a")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(`keyring ${join(dir, "controller.json")} at publicKey`),
+    });
   });
 });

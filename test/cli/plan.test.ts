@@ -57,25 +57,34 @@ describe("monkeytree plan", () => {
   });
 
   it("exits 1 when no placement meets the bounds", async () => {
-    const path = file("infeasible.json", JSON.stringify({
-      topology: { racks: 3, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },
-      jobs: [{ id: "a", hosts: [0, 1, 2] }, { id: "b", hosts: [3, 4, 5] }],
-    }));
+    const path = file(
+      "infeasible.json",
+      JSON.stringify({
+        topology: { racks: 3, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },
+        jobs: [
+          { id: "a", hosts: [0, 1, 2] },
+          { id: "b", hosts: [3, 4, 5] },
+        ],
+      }),
+    );
     const { code, stdout } = await runCli("plan", "--snapshot", path);
     expect(code).toBe(1);
     expect(stdout).toContain("infeasible: no placement of these jobs meets the bounds");
   });
 
   it("names the racks pinned jobs keep over λ, in the summary and in --json, and keeps pins in --output", async () => {
-    const path = file("pinned.json", JSON.stringify({
-      topology: { racks: 3, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 },
-      unavailable: [3],
-      jobs: [
-        { id: "a", hosts: [0, 4], movable: false },
-        { id: "b", hosts: [1, 5], movable: false },
-        { id: "c", hosts: [2, 8, 9] },
-      ],
-    }));
+    const path = file(
+      "pinned.json",
+      JSON.stringify({
+        topology: { racks: 3, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1 },
+        unavailable: [3],
+        jobs: [
+          { id: "a", hosts: [0, 4], movable: false },
+          { id: "b", hosts: [1, 5], movable: false },
+          { id: "c", hosts: [2, 8, 9] },
+        ],
+      }),
+    );
     const human = await runCli("plan", "--snapshot", path);
     expect(human.code).toBe(0);
     expect(human.stdout).toContain("optimal: 1 move in 1 step");
@@ -84,7 +93,13 @@ describe("monkeytree plan", () => {
     expect(human.stdout).toContain("r1: pinned jobs alone give it 2 > λ = 1; 2 after the plan (1 over)");
     const json = await runCli("plan", "--json", "--snapshot", path);
     const doc = PlanDocumentSchema.parse(JSON.parse(json.stdout));
-    expect(doc.bestEffort).toEqual({ racks: [{ index: 0, cause: "pinned", pinned: 2, after: 2 }, { index: 1, cause: "pinned", pinned: 2, after: 2 }], pods: [] });
+    expect(doc.bestEffort).toEqual({
+      racks: [
+        { index: 0, cause: "pinned", pinned: 2, after: 2 },
+        { index: 1, cause: "pinned", pinned: 2, after: 2 },
+      ],
+      pods: [],
+    });
     expect(doc.moves).toEqual([{ job: "c", group: 0, from: 2, to: 10, step: 0 }]);
     const out = join(dir, "pinned-after.json");
     expect((await runCli("plan", "--snapshot", path, "--output", out)).code).toBe(0);
@@ -98,7 +113,9 @@ describe("monkeytree plan", () => {
     expect(code).toBe(0);
     const routes = await runCli("routes", "--snapshot", out);
     expect(routes.code).toBe(0);
-    expect((await runCli("plan", "--output", join(dir, "no/such/dir/x.json"))).stderr).toMatch(/--output .*: cannot write it \(no such file or directory\); give --output a file path/);
+    expect((await runCli("plan", "--output", join(dir, "no/such/dir/x.json"))).stderr).toMatch(
+      /--output .*: cannot write it \(no such file or directory\); give --output a file path/,
+    );
   });
 
   it("documents itself", async () => {

@@ -72,7 +72,11 @@ describe("monkeytree simulate --report", () => {
       writeFileSync(join(dir, name), result.stdout);
       return join(dir, name);
     };
-    const [low, high, seed2] = await Promise.all([part("low.json", "--variants", "lambda-2"), part("high.json", "--variants", "lambda-4"), part("seed2.json", "--variants", "lambda-2,lambda-4", "--seed", "2")]);
+    const [low, high, seed2] = await Promise.all([
+      part("low.json", "--variants", "lambda-2"),
+      part("high.json", "--variants", "lambda-4"),
+      part("seed2.json", "--variants", "lambda-2,lambda-4", "--seed", "2"),
+    ]);
     const whole = join(dir, "whole.json");
     writeFileSync(whole, JSON.stringify(threshold.report));
     const merged = await runCli("simulate", "--merge", [low, high].join(","), "--json");
@@ -112,14 +116,17 @@ describe("monkeytree simulate --report", () => {
     expect(result.code).toBe(2);
   });
 
-  it.skipIf(!canRun("the report's page in a browser", chromium()))("draws every figure in headless chromium, and the page's check finds a figure without marks undrawn", () => {
-    for (const { path, page } of [slowdown, threshold]) {
-      const counts = drawnInChromium(path);
-      expect(counts.figures).toBe(page.match(/<figure>/g)?.length);
-      expect(counts.drawn).toBe(counts.figures);
-    }
-    const unmarked = join(dir, "unmarked.html");
-    writeFileSync(unmarked, slowdown.page.replaceAll('class="mark"', ""));
-    expect(drawnInChromium(unmarked)).toMatchObject({ drawn: 0 });
-  });
+  it.skipIf(!canRun("the report's page in a browser", chromium()))(
+    "draws every figure in headless chromium, and the page's check finds a figure without marks undrawn",
+    () => {
+      for (const { path, page } of [slowdown, threshold]) {
+        const counts = drawnInChromium(path);
+        expect(counts.figures).toBe(page.match(/<figure>/g)?.length);
+        expect(counts.drawn).toBe(counts.figures);
+      }
+      const unmarked = join(dir, "unmarked.html");
+      writeFileSync(unmarked, slowdown.page.replaceAll('class="mark"', ""));
+      expect(drawnInChromium(unmarked)).toMatchObject({ drawn: 0 });
+    },
+  );
 });

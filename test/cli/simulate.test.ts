@@ -33,7 +33,11 @@ describe("monkeytree simulate", () => {
 
     const lines = (name: string) => readFileSync(join(csv, name), "utf8").trim().split("\n");
     expect(lines("jobs.csv")).toHaveLength(1 + 4 * 100);
-    expect(lines("summary.csv").slice(1).map((l) => l.split(",")[0])).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
+    expect(
+      lines("summary.csv")
+        .slice(1)
+        .map((l) => l.split(",")[0]),
+    ).toEqual(["ecmp", "perfect", "monkeytree", "spray"]);
     expect(lines("plans.csv").length - 1).toBe(first.systems.reduce((n, s) => n + s.solver.plans, 0));
     expect(lines("fragmentation.csv")[0]).toBe("system,variant,load,time,max_rack,mean_rack,fragmented_groups,total");
     expect(readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n")).toHaveLength(100);
@@ -44,7 +48,10 @@ describe("monkeytree simulate", () => {
     const result = await runCli("simulate", "--preset", "paper-ep", "--jobs", "3", "--loads", "0.5", "--systems", "ecmp", "--json", "--save-trace", traces);
     expect(result.code).toBe(0);
     expect(SimulationReportSchema.parse(JSON.parse(result.stdout)).systems[0]!.jobs).toBe(3);
-    const jobs = readFileSync(join(traces, "trace-0.5.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { warmup: boolean; a2aBytes: number; ringBytes: number; rings: number });
+    const jobs = readFileSync(join(traces, "trace-0.5.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { warmup: boolean; a2aBytes: number; ringBytes: number; rings: number });
     expect(jobs.map((j) => j.warmup)).toEqual([...new Array<boolean>(50).fill(true), false, false, false]);
     for (const j of jobs) expect(j.a2aBytes).toBeCloseTo(10 * j.ringBytes * j.rings, 0);
   });
@@ -63,7 +70,12 @@ describe("monkeytree simulate", () => {
         const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--json", "--threads", threads, "--csv", csv);
         expect(result.code).toBe(0);
         const rows = (name: string) => readFileSync(join(csv, name), "utf8");
-        return { report: repeatable(SimulationReportSchema.parse(JSON.parse(result.stdout))), jobs: rows("jobs.csv"), fragmentation: rows("fragmentation.csv"), progress: result.stderr };
+        return {
+          report: repeatable(SimulationReportSchema.parse(JSON.parse(result.stdout))),
+          jobs: rows("jobs.csv"),
+          fragmentation: rows("fragmentation.csv"),
+          progress: result.stderr,
+        };
       }),
     );
     const [one, four] = runs as [(typeof runs)[0], (typeof runs)[0]];
@@ -71,7 +83,11 @@ describe("monkeytree simulate", () => {
     expect(four.jobs).toBe(one.jobs);
     expect(four.fragmentation).toBe(one.fragmentation);
     // A line per run, in the runs' order, whichever thread finished first.
-    const order = (progress: string) => progress.trim().split("\n").map((line) => line.split(":")[0]);
+    const order = (progress: string) =>
+      progress
+        .trim()
+        .split("\n")
+        .map((line) => line.split(":")[0]);
     expect(order(four.progress)).toEqual(order(one.progress));
     expect(order(one.progress)).toHaveLength(8);
   });
@@ -81,7 +97,14 @@ describe("monkeytree simulate", () => {
     const result = await runCli("simulate", "--preset", "small", "--loads", "0.8,0.9", "--plot", plots);
     expect(result.code).toBe(0);
     const svg = (name: string) => readFileSync(join(plots, name), "utf8");
-    for (const name of ["slowdown-p99.svg", "slowdown-avg.svg", "fragmentation-0.8.svg", "fragmentation-0.9.svg", "fragmentation-total-0.8.svg", "fragmentation-total-0.9.svg"]) {
+    for (const name of [
+      "slowdown-p99.svg",
+      "slowdown-avg.svg",
+      "fragmentation-0.8.svg",
+      "fragmentation-0.9.svg",
+      "fragmentation-total-0.8.svg",
+      "fragmentation-total-0.9.svg",
+    ]) {
       const text = svg(name);
       expect(text.startsWith("<svg ")).toBe(true);
       expect(text.trimEnd().endsWith("</svg>")).toBe(true);
@@ -104,7 +127,26 @@ describe("monkeytree simulate", () => {
   });
 
   it("simulates a fabric given by flags, and reports it", async () => {
-    const result = await runCli("simulate", "--racks", "4", "--hosts-per-rack", "4", "--gpus-per-host", "2", "--uplinks", "1", "--nic-gbps", "100", "--jobs", "30", "--systems", "ecmp", "--queue", "backfill", "--json");
+    const result = await runCli(
+      "simulate",
+      "--racks",
+      "4",
+      "--hosts-per-rack",
+      "4",
+      "--gpus-per-host",
+      "2",
+      "--uplinks",
+      "1",
+      "--nic-gbps",
+      "100",
+      "--jobs",
+      "30",
+      "--systems",
+      "ecmp",
+      "--queue",
+      "backfill",
+      "--json",
+    );
     expect(result.code).toBe(0);
     const report = SimulationReportSchema.parse(JSON.parse(result.stdout));
     expect(report.config.fabric).toEqual({ racks: 4, hostsPerRack: 4, gpusPerHost: 2, uplinksPerRack: 1, nicGbps: 100 });
@@ -133,7 +175,10 @@ describe("monkeytree simulate", () => {
       const traces = join(dir, `batch${extra.join("")}`);
       const result = await runCli("simulate", "--preset", "small", "--jobs", "20", "--systems", "spray", "--json", "--save-trace", traces, ...extra);
       expect(result.code).toBe(0);
-      const jobs = readFileSync(join(traces, "trace-0.9.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { computeSeconds: number });
+      const jobs = readFileSync(join(traces, "trace-0.9.jsonl"), "utf8")
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as { computeSeconds: number });
       const generation = JSON.parse(readFileSync(join(traces, "generation.json"), "utf8")) as { tokensPerReplica: number; seed: number };
       return { report: SimulationReportSchema.parse(JSON.parse(result.stdout)), jobs, generation };
     };
@@ -164,7 +209,10 @@ describe("monkeytree simulate", () => {
     expect(report.generation?.mix).toBe("paper-dp");
     // A figure preset runs the paper's simulator's way unless a flag says otherwise.
     expect([report.config.queueInMoves, report.config.migrateBy]).toEqual(["hold", "job"]);
-    expect(report.variants).toEqual([{ name: "lambda-2", lambda: 2 }, { name: "lambda-8", lambda: 8 }]);
+    expect(report.variants).toEqual([
+      { name: "lambda-2", lambda: 2 },
+      { name: "lambda-8", lambda: 8 },
+    ]);
     const [tight, loose] = report.systems;
     expect([tight?.variant, loose?.variant]).toEqual(["lambda-2", "lambda-8"]);
     // Four uplinks per rack: a bound of 8 lets racks fragment that a bound of 2 repairs.
@@ -186,7 +234,10 @@ describe("monkeytree simulate", () => {
   });
 
   it.each([
-    [["--preset", "fig-threshold", "--lambda", "3"], /--lambda: the fig-threshold preset sweeps it itself \(variants lambda-2, .*\); pick variants with --variants/],
+    [
+      ["--preset", "fig-threshold", "--lambda", "3"],
+      /--lambda: the fig-threshold preset sweeps it itself \(variants lambda-2, .*\); pick variants with --variants/,
+    ],
     [["--preset", "fig-frontend", "--scheduler", "fifo"], /--scheduler: the fig-frontend preset sweeps it itself/],
     [["--preset", "fig-ep", "--variants", "u3"], /--variants: the fig-ep preset has no variant "u3"; choose from u2, u4, u8, u16/],
     [["--preset", "small", "--variants", "a"], /--variants: the small preset sweeps nothing beside its loads/],
@@ -246,11 +297,16 @@ describe("monkeytree simulate", () => {
       ["ecmp", null, 3],
       ["spray", null, 3],
     ]);
-    const saved = readFileSync(join(traces, "trace-sacct.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line) as { id: string });
+    const saved = readFileSync(join(traces, "trace-sacct.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as { id: string });
     expect(saved.map((job) => job.id)).toEqual(["slurm-101", "slurm-102", "slurm-103"]);
 
     const bad = await runCli(...args);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain(`sacct ${fixture} jobs[1] (job 102) at comment.job: names no model: submit with --comment monkeytree:model=NAME, or pass --model NAME`);
+    expect(bad.stderr).toContain(
+      `sacct ${fixture} jobs[1] (job 102) at comment.job: names no model: submit with --comment monkeytree:model=NAME, or pass --model NAME`,
+    );
   });
 });

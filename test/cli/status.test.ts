@@ -46,7 +46,13 @@ describe("monkeytree status, for people", () => {
       ]),
     );
     expect(text).toContain("2 jobs, 5 workers (2 lost), 0 host daemons");
-    expect(text).toContain(["job  workers  expected  started  generation  hosts  lost", "  a        3         3      yes           0  0 1 2   0 2", "  b        2         2      yes           1    4 5     -"].join("\n"));
+    expect(text).toContain(
+      [
+        "job  workers  expected  started  generation  hosts  lost",
+        "  a        3         3      yes           0  0 1 2   0 2",
+        "  b        2         2      yes           1    4 5     -",
+      ].join("\n"),
+    );
   });
 
   it("says when a worker is lost in the event stream", () => {
@@ -61,7 +67,9 @@ describe("monkeytree controller --worker-heartbeat-timeout and --lost-job-grace"
 
   /** The controller as an operator starts it; resolves with its address once it listens. */
   async function controller(...flags: string[]): Promise<string> {
-    const child = spawn(process.execPath, [...CLI, "controller", "--bind", "tcp://127.0.0.1:0", "--journal", tempDir(), ...flags], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [...CLI, "controller", "--bind", "tcp://127.0.0.1:0", "--journal", tempDir(), ...flags], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const exited = new Promise((resolve) => child.once("exit", resolve));
     teardown.push(() => {
       child.kill("SIGTERM");
@@ -78,34 +86,44 @@ describe("monkeytree controller --worker-heartbeat-timeout and --lost-job-grace"
     });
   }
 
-  it("declare a silent worker lost after the timeout, show it in status, and end the job after the grace", async () => {
-    const endpoint = await controller("--worker-heartbeat-timeout", String(TIMEOUT_S), "--lost-job-grace", String(GRACE_S));
-    const client = track(new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 }));
-    const worker = (host: number) => ({ job: "a", group: 0, host });
-    const workers = [0, 1].map((host) => new WorkerClient(client, worker(host), { tp: 1, pp: 1, dp: 2 }, { reportIntervalMs: 500 }));
-    for (const w of workers) teardown.push(() => w.close());
-    await Promise.all(workers.map((w) => w.register(5_000)));
-    // Host 0's launcher reports once more and falls silent; host 1's reports on.
-    workers[0]!.close();
-    expect(await client.report({ worker: worker(0), generation: 0, step: 0, stepMs: null, hold: null })).toEqual({ kind: "run" });
+  it(
+    "declare a silent worker lost after the timeout, show it in status, and end the job after the grace",
+    async () => {
+      const endpoint = await controller("--worker-heartbeat-timeout", String(TIMEOUT_S), "--lost-job-grace", String(GRACE_S));
+      const client = track(new ControllerClient({ endpoint, timeoutMs: 5_000, retryMs: 200 }));
+      const worker = (host: number) => ({ job: "a", group: 0, host });
+      const workers = [0, 1].map((host) => new WorkerClient(client, worker(host), { tp: 1, pp: 1, dp: 2 }, { reportIntervalMs: 500 }));
+      for (const w of workers) teardown.push(() => w.close());
+      await Promise.all(workers.map((w) => w.register(5_000)));
+      // Host 0's launcher reports once more and falls silent; host 1's reports on.
+      workers[0]!.close();
+      expect(await client.report({ worker: worker(0), generation: 0, step: 0, stepMs: null, hold: null })).toEqual({ kind: "run" });
 
-    await expect.poll(async () => (await runCli("status", "--connect", endpoint)).stdout, patiently).toMatch(/^\s+a\s+2\s+2\s+yes\s+0\s+0 1\s+0$/m);
-    workers[1]!.close();
-    await expect.poll(async () => (await client.status()).jobs, patiently).toEqual([]);
+      await expect.poll(async () => (await runCli("status", "--connect", endpoint)).stdout, patiently).toMatch(/^\s+a\s+2\s+2\s+yes\s+0\s+0 1\s+0$/m);
+      workers[1]!.close();
+      await expect.poll(async () => (await client.status()).jobs, patiently).toEqual([]);
 
-    const { events } = await client.events(0);
-    const lost = events.filter((e) => e.event === "worker-lost");
-    expect(lost.map((e) => e.host)).toEqual([0, 1]);
-    // On the controller's own clock: each lost once silent for the timeout, not the default
-    // 10 s, and the job ended about the grace after the last, not the default 60 s.
-    for (const e of lost) expect(e.silentMs).toBeGreaterThanOrEqual(TIMEOUT_S * 1000);
-    expect(lost[0]!.silentMs).toBeLessThan(10_000);
-    const finished = events.find((e) => e.event === "job-finished");
-    expect(finished!.at - lost[1]!.at).toBeLessThan(60_000);
-  }, SAFETY_NET_MS);
+      const { events } = await client.events(0);
+      const lost = events.filter((e) => e.event === "worker-lost");
+      expect(lost.map((e) => e.host)).toEqual([0, 1]);
+      // On the controller's own clock: each lost once silent for the timeout, not the default
+      // 10 s, and the job ended about the grace after the last, not the default 60 s.
+      for (const e of lost) expect(e.silentMs).toBeGreaterThanOrEqual(TIMEOUT_S * 1000);
+      expect(lost[0]!.silentMs).toBeLessThan(10_000);
+      const finished = events.find((e) => e.event === "job-finished");
+      expect(finished!.at - lost[1]!.at).toBeLessThan(60_000);
+    },
+    SAFETY_NET_MS,
+  );
 
   it("refuse a worker timeout shorter than four of the launchers' reports, and a negative grace", async () => {
-    expect(await runCli("controller", "--worker-heartbeat-timeout", "1")).toMatchObject({ code: 2, stderr: expect.stringContaining('--worker-heartbeat-timeout must be a number from 4 to 2147483, got "1"') });
-    expect(await runCli("controller", "--lost-job-grace=-1")).toMatchObject({ code: 2, stderr: expect.stringContaining('--lost-job-grace must be a number from 0 to 2147483, got "-1"') });
+    expect(await runCli("controller", "--worker-heartbeat-timeout", "1")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--worker-heartbeat-timeout must be a number from 4 to 2147483, got "1"'),
+    });
+    expect(await runCli("controller", "--lost-job-grace=-1")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--lost-job-grace must be a number from 0 to 2147483, got "-1"'),
+    });
   });
 });

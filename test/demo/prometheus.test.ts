@@ -53,11 +53,22 @@ describe.runIf(runs)("Prometheus scraping the demo", () => {
     // a timeout that a target's answer on a loaded machine meets: a failed scrape marks its
     // series stale, and the queries below would miss them.
     const config = join(dir, "prometheus.yml");
-    writeFileSync(config, JSON.stringify({ scrape_configs: [{ job_name: "monkeytree", scrape_interval: "2s", scrape_timeout: "2s", file_sd_configs: [{ files: [targets], refresh_interval: "1s" }] }] }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        scrape_configs: [
+          { job_name: "monkeytree", scrape_interval: "2s", scrape_timeout: "2s", file_sd_configs: [{ files: [targets], refresh_interval: "1s" }] },
+        ],
+      }),
+    );
     mkdirSync(join(dir, "data"));
     const port = await freePort();
     base = `http://127.0.0.1:${port}`;
-    server = spawn("prometheus", [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, "data")}`, `--web.listen-address=127.0.0.1:${port}`, "--log.level=warn"], { stdio: ["ignore", "ignore", "pipe"] });
+    server = spawn(
+      "prometheus",
+      [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, "data")}`, `--web.listen-address=127.0.0.1:${port}`, "--log.level=warn"],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
     let stderr = "";
     server.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
     const exited = new Promise<never>((_, reject) => server?.once("exit", (code) => reject(new Error(`prometheus exited (${code}): ${stderr}`))));
@@ -75,7 +86,15 @@ describe.runIf(runs)("Prometheus scraping the demo", () => {
 
   it("stores what the demo reports: moves by outcome, phase times, fragmentation, bytes by transport", async () => {
     const lines: string[] = [];
-    const scraped = { outcomes: {} as Record<string, number>, phaseCount: {} as Record<string, number>, phaseSum: {} as Record<string, number>, atPlan: {} as Record<string, number>, now: {} as Record<string, number>, bytes: {} as Record<string, number>, up: 0 };
+    const scraped = {
+      outcomes: {} as Record<string, number>,
+      phaseCount: {} as Record<string, number>,
+      phaseSum: {} as Record<string, number>,
+      atPlan: {} as Record<string, number>,
+      now: {} as Record<string, number>,
+      bytes: {} as Record<string, number>,
+      up: 0,
+    };
     // A directory of its own, as `monkeytree demo` makes: replacements run as another user when this runs as root, and must reach it.
     const demoDir = mkdtempSync(join(tmpdir(), "monkeytree-demo-"));
     const result: DemoResult = await runDemo({

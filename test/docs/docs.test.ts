@@ -241,7 +241,8 @@ function invocations(line: string, commands: ReadonlySet<string>): { target: str
     const next = words[i + 1]?.bare ?? "";
     const nested = quoted.flatMap((inner) => invocations(inner, commands));
     if (/(^|\/)monkeytree(\.js)?$/.test(bare) && commands.has(next)) return [...nested, { target: next, flags: flagsFrom(i + 2) }];
-    if (bare === "run" && words[i - 1]?.bare === "npm" && words[i + 2]?.bare === "--") return [...nested, { target: `npm run ${next}`, flags: flagsFrom(i + 3) }];
+    if (bare === "run" && words[i - 1]?.bare === "npm" && words[i + 2]?.bare === "--")
+      return [...nested, { target: `npm run ${next}`, flags: flagsFrom(i + 3) }];
     return nested;
   });
 }
@@ -260,9 +261,7 @@ function optionsOf(help: string): Set<string> {
     .split("\n")
     .filter((line) => line.trimStart().startsWith("-"))
     .flatMap((line) => flagsIn(line.trimStart().split(/\s{2,}/)[0]!));
-  const elsewhere = help
-    .split("\n")
-    .flatMap((line) => /^\s*(?:-\w, )?(--[a-z][a-z0-9-]*)(?: [A-Z][\w,.…]*)?(?:\s{2,}|$)/.exec(line)?.[1] ?? []);
+  const elsewhere = help.split("\n").flatMap((line) => /^\s*(?:-\w, )?(--[a-z][a-z0-9-]*)(?: [A-Z][\w,.…]*)?(?:\s{2,}|$)/.exec(line)?.[1] ?? []);
   return new Set(["--help", ...flagsIn(help.split("\n\n")[0]!), ...options, ...elsewhere]);
 }
 
@@ -340,7 +339,8 @@ for (const doc of DOCS) {
     it("are marked with markers this test knows, every shell block and every JS snippet", ({ expect }) => {
       const wrong = blocks.flatMap((b) => {
         const where = `${file}:${b.line}`;
-        if (b.marker === null) return isShell(b) || b.lang === "js" ? [`${where}: a \`${b.lang || "unlabelled"}\` block without a <!-- test: … --> marker`] : [];
+        if (b.marker === null)
+          return isShell(b) || b.lang === "js" ? [`${where}: a \`${b.lang || "unlabelled"}\` block without a <!-- test: … --> marker`] : [];
         const kind = markerKind(b.marker);
         if (kind === null) return [`${where}: an unknown marker: ${b.marker}`];
         return (kind === "run" || kind === "transcript") && !isShell(b) ? [`${where}: \`${b.marker}\` on a \`${b.lang}\` block`] : [];

@@ -25,7 +25,6 @@ const FAULT_WORKER = "test/service/fixtures/fault-worker.ts";
 /** The environment every training process gets: the hook from the checkout, gloo on the namespace's interface. */
 export const TRAIN_ENV = { PYTHONPATH: "sdk/python", GLOO_SOCKET_IFNAME: "eth0", OMP_NUM_THREADS: "1" };
 
-
 export interface ClusterOptions {
   readonly steps: number;
   /** The other job's worker holds its checkpoint until `<hold>.go` exists (a rollback test). */
@@ -48,7 +47,11 @@ export interface ClusterOptions {
   readonly controllerHost?: number;
 }
 
-export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, replacementWaitS = 60, controllerHost }: ClusterOptions) {
+export async function startCluster(
+  hosts: Hosts,
+  job: ExampleJob,
+  { steps, hold, heartbeatTimeoutS = 10, holdTimeoutS, replanBackoffS, replacementWaitS = 60, controllerHost }: ClusterOptions,
+) {
   // Replacements, run as the tenant, write the job's result here too.
   const dir = tenantDir();
   const group = new ProcessGroup(dir);
@@ -58,13 +61,27 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
   const inHost = (host: number, args: readonly string[]) => [...hosts.exec(host).slice(1), "env", ...env, process.execPath, ...args];
   // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
   const startIn = (name: string, host: number, args: readonly string[]): Managed =>
-    group.start(name, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]);
+    group.start(name, [
+      "-e",
+      `require("child_process").spawn("ip", ${JSON.stringify(inHost(host, args))}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`,
+    ]);
   // The bridge joins only this test's namespaces, so the controller may listen there without keys.
   const startController = (bind: string, restarts: number): Managed => {
     const args = [
-      ...CLI, "controller", "--snapshot", snapshot, "--bind", bind, "--insecure", "--journal", join(dir, "journal"), "--heartbeat-timeout", String(heartbeatTimeoutS),
+      ...CLI,
+      "controller",
+      "--snapshot",
+      snapshot,
+      "--bind",
+      bind,
+      "--insecure",
+      "--journal",
+      join(dir, "journal"),
+      "--heartbeat-timeout",
+      String(heartbeatTimeoutS),
       ...(replanBackoffS === undefined ? [] : ["--replan-backoff", String(replanBackoffS)]),
-      "--replacement-wait", String(replacementWaitS),
+      "--replacement-wait",
+      String(replacementWaitS),
     ];
     const name = restarts ? `controller-${restarts}` : "controller";
     return controllerHost === undefined ? group.start(name, args) : startIn(name, controllerHost, args);
@@ -82,13 +99,30 @@ export async function startCluster(hosts: Hosts, job: ExampleJob, { steps, hold,
     return controller;
   };
   const out = join(dir, `${job.name}.json`);
-  const tail = launchTail(job, { python: PYTHON, args: ["--steps", String(steps), "--out", out], checkpointBytes: job.checkpointBytes, masterPort: 29700, ...(holdTimeoutS === undefined ? {} : { holdTimeoutS }) });
+  const tail = launchTail(job, {
+    python: PYTHON,
+    args: ["--steps", String(steps), "--out", out],
+    checkpointBytes: job.checkpointBytes,
+    masterPort: 29700,
+    ...(holdTimeoutS === undefined ? {} : { holdTimeoutS }),
+  });
   const other = hold === undefined ? otherWorker(job) : [RUN_TS, FAULT_WORKER, "--fault", `hold:${hold}`, "--steps", "100000"];
   const hostCount = job.topology.racks * job.topology.hostsPerRack;
   const daemons = Array.from({ length: hostCount }, (_, host) =>
     startIn(`daemon-${host}`, host, [
-      ...CLI, "daemon", "--host", String(host), "--connect", endpoint, "--listen", `${hosts.address(host)}:0`, "--heartbeat", "0.1",
-      "--staging-bytes", String(4 * job.checkpointBytes), ...replacementFlags(job, TRAIN_ENV, tail, TENANT, other),
+      ...CLI,
+      "daemon",
+      "--host",
+      String(host),
+      "--connect",
+      endpoint,
+      "--listen",
+      `${hosts.address(host)}:0`,
+      "--heartbeat",
+      "0.1",
+      "--staging-bytes",
+      String(4 * job.checkpointBytes),
+      ...replacementFlags(job, TRAIN_ENV, tail, TENANT, other),
     ]),
   );
   const teardown = async () => {
@@ -164,7 +198,13 @@ export function stagingLeft(c: Cluster, job: ExampleJob): string[] {
   return c.daemons.flatMap((daemon, host) => {
     const log = c.log(daemon);
     const staged = [...log.matchAll(/migration (\S+): staging \d+ bytes/g)].map((m) => m[1]!).filter((id) => ids.has(id));
-    const freed = new Set([...log.matchAll(/released the staging of migration (\S+)|migration (\S+): (?:transfer failed|replacement launcher exited \([^)]*\); its staging is free)/g)].map((m) => m[1] ?? m[2]!));
+    const freed = new Set(
+      [
+        ...log.matchAll(
+          /released the staging of migration (\S+)|migration (\S+): (?:transfer failed|replacement launcher exited \([^)]*\); its staging is free)/g,
+        ),
+      ].map((m) => m[1] ?? m[2]!),
+    );
     // Each with what the daemon and the controller said of the move, to tell why.
     const said = (id: string) => [...log.split("\n"), ...c.controllerLog().split("\n")].filter((line) => line.includes(`migration ${id}`));
     return staged.filter((id) => !freed.has(id)).map((id) => [`host ${host}: migration ${id}`, ...said(id)].join("\n  "));
@@ -180,7 +220,10 @@ export async function movesDone(c: Cluster): Promise<void> {
     .poll(async () => (await c.client.status()).migrations.map((m) => m.state).join(","), { ...patiently, interval: 200 })
     .toMatch(/^done,done$/)
     .catch((error: unknown) => {
-      const ends = c.controllerLog().split("\n").filter((line) => /→ rolled-back|daemon on host \d+ was lost|registered/.test(line));
+      const ends = c
+        .controllerLog()
+        .split("\n")
+        .filter((line) => /→ rolled-back|daemon on host \d+ was lost|registered/.test(line));
       throw new Error(`${(error as Error).message}\n${ends.join("\n")}`);
     });
 }

@@ -4,7 +4,17 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { tempDir } from "../service/harness.ts";
 import { EXAMPLE_JOBS, script } from "../../bench/example-jobs.ts";
-import { heardFromAll, hostsAndReference, movesDone, pauseTraining, rollbackReason, stagingLeft, startCluster, type Cluster, type ClusterOptions } from "./cluster.ts";
+import {
+  heardFromAll,
+  hostsAndReference,
+  movesDone,
+  pauseTraining,
+  rollbackReason,
+  stagingLeft,
+  startCluster,
+  type Cluster,
+  type ClusterOptions,
+} from "./cluster.ts";
 import type { StatusReport } from "../../sdk/protocol/status.ts";
 import type { Hosts } from "./netns.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
@@ -143,7 +153,10 @@ describe.skipIf(!runs)("training with the controller down", () => {
   ];
 
   /** Runs `body` on a cluster of its own, the other job's checkpoint held back by a file (`hold`), and tears it down. */
-  async function withCluster(options: Omit<ClusterOptions, "steps" | "hold" | "holdTimeoutS">, body: (c: Cluster, hold: string) => Promise<void>): Promise<void> {
+  async function withCluster(
+    options: Omit<ClusterOptions, "steps" | "hold" | "holdTimeoutS">,
+    body: (c: Cluster, hold: string) => Promise<void>,
+  ): Promise<void> {
     const dir = tempDir();
     env.dirs.push(dir);
     const hold = join(dir, "hold");
@@ -190,117 +203,141 @@ describe.skipIf(!runs)("training with the controller down", () => {
   }
 
   describe.each(OUTAGES)("controller $name", (outage) => {
-    it("while the job trains: it trains on at the rate it had; back, a move completes", async ({ annotate }) => {
-      await withCluster({ controllerHost: outage.controllerHost }, async (c, hold) => {
-        const steps = watchSteps(c, 0);
-        try {
-          // The first mark includes the job's start-up; the rate is taken from the second on.
-          await expect.poll(() => steps.marks.length, patiently).toBeGreaterThanOrEqual(4);
-          const before = steps.rate(steps.marks[1]!.at);
-          const away = performance.now();
-          outage.begin(c);
-          await expect.poll(() => c.log(c.launchers[0]!), patiently).toContain("the controller does not answer: training goes on");
-          await expect.poll(() => steps.marks.filter((m) => m.at > away).length, patiently).toBeGreaterThanOrEqual(3);
-          const during = steps.rate(away);
-          // The job must not end while the controller is away: it waits, still, for the rest of the outage.
-          expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
-          await annotate(`controller ${outage.name}: ${during.toFixed(1)} steps/s against ${before.toFixed(1)} before, ${((during / before - 1) * 100).toFixed(1)}%`);
-          // The rate itself is noise on a shared machine; a job that waited on the controller would stall.
-          expect(during / before).toBeGreaterThan(0.5);
-          await new Promise((resolve) => setTimeout(resolve, Math.max(0, outage.awayWhileTrainingS * 1000 - (performance.now() - away))));
-          await outage.end(c);
-          await expect.poll(() => c.log(c.launchers[0]!), patiently).toContain("the controller answers again");
-          await heardFromAll(c);
-        } finally {
-          steps.stop();
-        }
-        pauseTraining(env.hosts, DDP, "SIGCONT");
-        // Nothing is held back this time: the other job arrives, and both moves run through.
-        writeFileSync(`${hold}.go`, "");
-        writeFileSync(c.gate, "");
-        await plannedWhilePaused(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.stopStep !== null));
-        await movesDone(c);
-        await endsBitIdentical(c, 1);
-      });
-    }, 6 * SAFETY_NET_MS);
+    it(
+      "while the job trains: it trains on at the rate it had; back, a move completes",
+      async ({ annotate }) => {
+        await withCluster({ controllerHost: outage.controllerHost }, async (c, hold) => {
+          const steps = watchSteps(c, 0);
+          try {
+            // The first mark includes the job's start-up; the rate is taken from the second on.
+            await expect.poll(() => steps.marks.length, patiently).toBeGreaterThanOrEqual(4);
+            const before = steps.rate(steps.marks[1]!.at);
+            const away = performance.now();
+            outage.begin(c);
+            await expect.poll(() => c.log(c.launchers[0]!), patiently).toContain("the controller does not answer: training goes on");
+            await expect.poll(() => steps.marks.filter((m) => m.at > away).length, patiently).toBeGreaterThanOrEqual(3);
+            const during = steps.rate(away);
+            // The job must not end while the controller is away: it waits, still, for the rest of the outage.
+            expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
+            await annotate(
+              `controller ${outage.name}: ${during.toFixed(1)} steps/s against ${before.toFixed(1)} before, ${((during / before - 1) * 100).toFixed(1)}%`,
+            );
+            // The rate itself is noise on a shared machine; a job that waited on the controller would stall.
+            expect(during / before).toBeGreaterThan(0.5);
+            await new Promise((resolve) => setTimeout(resolve, Math.max(0, outage.awayWhileTrainingS * 1000 - (performance.now() - away))));
+            await outage.end(c);
+            await expect.poll(() => c.log(c.launchers[0]!), patiently).toContain("the controller answers again");
+            await heardFromAll(c);
+          } finally {
+            steps.stop();
+          }
+          pauseTraining(env.hosts, DDP, "SIGCONT");
+          // Nothing is held back this time: the other job arrives, and both moves run through.
+          writeFileSync(`${hold}.go`, "");
+          writeFileSync(c.gate, "");
+          await plannedWhilePaused(async () => (await c.client.status()).migrations.some((m) => m.job === DDP.name && m.stopStep !== null));
+          await movesDone(c);
+          await endsBitIdentical(c, 1);
+        });
+      },
+      6 * SAFETY_NET_MS,
+    );
 
-    it("before a move commits: the held job lets go and trains on; back, the move rolls back as the hosts did and a new one completes", async () => {
-      await withCluster({ controllerHost: outage.controllerHost, replanBackoffS: 1 }, async (c, hold) => {
-        const move = await moveUnderWay(c);
-        outage.begin(c);
-        for (const launcher of c.launchers) {
-          await expect.poll(() => c.log(launcher), patiently).toMatch(new RegExp(`hold timeout ${HOLD_TIMEOUT_S * 1000} ms\\): letting go of stop \\S+ and training on`));
-        }
-        await expect.poll(() => Math.min(logged(c, 0), logged(c, 1)), patiently).toBeGreaterThanOrEqual(move.stopStep! + 50);
-        // Back, the move that had not committed rolls back, as the hosts did, and a plan after
-        // the backoff moves the job's host again (training held still meanwhile).
-        writeFileSync(`${hold}.go`, "");
-        expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
-        await outage.end(c);
-        expect(await rollbackReason(c, move.id)).toMatch(outage.rollback);
-        // Two states, each waited for on its own: a new plan moves the job, then its replacement
-        // is up (or waited for past --replacement-wait) and the job is told where to stop.
-        const next = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name && m.id !== move.id);
-        await expect.poll(async () => (await next()) !== undefined, { ...patiently, interval: 200 }).toBe(true);
-        await expect.poll(async () => (await next())?.stopStep ?? null, { ...patiently, interval: 200 }).not.toBeNull();
-        pauseTraining(env.hosts, DDP, "SIGCONT");
-        await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
-        await endsBitIdentical(c, 1);
-      });
-    }, 6 * SAFETY_NET_MS);
+    it(
+      "before a move commits: the held job lets go and trains on; back, the move rolls back as the hosts did and a new one completes",
+      async () => {
+        await withCluster({ controllerHost: outage.controllerHost, replanBackoffS: 1 }, async (c, hold) => {
+          const move = await moveUnderWay(c);
+          outage.begin(c);
+          for (const launcher of c.launchers) {
+            await expect
+              .poll(() => c.log(launcher), patiently)
+              .toMatch(new RegExp(`hold timeout ${HOLD_TIMEOUT_S * 1000} ms\\): letting go of stop \\S+ and training on`));
+          }
+          await expect.poll(() => Math.min(logged(c, 0), logged(c, 1)), patiently).toBeGreaterThanOrEqual(move.stopStep! + 50);
+          // Back, the move that had not committed rolls back, as the hosts did, and a plan after
+          // the backoff moves the job's host again (training held still meanwhile).
+          writeFileSync(`${hold}.go`, "");
+          expect(pauseTraining(env.hosts, DDP, "SIGSTOP")).toBe(4);
+          await outage.end(c);
+          expect(await rollbackReason(c, move.id)).toMatch(outage.rollback);
+          // Two states, each waited for on its own: a new plan moves the job, then its replacement
+          // is up (or waited for past --replacement-wait) and the job is told where to stop.
+          const next = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name && m.id !== move.id);
+          await expect.poll(async () => (await next()) !== undefined, { ...patiently, interval: 200 }).toBe(true);
+          await expect.poll(async () => (await next())?.stopStep ?? null, { ...patiently, interval: 200 }).not.toBeNull();
+          pauseTraining(env.hosts, DDP, "SIGCONT");
+          await expect.poll(async () => (await c.client.status()).jobs.find((j) => j.id === DDP.name)?.generation, { ...patiently, interval: 200 }).toBe(1);
+          await endsBitIdentical(c, 1);
+        });
+      },
+      6 * SAFETY_NET_MS,
+    );
   });
 
-  it.each(OUTAGES.filter((o) => o.controllerHost === undefined))("controller $name after a move commits: the sealed hosts wait; back, the move completes", async (outage) => {
-    // The job pauses without waiting for its replacement, as it does for one slower to start
-    // than --replacement-wait.
-    await withCluster({ replanBackoffS: 1, replacementWaitS: 0 }, async (c, hold) => {
-      writeFileSync(c.gate, "");
-      const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
-      await plannedWhilePaused(async () => (await move())?.stopStep != null);
-      const { id, to } = (await move())!;
-      // The replacement is held still as soon as it starts, before it can register: the move
-      // commits and then waits in `committing` for it.
-      const replacement = await expect.poll(() => replacementLauncher(env.hosts, to), { ...patiently, interval: 20 }).toBeDefined().then(() => replacementLauncher(env.hosts, to)!);
-      process.kill(replacement, "SIGSTOP");
-      writeFileSync(`${hold}.go`, "");
-      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("committing");
-      outage.begin(c);
-      // Sealed, the job's hosts do not let go, however long the controller is away.
-      await new Promise((resolve) => setTimeout(resolve, 2 * HOLD_TIMEOUT_S * 1000));
-      for (const launcher of c.launchers) expect(c.log(launcher)).not.toContain("letting go of stop");
-      await outage.end(c);
-      process.kill(replacement, "SIGCONT");
-      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 200 }).toBe("done");
-      if (outage.restarts) expect(c.log(c.controller())).toContain(`migration ${id}: committed before the restart; asking host ${to} for the replacement again`);
-      await endsBitIdentical(c, 1);
-    });
-  }, 6 * SAFETY_NET_MS);
+  it.each(OUTAGES.filter((o) => o.controllerHost === undefined))(
+    "controller $name after a move commits: the sealed hosts wait; back, the move completes",
+    async (outage) => {
+      // The job pauses without waiting for its replacement, as it does for one slower to start
+      // than --replacement-wait.
+      await withCluster({ replanBackoffS: 1, replacementWaitS: 0 }, async (c, hold) => {
+        writeFileSync(c.gate, "");
+        const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
+        await plannedWhilePaused(async () => (await move())?.stopStep != null);
+        const { id, to } = (await move())!;
+        // The replacement is held still as soon as it starts, before it can register: the move
+        // commits and then waits in `committing` for it.
+        const replacement = await expect
+          .poll(() => replacementLauncher(env.hosts, to), { ...patiently, interval: 20 })
+          .toBeDefined()
+          .then(() => replacementLauncher(env.hosts, to)!);
+        process.kill(replacement, "SIGSTOP");
+        writeFileSync(`${hold}.go`, "");
+        await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("committing");
+        outage.begin(c);
+        // Sealed, the job's hosts do not let go, however long the controller is away.
+        await new Promise((resolve) => setTimeout(resolve, 2 * HOLD_TIMEOUT_S * 1000));
+        for (const launcher of c.launchers) expect(c.log(launcher)).not.toContain("letting go of stop");
+        await outage.end(c);
+        process.kill(replacement, "SIGCONT");
+        await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 200 }).toBe("done");
+        if (outage.restarts)
+          expect(c.log(c.controller())).toContain(`migration ${id}: committed before the restart; asking host ${to} for the replacement again`);
+        await endsBitIdentical(c, 1);
+      });
+    },
+    6 * SAFETY_NET_MS,
+  );
 
-  it("controller cut off by the network after a move commits: the job trains on re-formed; back, the move completes", async () => {
-    // The other job's checkpoint is held back, so the plan step commits only when the test says.
-    await withCluster({ controllerHost: CONTROLLER_HOST }, async (c, hold) => {
-      writeFileSync(c.gate, "");
-      const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
-      await plannedWhilePaused(async () => (await move())?.stopStep != null);
-      const { id, to, from, stopStep } = (await move())!;
-      // The replacement, up before the commit, registered and waits for it; it is then held still,
-      // so the move stays committed but not done while the controller is cut off: it can report
-      // its new generation only later.
-      await expect.poll(() => c.log(c.controller()), patiently).toContain(`migration ${id}: the replacement on host ${to} is ready before the commit`);
-      const replacement = replacementLauncher(env.hosts, to)!;
-      expect(replacement).toBeDefined();
-      process.kill(replacement, "SIGSTOP");
-      writeFileSync(`${hold}.go`, "");
-      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("resuming");
-      env.hosts.link(CONTROLLER_HOST, "down");
-      process.kill(replacement, "SIGCONT");
-      // The stayer and the replacement re-form and train on without the controller.
-      const stayer = c.launchers[DDP.hosts[0]!.indexOf(DDP.hosts[0]!.find((h) => h !== from)!)]!;
-      await expect.poll(() => c.log(stayer), patiently).toContain("training resumed");
-      await expect.poll(() => logged(c, c.launchers.indexOf(stayer)), patiently).toBeGreaterThanOrEqual(stopStep! + 50);
-      env.hosts.link(CONTROLLER_HOST, "up");
-      await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 200 }).toBe("done");
-      await endsBitIdentical(c, 1);
-    });
-  }, 6 * SAFETY_NET_MS);
+  it(
+    "controller cut off by the network after a move commits: the job trains on re-formed; back, the move completes",
+    async () => {
+      // The other job's checkpoint is held back, so the plan step commits only when the test says.
+      await withCluster({ controllerHost: CONTROLLER_HOST }, async (c, hold) => {
+        writeFileSync(c.gate, "");
+        const move = async () => (await c.client.status()).migrations.find((m) => m.job === DDP.name);
+        await plannedWhilePaused(async () => (await move())?.stopStep != null);
+        const { id, to, from, stopStep } = (await move())!;
+        // The replacement, up before the commit, registered and waits for it; it is then held still,
+        // so the move stays committed but not done while the controller is cut off: it can report
+        // its new generation only later.
+        await expect.poll(() => c.log(c.controller()), patiently).toContain(`migration ${id}: the replacement on host ${to} is ready before the commit`);
+        const replacement = replacementLauncher(env.hosts, to)!;
+        expect(replacement).toBeDefined();
+        process.kill(replacement, "SIGSTOP");
+        writeFileSync(`${hold}.go`, "");
+        await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 50 }).toBe("resuming");
+        env.hosts.link(CONTROLLER_HOST, "down");
+        process.kill(replacement, "SIGCONT");
+        // The stayer and the replacement re-form and train on without the controller.
+        const stayer = c.launchers[DDP.hosts[0]!.indexOf(DDP.hosts[0]!.find((h) => h !== from)!)]!;
+        await expect.poll(() => c.log(stayer), patiently).toContain("training resumed");
+        await expect.poll(() => logged(c, c.launchers.indexOf(stayer)), patiently).toBeGreaterThanOrEqual(stopStep! + 50);
+        env.hosts.link(CONTROLLER_HOST, "up");
+        await expect.poll(async () => (await c.client.status()).migrations.find((m) => m.id === id)?.state, { ...patiently, interval: 200 }).toBe("done");
+        await endsBitIdentical(c, 1);
+      });
+    },
+    6 * SAFETY_NET_MS,
+  );
 });

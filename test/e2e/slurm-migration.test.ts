@@ -77,8 +77,23 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     group = new ProcessGroup(dir);
     const topologyConf = join(slurmCluster.dir, "topology.conf");
     const controller = group.start("controller", [
-      ...CLI, "controller", "--scheduler", "slurm", "--topology", topologyConf, "--uplinks-per-rack", "1", "--slurm-conf", slurmCluster.conf,
-      "--scheduler-poll", "0.5", "--bind", `tcp://${h.bridgeAddress}:*`, "--insecure", "--journal", join(dir, "journal"),
+      ...CLI,
+      "controller",
+      "--scheduler",
+      "slurm",
+      "--topology",
+      topologyConf,
+      "--uplinks-per-rack",
+      "1",
+      "--slurm-conf",
+      slurmCluster.conf,
+      "--scheduler-poll",
+      "0.5",
+      "--bind",
+      `tcp://${h.bridgeAddress}:*`,
+      "--insecure",
+      "--journal",
+      join(dir, "journal"),
     ]);
     group.controller = (await group.waitFor(controller, /controller listening on (tcp:\/\/\S+)/, SAFETY_NET_MS))[1]!;
     const endpoint = group.controller;
@@ -88,28 +103,85 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     writeFileSync(config, JSON.stringify({ controller: endpoint, topology: topologyConf, uplinksPerRack: 1 }));
 
     const out = join(dir, "ddp.json");
-    const launch = ["--replacement", "ddp", "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", "29700", "--", PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "1", TRAIN, "--steps", String(STEPS), "--out", out];
+    const launch = [
+      "--replacement",
+      "ddp",
+      "--checkpoint-bytes",
+      String(8 * 2 ** 20),
+      "--master-port",
+      "29700",
+      "--",
+      PYTHON,
+      "-m",
+      "torch.distributed.run",
+      "--nproc_per_node",
+      "1",
+      TRAIN,
+      "--steps",
+      String(STEPS),
+      "--out",
+      out,
+    ];
     const replacement = shellCommand(["env", ...envWords, process.execPath, ...CLI, "launch", ...launch]);
     const daemons = new Map<string, Managed>();
     for (const node of slurmCluster.nodes) {
-      const argv = [...h.exec(index(node)).slice(1), "env", ...envWords, `MONKEYTREE_CONFIG=${config}`, process.execPath, ...CLI, "daemon", "--host", node, "--listen", `${h.address(index(node))}:0`, "--heartbeat", "0.1",
-        "--staging-bytes", String(64 * 2 ** 20), "--replacement", `ddp=${replacement}`, ...(TENANT ? ["--run-as", TENANT.user] : [])];
+      const argv = [
+        ...h.exec(index(node)).slice(1),
+        "env",
+        ...envWords,
+        `MONKEYTREE_CONFIG=${config}`,
+        process.execPath,
+        ...CLI,
+        "daemon",
+        "--host",
+        node,
+        "--listen",
+        `${h.address(index(node))}:0`,
+        "--heartbeat",
+        "0.1",
+        "--staging-bytes",
+        String(64 * 2 ** 20),
+        "--replacement",
+        `ddp=${replacement}`,
+        ...(TENANT ? ["--run-as", TENANT.user] : []),
+      ];
       // ProcessGroup starts Node programs; `ip netns exec` is started through node's own -e.
-      daemons.set(node, group.start(`daemon-${node}`, ["-e", `require("child_process").spawn("ip", ${JSON.stringify(argv)}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`]));
+      daemons.set(
+        node,
+        group.start(`daemon-${node}`, [
+          "-e",
+          `require("child_process").spawn("ip", ${JSON.stringify(argv)}, { stdio: "inherit" }).on("exit", (c, s) => process.exit(c ?? 1))`,
+        ]),
+      );
     }
     // A safety net only: six daemons starting in six namespaces on a loaded machine are slow.
     await expect.poll(async () => (await client!.status()).hosts.registered, { timeout: 180_000, interval: 500 }).toBe(NODES);
 
     const squeue = (job: string) => run("squeue", "-h", "-j", job, "-o", "%T %N").trim();
     const nodeState = (node: string) => run("sinfo", "-h", "-N", "-n", node, "-o", "%t").trim();
-    const holds = () => [...run("scontrol", "show", "reservation", "-o").matchAll(/ReservationName=(monkeytree-\S+) .*?Nodes=(\S+)/g)].map(([, name, nodes]) => `${name} ${nodes}`);
+    const holds = () =>
+      [...run("scontrol", "show", "reservation", "-o").matchAll(/ReservationName=(monkeytree-\S+) .*?Nodes=(\S+)/g)].map(
+        ([, name, nodes]) => `${name} ${nodes}`,
+      );
 
     run("scontrol", "update", `NodeName=${DRAINED}`, "State=DRAIN", "Reason=fan");
 
     // One step per node, each entering its host's namespace; `launch` takes the job, host,
     // DP degree and controller from srun's environment and the site configuration.
-    const steps = DDP.map((node) => `srun -N1 -n1 -w ${node} ${shellCommand([...h.exec(index(node)), "env", ...envWords, `MONKEYTREE_CONFIG=${config}`, process.execPath, ...CLI, "launch", ...launch])} &`);
-    const ddp = run("sbatch", "--parsable", "-o", join(dir, "ddp-%j.out"), "-N2", `--nodelist=${DDP.join(",")}`, "--wrap", [...steps, "wait"].join("\n")).trim();
+    const steps = DDP.map(
+      (node) =>
+        `srun -N1 -n1 -w ${node} ${shellCommand([...h.exec(index(node)), "env", ...envWords, `MONKEYTREE_CONFIG=${config}`, process.execPath, ...CLI, "launch", ...launch])} &`,
+    );
+    const ddp = run(
+      "sbatch",
+      "--parsable",
+      "-o",
+      join(dir, "ddp-%j.out"),
+      "-N2",
+      `--nodelist=${DDP.join(",")}`,
+      "--wrap",
+      [...steps, "wait"].join("\n"),
+    ).trim();
     await slurmCluster.until("the DDP job running", () => squeue(ddp) === "RUNNING n[1,4]");
     // Alone it crosses the racks within their uplinks; well into training, the job that did not opt in arrives.
     const furthest = () => Math.max(-1, ...[...readFileSync(join(dir, `ddp-${ddp}.out`), "utf8").matchAll(/barrier (\d+) reached/g)].map((m) => Number(m[1])));
@@ -134,7 +206,9 @@ describe.runIf(runs)("a torchrun job under Slurm migrated off a rack that a job 
     // Slurm's books: the source given back (idle), the destination held for the DDP job, whose allocation kept only its batch host.
     await slurmCluster.until("the source given back", () => squeue(ddp) === "RUNNING n1" && nodeState(SOURCE) === "idle");
     expect(holds()).toEqual([expect.stringMatching(new RegExp(`^monkeytree-${ddp}-\\S+ ${DESTINATION}$`))]);
-    await slurmCluster.until("the probe job pending on the hold", () => /^PENDING .*(ReqNodeNotAvail|Reserved)/.test(run("squeue", "-h", "-j", probe, "-o", "%T %R").trim()));
+    await slurmCluster.until("the probe job pending on the hold", () =>
+      /^PENDING .*(ReqNodeNotAvail|Reserved)/.test(run("squeue", "-h", "-j", probe, "-o", "%T %R").trim()),
+    );
     expect(existsSync(out)).toBe(false);
     expect(squeue(pinned)).toBe("RUNNING n[0,3]");
     expect(nodeState(DRAINED)).toMatch(/^drain/);

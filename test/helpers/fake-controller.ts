@@ -9,7 +9,10 @@ export class FakeController {
   private identity: Buffer | null = null;
   private wake: (() => void) | null = null;
 
-  private constructor(router: Router, readonly endpoint: string) {
+  private constructor(
+    router: Router,
+    readonly endpoint: string,
+  ) {
     this.router = router;
     void this.receive();
   }

@@ -8,6 +8,8 @@ import { fileURLToPath } from "node:url";
  * bound to their names: `{ Journal: "controller/service/journal.ts" }`.
  */
 export function runIsolated(imports: Record<string, string>, body: string, timeoutMs = 30_000): SpawnSyncReturns<string> {
-  const lines = Object.entries(imports).map(([name, path]) => `import { ${name} } from ${JSON.stringify(fileURLToPath(new URL(`../../${path}`, import.meta.url)))};`);
+  const lines = Object.entries(imports).map(
+    ([name, path]) => `import { ${name} } from ${JSON.stringify(fileURLToPath(new URL(`../../${path}`, import.meta.url)))};`,
+  );
   return spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", [...lines, body].join("\n")], { encoding: "utf8", timeout: timeoutMs });
 }

@@ -108,7 +108,12 @@ export function canRun(suite: string, ...needs: Prerequisite[]): boolean {
 
 /** Root, to start processes as another user (a daemon's --run-as). */
 export function root(): Prerequisite {
-  return { what: "root", missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root", install: "run the tests as root", promisedBy: ci };
+  return {
+    what: "root",
+    missing: process.getuid?.() === 0 ? null : "starting a process as another user needs root",
+    install: "run the tests as root",
+    promisedBy: ci,
+  };
 }
 
 /** A cgroup v2 this process may make children in, for the daemon's cgroup per replacement. */

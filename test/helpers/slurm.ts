@@ -78,7 +78,19 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
     const keygen = spawnSync("mungekey", ["--create", `--keyfile=${key}`], { env, encoding: "utf8" });
     if (keygen.status !== 0) throw new Error(`mungekey: ${keygen.stderr}`);
     const socket = join(dir, "munge", "socket");
-    daemon("munged", ["--foreground", "--force", `--socket=${socket}`, `--key-file=${key}`, `--log-file=${join(dir, "log", "munged.log")}`, `--pid-file=${join(dir, "munge", "pid")}`, `--seed-file=${join(dir, "munge", "seed")}`], "munged");
+    daemon(
+      "munged",
+      [
+        "--foreground",
+        "--force",
+        `--socket=${socket}`,
+        `--key-file=${key}`,
+        `--log-file=${join(dir, "log", "munged.log")}`,
+        `--pid-file=${join(dir, "munge", "pid")}`,
+        `--seed-file=${join(dir, "munge", "seed")}`,
+      ],
+      "munged",
+    );
 
     const ports: number[] = [];
     for (let i = 0; i < count + 1; i++) ports.push(await freePort());
@@ -116,7 +128,10 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
       ].join("\n"),
     );
     const leaves = Array.from({ length: racks }, (_, r) => `SwitchName=r${r} Nodes=${nodes.slice(r * perRack, (r + 1) * perRack).join(",")}`);
-    writeFileSync(join(dir, "topology.conf"), [...leaves, `SwitchName=top Switches=${Array.from({ length: racks }, (_, r) => `r${r}`).join(",")}`, ""].join("\n"));
+    writeFileSync(
+      join(dir, "topology.conf"),
+      [...leaves, `SwitchName=top Switches=${Array.from({ length: racks }, (_, r) => `r${r}`).join(",")}`, ""].join("\n"),
+    );
 
     const run = (command: string, ...args: string[]): string => {
       const result = spawnSync(command, args, { env, encoding: "utf8", timeout: 30_000 });
@@ -133,7 +148,8 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
           value = undefined;
         }
         if (value !== undefined && value !== null && value !== false) return value;
-        if (Date.now() > deadline) throw new Error(`Slurm in ${dir}: ${what} did not happen in ${timeoutMs} ms; slurmctld log:\n${tail(join(dir, "log", "ctld.log"))}`);
+        if (Date.now() > deadline)
+          throw new Error(`Slurm in ${dir}: ${what} did not happen in ${timeoutMs} ms; slurmctld log:\n${tail(join(dir, "log", "ctld.log"))}`);
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
     };
@@ -141,7 +157,11 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
       ctld = daemon("slurmctld", ["-D", ...(clear ? ["-c"] : []), "-f", env.SLURM_CONF!], "slurmctld");
       await until("slurmctld answering", () => run("scontrol", "ping").includes("UP"));
     };
-    const idle = () => run("sinfo", "-h", "-N", "-o", "%N %t").trim().split("\n").every((line) => line.endsWith(" idle"));
+    const idle = () =>
+      run("sinfo", "-h", "-N", "-o", "%N %t")
+        .trim()
+        .split("\n")
+        .every((line) => line.endsWith(" idle"));
 
     await until("munged's socket", () => spawnSync("sh", ["-c", `test -S ${socket}`]).status === 0);
     await startController(true);
@@ -154,7 +174,10 @@ export async function startSlurm(options: SlurmClusterOptions = {}): Promise<Slu
       nodes,
       env,
       run,
-      sbatch: (script, ...args) => run("sbatch", "--parsable", "-o", "/dev/null", ...args, "--wrap", script).trim().split(";")[0]!,
+      sbatch: (script, ...args) =>
+        run("sbatch", "--parsable", "-o", "/dev/null", ...args, "--wrap", script)
+          .trim()
+          .split(";")[0]!,
       until,
       async restartController(signal = "SIGTERM") {
         ctld?.kill(signal);

@@ -13,4 +13,3 @@ export function tenantDir(): string {
   if (TENANT) chownSync(dir, TENANT.uid, TENANT.gid);
   return dir;
 }
-

@@ -22,24 +22,30 @@ describe("--metrics", () => {
     }
   });
 
-  it("makes a controller process serve its metrics on loopback until it stops", async () => {
-    const dir = tempDir();
-    dirs.push(dir);
-    const child = spawn(process.execPath, [...CLI, "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--metrics", "0"], { stdio: ["ignore", "pipe", "pipe"] });
-    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-    const url = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout }).on("line", (line) => {
-        const match = /^metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)$/.exec(line);
-        if (match) resolve(match[1]!);
+  it(
+    "makes a controller process serve its metrics on loopback until it stops",
+    async () => {
+      const dir = tempDir();
+      dirs.push(dir);
+      const child = spawn(process.execPath, [...CLI, "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--metrics", "0"], {
+        stdio: ["ignore", "pipe", "pipe"],
       });
-      void exited.then((code) => reject(new Error(`the controller exited (${code}) before serving metrics`)));
-    });
-    const text = await (await fetch(url)).text();
-    expect(text).toMatch(/^monkeytree_build_info\{.*role="controller"\} 1$/m);
-    expect(text).toMatch(/^monkeytree_rack_fragmentation_bound\{rack="15"\} 8$/m);
-    expect(text).toMatch(/^monkeytree_journal_size_bytes [1-9]\d*$/m);
-    child.kill("SIGTERM");
-    expect(await exited).toBe(0);
-    await expect(fetch(url)).rejects.toThrow();
-  }, SAFETY_NET_MS);
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      const url = await new Promise<string>((resolve, reject) => {
+        createInterface({ input: child.stdout }).on("line", (line) => {
+          const match = /^metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)$/.exec(line);
+          if (match) resolve(match[1]!);
+        });
+        void exited.then((code) => reject(new Error(`the controller exited (${code}) before serving metrics`)));
+      });
+      const text = await (await fetch(url)).text();
+      expect(text).toMatch(/^monkeytree_build_info\{.*role="controller"\} 1$/m);
+      expect(text).toMatch(/^monkeytree_rack_fragmentation_bound\{rack="15"\} 8$/m);
+      expect(text).toMatch(/^monkeytree_journal_size_bytes [1-9]\d*$/m);
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+      await expect(fetch(url)).rejects.toThrow();
+    },
+    SAFETY_NET_MS,
+  );
 });

@@ -2,7 +2,15 @@ import { get } from "node:http";
 import { connect, type Socket } from "node:net";
 import { Counter, Registry } from "prom-client";
 import { afterEach, describe, expect, it } from "vitest";
-import { KEEP_ALIVE_MS, MAX_CONNECTIONS, MAX_HEADER_BYTES, MetricsAddressError, REQUEST_TIMEOUT_MS, MetricsServer, parseMetricsAddress } from "../../controller/metrics/http.ts";
+import {
+  KEEP_ALIVE_MS,
+  MAX_CONNECTIONS,
+  MAX_HEADER_BYTES,
+  MetricsAddressError,
+  REQUEST_TIMEOUT_MS,
+  MetricsServer,
+  parseMetricsAddress,
+} from "../../controller/metrics/http.ts";
 import { createRegistry } from "../../controller/metrics/registry.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
@@ -85,49 +93,58 @@ describe("the metrics listener", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 100);
   }, 30_000);
 
-  it(`keeps serving scrapes while idle, keep-alive and slow-loris peers hold all ${MAX_CONNECTIONS} connections`, async () => {
-    const base = await serve();
-    const [host, port] = base.replace("http://", "").split(":");
-    const scrape = () => new Promise<number>((resolve, reject) => {
-      // A connection of its own each time, as a scraper after the keep-alive closed.
-      get({ host, port: Number(port), path: "/metrics", agent: false }, (response) => {
-        response.resume();
-        response.on("end", () => resolve(response.statusCode ?? 0));
-      }).on("error", reject);
-    });
-    // Each peer comes back as soon as it is closed, so the slots stay taken.
-    const kinds = { idle: "", "keep-alive": "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "slow-loris": "GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a" };
-    let attacking = true;
-    const peers: Socket[] = [];
-    const attack = (bytes: string) => {
-      if (!attacking) return;
-      const socket = connect(Number(port), host!, () => socket.write(bytes));
-      socket.on("error", () => undefined).on("close", () => setImmediate(() => attack(bytes)));
-      peers.push(socket);
-    };
-    try {
-      for (const bytes of Object.values(kinds)) for (let i = 0; i < MAX_CONNECTIONS; i++) attack(bytes);
-      await expect.poll(() => server!.connections, patiently).toBe(MAX_CONNECTIONS);
-      const statuses: number[] = [];
-      for (let i = 0; i < 30; i++) {
-        statuses.push(await scrape());
-        expect(server!.connections).toBeLessThanOrEqual(MAX_CONNECTIONS);
+  it(
+    `keeps serving scrapes while idle, keep-alive and slow-loris peers hold all ${MAX_CONNECTIONS} connections`,
+    async () => {
+      const base = await serve();
+      const [host, port] = base.replace("http://", "").split(":");
+      const scrape = () =>
+        new Promise<number>((resolve, reject) => {
+          // A connection of its own each time, as a scraper after the keep-alive closed.
+          get({ host, port: Number(port), path: "/metrics", agent: false }, (response) => {
+            response.resume();
+            response.on("end", () => resolve(response.statusCode ?? 0));
+          }).on("error", reject);
+        });
+      // Each peer comes back as soon as it is closed, so the slots stay taken.
+      const kinds = { idle: "", "keep-alive": "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "slow-loris": "GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a" };
+      let attacking = true;
+      const peers: Socket[] = [];
+      const attack = (bytes: string) => {
+        if (!attacking) return;
+        const socket = connect(Number(port), host!, () => socket.write(bytes));
+        socket.on("error", () => undefined).on("close", () => setImmediate(() => attack(bytes)));
+        peers.push(socket);
+      };
+      try {
+        for (const bytes of Object.values(kinds)) for (let i = 0; i < MAX_CONNECTIONS; i++) attack(bytes);
+        await expect.poll(() => server!.connections, patiently).toBe(MAX_CONNECTIONS);
+        const statuses: number[] = [];
+        for (let i = 0; i < 30; i++) {
+          statuses.push(await scrape());
+          expect(server!.connections).toBeLessThanOrEqual(MAX_CONNECTIONS);
+        }
+        expect(statuses).toEqual(Array.from({ length: 30 }, () => 200));
+      } finally {
+        attacking = false;
+        for (const socket of peers) socket.destroy();
       }
-      expect(statuses).toEqual(Array.from({ length: 30 }, () => 200));
-    } finally {
-      attacking = false;
-      for (const socket of peers) socket.destroy();
-    }
-  }, SAFETY_NET_MS);
+    },
+    SAFETY_NET_MS,
+  );
 
-  it("closes an idle keep-alive connection once its answer is sent", async () => {
-    const base = await serve();
-    // Asks for keep-alive and never closes its side: the server must.
-    const answer = await exchange(base, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
-    expect(answer).toContain(`Keep-Alive: timeout=${KEEP_ALIVE_MS / 1000}`);
-    await expect.poll(() => server!.connections, patiently).toBe(0);
-  }, SAFETY_NET_MS);
+  it(
+    "closes an idle keep-alive connection once its answer is sent",
+    async () => {
+      const base = await serve();
+      // Asks for keep-alive and never closes its side: the server must.
+      const answer = await exchange(base, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      expect(answer).toContain(`Keep-Alive: timeout=${KEEP_ALIVE_MS / 1000}`);
+      await expect.poll(() => server!.connections, patiently).toBe(0);
+    },
+    SAFETY_NET_MS,
+  );
 
   it("takes PORT (loopback) or HOST:PORT, and names the flag for anything else", () => {
     expect(parseMetricsAddress("9100")).toEqual({ host: "127.0.0.1", port: 9100 });

@@ -9,7 +9,14 @@ describe("fragmentation degree", () => {
     jobs: [
       { id: "whole", hosts: [0, 1] },
       { id: "split", hosts: [2, 4, 5] },
-      { id: "tp", rings: 8, groups: [[3, 12], [6, 7]] },
+      {
+        id: "tp",
+        rings: 8,
+        groups: [
+          [3, 12],
+          [6, 7],
+        ],
+      },
     ],
   });
 
@@ -27,7 +34,21 @@ describe("fragmentation degree", () => {
   it("lists racks and pods over their bounds", () => {
     expect(violations(cluster)).toEqual({ racks: [0, 3], pods: [] });
     expect(withinBounds(cluster)).toBe(false);
-    expect(withinBounds(cluster, [[0, 1], [4, 5, 6], [3, 2], [12, 7]])).toBe(false);
-    expect(withinBounds(cluster, [[0, 1], [4, 5, 6], [2, 3], [8, 9]])).toBe(true);
+    expect(
+      withinBounds(cluster, [
+        [0, 1],
+        [4, 5, 6],
+        [3, 2],
+        [12, 7],
+      ]),
+    ).toBe(false);
+    expect(
+      withinBounds(cluster, [
+        [0, 1],
+        [4, 5, 6],
+        [2, 3],
+        [8, 9],
+      ]),
+    ).toBe(true);
   });
 });

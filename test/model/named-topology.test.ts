@@ -72,14 +72,71 @@ racks:
 
   it("refuses what the model cannot represent, naming the field", () => {
     const base = { gpusPerHost: 8, uplinksPerRack: 2 };
-    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", hosts: "n0" }, { name: "b", uplinks: 3, hosts: "n1" }] }, "topology t"))).toBe(
+    expect(
+      rejection(() =>
+        parseTopologyFile(
+          {
+            ...base,
+            racks: [
+              { name: "a", hosts: "n0" },
+              { name: "b", uplinks: 3, hosts: "n1" },
+            ],
+          },
+          "topology t",
+        ),
+      ),
+    ).toBe(
       'topology t at racks[1].uplinks: rack "b" has 3 uplinks but rack "a" has 2; MonkeyTree takes one uplink count for every rack, so give the smallest to all',
     );
-    expect(rejection(() => parseTopologyFile({ gpusPerHost: 8, racks: [{ name: "a", hosts: "n0" }] }, "topology t"))).toMatch(/racks\[0\]\.uplinks: rack "a" has no uplink count/);
-    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", hosts: "n0" }, { name: "b", hosts: "n0" }] }, "topology t"))).toMatch(/host "n0" is listed twice \(also in rack "a"\)/);
-    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", pod: "p", hosts: "n0" }, { name: "b", hosts: "n1" }] }, "topology t"))).toMatch(/racks\[1\]\.pod: give a pod to every rack or to none/);
-    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", pod: "p", hosts: "n0" }, { name: "b", pod: "p", hosts: "n1" }, { name: "c", pod: "q", hosts: "n2" }] }, "topology t"))).toMatch(/same number of racks in every pod/);
-    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", hosts: "n[0-" }] }, "topology t"))).toMatch(/at racks\[0\]\.hosts: hostlist "n\[0-" has an unclosed/);
+    expect(rejection(() => parseTopologyFile({ gpusPerHost: 8, racks: [{ name: "a", hosts: "n0" }] }, "topology t"))).toMatch(
+      /racks\[0\]\.uplinks: rack "a" has no uplink count/,
+    );
+    expect(
+      rejection(() =>
+        parseTopologyFile(
+          {
+            ...base,
+            racks: [
+              { name: "a", hosts: "n0" },
+              { name: "b", hosts: "n0" },
+            ],
+          },
+          "topology t",
+        ),
+      ),
+    ).toMatch(/host "n0" is listed twice \(also in rack "a"\)/);
+    expect(
+      rejection(() =>
+        parseTopologyFile(
+          {
+            ...base,
+            racks: [
+              { name: "a", pod: "p", hosts: "n0" },
+              { name: "b", hosts: "n1" },
+            ],
+          },
+          "topology t",
+        ),
+      ),
+    ).toMatch(/racks\[1\]\.pod: give a pod to every rack or to none/);
+    expect(
+      rejection(() =>
+        parseTopologyFile(
+          {
+            ...base,
+            racks: [
+              { name: "a", pod: "p", hosts: "n0" },
+              { name: "b", pod: "p", hosts: "n1" },
+              { name: "c", pod: "q", hosts: "n2" },
+            ],
+          },
+          "topology t",
+        ),
+      ),
+    ).toMatch(/same number of racks in every pod/);
+    expect(rejection(() => parseTopologyFile({ ...base, racks: [{ name: "a", hosts: "n[0-" }] }, "topology t"))).toMatch(
+      /at racks\[0\]\.hosts: hostlist "n\[0-" has an unclosed/,
+    );
     expect(rejection(() => parseTopologyFile({ ...base, rack: [] }, "topology t"))).toMatch(/at racks: racks is a list of racks/);
     expect(rejection(() => parseTopologyText("racks: [", "topology t"))).toMatch(/^topology t: not valid YAML or JSON/);
     expect(rejection(() => parseTopologyText("a: &x [1]\nb: *x\n", "topology t"))).toMatch(/not valid YAML or JSON/);
@@ -90,14 +147,25 @@ describe("Slurm's topology.conf", () => {
   const options = { uplinksPerRack: 8, gpusPerHost: 4 };
 
   it("reads leaf switches as racks under one top switch, without pods", () => {
-    const file = topologyFromConf("# two racks\nSwitchName=r0 Nodes=n[0-1]\nSwitchName=r1 Nodes=n[2-3] LinkSpeed=100\nSwitchName=top Switches=r[0-1]\n", options);
+    const file = topologyFromConf(
+      "# two racks\nSwitchName=r0 Nodes=n[0-1]\nSwitchName=r1 Nodes=n[2-3] LinkSpeed=100\nSwitchName=top Switches=r[0-1]\n",
+      options,
+    );
     const named = parseTopologyFile(file);
     expect(named.topology).toEqual({ racks: 2, hostsPerRack: 2, gpusPerHost: 4, uplinksPerRack: 8 });
     expect(named.hostNames).toEqual(["n0", "n1", "n2", "n3"]);
   });
 
   it("reads the switches above the leaves as pods in a three-level tree", () => {
-    const conf = ["switchname=s0 nodes=a[0-1]", "SwitchName=s1 Nodes=b[0-1]", "SwitchName=s2 Nodes=c[0-1]", "SwitchName=s3 Nodes=d[0-1]", "SwitchName=agg0 Switches=s[0,2]", "SwitchName=agg1 Switches=s[1,3]", "SwitchName=core Switches=agg[0-1]"].join("\n");
+    const conf = [
+      "switchname=s0 nodes=a[0-1]",
+      "SwitchName=s1 Nodes=b[0-1]",
+      "SwitchName=s2 Nodes=c[0-1]",
+      "SwitchName=s3 Nodes=d[0-1]",
+      "SwitchName=agg0 Switches=s[0,2]",
+      "SwitchName=agg1 Switches=s[1,3]",
+      "SwitchName=core Switches=agg[0-1]",
+    ].join("\n");
     const named = parseTopologyFile(topologyFromConf(conf, options));
     expect(named.topology.racksPerPod).toBe(2);
     expect(named.rackNames).toEqual(["s0", "s2", "s1", "s3"]);
@@ -106,7 +174,9 @@ describe("Slurm's topology.conf", () => {
   });
 
   it("refuses lines it cannot read, naming the line", () => {
-    expect(rejection(() => topologyFromConf("SwitchName=a Nodes=n0\nNodes=n1\n", options, "topology t.conf"))).toBe("topology t.conf at line 2: every line of topology.conf starts with SwitchName=NAME");
+    expect(rejection(() => topologyFromConf("SwitchName=a Nodes=n0\nNodes=n1\n", options, "topology t.conf"))).toBe(
+      "topology t.conf at line 2: every line of topology.conf starts with SwitchName=NAME",
+    );
     expect(rejection(() => topologyFromConf("SwitchName=top Switches=r0\n", options))).toMatch(/line 1: switch "top" names switch "r0", which no line defines/);
     expect(rejection(() => topologyFromConf("SwitchName=a Nodes=n[0-\n", options))).toMatch(/line 1: hostlist/);
     expect(rejection(() => topologyFromConf("SwitchName=a Nodes=n0 oops\n", options))).toMatch(/"oops" is not KEY=VALUE/);

@@ -21,7 +21,14 @@ describe("snapshot schema", () => {
       lambda: 16,
       jobs: [
         { id: "a", rings: 1, hosts: [0, 1, 9] },
-        { id: "b", rings: 8, groups: [[2, 3], [10, 11]] },
+        {
+          id: "b",
+          rings: 8,
+          groups: [
+            [2, 3],
+            [10, 11],
+          ],
+        },
       ],
     });
     expect(cluster.groups).toEqual([
@@ -30,21 +37,39 @@ describe("snapshot schema", () => {
       { job: "b", index: 1, rings: 8, movable: true },
     ]);
     expect(cluster.unavailable).toEqual([]);
-    expect(cluster.placement).toEqual([[0, 1, 9], [2, 3], [10, 11]]);
+    expect(cluster.placement).toEqual([
+      [0, 1, 9],
+      [2, 3],
+      [10, 11],
+    ]);
     expect(cluster.podCount).toBe(4);
     expect(parseSnapshot({ topology, jobs: [{ id: "x", hosts: [0] }] }).lambda).toBe(2);
     expect(parseSnapshot({ topology, jobs: [{ id: "x", hosts: [0] }] }).groups[0]?.rings).toBe(1);
   });
 
   it("round-trips through toSnapshot", () => {
-    const doc = { topology, lambda: 1, jobs: [{ id: "a", rings: 2, groups: [[0, 4], [1]] }, { id: "b", rings: 1, hosts: [5, 6] }] };
+    const doc = {
+      topology,
+      lambda: 1,
+      jobs: [
+        { id: "a", rings: 2, groups: [[0, 4], [1]] },
+        { id: "b", rings: 1, hosts: [5, 6] },
+      ],
+    };
     expect(toSnapshot(parseSnapshot(doc))).toEqual(doc);
     const pinned = { ...doc, jobs: [{ ...doc.jobs[0]!, movable: false }, doc.jobs[1]!], unavailable: [2, 7] };
     expect(toSnapshot(parseSnapshot(pinned))).toEqual(pinned);
   });
 
   it("reads pinned jobs and unavailable hosts", () => {
-    const cluster = parseSnapshot({ topology, unavailable: [7, 3], jobs: [{ id: "a", hosts: [0, 4], movable: false }, { id: "b", hosts: [1], movable: true }] });
+    const cluster = parseSnapshot({
+      topology,
+      unavailable: [7, 3],
+      jobs: [
+        { id: "a", hosts: [0, 4], movable: false },
+        { id: "b", hosts: [1], movable: true },
+      ],
+    });
     expect(cluster.groups.map((g) => g.movable)).toEqual([false, true]);
     expect(cluster.unavailable).toEqual([3, 7]);
   });
@@ -52,18 +77,42 @@ describe("snapshot schema", () => {
   it.each([
     [{ topology, jobs: [], extra: 1 }, 'snapshot s.json: unknown field "extra"; remove it or check its spelling'],
     [{ topology: { ...topology, spines: 4 }, jobs: [] }, 'snapshot s.json at topology: unknown field "spines"'],
-    [{ topology, jobs: [{ id: "a", hosts: [0, 8] }] }, "snapshot s.json at jobs[0].hosts[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts)"],
-    [{ topology, jobs: [{ id: "a", hosts: [0] }, { id: "b", groups: [[1], [0]] }] }, 'snapshot s.json at jobs[1].groups[1][0]: host 0 is already used by job "a"'],
+    [
+      { topology, jobs: [{ id: "a", hosts: [0, 8] }] },
+      "snapshot s.json at jobs[0].hosts[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts)",
+    ],
+    [
+      {
+        topology,
+        jobs: [
+          { id: "a", hosts: [0] },
+          { id: "b", groups: [[1], [0]] },
+        ],
+      },
+      'snapshot s.json at jobs[1].groups[1][0]: host 0 is already used by job "a"',
+    ],
     [{ topology, jobs: [{ id: "a", hosts: [-1] }] }, "snapshot s.json at jobs[0].hosts[0]: host indices start at 0"],
     [{ topology, lambda: -1, jobs: [] }, "snapshot s.json at lambda: lambda must not be negative"],
     [{ topology: { ...topology, racks: 0 }, jobs: [] }, "snapshot s.json at topology.racks: racks must be at least 1"],
     [{ topology, jobs: [{ id: "a", rings: 1.5, hosts: [0] }] }, "snapshot s.json at jobs[0].rings: rings must be a whole number"],
     [{ topology, jobs: [{ id: "a" }] }, "snapshot s.json at jobs[0]: a job lists either `hosts`"],
-    [{ topology, jobs: [{ id: "a", hosts: [0] }, { id: "a", hosts: [1] }] }, 'snapshot s.json at jobs[1].id: job id "a" is used twice'],
+    [
+      {
+        topology,
+        jobs: [
+          { id: "a", hosts: [0] },
+          { id: "a", hosts: [1] },
+        ],
+      },
+      'snapshot s.json at jobs[1].id: job id "a" is used twice',
+    ],
     [{ topology, podLambda: 2, jobs: [] }, "snapshot s.json at podLambda: podLambda needs topology.racksPerPod"],
     [{ topology: { ...topology, racksPerPod: 3 }, jobs: [] }, "snapshot s.json at topology.racksPerPod: racksPerPod (3) must divide racks (2)"],
     [{ jobs: [] }, "snapshot s.json at topology:"],
-    [{ topology, unavailable: [3, 8], jobs: [] }, "snapshot s.json at unavailable[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts); list only hosts of the topology"],
+    [
+      { topology, unavailable: [3, 8], jobs: [] },
+      "snapshot s.json at unavailable[1]: host 8 is out of range: the topology has hosts 0..7 (2 racks × 4 hosts); list only hosts of the topology",
+    ],
     [{ topology, unavailable: [3, 3], jobs: [] }, "snapshot s.json at unavailable[1]: host 3 is listed twice; list each unavailable host once"],
     [{ topology, unavailable: 3, jobs: [] }, "snapshot s.json at unavailable:"],
     [{ topology, jobs: [{ id: "a", hosts: [0], movable: "no" }] }, "snapshot s.json at jobs[0].movable: movable must be true or false"],
@@ -86,7 +135,10 @@ describe("snapshot limits: huge or adversarial sizes are refused before any work
   it.each([
     [{ ...topology, racks: 1e7 }, `at topology.racks: racks must be at most ${MAX_RACKS}, the largest MonkeyTree supports`],
     [{ ...topology, hostsPerRack: 1e7 }, `at topology.hostsPerRack: hostsPerRack must be at most ${MAX_HOSTS_PER_RACK}, the largest MonkeyTree supports`],
-    [{ ...topology, uplinksPerRack: 1e7 }, `at topology.uplinksPerRack: uplinksPerRack must be at most ${MAX_UPLINKS_PER_RACK}, the largest MonkeyTree supports`],
+    [
+      { ...topology, uplinksPerRack: 1e7 },
+      `at topology.uplinksPerRack: uplinksPerRack must be at most ${MAX_UPLINKS_PER_RACK}, the largest MonkeyTree supports`,
+    ],
     [
       { ...topology, racks: MAX_RACKS, hostsPerRack: MAX_HOSTS_PER_RACK },
       `at topology.hostsPerRack: racks × hostsPerRack (${MAX_RACKS} × ${MAX_HOSTS_PER_RACK}) must be at most ${MAX_HOSTS} hosts, the largest MonkeyTree supports`,

@@ -31,7 +31,9 @@ describe.skipIf(!runs)("a transfer whose link is cut", () => {
   it("fails the send with a timeout while the link is still down", async () => {
     const source = StagingBuffer.create({ size: LENGTH, lock: false });
     const destination = StagingBuffer.create({ size: LENGTH, lock: false });
-    const child = spawn(hosts.exec(0)[0]!, [...hosts.exec(0).slice(1), process.execPath, runTs, receiver, destination.name, hosts.address(0)], { stdio: ["ignore", "pipe", "inherit"] });
+    const child = spawn(hosts.exec(0)[0]!, [...hosts.exec(0).slice(1), process.execPath, runTs, receiver, destination.name, hosts.address(0)], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     try {
       const [line] = (await once(createInterface({ input: child.stdout }), "line")) as [string];
       const ticket = transferTicketSchema.parse(JSON.parse(line));

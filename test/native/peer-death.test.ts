@@ -11,7 +11,6 @@ const LENGTH = 256 * MiB;
 const runTs = new URL("../../bin/run-ts.js", import.meta.url).pathname;
 const fixture = (name: string): string => new URL(`./fixtures/${name}`, import.meta.url).pathname;
 
-
 /** A child sending `ticket` from `source` by `transport`, which signals itself once bytes are moving. */
 function signalledSender(ticket: TransferTicket, source: StagingBuffer, signal: "SIGKILL" | "SIGSTOP", transport: Transport) {
   return spawn(process.execPath, [runTs, fixture("signalled-sender.ts"), JSON.stringify(ticket), source.name, signal, transport], {

@@ -80,7 +80,7 @@ export interface Reply {
 /** The replies wholly received so far, in order. */
 function repliesIn(bytes: Buffer): Reply[] {
   const replies: Reply[] = [];
-  for (let at = 0; at + 8 <= bytes.length; ) {
+  for (let at = 0; at + 8 <= bytes.length;) {
     const codeLength = bytes.readUInt32LE(at);
     const end = at + 8 + codeLength + bytes.readUInt32LE(at + 4);
     if (end > bytes.length) break;

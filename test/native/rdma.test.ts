@@ -7,9 +7,7 @@ import { rejection } from "./rejection.ts";
 // binding.gyp probes for <infiniband/verbs.h> + libibverbs when it configures; the generated
 // makefile records the answer as a define, and only an RDMA build links the queue-pair verbs.
 const buildDir = new URL("../../native/build/", import.meta.url);
-const builtWithVerbs = readFileSync(new URL("monkeytree_native.target.mk", buildDir), "utf8").includes(
-  "-DMONKEYTREE_HAVE_IBVERBS",
-);
+const builtWithVerbs = readFileSync(new URL("monkeytree_native.target.mk", buildDir), "utf8").includes("-DMONKEYTREE_HAVE_IBVERBS");
 const linksVerbs = readFileSync(new URL("Release/monkeytree_native.node", buildDir)).includes("ibv_create_qp");
 const { available } = capabilities().rdma;
 const onDevice = canRun("test/native/rdma.test.ts on a device", rdmaDevice());

@@ -98,12 +98,19 @@ describe("StagingBuffer", () => {
   it("creates a buffer off the event loop as create() does, rejecting what create() refuses", async () => {
     const buffer = await StagingBuffer.createAsync({ size: PAGE + 1, lock: false });
     live.push(buffer);
-    expect({ size: buffer.size, file: existsSync(buffer.path), zeroed: buffer.bytes().every((b) => b === 0) }).toEqual({ size: 2 * PAGE, file: true, zeroed: true });
+    expect({ size: buffer.size, file: existsSync(buffer.path), zeroed: buffer.bytes().every((b) => b === 0) }).toEqual({
+      size: 2 * PAGE,
+      file: true,
+      zeroed: true,
+    });
     buffer.bytes().set([1, 2, 3]);
     const again = StagingBuffer.open(buffer.name, { lock: false });
     expect([...again.bytes(0, 3)]).toEqual([1, 2, 3]);
     again.free();
-    await expect(StagingBuffer.createAsync({ size: PAGE, name: buffer.name })).rejects.toMatchObject({ code: "shm_failed", message: expect.stringMatching(/EEXIST/) });
+    await expect(StagingBuffer.createAsync({ size: PAGE, name: buffer.name })).rejects.toMatchObject({
+      code: "shm_failed",
+      message: expect.stringMatching(/EEXIST/),
+    });
     await expect(StagingBuffer.createAsync({ size: 0 })).rejects.toThrow(/size/);
   });
 

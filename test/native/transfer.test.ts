@@ -27,7 +27,6 @@ afterAll(() => {
   destination.free();
 });
 
-
 function expectSameBytes(from: number, to: number, length: number): void {
   expect(destination.crc32c(to, length)).toBe(source.crc32c(from, length));
   expect(Buffer.from(destination.bytes(to, length)).equals(source.bytes(from, length))).toBe(true);
@@ -51,10 +50,7 @@ describe.each(transportsFor("test/native/transfer.test.ts"))("%s transfer", (tra
       const streams = 1 + random(6);
       destination.bytes().fill(0xee, to - 1, to + length + 1);
       const grant = listener.grant(destination, { offset: to, length });
-      const [sent, received] = await Promise.all([
-        send({ ticket: grant.ticket, buffer: source, offset: from, streams, chunkSize }),
-        grant.completion,
-      ]);
+      const [sent, received] = await Promise.all([send({ ticket: grant.ticket, buffer: source, offset: from, streams, chunkSize }), grant.completion]);
       expect(sent).toMatchObject({ bytes: length, transport });
       expect(received).toMatchObject({ bytes: length, transport });
       expectSameBytes(from, to, length);
@@ -76,9 +72,7 @@ describe.each(transportsFor("test/native/transfer.test.ts"))("%s transfer", (tra
   it("runs concurrent transfers into disjoint ranges of one buffer", async () => {
     const part = 2 * MiB - 4096;
     const grants = [0, 1, 2, 3].map((i) => listener.grant(destination, { offset: i * 2 * MiB, length: part }));
-    await Promise.all(
-      grants.map((grant, i) => send({ ticket: grant.ticket, buffer: source, offset: (3 - i) * 2 * MiB, streams: 2, chunkSize: 64 * 1024 })),
-    );
+    await Promise.all(grants.map((grant, i) => send({ ticket: grant.ticket, buffer: source, offset: (3 - i) * 2 * MiB, streams: 2, chunkSize: 64 * 1024 })));
     await Promise.all(grants.map((grant) => grant.completion));
     for (let i = 0; i < 4; i++) expectSameBytes((3 - i) * 2 * MiB, i * 2 * MiB, part);
   });

@@ -11,7 +11,13 @@ import { tempDirsPerTest } from "../service/harness.ts";
  */
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { name: string; version: string; type: string; bin: Record<string, string>; scripts: Record<string, string> };
+const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+  name: string;
+  version: string;
+  type: string;
+  bin: Record<string, string>;
+  scripts: Record<string, string>;
+};
 const fresh = tempDirsPerTest();
 
 /**

@@ -19,7 +19,7 @@ function readmeSnippet(): string {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf("### As a library"));
   const snippet = /```js\n([\s\S]*?)```/.exec(section)?.[1];
-  if (!snippet) throw new Error("README.md's \"As a library\" section has no ```js block");
+  if (!snippet) throw new Error('README.md\'s "As a library" section has no ```js block');
   return snippet;
 }
 
@@ -54,7 +54,16 @@ describe("the npm package", () => {
   });
 
   it("holds compiled modules with declarations, the addon's sources and the CLI's data, not sources or builds", () => {
-    for (const file of ["dist/sdk/index.js", "dist/sdk/index.d.ts", "dist/controller/index.js", "dist/cli/monkeytree.js", "bin/monkeytree.js", "native/binding.gyp", "native/src/addon.cpp", "cli/snapshots/dp-1024gpu-lambda2.json"]) {
+    for (const file of [
+      "dist/sdk/index.js",
+      "dist/sdk/index.d.ts",
+      "dist/controller/index.js",
+      "dist/cli/monkeytree.js",
+      "bin/monkeytree.js",
+      "native/binding.gyp",
+      "native/src/addon.cpp",
+      "cli/snapshots/dp-1024gpu-lambda2.json",
+    ]) {
       expect(packed).toContain(file);
     }
     expect(packed.filter((f) => f.startsWith("native/build/") || f.startsWith("test/") || (f.endsWith(".ts") && !f.endsWith(".d.ts")))).toEqual([]);
@@ -67,7 +76,11 @@ describe("the npm package", () => {
     expect(planned.status).toBe(0);
     expect(planned.stdout).toMatch(/^optimal: 2 moves$/m);
     expect(planned.stdout).toMatch(/^after the plan: \d+ DP flows, at most 1 per link$/m);
-    const entry = run(process.execPath, ["--input-type=module", "-e", 'import { WorkerClient } from "monkeytree"; process.stdout.write(typeof WorkerClient);'], consumer);
+    const entry = run(
+      process.execPath,
+      ["--input-type=module", "-e", 'import { WorkerClient } from "monkeytree"; process.stdout.write(typeof WorkerClient);'],
+      consumer,
+    );
     expect(entry.stderr).toBe("");
     expect(entry.stdout).toBe("function");
   });

@@ -353,7 +353,7 @@ function scatter(random: Random, shape: Recipe): Cluster {
   const owner = new Array<number>(hostCount).fill(-1);
   const jobs: { id: string; rings: number; groups: number[][] }[] = [];
   const used = random.int(Math.ceil(hostCount * 0.6), hostCount - 1);
-  for (let next = 0; next < used; ) {
+  for (let next = 0; next < used;) {
     const stages = random.float() < 0.2 ? 2 : 1;
     const groups: number[][] = [];
     for (let s = 0; s < stages && next < used; s++) {

@@ -158,7 +158,9 @@ describe.each([
       expect(error.code).toBe("plan_timeout");
       expect(error.lowerBound).toBeGreaterThanOrEqual(1);
       expect(error.lowerBound).toBeLessThanOrEqual(minimum);
-      expect(error.message).toBe(`no plan found within ${TIME_LIMIT_MS / 1000} s and the work budget (at least ${error.lowerBound} moves are needed); raise the budget or --time-limit`);
+      expect(error.message).toBe(
+        `no plan found within ${TIME_LIMIT_MS / 1000} s and the work budget (at least ${error.lowerBound} moves are needed); raise the budget or --time-limit`,
+      );
     }
   });
 });
@@ -168,7 +170,12 @@ describe("a plan under a work budget", () => {
   // takes the exact search millions of nodes: every phase runs, and ends by its cap.
   const event = JSON.parse(readFileSync(new URL("fixtures/sim-event-1024.json", import.meta.url), "utf8")) as Cluster;
   const budget = { exactNodes: 300_000, diveNodes: 50_000, mipNodes: 0 };
-  const path = ({ plan, events }: Run) => ({ moves: plan.moves, status: plan.status, lowerBound: plan.lowerBound, events: events.map(({ phase, lowerBound, best }) => ({ phase, lowerBound, best })) });
+  const path = ({ plan, events }: Run) => ({
+    moves: plan.moves,
+    status: plan.status,
+    lowerBound: plan.lowerBound,
+    events: events.map(({ phase, lowerBound, best }) => ({ phase, lowerBound, best })),
+  });
 
   it("takes the same path to the same plan however slow the machine", () => {
     const steady = path(run(event, budget));
@@ -264,7 +271,7 @@ describe("the ILP against the exact search and the paper's program, beyond brute
     });
     let longest = 0;
     let paperLonger = 0;
-    for (let step = events.next(undefined); !step.done; ) {
+    for (let step = events.next(undefined); !step.done;) {
       const cluster = step.value;
       // Proved by the search, in its first slice or after dives: which depends on the
       // machine's speed when the clock ends the slice, the optimum does not.

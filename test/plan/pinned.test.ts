@@ -41,7 +41,10 @@ describe("pinned jobs and unavailable hosts against brute force", () => {
       const result = plan(cluster, budget);
       const floors = pinnedFloors(cluster);
       const pinnedOver = result.bestEffort?.racks.filter((r) => r.cause === "pinned") ?? [];
-      expect(pinnedOver.map(({ index, pinned }) => ({ index, pinned })), at).toEqual(floors);
+      expect(
+        pinnedOver.map(({ index, pinned }) => ({ index, pinned })),
+        at,
+      ).toEqual(floors);
       if (minimum === Number.POSITIVE_INFINITY) {
         // No placement meets the bounds on the hosts a plan may use: the least excess over
         // the rack bounds, then the fewest moves, with every such rack named.
@@ -61,8 +64,14 @@ describe("pinned jobs and unavailable hosts against brute force", () => {
         const bound = (index: number) => floors.find((f) => f.index === index)?.pinned ?? cluster.lambda;
         const after = result.fragmentation.after;
         const over = after.flatMap((d, t) => (d > bound(t) ? [t] : []));
-        expect(over.every((t) => racks.some((r) => r.index === t && r.after === after[t])), at).toBe(true);
-        expect(over.reduce((sum, t) => sum + after[t]! - bound(t), 0), at).toBe(best.excess);
+        expect(
+          over.every((t) => racks.some((r) => r.index === t && r.after === after[t])),
+          at,
+        ).toBe(true);
+        expect(
+          over.reduce((sum, t) => sum + after[t]! - bound(t), 0),
+          at,
+        ).toBe(best.excess);
         roomless++;
         continue;
       }
@@ -107,13 +116,36 @@ describe("pinned jobs and unavailable hosts, by example", () => {
     const result = plan(cluster);
     expect(result).toMatchObject({ status: "optimal", moveCount: 1 });
     expect(result.moves[0]).toMatchObject({ job: "c", from: 2 });
-    expect(result.bestEffort).toEqual({ racks: [{ index: 0, cause: "pinned", pinned: 2, after: 2 }, { index: 1, cause: "pinned", pinned: 2, after: 2 }], pods: [] });
+    expect(result.bestEffort).toEqual({
+      racks: [
+        { index: 0, cause: "pinned", pinned: 2, after: 2 },
+        { index: 1, cause: "pinned", pinned: 2, after: 2 },
+      ],
+      pods: [],
+    });
     expect(result.fragmentation).toEqual({ before: [3, 2, 1], after: [2, 2, 0] });
   });
 
   it("answers unchanged, still naming the racks, when nothing movable adds to them", () => {
-    const cluster = parseSnapshot({ topology, lambda: 0, jobs: [{ id: "a", hosts: [0, 4], movable: false }, { id: "b", hosts: [8, 9] }] });
-    expect(plan(cluster)).toMatchObject({ status: "unchanged", moves: [], bestEffort: { racks: [{ index: 0, cause: "pinned", pinned: 1, after: 1 }, { index: 1, cause: "pinned", pinned: 1, after: 1 }], pods: [] } });
+    const cluster = parseSnapshot({
+      topology,
+      lambda: 0,
+      jobs: [
+        { id: "a", hosts: [0, 4], movable: false },
+        { id: "b", hosts: [8, 9] },
+      ],
+    });
+    expect(plan(cluster)).toMatchObject({
+      status: "unchanged",
+      moves: [],
+      bestEffort: {
+        racks: [
+          { index: 0, cause: "pinned", pinned: 1, after: 1 },
+          { index: 1, cause: "pinned", pinned: 1, after: 1 },
+        ],
+        pods: [],
+      },
+    });
   });
 
   it("lets a worker on an unavailable host stay, and never lands one there", () => {
@@ -139,7 +171,10 @@ describe("pinned jobs and unavailable hosts, by example", () => {
     const doc = {
       topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },
       lambda: 0,
-      jobs: [{ id: "a", hosts: [0, 2] }, { id: "b", hosts: [1], movable: false }],
+      jobs: [
+        { id: "a", hosts: [0, 2] },
+        { id: "b", hosts: [1], movable: false },
+      ],
     };
     const cluster = parseSnapshot({ ...doc, unavailable: [3] });
     expect(minimumMoves(cluster)).toBe(Number.POSITIVE_INFINITY);
@@ -147,16 +182,33 @@ describe("pinned jobs and unavailable hosts, by example", () => {
     expect(plan(cluster)).toMatchObject({
       status: "optimal",
       moves: [],
-      bestEffort: { racks: [{ index: 0, cause: "no-room", pinned: 0, after: 1 }, { index: 1, cause: "no-room", pinned: 0, after: 1 }], pods: [] },
+      bestEffort: {
+        racks: [
+          { index: 0, cause: "no-room", pinned: 0, after: 1 },
+          { index: 1, cause: "no-room", pinned: 0, after: 1 },
+        ],
+        pods: [],
+      },
     });
     // With host 3 available, one move gathers a there.
     expect(plan(parseSnapshot(doc))).toMatchObject({ status: "optimal", moveCount: 1, moves: [{ job: "a", from: 0, to: 3 }] });
   });
 
   it("the plan checker refuses a move of a pinned job and a move onto an unavailable host", () => {
-    const cluster = parseSnapshot({ topology, unavailable: [11], jobs: [{ id: "a", hosts: [0, 4], movable: false }, { id: "b", hosts: [8] }] });
-    expect(() => applyMoves(cluster, [{ job: "a", group: 0, from: 4, to: 1, step: 0 }])).toThrow(new PlanError('step 0, move a[0] 4→1: job "a" is pinned (movable: false)'));
-    expect(() => applyMoves(cluster, [{ job: "b", group: 0, from: 8, to: 11, step: 0 }])).toThrow(new PlanError("step 0, move b[0] 8→11: the destination is unavailable"));
+    const cluster = parseSnapshot({
+      topology,
+      unavailable: [11],
+      jobs: [
+        { id: "a", hosts: [0, 4], movable: false },
+        { id: "b", hosts: [8] },
+      ],
+    });
+    expect(() => applyMoves(cluster, [{ job: "a", group: 0, from: 4, to: 1, step: 0 }])).toThrow(
+      new PlanError('step 0, move a[0] 4→1: job "a" is pinned (movable: false)'),
+    );
+    expect(() => applyMoves(cluster, [{ job: "b", group: 0, from: 8, to: 11, step: 0 }])).toThrow(
+      new PlanError("step 0, move b[0] 8→11: the destination is unavailable"),
+    );
     expect(applyMoves(cluster, [{ job: "b", group: 0, from: 8, to: 10, step: 0 }])[1]).toEqual([10]);
   });
 });

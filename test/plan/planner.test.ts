@@ -127,7 +127,10 @@ describe("planner semantics", () => {
       topology: { racks: 4, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 2, racksPerPod: 2 },
       lambda: 2,
       podLambda: 0,
-      jobs: [{ id: "a", hosts: [0, 4] }, { id: "b", hosts: [1] }],
+      jobs: [
+        { id: "a", hosts: [0, 4] },
+        { id: "b", hosts: [1] },
+      ],
     });
     const plan = planner.plan(cluster);
     expect(plan.status).toBe("optimal");
@@ -165,7 +168,10 @@ describe("planner past what HiGHS is given", () => {
   const large = (racks: number) =>
     parseSnapshot({
       topology: { racks, hostsPerRack: 16, gpusPerHost: 8, uplinksPerRack: 2 },
-      jobs: [{ id: "split", rings: 3, hosts: [0, 16] }, ...Array.from({ length: 300 }, (_, j) => ({ id: `j${j}`, hosts: [(j % racks) * 16 + 2 + Math.floor(j / racks)] }))],
+      jobs: [
+        { id: "split", rings: 3, hosts: [0, 16] },
+        ...Array.from({ length: 300 }, (_, j) => ({ id: `j${j}`, hosts: [(j % racks) * 16 + 2 + Math.floor(j / racks)] })),
+      ],
     });
 
   it("plans by the search and the repair alone, and never hands HiGHS the program", () => {
@@ -184,6 +190,8 @@ describe("planner past what HiGHS is given", () => {
   });
 
   it("refuses the paper's program that large, naming the way out", () => {
-    expect(() => planner.plan(large(1_024), { formulation: "paper" })).toThrow(/larger than HiGHS is given \(262144 cells\); plan with --formulation monkeytree/);
+    expect(() => planner.plan(large(1_024), { formulation: "paper" })).toThrow(
+      /larger than HiGHS is given \(262144 cells\); plan with --formulation monkeytree/,
+    );
   });
 });

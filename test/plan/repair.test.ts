@@ -25,7 +25,14 @@ const QUICK_NODES = 20_000;
  * event's planned placement.
  */
 function hardEvents(count: number, scheduler: SchedulerName): { cluster: Cluster; optimum: number }[] {
-  const events = trace({ seed: 1, topology: { racks: 32, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 2 }, lambda: 2, mix: "dp", events: count, scheduler });
+  const events = trace({
+    seed: 1,
+    topology: { racks: 32, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 2 },
+    lambda: 2,
+    mix: "dp",
+    events: count,
+    scheduler,
+  });
   const hard: { cluster: Cluster; optimum: number }[] = [];
   for (let i = 0, step = events.next(undefined); !step.done; i++) {
     const cluster = step.value;
@@ -74,7 +81,8 @@ describe.each([
       expect(cluster.groups.some((g) => !g.movable)).toBe(true);
     }
     // Full racks behind best-fit; long plans behind the random front-end.
-    if (scheduler === "best-fit") for (const { cluster } of events) expect(cluster.unavailable.length + cluster.placement.flat().length).toBeGreaterThanOrEqual(cluster.hostCount - 4);
+    if (scheduler === "best-fit")
+      for (const { cluster } of events) expect(cluster.unavailable.length + cluster.placement.flat().length).toBeGreaterThanOrEqual(cluster.hostCount - 4);
     else expect(events.filter((e) => e.optimum >= 10).length).toBeGreaterThanOrEqual(3);
   });
 
@@ -82,7 +90,11 @@ describe.each([
     for (const [i, { cluster, optimum }] of events.entries()) {
       const progress: PlanProgress[] = [];
       // No dives and no branching: what the first second holds, measured in work.
-      const plan = planner.plan(cluster, { timeLimitMs: 120_000, budget: { exactNodes: QUICK_NODES, diveNodes: 0, mipNodes: 0 }, onProgress: (p) => progress.push(p) });
+      const plan = planner.plan(cluster, {
+        timeLimitMs: 120_000,
+        budget: { exactNodes: QUICK_NODES, diveNodes: 0, mipNodes: 0 },
+        onProgress: (p) => progress.push(p),
+      });
       const at = `event ${i}`;
       expect(["optimal", "feasible"], at).toContain(plan.status);
       expect(planDefect(cluster, plan.moves), at).toBeUndefined();

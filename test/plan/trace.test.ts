@@ -25,7 +25,7 @@ describe.each([
       events: 15,
     });
     let seen = 0;
-    for (let step = events.next(undefined); !step.done; ) {
+    for (let step = events.next(undefined); !step.done;) {
       const cluster = step.value;
       const plan = planner.plan(cluster, { timeLimitMs: 20_000 });
       expect(["optimal", "feasible"]).toContain(plan.status);

@@ -112,7 +112,14 @@ const group = (rank: number, worldSize: number, masterPort: number, generation: 
   masterPort,
   generation,
 });
-const attached = (localRank: number, g: Group, resume: Attached["resume"] = null): ChannelReply => ({ ...head, type: "attached", localRank, ...g, resume, control: null });
+const attached = (localRank: number, g: Group, resume: Attached["resume"] = null): ChannelReply => ({
+  ...head,
+  type: "attached",
+  localRank,
+  ...g,
+  resume,
+  control: null,
+});
 const directive = (d: ChannelDirective): ChannelReply => ({ ...head, type: "directive", directive: d });
 const proceed = directive({ kind: "continue" });
 const stop = directive({ kind: "stop", reason: "test" });
@@ -162,7 +169,10 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     for (const exit of exits) expect(exit.code, exit.stderr).toBe(0);
     expect(fake.violations).toEqual([]);
     for (const local of [0, 1]) {
-      const reports = (exits[local]?.stdout ?? "").trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+      const reports = (exits[local]?.stdout ?? "")
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
       const common = { localRank: local, worldSize: 2, distWorld: 2, sum: 3, managed: true, resuming: false };
       expect(reports).toEqual([
         { ...common, rank: 1 - local, distRank: 1 - local, generation: 3, pid: exits[local]?.pid },
@@ -171,7 +181,9 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
       expect(fake.of("attach", local)).toEqual([{ v: 1, type: "attach", localRank: local, pid: exits[local]?.pid }]);
       // One request per barrier, one reply each: 4 continues, the reconfigure, 2 continues, the stop.
       expect(steps(fake.of("barrier", local))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-      expect(fake.of("phase", local)).toEqual(["form", "reform", ...TIMED_STEPS].map((name) => ({ v: 1, type: "phase", localRank: local, name, seconds: expect.any(Number) })));
+      expect(fake.of("phase", local)).toEqual(
+        ["form", "reform", ...TIMED_STEPS].map((name) => ({ v: 1, type: "phase", localRank: local, name, seconds: expect.any(Number) })),
+      );
       expect(fake.of("saved", local)).toEqual([]);
     }
   });
@@ -179,7 +191,10 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
   let plain2: Result;
   it("without MONKEYTREE_CHANNEL the example runs untouched as a plain torchrun job", async () => {
     const out = join(dir, "plain2.json");
-    const exit = await python(["-m", "torch.distributed.run", ...(await localRendezvous()), "--nproc_per_node=2", "--monitor_interval=0.2", train, "--steps", "6", "--out", out], {});
+    const exit = await python(
+      ["-m", "torch.distributed.run", ...(await localRendezvous()), "--nproc_per_node=2", "--monitor_interval=0.2", train, "--steps", "6", "--out", out],
+      {},
+    );
     expect(exit.code, exit.stderr).toBe(0);
     plain2 = result(out);
     expect(plain2).toEqual({ step: 6, worldSize: 2, generation: 0, digest: expect.stringMatching(/^[0-9a-f]{64}$/) });
@@ -259,7 +274,16 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     savedBytes = saved.bytes;
     const view = readCheckpoint(staging.bytes(offset, savedBytes)); // checks header, metadata and every item's CRC32C
     expect(view.length).toBe(savedBytes);
-    expect(view.metadata.items.map((item) => item.fqn)).toEqual(expect.arrayContaining(["model.embed.weight", "model.head.weight", "optim.blocks.0.attn.q.weight.exp_avg", "optim.blocks.0.attn.q.weight.step", "part", "step"]));
+    expect(view.metadata.items.map((item) => item.fqn)).toEqual(
+      expect.arrayContaining([
+        "model.embed.weight",
+        "model.head.weight",
+        "optim.blocks.0.attn.q.weight.exp_avg",
+        "optim.blocks.0.attn.q.weight.step",
+        "part",
+        "step",
+      ]),
+    );
     expect(staging.bytes(0, offset).every((b) => b === 0xab)).toBe(true); // nothing written before the range
   });
 
@@ -285,7 +309,12 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
     let barriers = 0;
     const fake = await launcher((request) => {
       if (request.type === "attach") return attached(0, group(0, 1, first, 0));
-      if (request.type === "barrier") return request.step === 2 || request.step === 4 ? directive({ kind: "migrate-out", buffer: staged.name, offset: 0, length: staged.size }) : request.step === 5 ? stop : proceed;
+      if (request.type === "barrier")
+        return request.step === 2 || request.step === 4
+          ? directive({ kind: "migrate-out", buffer: staged.name, offset: 0, length: staged.size })
+          : request.step === 5
+            ? stop
+            : proceed;
       if (request.type !== "saved") return undefined;
       return ++barriers === 1 ? proceed : directive({ kind: "reconfigure", ...group(0, 1, second, 1) });
     });
@@ -293,7 +322,12 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
       const exit = await python([probeScript], env(fake, 0));
       expect(exit.code, exit.stderr).toBe(0);
       expect(fake.violations).toEqual([]);
-      expect(exit.stdout.trim().split("\n").map((line) => (JSON.parse(line) as { generation: number }).generation)).toEqual([0, 1]);
+      expect(
+        exit.stdout
+          .trim()
+          .split("\n")
+          .map((line) => (JSON.parse(line) as { generation: number }).generation),
+      ).toEqual([0, 1]);
       expect(fake.requests.map((r) => (r.type === "barrier" ? `barrier ${r.step}` : r.type === "phase" ? `phase ${r.name}` : r.type))).toEqual([
         "attach",
         "phase form",
@@ -333,9 +367,21 @@ describe.skipIf(!hasTorch)(`the Python hook on the launcher's local channel (nee
   it("an error reply or a malformed line raises ChannelError naming the problem, and the process exits non-zero", async () => {
     const port = await freePort();
     const cases: [Script, RegExp][] = [
-      [(r) => (r.type === "attach" ? { ...head, type: "error", message: "no job J on this host" } : undefined), /ChannelError: the launcher refused: no job J on this host/],
-      [(r) => (r.type === "attach" ? JSON.stringify({ ...head, type: "attached", localRank: 0, ...group(0, 1, port, 0), masterPort: 0, resume: null, control: null }) : undefined), /ChannelError: attached message: masterPort must be an integer/],
-      [(r) => (r.type === "attach" ? attached(0, group(0, 1, port, 0)) : r.type === "barrier" ? "{not json" : undefined), /ChannelError: the launcher sent a line that is not JSON/],
+      [
+        (r) => (r.type === "attach" ? { ...head, type: "error", message: "no job J on this host" } : undefined),
+        /ChannelError: the launcher refused: no job J on this host/,
+      ],
+      [
+        (r) =>
+          r.type === "attach"
+            ? JSON.stringify({ ...head, type: "attached", localRank: 0, ...group(0, 1, port, 0), masterPort: 0, resume: null, control: null })
+            : undefined,
+        /ChannelError: attached message: masterPort must be an integer/,
+      ],
+      [
+        (r) => (r.type === "attach" ? attached(0, group(0, 1, port, 0)) : r.type === "barrier" ? "{not json" : undefined),
+        /ChannelError: the launcher sent a line that is not JSON/,
+      ],
     ];
     const exits = await Promise.all(cases.map(async ([script]) => python([probeScript], env(await launcher(script), 0))));
     exits.forEach((exit, index) => {

@@ -70,11 +70,19 @@ describe("`monkeytree checkpoint export` usage", () => {
     expect(await runCli("checkpoint", "export", "--out", join(dir, "x"))).toEqual({
       code: 2,
       stdout: "",
-      stderr: "monkeytree checkpoint: give the staged checkpoint with --buffer NAME (a staging buffer in /dev/shm) or --file PATH (a copy of one)\nRun `monkeytree checkpoint --help` for usage.\n",
+      stderr:
+        "monkeytree checkpoint: give the staged checkpoint with --buffer NAME (a staging buffer in /dev/shm) or --file PATH (a copy of one)\nRun `monkeytree checkpoint --help` for usage.\n",
     });
     const missing = await runCli("checkpoint", "export", "--buffer", "monkeytree-no-such-buffer", "--out", join(dir, "x"));
-    expect(missing).toEqual({ code: 2, stdout: "", stderr: "monkeytree checkpoint: --buffer monkeytree-no-such-buffer: /dev/shm/monkeytree-no-such-buffer does not exist; `ls /dev/shm` lists the staging buffers\n" });
-    expect((await runCli("checkpoint", "export", "--file", fsdp, "--ranges", "0", "--out", join(dir, "x"))).stderr).toMatch(/^monkeytree checkpoint: --ranges must be a whole number ≥ 1, got "0"\n/);
+    expect(missing).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        "monkeytree checkpoint: --buffer monkeytree-no-such-buffer: /dev/shm/monkeytree-no-such-buffer does not exist; `ls /dev/shm` lists the staging buffers\n",
+    });
+    expect((await runCli("checkpoint", "export", "--file", fsdp, "--ranges", "0", "--out", join(dir, "x"))).stderr).toMatch(
+      /^monkeytree checkpoint: --ranges must be a whole number ≥ 1, got "0"\n/,
+    );
     expect((await runCli("checkpoint")).code).toBe(2);
     expect((await runCli("checkpoint", "--help")).stdout).toMatch(/^usage: monkeytree checkpoint export \(--buffer NAME \| --file PATH\)\.\.\./);
     expect(existsSync(join(dir, "x"))).toBe(false);
@@ -84,7 +92,9 @@ describe("`monkeytree checkpoint export` usage", () => {
     const packed = packedFile("usage.ckpt", [{ fqn: "b", kind: "bytes", data: new Uint8Array([1]) }]);
     const result = await runCli("checkpoint", "export", "--file", packed, "--out", join(dir, "x"), "--python", join(dir, "no-python"));
     expect(result.code).toBe(2);
-    expect(result.stderr).toBe(`monkeytree checkpoint: --python ${join(dir, "no-python")} cannot be started (no such file): give --python PATH to an interpreter with torch and the monkeytree package, or set $MONKEYTREE_PYTHON\n`);
+    expect(result.stderr).toBe(
+      `monkeytree checkpoint: --python ${join(dir, "no-python")} cannot be started (no such file): give --python PATH to an interpreter with torch and the monkeytree package, or set $MONKEYTREE_PYTHON\n`,
+    );
   });
 });
 
@@ -96,7 +106,17 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
 
   beforeAll(async () => {
     buffer = StagingBuffer.create({ size: 2 * SHARE, lock: false });
-    const ran = await run(TORCHRUN[0]!, [...TORCHRUN.slice(1), "--nproc_per_node", "2", ...(await localRendezvous()), fsdp, "save", buffer.name, String(SHARE), reference()]);
+    const ran = await run(TORCHRUN[0]!, [
+      ...TORCHRUN.slice(1),
+      "--nproc_per_node",
+      "2",
+      ...(await localRendezvous()),
+      fsdp,
+      "save",
+      buffer.name,
+      String(SHARE),
+      reference(),
+    ]);
     if (ran.code !== 0) throw new Error(`torchrun fsdp.py save failed (${ran.code}): ${ran.stderr}`);
     ranks = ran.stdout
       .trim()
@@ -181,7 +201,9 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
     writeFileSync(noise, new Uint8Array(8192).fill(7));
     const notCheckpoint = await exportCli("--file", noise, "--out", join(parent, "out"));
     expect(notCheckpoint.code).toBe(2);
-    expect(errorLines(notCheckpoint.stderr)).toEqual([expect.stringMatching(new RegExp(`^monkeytree checkpoint: ${noise}: not a MonkeyTree checkpoint: magic b'(\\\\x07){8}', expected b'MTCKPT01'$`))]);
+    expect(errorLines(notCheckpoint.stderr)).toEqual([
+      expect.stringMatching(new RegExp(`^monkeytree checkpoint: ${noise}: not a MonkeyTree checkpoint: magic b'(\\\\x07){8}', expected b'MTCKPT01'$`)),
+    ]);
 
     // A copy of the staging buffer with one flipped bit in rank 1's model.0.weight.
     const corrupt = join(parent, "staging.bin");
@@ -194,7 +216,9 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
     expect(damaged.code).toBe(2);
     expect(errorLines(damaged.stderr)).toEqual([
       expect.stringMatching(
-        new RegExp(`^monkeytree checkpoint: range 1 of ${corrupt} \\[${SHARE}, ${2 * SHARE}\\): model\\.0\\.weight chunks\\[0\\]: CRC32C of bytes \\[\\d+, \\d+\\) is 0x[0-9a-f]{8}, metadata says 0x[0-9a-f]{8}; the checkpoint is corrupt$`),
+        new RegExp(
+          `^monkeytree checkpoint: range 1 of ${corrupt} \\[${SHARE}, ${2 * SHARE}\\): model\\.0\\.weight chunks\\[0\\]: CRC32C of bytes \\[\\d+, \\d+\\) is 0x[0-9a-f]{8}, metadata says 0x[0-9a-f]{8}; the checkpoint is corrupt$`,
+        ),
       ),
     ]);
 
@@ -203,17 +227,23 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
     writeFileSync(join(full, "keep.txt"), "mine");
     const occupied = await exportCli("--buffer", buffer.name, "--ranges", "2", "--out", full);
     expect(occupied).toMatchObject({ code: 2, stdout: "" });
-    expect(errorLines(occupied.stderr)).toEqual([`monkeytree checkpoint: --out ${full}: it exists and is not empty; give a new or empty directory, or add --overwrite to replace it`]);
+    expect(errorLines(occupied.stderr)).toEqual([
+      `monkeytree checkpoint: --out ${full}: it exists and is not empty; give a new or empty directory, or add --overwrite to replace it`,
+    ]);
     // The Python exporter refuses too, when called without the CLI's check.
     const direct = await run(PYTHON, ["-m", "monkeytree", "export", "--buffer", buffer.name, "--ranges", "2", "--out", full]);
     expect(direct.code).toBe(2);
-    expect(errorLines(direct.stderr)).toEqual([`python3 -m monkeytree export: ${full} exists and is not empty; give a new or empty directory, or overwrite it (overwrite=True, --overwrite)`]);
+    expect(errorLines(direct.stderr)).toEqual([
+      `python3 -m monkeytree export: ${full} exists and is not empty; give a new or empty directory, or overwrite it (overwrite=True, --overwrite)`,
+    ]);
     expect(readdirSync(full)).toEqual(["keep.txt"]);
     expect(leftovers(parent, ["noise.bin", "staging.bin", "full"])).toEqual([]);
 
     const replaced = await exportCli("--buffer", buffer.name, "--ranges", "2", "--out", full, "--overwrite");
     expect(replaced.code).toBe(0);
-    expect(replaced.stdout).toMatch(new RegExp(`^wrote ${full}: 40 items \\(27 tensors in 45 chunks, 13 bytes items\\) from 2 staged checkpoints, \\d+ bytes in 2 data files\\n`));
+    expect(replaced.stdout).toMatch(
+      new RegExp(`^wrote ${full}: 40 items \\(27 tensors in 45 chunks, 13 bytes items\\) from 2 staged checkpoints, \\d+ bytes in 2 data files\\n`),
+    );
     expect(readdirSync(full).sort()).toEqual([".metadata", "__0_0.distcp", "__1_0.distcp"]);
     expect(leftovers(parent, ["noise.bin", "staging.bin", "full"])).toEqual([]);
   });
@@ -221,7 +251,13 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
   it("refuses sources that disagree on a chunk or a bytes item, naming the fqn, unless the item is per source", async () => {
     const parent = join(dir, "disagree");
     mkdirSync(parent);
-    const w = (values: number[], offset = 0) => ({ fqn: "w", kind: "tensor" as const, dtype: "float32" as const, size: [4], chunks: [{ offsets: [offset], sizes: [values.length], data: float32(values) }] });
+    const w = (values: number[], offset = 0) => ({
+      fqn: "w",
+      kind: "tensor" as const,
+      dtype: "float32" as const,
+      size: [4],
+      chunks: [{ offsets: [offset], sizes: [values.length], data: float32(values) }],
+    });
     const note = (text: string) => ({ fqn: "note", kind: "bytes" as const, data: new TextEncoder().encode(text) });
     const a = packedFile("a.ckpt", [w([1, 2]), note("first")]);
     const conflicting = packedFile("b.ckpt", [w([1, 5]), note("first")]);
@@ -231,11 +267,17 @@ describe.skipIf(!hasTorch)(`a staged FSDP2 checkpoint as a standard DCP checkpoi
 
     const chunk = await exportCli("--file", a, "--file", conflicting, "--out", out);
     expect(chunk.code).toBe(2);
-    expect(errorLines(chunk.stderr)).toEqual([`monkeytree checkpoint: w: ${a} and ${conflicting} hold different chunk at offsets [0] of sizes [2]; if it is per-process state, export it per source (per_source pattern, --per-source w)`]);
+    expect(errorLines(chunk.stderr)).toEqual([
+      `monkeytree checkpoint: w: ${a} and ${conflicting} hold different chunk at offsets [0] of sizes [2]; if it is per-process state, export it per source (per_source pattern, --per-source w)`,
+    ]);
     const overlap = await exportCli("--file", a, "--file", overlapping, "--out", out);
-    expect(errorLines(overlap.stderr)).toEqual([`monkeytree checkpoint: w: the chunk at offsets [1] of sizes [2] in ${overlapping} overlaps the one at offsets [0] of sizes [2] in ${a}`]);
+    expect(errorLines(overlap.stderr)).toEqual([
+      `monkeytree checkpoint: w: the chunk at offsets [1] of sizes [2] in ${overlapping} overlaps the one at offsets [0] of sizes [2] in ${a}`,
+    ]);
     const bytes = await exportCli("--file", a, "--file", otherNote, "--out", out);
-    expect(errorLines(bytes.stderr)).toEqual([`monkeytree checkpoint: note: ${a} and ${otherNote} hold different bytes; if it is per-process state, export it per source (per_source pattern, --per-source note)`]);
+    expect(errorLines(bytes.stderr)).toEqual([
+      `monkeytree checkpoint: note: ${a} and ${otherNote} hold different bytes; if it is per-process state, export it per source (per_source pattern, --per-source note)`,
+    ]);
     expect(existsSync(out)).toBe(false);
 
     const perSource = await exportCli("--file", a, "--file", otherNote, "--out", out, "--per-source", "note", "--json");

@@ -134,7 +134,9 @@ describe.skipIf(!hasTorch)(`the Python hook's DCP storage in a staging buffer (n
     const { status, output } = python("load", buffer.name);
     expect(status).toBe(3);
     expect(output.code).toBe("checksum_mismatch");
-    expect(output.message).toMatch(/^optim\.state\.1\.exp_avg chunks\[0\]: CRC32C of bytes \[\d+, \d+\) is 0x[0-9a-f]{8}, metadata says 0x[0-9a-f]{8}; the checkpoint is corrupt$/);
+    expect(output.message).toMatch(
+      /^optim\.state\.1\.exp_avg chunks\[0\]: CRC32C of bytes \[\d+, \d+\) is 0x[0-9a-f]{8}, metadata says 0x[0-9a-f]{8}; the checkpoint is corrupt$/,
+    );
   });
 
   it("the Python reader rejects a corrupted header before reading any item", () => {

@@ -26,7 +26,8 @@ describe("the Python package's version", () => {
 
   it("is printed by python3 -m monkeytree --version where torch cannot be imported", () => {
     // A None entry in sys.modules makes every `import torch` fail, as on a host without it.
-    const script = "import runpy, sys; sys.modules['torch'] = None; sys.argv = ['monkeytree', '--version']; runpy.run_module('monkeytree', run_name='__main__')";
+    const script =
+      "import runpy, sys; sys.modules['torch'] = None; sys.argv = ['monkeytree', '--version']; runpy.run_module('monkeytree', run_name='__main__')";
     const result = spawnSync("python3", ["-c", script], { env: { ...process.env, PYTHONPATH: join(root, "sdk/python") }, encoding: "utf8" });
     expect({ code: result.status, stdout: result.stdout, stderr: result.stderr }).toEqual({ code: 0, stdout: `monkeytree ${version}\n`, stderr: "" });
   });
@@ -44,7 +45,13 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
   let dir: string;
   let python: string;
   // Nothing that would find the hook, or the addon's library, without the install and the launcher.
-  const env: Record<string, string | undefined> = { ...process.env, PYTHONPATH: undefined, [CRC32C_LIBRARY_ENV]: undefined, [CHANNEL_ENV]: undefined, OMP_NUM_THREADS: "1" };
+  const env: Record<string, string | undefined> = {
+    ...process.env,
+    PYTHONPATH: undefined,
+    [CRC32C_LIBRARY_ENV]: undefined,
+    [CHANNEL_ENV]: undefined,
+    OMP_NUM_THREADS: "1",
+  };
   const run = (args: string[]): Exit => {
     const result = spawnSync(python, args, { cwd: dir, env, encoding: "utf8" });
     return { code: result.status, stdout: result.stdout, stderr: result.stderr };
@@ -82,10 +89,22 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
     const where = run(["-c", "import monkeytree; print(monkeytree.__file__)"]);
     expect(relative(join(dir, "venv"), where.stdout.trim())).toMatch(/^lib\/python3\.\d+\/site-packages\/monkeytree\/__init__\.py$/);
     // PEP 561: a training script's type checker reads the installed package's annotations.
-    expect(run(["-c", "import importlib.resources as r; print(r.files('monkeytree').joinpath('py.typed').is_file())"])).toEqual({ code: 0, stdout: "True\n", stderr: "" });
+    expect(run(["-c", "import importlib.resources as r; print(r.files('monkeytree').joinpath('py.typed').is_file())"])).toEqual({
+      code: 0,
+      stdout: "True\n",
+      stderr: "",
+    });
     expect(run(["-m", "monkeytree", "--version"])).toEqual({ code: 0, stdout: `monkeytree ${version}\n`, stderr: "" });
-    expect(run(["-m", "monkeytree", "--help"])).toMatchObject({ code: 0, stdout: expect.stringMatching(/^usage: python3 -m monkeytree \(--version \| --help\)\n/), stderr: "" });
-    expect(run(["-m", "monkeytree", "--verbose"])).toEqual({ code: 2, stdout: "", stderr: "python3 -m monkeytree: expected --version or --help, got --verbose\n" });
+    expect(run(["-m", "monkeytree", "--help"])).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(/^usage: python3 -m monkeytree \(--version \| --help\)\n/),
+      stderr: "",
+    });
+    expect(run(["-m", "monkeytree", "--verbose"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "python3 -m monkeytree: expected --version or --help, got --verbose\n",
+    });
     expect(run(["-m", "monkeytree"])).toEqual({ code: 2, stdout: "", stderr: "python3 -m monkeytree: expected --version or --help, got no arguments\n" });
   });
 
@@ -96,7 +115,14 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
       // The job's master host needs a daemon: its address is where the job's group meets.
       const daemons = new DaemonHosts(2_000);
       harness = await startController({ overrides: { transport: daemons, launcher: daemons, daemons } });
-      daemon = HostDaemon.start({ host: 0, controller: harness.server.endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200 });
+      daemon = HostDaemon.start({
+        host: 0,
+        controller: harness.server.endpoint,
+        stagingBytes: 1 << 20,
+        listen: { host: "127.0.0.1", port: 0 },
+        heartbeatMs: 100,
+        retryMs: 200,
+      });
       await daemon.ready();
     });
     afterAll(async () => {
@@ -104,27 +130,52 @@ describe.skipIf(!canInstall)(`sdk/python installed with pip into a virtual envir
       await harness.close();
     });
 
-    it("runs examples/ddp/train.py from the install to its end, with the addon's CRC32C that the launcher names", async () => {
-      const out = join(dir, "train.json");
-      const launch = spawn(
-        process.execPath,
-        [
-          ...CLI, "launch", "--job", "pip", "--host", "0", "--dp", "1", "--connect", harness.server.endpoint,
-          "--checkpoint-bytes", String(8 * 2 ** 20), "--master-port", String(await freePort()),
-          "--", python, "-m", "torch.distributed.run", "--nproc_per_node", "1", train, "--steps", "5", "--out", out,
-        ],
-        { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] },
-      );
-      let stderr = "";
-      launch.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-      launch.stdout.resume();
-      const code = await new Promise<number | null>((resolve) => launch.once("close", resolve));
-      expect(code, stderr).toBe(0);
-      expect(stderr).toMatch(/training ended; the job is finished/);
-      expect(JSON.parse(readFileSync(out, "utf8"))).toMatchObject({ step: 5, worldSize: 1, generation: 0 });
-      // The hook looks the library up at attach and says so there when it has to fall back.
-      expect(stderr).not.toMatch(/MONKEYTREE_CRC32C_LIB|torch CRC32C/);
-    }, 3 * SAFETY_NET_MS);
+    it(
+      "runs examples/ddp/train.py from the install to its end, with the addon's CRC32C that the launcher names",
+      async () => {
+        const out = join(dir, "train.json");
+        const launch = spawn(
+          process.execPath,
+          [
+            ...CLI,
+            "launch",
+            "--job",
+            "pip",
+            "--host",
+            "0",
+            "--dp",
+            "1",
+            "--connect",
+            harness.server.endpoint,
+            "--checkpoint-bytes",
+            String(8 * 2 ** 20),
+            "--master-port",
+            String(await freePort()),
+            "--",
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "1",
+            train,
+            "--steps",
+            "5",
+            "--out",
+            out,
+          ],
+          { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] },
+        );
+        let stderr = "";
+        launch.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+        launch.stdout.resume();
+        const code = await new Promise<number | null>((resolve) => launch.once("close", resolve));
+        expect(code, stderr).toBe(0);
+        expect(stderr).toMatch(/training ended; the job is finished/);
+        expect(JSON.parse(readFileSync(out, "utf8"))).toMatchObject({ step: 5, worldSize: 1, generation: 0 });
+        // The hook looks the library up at attach and says so there when it has to fall back.
+        expect(stderr).not.toMatch(/MONKEYTREE_CRC32C_LIB|torch CRC32C/);
+      },
+      3 * SAFETY_NET_MS,
+    );
   });
 });
-

@@ -99,7 +99,6 @@ describe("source-port steering", () => {
     expect([...SCAN_ORDER].sort((a, b) => a - b)).toEqual(Array.from(SCAN_ORDER, (_, i) => EPHEMERAL_PORTS.first + i));
   });
 
-
   it("picks, for every DP and PP flow, an ephemeral port that hashes onto its uplink", () => {
     for (let seed = 1; seed <= 10; seed++) {
       const cluster = syntheticCluster({ racks: 16, hostsPerRack: 8, uplinksPerRack: 16, rings: 8, maxSpan: 6 }, seed);

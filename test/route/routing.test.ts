@@ -56,8 +56,14 @@ describe("Perfect routing in a 2-tier Clos", () => {
     eachCluster((cluster, label) => {
       const routes = routeCluster(cluster);
       const degree = rackFragmentation(cluster);
-      expect(routes.racks.map((r) => r.flowsOut), label).toEqual(degree);
-      expect(routes.racks.map((r) => r.flowsIn), label).toEqual(degree);
+      expect(
+        routes.racks.map((r) => r.flowsOut),
+        label,
+      ).toEqual(degree);
+      expect(
+        routes.racks.map((r) => r.flowsIn),
+        label,
+      ).toEqual(degree);
       expect(routes.delta, label).toBe(Math.max(0, ...degree));
     });
   });
@@ -108,9 +114,7 @@ describe("folding colours onto fewer uplinks", () => {
           expect(r.maxFlowsPerUplink, `${label} rack ${r.rack}`).toBe(Math.ceil(r.flowsOut / links));
           expect(r.maxFlowsPerDownlink, `${label} rack ${r.rack}`).toBe(Math.ceil(r.flowsIn / links));
         }
-        expect(routes.overlap.racks, label).toEqual(
-          routes.racks.filter((r) => r.flowsOut > links || r.flowsIn > links).map((r) => r.rack),
-        );
+        expect(routes.overlap.racks, label).toEqual(routes.racks.filter((r) => r.flowsOut > links || r.flowsIn > links).map((r) => r.rack));
         expect(routes.isolated, label).toBe(false);
       }
     });
@@ -124,7 +128,10 @@ describe("ring orders", () => {
       const routes = routeCluster(cluster);
       routes.ringOrders.forEach(({ order }, g) => {
         expect(isContiguous(cluster, order), label).toBe(true);
-        expect([...order].sort((a, b) => a - b), label).toEqual([...cluster.placement[g]!].sort((a, b) => a - b));
+        expect(
+          [...order].sort((a, b) => a - b),
+          label,
+        ).toEqual([...cluster.placement[g]!].sort((a, b) => a - b));
       });
     });
   });
@@ -151,7 +158,10 @@ describe("ring orders", () => {
       after.forEach(({ order }, g) => {
         const survivors = new Set(changed[g]);
         const kept = before[g]!.filter((h) => survivors.has(h));
-        expect(order.filter((h) => kept.includes(h)), label).toEqual(kept);
+        expect(
+          order.filter((h) => kept.includes(h)),
+          label,
+        ).toEqual(kept);
         expect(isContiguous(moved, order), label).toBe(true);
       });
     });

@@ -48,8 +48,14 @@ describe("Perfect routing in a 3-tier Clos", () => {
           if (!crosses) expect(f.downlink, label).toBe(f.uplink);
           interPod += crosses ? 1 : 0;
         }
-        expect(routes.racks.map((r) => r.flowsOut), label).toEqual(rackFragmentation(cluster));
-        expect(routes.pods.map((p) => p.flowsOut), label).toEqual(podFragmentation(cluster));
+        expect(
+          routes.racks.map((r) => r.flowsOut),
+          label,
+        ).toEqual(rackFragmentation(cluster));
+        expect(
+          routes.pods.map((p) => p.flowsOut),
+          label,
+        ).toEqual(podFragmentation(cluster));
       }
     });
     expect(interPod).toBeGreaterThan(500);

@@ -14,7 +14,9 @@ describe("sdk client", () => {
     harness = await startController();
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 2_000 });
     try {
-      const error = await client.report({ worker: { job: "nope", group: 0, host: 0 }, generation: 0, step: 0, stepMs: null, hold: null }).catch((e: unknown) => e);
+      const error = await client
+        .report({ worker: { job: "nope", group: 0, host: 0 }, generation: 0, step: 0, stepMs: null, hold: null })
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(ControllerError);
       expect(error).toMatchObject({ code: "unknown_job", message: 'job "nope" is not known to this controller; register its workers first' });
       await expect(client.finish("nope")).rejects.toMatchObject({ code: "unknown_job" });

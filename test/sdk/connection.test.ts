@@ -22,7 +22,10 @@ async function setup(options: { timeoutMs?: number; retryMs?: number } = {}) {
     ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
     onMessage: (frame) => messages.push(JSON.parse(frame.toString()) as Record<string, unknown>),
   });
-  cleanups.push(() => controller.close(), () => connection.close());
+  cleanups.push(
+    () => controller.close(),
+    () => connection.close(),
+  );
   return { controller, connection, messages };
 }
 
@@ -71,7 +74,11 @@ describe("controller connection", () => {
     await expect(refused).rejects.toSatisfy((e) => e instanceof ControllerError && e.code === "unknown_worker" && e.message === "who?");
     const garbled = connection.request({ type: "status" });
     await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: (await controller.next()).id, extra: 1 });
-    await expect(garbled).rejects.toMatchObject({ name: "ControllerError", code: "malformed", message: expect.stringMatching(/^the controller's answer could not be read: ack: unknown field "extra"/) });
+    await expect(garbled).rejects.toMatchObject({
+      name: "ControllerError",
+      code: "malformed",
+      message: expect.stringMatching(/^the controller's answer could not be read: ack: unknown field "extra"/),
+    });
     const older = connection.request({ type: "status" });
     await controller.send({ v: 1, type: "ack", id: (await controller.next()).id });
     await expect(older).rejects.toMatchObject({
@@ -90,7 +97,8 @@ describe("controller connection", () => {
       v: PROTOCOL_VERSION,
       type: "error",
       code: "unsupported_version",
-      message: "protocol version 1 is not supported: this controller speaks version 2; run the same MonkeyTree release on the controller, the daemons and the launchers",
+      message:
+        "protocol version 1 is not supported: this controller speaks version 2; run the same MonkeyTree release on the controller, the daemons and the launchers",
     };
     // A version-1 launcher's status request, and its barrier, which version 2 no longer has.
     await peer.send(JSON.stringify({ v: 1, type: "status", id: 11 }));
@@ -129,8 +137,14 @@ describe("controller connection", () => {
     const server = curveKeyPair();
     const client = curveKeyPair();
     const controller = await FakeController.start(server.secretKey);
-    const connection = new ControllerConnection({ endpoint: controller.endpoint, credential: { principal: { role: "operator" }, ...client, serverKey: server.publicKey } });
-    cleanups.push(() => controller.close(), () => connection.close());
+    const connection = new ControllerConnection({
+      endpoint: controller.endpoint,
+      credential: { principal: { role: "operator" }, ...client, serverKey: server.publicKey },
+    });
+    cleanups.push(
+      () => controller.close(),
+      () => connection.close(),
+    );
     const answered = connection.request({ type: "status" });
     const request = await controller.next();
     const { frame, auth } = controller.last!;

@@ -26,9 +26,15 @@ const zodError = (value: unknown) => Doc.safeParse(value).error!;
 
 describe("zod issues as text, one shape", () => {
   it("names the source, the path of the first issue and how many more there are", () => {
-    expect(formatZodError("config c.json", zodError({ hosts: [0, -1], name: "x" }))).toMatchInlineSnapshot(`"config c.json at hosts[1]: host indices start at 0"`);
-    expect(formatZodError("config c.json", zodError({ hosts: [-1, -2], name: "x" }))).toMatchInlineSnapshot(`"config c.json at hosts[0]: host indices start at 0 (and 1 more)"`);
-    expect(formatZodError("config c.json", zodError({ hosts: [], name: "x", colour: 1 }))).toMatchInlineSnapshot(`"config c.json: unknown field "colour"; remove it or check its spelling"`);
+    expect(formatZodError("config c.json", zodError({ hosts: [0, -1], name: "x" }))).toMatchInlineSnapshot(
+      `"config c.json at hosts[1]: host indices start at 0"`,
+    );
+    expect(formatZodError("config c.json", zodError({ hosts: [-1, -2], name: "x" }))).toMatchInlineSnapshot(
+      `"config c.json at hosts[0]: host indices start at 0 (and 1 more)"`,
+    );
+    expect(formatZodError("config c.json", zodError({ hosts: [], name: "x", colour: 1 }))).toMatchInlineSnapshot(
+      `"config c.json: unknown field "colour"; remove it or check its spelling"`,
+    );
     const error = zodError({ hosts: [-1], name: "x" });
     expect(InvalidInputError.fromZod("config c.json", error).message).toBe(formatZodError("config c.json", error));
   });
@@ -48,7 +54,9 @@ describe("zod issues as text, one shape", () => {
       }
     })();
     expect(error).toBeInstanceOf(ReplacementEnvironmentError);
-    expect((error as Error).message).toMatchInlineSnapshot(`"replacement environment at MONKEYTREE_HOST: MONKEYTREE_HOST must be a whole number (and 11 more); a replacement gets these from the daemon that starts it"`);
+    expect((error as Error).message).toMatchInlineSnapshot(
+      `"replacement environment at MONKEYTREE_HOST: MONKEYTREE_HOST must be a whole number (and 11 more); a replacement gets these from the daemon that starts it"`,
+    );
   });
 
   it("is what a worker event log's bad line says", () => {
@@ -60,7 +68,12 @@ describe("zod issues as text, one shape", () => {
   it("is what the local channel answers a malformed request with", async () => {
     const dir = tempDir();
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const server = await ChannelServer.open(join(dir, "channel"), () => Promise.reject(new Error("not reached")), () => {}, silent);
+    const server = await ChannelServer.open(
+      join(dir, "channel"),
+      () => Promise.reject(new Error("not reached")),
+      () => {},
+      silent,
+    );
     cleanups.push(() => server.close());
     const socket = connect(server.path);
     cleanups.push(() => socket.destroy());

@@ -135,7 +135,18 @@ describe("a host's stop point (sdk/hold.ts)", () => {
     expect(h.order({ kind: "seal", stop: "p0/step0" }).report).toBe(true);
     expect(h.at(60_000).tick().answers).toEqual([]);
     expect(holdReport(h.state)).toEqual({ stop: "p0/step0", step: 0, phase: "sealed" });
-    const assignment = { job: "a", group: 0, host: 1, nodeRank: 0, nodes: 2, masterHost: 1, masterAddress: "h1", ringOrder: [1, 5], generation: 1, resumeStep: 0 };
+    const assignment = {
+      job: "a",
+      group: 0,
+      host: 1,
+      nodeRank: 0,
+      nodes: 2,
+      masterHost: 1,
+      masterAddress: "h1",
+      ringOrder: [1, 5],
+      generation: 1,
+      resumeStep: 0,
+    };
     const reformed = h.order({ kind: "reconfigure", assignment });
     expect(kinds(reformed)).toEqual([[0, "reconfigure"]]);
     expect(h.state).toMatchObject({ phase: "running", generation: 1, stop: null, passed: 0 });
@@ -181,7 +192,18 @@ describe("a host's stop point (sdk/hold.ts)", () => {
   it("ignores orders that do not fit its phase, and says so in its next report", () => {
     const h = host(1);
     expect(h.order(migrateOut(0))).toMatchObject({ answers: [], report: true, log: expect.stringContaining("ignored migrate-out") });
-    const assignment = { job: "a", group: 0, host: 1, nodeRank: 0, nodes: 2, masterHost: 1, masterAddress: "h1", ringOrder: [1, 5], generation: 3, resumeStep: 0 };
+    const assignment = {
+      job: "a",
+      group: 0,
+      host: 1,
+      nodeRank: 0,
+      nodes: 2,
+      masterHost: 1,
+      masterAddress: "h1",
+      ringOrder: [1, 5],
+      generation: 3,
+      resumeStep: 0,
+    };
     expect(h.order({ kind: "reconfigure", assignment }).answers).toEqual([]);
     expect(h.state.generation).toBe(0);
   });

@@ -41,9 +41,18 @@ describe("adaptTorchrun refusals", () => {
     [["torchrun", "--standalone", "t.py"], "remove --standalone from the torchrun command"],
     [["torchrun", "--max-restarts", "3", "t.py"], "remove --max-restarts from the torchrun command"],
     [["python3", "-m", "torch.distributed.run", "--node_rank", "1", "t.py"], "remove --node-rank from the torchrun command"],
-    [["torchrun", "--nproc-per-node=0", "t.py"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "0"`],
-    [["torchrun", "--nproc-per-node=65", "t.py"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "65"`],
-    [["torchrun", "--nproc_per_node"], `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "undefined"`],
+    [
+      ["torchrun", "--nproc-per-node=0", "t.py"],
+      `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "0"`,
+    ],
+    [
+      ["torchrun", "--nproc-per-node=65", "t.py"],
+      `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "65"`,
+    ],
+    [
+      ["torchrun", "--nproc_per_node"],
+      `--nproc-per-node must be a whole number of processes from 1 to 64 (monkeytree launch needs it explicit), got "undefined"`,
+    ],
   ])("refuses %j", (argv, message) => {
     expect(() => adaptTorchrun(argv)).toThrow(message);
   });
@@ -79,14 +88,46 @@ describe("monkeytree launch refusals", () => {
   });
 
   it("exits 2 when the checkpoint staging leaves less than a page for each process", async () => {
-    const result = await runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--checkpoint-bytes", "4096", "--", "torchrun", "--nproc-per-node", "2", "t.py");
-    expect(result).toMatchObject({ code: 2, stderr: expect.stringContaining("\nmonkeytree launch: --checkpoint-bytes 4096 leaves less than a page for each of 2 processes\n") });
+    const result = await runCli(
+      "launch",
+      "--job",
+      "a",
+      "--host",
+      "0",
+      "--dp",
+      "1",
+      "--checkpoint-bytes",
+      "4096",
+      "--",
+      "torchrun",
+      "--nproc-per-node",
+      "2",
+      "t.py",
+    );
+    expect(result).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining("\nmonkeytree launch: --checkpoint-bytes 4096 leaves less than a page for each of 2 processes\n"),
+    });
   });
 
   it("exits 1 with the controller's reason when it refuses a worker's registration", async () => {
     const harness = await controller();
     environment({ CHANNEL_SCRIPT: "[]" });
-    const result = await runCli("launch", "--job", "a", "--host", "99", "--dp", "1", "--connect", harness.server.endpoint, "--", CHANNEL_SCRIPT, "--log", "/dev/null");
+    const result = await runCli(
+      "launch",
+      "--job",
+      "a",
+      "--host",
+      "99",
+      "--dp",
+      "1",
+      "--connect",
+      harness.server.endpoint,
+      "--",
+      CHANNEL_SCRIPT,
+      "--log",
+      "/dev/null",
+    );
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^monkeytree launch: .*host 99 is out of range: the cluster has hosts 0\.\.7/m);
   });
@@ -106,7 +147,9 @@ describe("monkeytree launch refusals", () => {
     environment({ CHANNEL_SCRIPT: "[]" });
     const result = await runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--connect", old.lastEndpoint!, "--", CHANNEL_SCRIPT, "--log", "/dev/null");
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain(`monkeytree launch: the controller at ${old.lastEndpoint!} speaks another protocol version: protocol version 1 is not supported: this client speaks version 2`);
+    expect(result.stderr).toContain(
+      `monkeytree launch: the controller at ${old.lastEndpoint!} speaks another protocol version: protocol version 1 is not supported: this client speaks version 2`,
+    );
   });
 
   it("is refused by name by a controller of another protocol version", async () => {
@@ -129,10 +172,26 @@ describe("monkeytree launch refusals", () => {
   it("exits 2 when the job's master host runs no daemon, naming the command that starts one", async () => {
     const harness = await controller();
     environment({ CHANNEL_SCRIPT: "[]" });
-    const result = await runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--connect", harness.server.endpoint, "--", CHANNEL_SCRIPT, "--log", "/dev/null");
+    const result = await runCli(
+      "launch",
+      "--job",
+      "a",
+      "--host",
+      "0",
+      "--dp",
+      "1",
+      "--connect",
+      harness.server.endpoint,
+      "--",
+      CHANNEL_SCRIPT,
+      "--log",
+      "/dev/null",
+    );
     expect(result).toMatchObject({
       code: 2,
-      stderr: expect.stringContaining("monkeytree launch: the job's master, host 0, runs no monkeytree daemon, so its address is unknown; start `monkeytree daemon --host 0` there"),
+      stderr: expect.stringContaining(
+        "monkeytree launch: the job's master, host 0, runs no monkeytree daemon, so its address is unknown; start `monkeytree daemon --host 0` there",
+      ),
     });
   });
 });
@@ -140,7 +199,13 @@ describe("monkeytree launch refusals", () => {
 describe("the launcher's local channel", () => {
   it("answers each request that breaks the channel protocol with an error, and trains on", async () => {
     const harness = await controller();
-    const daemon = HostDaemon.start({ host: 0, controller: harness.server.endpoint, stagingBytes: 1 << 16, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 1_000 });
+    const daemon = HostDaemon.start({
+      host: 0,
+      controller: harness.server.endpoint,
+      stagingBytes: 1 << 16,
+      listen: { host: "127.0.0.1", port: 0 },
+      heartbeatMs: 1_000,
+    });
     cleanups.push(() => daemon.close());
     await daemon.ready();
     const dir = tempDir();
@@ -175,7 +240,10 @@ describe("the launcher's local channel", () => {
     });
     expect(await launcher.run()).toBe(0);
 
-    const replies = readFileSync(log, "utf8").trim().split("\n").map((entry) => JSON.parse(entry) as { conn: number; reply: Record<string, unknown> });
+    const replies = readFileSync(log, "utf8")
+      .trim()
+      .split("\n")
+      .map((entry) => JSON.parse(entry) as { conn: number; reply: Record<string, unknown> });
     const errors = replies.filter(({ reply }) => reply.type === "error").map(({ conn, reply }) => [conn, reply.message]);
     expect(errors).toEqual([
       [0, "not JSON: not json"],

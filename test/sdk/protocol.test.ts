@@ -58,7 +58,8 @@ describe("protocol", () => {
   it("names unknown message types and lists the known ones", () => {
     const result = safeDecodeRequest(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.teleport", id: 9 }));
     expect(result).toMatchObject({ success: false, id: 9, error: { code: "unknown_type" } });
-    if (!result.success) expect(result.error.message).toMatch(/^unknown request type "worker.teleport"; expected one of worker.register, worker.report, job.finish, /);
+    if (!result.success)
+      expect(result.error.message).toMatch(/^unknown request type "worker.teleport"; expected one of worker.register, worker.report, job.finish, /);
   });
 
   it("rejects malformed frames, naming the field", () => {
@@ -68,7 +69,10 @@ describe("protocol", () => {
       [JSON.stringify({ ...register, parallelism: { tp: 0, pp: 2, dp: 4 } }), "worker.register at parallelism.tp: parallelism.tp must be at least 1"],
       [JSON.stringify({ ...register, worker: { job: "llama", group: 1, host: -1 } }), "worker.register at worker.host: host indices start at 0"],
       [JSON.stringify({ ...register, extra: true }), 'worker.register: unknown field "extra"; remove it or check its spelling'],
-      [JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.report", id: 4, worker: register.worker, step: 3, stepMs: null, hold: null }), "worker.report at generation: generation must be a whole number"],
+      [
+        JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.report", id: 4, worker: register.worker, step: 3, stepMs: null, hold: null }),
+        "worker.report at generation: generation must be a whole number",
+      ],
     ];
     for (const [frame, message] of cases) {
       const result = safeDecodeRequest(frame);
@@ -93,18 +97,62 @@ describe("protocol", () => {
     expectTypeOf<Extract<Order, { kind: "migrate-out" }>["token"]>().toEqualTypeOf<string>();
     expect(safeDecodeReply(JSON.stringify({ ...reply, order: { kind: "teleport" } })).success).toBe(false);
     // The version-1 barrier answer is no longer a reply.
-    expect(safeDecodeReply(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.directive", id: 5, directive: { kind: "continue" } }))).toMatchObject({ success: false, error: { code: "unknown_type" } });
+    expect(safeDecodeReply(JSON.stringify({ v: PROTOCOL_VERSION, type: "worker.directive", id: 5, directive: { kind: "continue" } }))).toMatchObject({
+      success: false,
+      error: { code: "unknown_type" },
+    });
   });
 });
 
 describe("reports and orders, checked by their schemas", () => {
   const worker = { job: "job-1", group: 0, host: 5 };
-  const report = { v: PROTOCOL_VERSION, type: "worker.report", id: 7, worker, generation: 2, step: 3, stepMs: 125.5, hold: { stop: "s1", step: 4, phase: "armed" } };
+  const report = {
+    v: PROTOCOL_VERSION,
+    type: "worker.report",
+    id: 7,
+    worker,
+    generation: 2,
+    step: 3,
+    stepMs: 125.5,
+    hold: { stop: "s1", step: 4, phase: "armed" },
+  };
   const order = { v: PROTOCOL_VERSION, type: "worker.order", id: 0, worker, order: { kind: "stop-at", stop: "s1", step: 4 } };
   const edges: unknown[] = [
-    undefined, null, true, "1", [], {}, [1], -1, -0, 0.5, 1, 2, MAX_HOSTS - 1, MAX_HOSTS, 86_400_000, 86_400_001, 2 ** 53 - 1, 2 ** 53, Number.MAX_VALUE,
-    "", "a", "x".repeat(MAX_ID_LENGTH), "x".repeat(MAX_ID_LENGTH + 1), "job 1", "job\n1", "jöb", "a.b_c:d@e+f=g/h-i",
-    "worker.report", "worker.order", "run", "stop", "held", { kind: "run" }, { kind: "stop", reason: "r" }, { stop: "s2", step: 9, phase: "sealed" },
+    undefined,
+    null,
+    true,
+    "1",
+    [],
+    {},
+    [1],
+    -1,
+    -0,
+    0.5,
+    1,
+    2,
+    MAX_HOSTS - 1,
+    MAX_HOSTS,
+    86_400_000,
+    86_400_001,
+    2 ** 53 - 1,
+    2 ** 53,
+    Number.MAX_VALUE,
+    "",
+    "a",
+    "x".repeat(MAX_ID_LENGTH),
+    "x".repeat(MAX_ID_LENGTH + 1),
+    "job 1",
+    "job\n1",
+    "jöb",
+    "a.b_c:d@e+f=g/h-i",
+    "worker.report",
+    "worker.order",
+    "run",
+    "stop",
+    "held",
+    { kind: "run" },
+    { kind: "stop", reason: "r" },
+    { stop: "s2", step: 9, phase: "sealed" },
   ];
   /** Copies of `message` with one field below the envelope set to each edge value, deleted, or beside an extra field. */
   function variants(message: Record<string, unknown>): { path: string[]; value: unknown }[] {
@@ -143,7 +191,18 @@ describe("reports and orders, checked by their schemas", () => {
   });
 
   it("accepts every order kind, pushed (id 0) or answering a report", () => {
-    const assignment = { job: "job-1", group: 0, host: 5, nodeRank: 1, nodes: 2, masterHost: 4, masterAddress: null, ringOrder: [4, 5], generation: 3, resumeStep: 4 };
+    const assignment = {
+      job: "job-1",
+      group: 0,
+      host: 5,
+      nodeRank: 1,
+      nodes: 2,
+      masterHost: 4,
+      masterAddress: null,
+      ringOrder: [4, 5],
+      generation: 3,
+      resumeStep: 4,
+    };
     const orders: Order[] = [
       { kind: "run" },
       { kind: "stop-at", stop: "s1", step: 4 },
@@ -165,7 +224,11 @@ describe("reports and orders, checked by their schemas", () => {
     ["stepMs", { stepMs: -1 }, "worker.report at stepMs: stepMs must not be negative"],
     ["stepMs", { stepMs: 86_400_001 }, "worker.report at stepMs: stepMs must be at most 86400000"],
     ["hold.step", { hold: { stop: "s1", step: -1, phase: "held" } }, "worker.report at hold.step: hold.step must not be negative"],
-    ["hold.phase", { hold: { stop: "s1", step: 4, phase: "frozen" } }, "worker.report at hold.phase: hold.phase must be one of armed, held, saving, saved, sealed, released"],
+    [
+      "hold.phase",
+      { hold: { stop: "s1", step: 4, phase: "frozen" } },
+      "worker.report at hold.phase: hold.phase must be one of armed, held, saving, saved, sealed, released",
+    ],
     ["worker.host", { worker: { ...worker, host: MAX_HOSTS } }, `worker.report at worker.host: host indices end at ${MAX_HOSTS - 1}`],
   ])("refuses a report whose %s is out of range, naming it, and keeps the request id", (_field, change, message) => {
     const result = safeDecodeRequest(JSON.stringify({ ...report, ...change }));
@@ -176,7 +239,11 @@ describe("reports and orders, checked by their schemas", () => {
 
   it.each([
     ["order.step", { kind: "stop-at", stop: "s1", step: -1 }, "worker.order at order.step: step must not be negative"],
-    ["order.to", { kind: "migrate-out", stop: "s1", migration: "p0/0", to: MAX_HOSTS, endpoint: "tcp://h3:7000", token: "t", step: 4 }, "worker.order at order.to: host indices end at"],
+    [
+      "order.to",
+      { kind: "migrate-out", stop: "s1", migration: "p0/0", to: MAX_HOSTS, endpoint: "tcp://h3:7000", token: "t", step: 4 },
+      "worker.order at order.to: host indices end at",
+    ],
     ["order.stop", { kind: "seal", stop: "a b" }, "worker.order at order.stop: stop may hold only letters, digits"],
     ["order.kind", { kind: "continue" }, "worker.order at order.kind: "],
   ])("refuses an order whose %s is out of range, naming it", (_field, change, message) => {
@@ -228,7 +295,9 @@ describe("transfer endpoints", () => {
       expect(parseTransferEndpoint(bad)).toBeNull();
     }
     const decoded = safeDecodeRequest(
-      Buffer.from(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: 0, incarnation: "0".repeat(32), stagingBytes: 1, endpoint: "tcp://h:0" })),
+      Buffer.from(
+        JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: 0, incarnation: "0".repeat(32), stagingBytes: 1, endpoint: "tcp://h:0" }),
+      ),
     );
     expect(decoded.success).toBe(false);
     if (!decoded.success) expect(decoded.error.message).toMatch(/endpoint must be tcp:\/\/HOST:PORT/);

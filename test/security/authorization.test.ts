@@ -51,7 +51,9 @@ afterEach(async () => {
 
 async function keyedController(overrides: Partial<ServerOptions> = {}): Promise<Harness> {
   const daemons = new DaemonHosts(60_000);
-  harness = await startController({ overrides: { keyring: loadKeyring(keys), transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 60_000, ...overrides } });
+  harness = await startController({
+    overrides: { keyring: loadKeyring(keys), transport: daemons, launcher: daemons, daemons, heartbeatTimeoutMs: 60_000, ...overrides },
+  });
   return harness;
 }
 
@@ -71,14 +73,24 @@ function daemon(h: Harness, host: number, holder = credential(`daemon-${host}`))
   const idle = `const fs = require("node:fs"), file = process.argv[1]; fs.writeFileSync(file + ".uid", String(process.getuid())); setInterval(() => fs.existsSync(file) || process.exit(0), 100);`;
   const replacements = new Map([["idle", shellCommand([process.execPath, "-e", idle, marker])]]);
   const d = HostDaemon.start({
-    host, controller: h.server.endpoint, credential: holder, stagingBytes: 4 * CHECKPOINT, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 100, retryMs: 200,
+    host,
+    controller: h.server.endpoint,
+    credential: holder,
+    stagingBytes: 4 * CHECKPOINT,
+    listen: { host: "127.0.0.1", port: 0 },
+    heartbeatMs: 100,
+    retryMs: 200,
     replacements,
   });
   cleanups.push(() => d.close());
   return d;
 }
 
-const refusal = (promise: Promise<unknown>) => promise.then(() => expect.fail("the request was answered"), (error: unknown) => error);
+const refusal = (promise: Promise<unknown>) =>
+  promise.then(
+    () => expect.fail("the request was answered"),
+    (error: unknown) => error,
+  );
 
 describe("a controller with a keyring", () => {
   it("answers a keyring key and never a fresh keypair or a plaintext client", async () => {
@@ -99,12 +111,25 @@ describe("a controller with a keyring", () => {
     cleanups.push(() => socket.close());
     Object.assign(socket, { curveServerKey: own.serverKey, curvePublicKey: own.publicKey, curveSecretKey: own.secretKey });
     socket.connect(h.server.endpoint);
-    const frame = JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" });
+    const frame = JSON.stringify({
+      v: PROTOCOL_VERSION,
+      type: "daemon.register",
+      id: 1,
+      host: 0,
+      incarnation: INCARNATION,
+      stagingBytes: 1,
+      endpoint: "tcp://127.0.0.1:1",
+    });
     // job-a's MAC under daemon-0's name: only daemon-0's secret key makes daemon-0's MAC.
     const forged = { ...(JSON.parse(signFrame(own, sharedSecret(own, own.serverKey), frame)) as object), key: claimed.publicKey };
     await socket.send([frame, JSON.stringify(forged)]);
     const [reply] = await socket.receive();
-    expect(JSON.parse(reply!.toString())).toMatchObject({ type: "error", id: 1, code: "forbidden", message: expect.stringContaining("MAC does not match daemon-0's key") });
+    expect(JSON.parse(reply!.toString())).toMatchObject({
+      type: "error",
+      id: 1,
+      code: "forbidden",
+      message: expect.stringContaining("MAC does not match daemon-0's key"),
+    });
   });
 
   it("lets a job credential act for its own job only, never for another job or a daemon", async () => {
@@ -113,7 +138,10 @@ describe("a controller with a keyring", () => {
     const forbidden = (rule: string) => expect.objectContaining({ code: "forbidden", message: expect.stringContaining(`${rule}:`) });
     expect(await refusal(a.register({ job: "b", group: 0, host: 1 }, dp2))).toEqual(forbidden("job-credential-own-job"));
     expect(await refusal(a.report({ worker: { job: "b", group: 0, host: 1 }, generation: 0, step: 0, stepMs: null, hold: null }))).toEqual(
-      expect.objectContaining({ code: "forbidden", message: expect.stringContaining("job-credential-own-job: worker.report for job \"b\" needs that job's credential") }),
+      expect.objectContaining({
+        code: "forbidden",
+        message: expect.stringContaining('job-credential-own-job: worker.report for job "b" needs that job\'s credential'),
+      }),
     );
     expect(await refusal(a.finish("b"))).toEqual(forbidden("job-credential-own-job"));
     expect(await refusal(a.request({ type: "daemon.register", host: 0, incarnation: INCARNATION, stagingBytes: 1, endpoint: "tcp://127.0.0.1:1" }))).toEqual(
@@ -135,18 +163,24 @@ describe("a controller with a keyring", () => {
     const operator = client(h, credential("operator-ops"));
     await expect.poll(async () => (await operator.status()).jobs.flatMap((j) => j.hosts), patiently).toEqual([1]);
     const a = client(h, credential("job-a"));
-    await expect.poll(() => refusal(a.register({ job: "a", group: 0, host: 1 }, dp2)), { timeout: 5_000 }).toMatchObject({
-      code: "conflict",
-      message: "host 1 already runs a worker of another job; one worker per host",
-    });
+    await expect
+      .poll(() => refusal(a.register({ job: "a", group: 0, host: 1 }, dp2)), { timeout: 5_000 })
+      .toMatchObject({
+        code: "conflict",
+        message: "host 1 already runs a worker of another job; one worker per host",
+      });
     expect(h.logs.join("\n")).toContain('(job "b" has it)');
   });
 
   it("binds a daemon key to its host, and refuses a second registration of a live host", async () => {
     const h = await keyedController();
     const zero = client(h, credential("daemon-0"));
-    const register = (host: number, incarnation: string) => zero.request({ type: "daemon.register", host, incarnation, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
-    expect(await refusal(register(1, INCARNATION))).toMatchObject({ code: "forbidden", message: expect.stringContaining("daemon-credential-own-host: daemon.register for host 1") });
+    const register = (host: number, incarnation: string) =>
+      zero.request({ type: "daemon.register", host, incarnation, stagingBytes: 1 << 20, endpoint: "tcp://127.0.0.1:1" });
+    expect(await refusal(register(1, INCARNATION))).toMatchObject({
+      code: "forbidden",
+      message: expect.stringContaining("daemon-credential-own-host: daemon.register for host 1"),
+    });
     expect(await refusal(zero.register({ job: "a", group: 0, host: 0 }, dp2))).toMatchObject({ code: "forbidden" });
 
     await daemon(h, 0).ready();
@@ -163,7 +197,9 @@ describe("a controller with a keyring", () => {
     await Promise.all(daemons.map((d) => d.ready()));
     const jobs = { a: client(h, credential("job-a")), b: client(h, credential("job-b")) };
     const start = async (job: "a" | "b", hosts: number[]) => {
-      const workers = hosts.map((host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, holdTimeoutMs: 10_000, replacement: "idle" }));
+      const workers = hosts.map(
+        (host) => new WorkerClient(jobs[job], { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, holdTimeoutMs: 10_000, replacement: "idle" }),
+      );
       for (const w of workers) cleanups.push(() => w.close());
       await Promise.all(workers.map((w) => w.register(5_000)));
       return workers;
@@ -301,11 +337,21 @@ describe("secret files", () => {
     const keyringPath = join(dir, "controller.json");
     chmodSync(keyringPath, 0o640);
     const controller = await runCli("controller", "--keys", dir, "--journal", join(dir, "journal"));
-    expect(controller).toMatchObject({ code: 2, stderr: expect.stringContaining(`keyring ${keyringPath}: it holds secret keys but its group or others may read it (mode 0640); run \`chmod 600 ${keyringPath}\``) });
+    expect(controller).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(
+        `keyring ${keyringPath}: it holds secret keys but its group or others may read it (mode 0640); run \`chmod 600 ${keyringPath}\``,
+      ),
+    });
     const operator = join(dir, "operator-ops.json");
     chmodSync(operator, 0o604);
     const status = await runCli("status", "--credentials", operator, "--timeout", "0.5");
-    expect(status).toMatchObject({ code: 2, stderr: expect.stringContaining(`credential ${operator}: it holds secret keys but its group or others may read it (mode 0604); run \`chmod 600 ${operator}\``) });
+    expect(status).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(
+        `credential ${operator}: it holds secret keys but its group or others may read it (mode 0604); run \`chmod 600 ${operator}\``,
+      ),
+    });
     const job = join(dir, "job-a.json");
     chmodSync(job, 0o644);
     const launch = await runCli("launch", "--job", "a", "--host", "0", "--dp", "1", "--credentials", job, "--", "true");

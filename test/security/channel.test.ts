@@ -57,14 +57,23 @@ const request = (fields: Record<string, unknown>) => `${JSON.stringify({ v: CHAN
 
 describe("the local channel's bounds", () => {
   it.each([
-    [{ type: "barrier", localRank: MAX_GPUS_PER_HOST, step: 1 }, `channel request at localRank: localRank must be at most ${MAX_GPUS_PER_HOST - 1}, the largest MonkeyTree supports`],
+    [
+      { type: "barrier", localRank: MAX_GPUS_PER_HOST, step: 1 },
+      `channel request at localRank: localRank must be at most ${MAX_GPUS_PER_HOST - 1}, the largest MonkeyTree supports`,
+    ],
     [{ type: "barrier", localRank: 0, step: 1.5 }, "channel request at step: step must be a whole number"],
     [{ type: "attach", localRank: 0, pid: 0 }, "channel request at pid: pid must be at least 1"],
     [{ type: "saved", localRank: 0, bytes: -1 }, "channel request at bytes: bytes must not be negative"],
-    [{ type: "phase", localRank: 0, name: "x".repeat(MAX_ID_LENGTH + 1), seconds: 1 }, `channel request at name: phase name is longer than ${MAX_ID_LENGTH} characters`],
+    [
+      { type: "phase", localRank: 0, name: "x".repeat(MAX_ID_LENGTH + 1), seconds: 1 },
+      `channel request at name: phase name is longer than ${MAX_ID_LENGTH} characters`,
+    ],
     // JSON has no Infinity: it arrives as null.
     [{ type: "phase", localRank: 0, name: "load", seconds: Infinity }, "channel request at seconds: seconds must be a finite number"],
-    [{ type: "phase", localRank: 0, name: "load\n[launcher] forged", seconds: 1 }, "channel request at name: phase name may hold only letters, digits and . _ : @ + = / -"],
+    [
+      { type: "phase", localRank: 0, name: "load\n[launcher] forged", seconds: 1 },
+      "channel request at name: phase name may hold only letters, digits and . _ : @ + = / -",
+    ],
   ])("answers %j with an error naming the field, and the launcher never sees it", async (fields, message) => {
     const p = await process();
     expect(await p.ask(request(fields))).toEqual({ v: CHANNEL_VERSION, type: "error", message });
@@ -76,12 +85,20 @@ describe("the local channel's bounds", () => {
     const p = await process();
     // No newline: before the bound the launcher would buffer this without end.
     const answer = p.ask("x".repeat(4 * MAX_CHANNEL_LINE_BYTES));
-    expect(await answer).toEqual({ v: CHANNEL_VERSION, type: "error", message: `a request line is longer than ${MAX_CHANNEL_LINE_BYTES} bytes; send one JSON request per line` });
+    expect(await answer).toEqual({
+      v: CHANNEL_VERSION,
+      type: "error",
+      message: `a request line is longer than ${MAX_CHANNEL_LINE_BYTES} bytes; send one JSON request per line`,
+    });
     await p.closed;
     expect(logs.some((line) => line.includes("closing the connection"))).toBe(true);
 
     const other = await process();
-    expect(await other.ask(request({ type: "barrier", localRank: 1, step: 3 }))).toEqual({ v: CHANNEL_VERSION, type: "directive", directive: { kind: "continue" } });
+    expect(await other.ask(request({ type: "barrier", localRank: 1, step: 3 }))).toEqual({
+      v: CHANNEL_VERSION,
+      type: "directive",
+      directive: { kind: "continue" },
+    });
     expect(handled).toEqual([{ v: CHANNEL_VERSION, type: "barrier", localRank: 1, step: 3 }]);
     other.socket.destroy();
   });

@@ -17,7 +17,26 @@ const dir = mkdtempSync(join(tmpdir(), "monkeytree-cli-fuzz-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Numbers at and around every limit, and far past them. */
-const edgeNumbers = [0, -1, 1, 2, 1.5, MAX_RACKS, MAX_RACKS + 1, MAX_HOSTS_PER_RACK + 1, MAX_GPUS_PER_HOST + 1, MAX_UPLINKS_PER_RACK + 1, MAX_HOSTS, 65_536, 1e7, 2 ** 31, 2 ** 53 - 1, 2 ** 53, 1e308, -1e308];
+const edgeNumbers = [
+  0,
+  -1,
+  1,
+  2,
+  1.5,
+  MAX_RACKS,
+  MAX_RACKS + 1,
+  MAX_HOSTS_PER_RACK + 1,
+  MAX_GPUS_PER_HOST + 1,
+  MAX_UPLINKS_PER_RACK + 1,
+  MAX_HOSTS,
+  65_536,
+  1e7,
+  2 ** 31,
+  2 ** 53 - 1,
+  2 ** 53,
+  1e308,
+  -1e308,
+];
 const number = fc.oneof(
   { weight: 4, arbitrary: fc.integer({ min: 1, max: 8 }) },
   { weight: 2, arbitrary: fc.constantFrom(...edgeNumbers) },
@@ -118,7 +137,10 @@ describe("CLI fuzz over the snapshot schema", () => {
     await fc.assert(
       fc.asyncProperty(snapshot, async (value) => {
         const path = write(JSON.stringify(value));
-        for (const argv of [["plan", "--snapshot", path, "--time-limit", "0.2"], ["routes", "--snapshot", path]]) {
+        for (const argv of [
+          ["plan", "--snapshot", path, "--time-limit", "0.2"],
+          ["routes", "--snapshot", path],
+        ]) {
           const started = performance.now();
           expectClean(await runCli(...argv));
           expect(performance.now() - started).toBeLessThan(CASE_MS);
@@ -135,7 +157,10 @@ describe("CLI fuzz over the snapshot schema", () => {
     "10^7 hosts per rack": JSON.stringify({ topology: { racks: 4, hostsPerRack: 1e7, gpusPerHost: 8, uplinksPerRack: 4 }, jobs: [] }),
     "65,536 racks": JSON.stringify({ topology: { racks: 65_536, hostsPerRack: 1, gpusPerHost: 8, uplinksPerRack: 1 }, jobs: [] }),
     "10^7 uplinks": JSON.stringify({ topology: { racks: 4, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 1e7 }, jobs: [] }),
-    "a million bad hosts": JSON.stringify({ topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 }, jobs: [{ id: "a", hosts: new Array(1_000_000).fill(-1) }] }),
+    "a million bad hosts": JSON.stringify({
+      topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },
+      jobs: [{ id: "a", hosts: new Array(1_000_000).fill(-1) }],
+    }),
     "arrays nested 100,000 deep": `{"topology":${"[".repeat(100_000)}${"]".repeat(100_000)},"jobs":[]}`,
     "the largest topology, full": JSON.stringify({
       topology: { racks: MAX_RACKS, hostsPerRack: MAX_HOSTS / MAX_RACKS, gpusPerHost: MAX_GPUS_PER_HOST, uplinksPerRack: 1 },
@@ -144,20 +169,24 @@ describe("CLI fuzz over the snapshot schema", () => {
     }),
   };
 
-  it.each(Object.keys(killers))("the built binary survives %s with a 512 MB heap", (name) => {
-    expect(existsSync(binary), "dist/ is not built; run `npm run build`").toBe(true);
-    const path = write(killers[name]!);
-    for (const command of ["plan", "routes"]) {
-      const extra = command === "plan" ? ["--time-limit", "0.5"] : [];
-      const result = spawnSync(process.execPath, ["--max-old-space-size=512", "bin/monkeytree.js", command, "--snapshot", path, ...extra], {
-        encoding: "utf8",
-        timeout: 60_000,
-        maxBuffer: 64 * 1024 * 1024,
-      });
-      expect(result.signal).toBeNull();
-      expectClean({ code: result.status ?? -1, stderr: result.stderr });
-    }
-  }, 150_000);
+  it.each(Object.keys(killers))(
+    "the built binary survives %s with a 512 MB heap",
+    (name) => {
+      expect(existsSync(binary), "dist/ is not built; run `npm run build`").toBe(true);
+      const path = write(killers[name]!);
+      for (const command of ["plan", "routes"]) {
+        const extra = command === "plan" ? ["--time-limit", "0.5"] : [];
+        const result = spawnSync(process.execPath, ["--max-old-space-size=512", "bin/monkeytree.js", command, "--snapshot", path, ...extra], {
+          encoding: "utf8",
+          timeout: 60_000,
+          maxBuffer: 64 * 1024 * 1024,
+        });
+        expect(result.signal).toBeNull();
+        expectClean({ code: result.status ?? -1, stderr: result.stderr });
+      }
+    },
+    150_000,
+  );
 });
 
 describe("CLI fuzz over controller addresses", () => {
@@ -165,7 +194,11 @@ describe("CLI fuzz over controller addresses", () => {
   const address = fc.oneof(
     fc.string({ maxLength: 40 }),
     fc
-      .tuple(fc.constantFrom("tcp://", "ipc://", "inproc://", "udp://", "tcp:/", ""), fc.constantFrom("127.0.0.1", "[::1]", "*", "", "h h", "a:b", "-", "%", "_h", "h*", "é", "h;127.0.0.1"), fc.constantFrom(":1", ":0", ":*", ":65536", ":", "", "/x"))
+      .tuple(
+        fc.constantFrom("tcp://", "ipc://", "inproc://", "udp://", "tcp:/", ""),
+        fc.constantFrom("127.0.0.1", "[::1]", "*", "", "h h", "a:b", "-", "%", "_h", "h*", "é", "h;127.0.0.1"),
+        fc.constantFrom(":1", ":0", ":*", ":65536", ":", "", "/x"),
+      )
       .map((parts) => parts.join("")),
   );
 

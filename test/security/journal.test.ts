@@ -19,9 +19,22 @@ const fresh = tempDirsPerTest();
 
 const snapshot = { topology: SMALL, lambda: 1, jobs: [] };
 const cluster = parseSnapshot(snapshot);
-const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null };
+const config: Extract<RecordBody, { kind: "config" }> = {
+  kind: "config",
+  topology: cluster.topology,
+  lambda: cluster.lambda,
+  podLambda: cluster.podLambda ?? null,
+};
 const dp2 = { tp: 1, pp: 1, dp: 2 };
-const started = (job: string, hosts: number[]): RecordBody => ({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [hosts], checkpointBytes: {}, replacement: null });
+const started = (job: string, hosts: number[]): RecordBody => ({
+  kind: "job-started",
+  job,
+  rings: 1,
+  parallelism: dp2,
+  groups: [hosts],
+  checkpointBytes: {},
+  replacement: null,
+});
 
 /** A journal in a new directory, as a controller that ran `bodies` left it. */
 function journalOf(bodies: RecordBody[]): { dir: string; path: string } {
@@ -49,7 +62,9 @@ describe("a journal that lies", () => {
     const result = await startCli(dir);
     expect(result.code).toBe(2);
     expect(result.stdout).toBe("");
-    expect(result.stderr).toMatch(new RegExp(`^monkeytree controller: journal: ${path} line 3: checksum [0-9a-f]{8} does not match the stored [0-9a-f]{8}; .*mv ${path} ${path}\\.damaged`));
+    expect(result.stderr).toMatch(
+      new RegExp(`^monkeytree controller: journal: ${path} line 3: checksum [0-9a-f]{8} does not match the stored [0-9a-f]{8}; .*mv ${path} ${path}\\.damaged`),
+    );
     expect(result.stderr).not.toMatch(/\n\s+at /);
   });
 
@@ -71,7 +86,9 @@ describe("a journal that lies", () => {
     mkdirSync(join(dir, "journal", JOURNAL_FILE), { recursive: true });
     const result = await startCli(dir);
     expect(result.code).toBe(2);
-    expect(result.stderr).toBe(`monkeytree controller: journal: ${join(dir, "journal", JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR: move whatever is at that path aside, or give another --journal directory\n`);
+    expect(result.stderr).toBe(
+      `monkeytree controller: journal: ${join(dir, "journal", JOURNAL_FILE)} is a directory; the journal is a file in --journal DIR: move whatever is at that path aside, or give another --journal directory\n`,
+    );
   });
 });
 

@@ -144,16 +144,26 @@ describe("a controller fed malformed messages", () => {
 
   const REQUEST_TYPES = RequestSchema.options.map((o) => o.shape.type.value);
   const ANSWER_TYPES = CommandReplySchema.options.map((o) => o.shape.type.value);
-  const host = fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 0, max: 15 }) }, { weight: 1, arbitrary: fc.constantFrom(-1, MAX_HOSTS - 1, MAX_HOSTS, 1.5, 2 ** 53) });
+  const host = fc.oneof(
+    { weight: 6, arbitrary: fc.integer({ min: 0, max: 15 }) },
+    { weight: 1, arbitrary: fc.constantFrom(-1, MAX_HOSTS - 1, MAX_HOSTS, 1.5, 2 ** 53) },
+  );
   const job = fc.constantFrom(...FUZZ_JOBS, "real", "nobody");
   const worker = fc.record({ job: field(job), group: field(fc.integer({ min: 0, max: 2 })), host: field(host) });
-  const parallelism = fc.record({ tp: field(fc.integer({ min: 1, max: 4 })), pp: field(fc.integer({ min: 1, max: 2 })), dp: field(fc.integer({ min: 1, max: 4 })) });
+  const parallelism = fc.record({
+    tp: field(fc.integer({ min: 1, max: 4 })),
+    pp: field(fc.integer({ min: 1, max: 2 })),
+    dp: field(fc.integer({ min: 1, max: 4 })),
+  });
   const count = field(fc.nat({ max: 1 << 20 }));
   const hex = fc.uint8Array({ minLength: 16, maxLength: 16 }).map((bytes) => Buffer.from(bytes).toString("hex"));
 
   /** A request of each kind a controller takes (a daemon's answers to commands included), its fields fuzzed. */
   const bodies: Record<string, fc.Arbitrary<Record<string, unknown>>> = {
-    "worker.register": fc.record({ worker, parallelism, checkpointBytes: count, rings: field(fc.integer({ min: 1, max: 4 })) }, { requiredKeys: ["worker", "parallelism", "checkpointBytes"] }),
+    "worker.register": fc.record(
+      { worker, parallelism, checkpointBytes: count, rings: field(fc.integer({ min: 1, max: 4 })) },
+      { requiredKeys: ["worker", "parallelism", "checkpointBytes"] },
+    ),
     "worker.report": fc.record({
       worker,
       generation: count,
@@ -164,10 +174,21 @@ describe("a controller fed malformed messages", () => {
     "job.finish": fc.record({ job: field(job) }),
     status: fc.record({}),
     events: fc.record({ after: count }, { requiredKeys: [] }),
-    "daemon.register": fc.record({ host: field(host), incarnation: field(hex), stagingBytes: count, endpoint: field(fc.constantFrom("tcp://127.0.0.1:7000", "tcp://[::1]:1?rdma")) }),
+    "daemon.register": fc.record({
+      host: field(host),
+      incarnation: field(hex),
+      stagingBytes: count,
+      endpoint: field(fc.constantFrom("tcp://127.0.0.1:7000", "tcp://[::1]:1?rdma")),
+    }),
     "daemon.heartbeat": fc.record({ host: field(host), incarnation: field(hex) }),
     "daemon.transfer-result": fc.record({ host: field(host), token: field(hex), bytes: count, outcome: field(fc.constantFrom("verified", "failed")) }),
-    "daemon.replacement-exited": fc.record({ host: field(host), migration: field(fc.constantFrom("p0/0", "p1/2")), token: field(hex), code: field(fc.constantFrom(0, 1, 255, null)), signal: field(fc.constantFrom(null, "SIGKILL")) }),
+    "daemon.replacement-exited": fc.record({
+      host: field(host),
+      migration: field(fc.constantFrom("p0/0", "p1/2")),
+      token: field(hex),
+      code: field(fc.constantFrom(0, 1, 255, null)),
+      signal: field(fc.constantFrom(null, "SIGKILL")),
+    }),
     "daemon.vouch": fc.record({ host: field(host), incarnation: field(hex), job: field(job) }),
     "daemon.prepared": fc.record({ host: field(host), endpoint: junk, token: field(hex) }),
     "daemon.done": fc.record({ host: field(host) }),
@@ -189,7 +210,10 @@ describe("a controller fed malformed messages", () => {
     .chain((head) =>
       fc
         .record({
-          body: typeof head.type === "string" && Object.hasOwn(bodies, head.type) ? bodies[head.type]! : fc.dictionary(fc.string({ maxLength: 8 }), junk, { maxKeys: 4 }),
+          body:
+            typeof head.type === "string" && Object.hasOwn(bodies, head.type)
+              ? bodies[head.type]!
+              : fc.dictionary(fc.string({ maxLength: 8 }), junk, { maxKeys: 4 }),
           drop: fc.option(fc.constantFrom("v", "type", "id", "worker", "host", "job"), { freq: 8 }),
           extra: fc.option(fc.tuple(fc.string({ maxLength: 8 }), junk), { freq: 8 }),
         })
@@ -206,12 +230,20 @@ describe("a controller fed malformed messages", () => {
     { weight: 300, arbitrary: envelope.map((message) => ({ text: JSON.stringify(message) })) },
     { weight: 60, arbitrary: fc.uint8Array({ maxLength: 64 }).map((bytes) => ({ bytes })) },
     // Cut short: the parser meets the end of input inside a string, a number or a nesting.
-    { weight: 60, arbitrary: fc.tuple(envelope, fc.double({ min: 0, max: 1, noNaN: true })).map(([m, at]) => ({ text: JSON.stringify(m).slice(0, Math.floor(JSON.stringify(m).length * at)) })) },
+    {
+      weight: 60,
+      arbitrary: fc
+        .tuple(envelope, fc.double({ min: 0, max: 1, noNaN: true }))
+        .map(([m, at]) => ({ text: JSON.stringify(m).slice(0, Math.floor(JSON.stringify(m).length * at)) })),
+    },
     // Numbers JSON has no word for, and the spellings of them some writers produce.
     {
       weight: 30,
       arbitrary: fc
-        .tuple(fc.constantFrom("NaN", "Infinity", "-Infinity", "1e999", "-0", "0x10", "01", "1e-400", "9007199254740993", "null"), fc.constantFrom("id", "v", "host", "step", "stepMs", "hold.step"))
+        .tuple(
+          fc.constantFrom("NaN", "Infinity", "-Infinity", "1e999", "-0", "0x10", "01", "1e-400", "9007199254740993", "null"),
+          fc.constantFrom("id", "v", "host", "step", "stepMs", "hold.step"),
+        )
         .map(([n, at]) => ({
           text:
             `{"v":${at === "v" ? n : PROTOCOL_VERSION},"type":"worker.report","id":${at === "id" ? n : 1},"worker":{"job":"fuzz-0","group":0,"host":${at === "host" ? n : 0}},` +
@@ -242,7 +274,10 @@ describe("a controller fed malformed messages", () => {
   const message = fc.record({
     body,
     auth,
-    more: fc.oneof({ weight: 12, arbitrary: fc.constant([]) }, { weight: 1, arbitrary: fc.array(fc.uint8Array({ maxLength: 16 }), { minLength: 1, maxLength: 6 }) }),
+    more: fc.oneof(
+      { weight: 12, arbitrary: fc.constant([]) },
+      { weight: 1, arbitrary: fc.array(fc.uint8Array({ maxLength: 16 }), { minLength: 1, maxLength: 6 }) },
+    ),
   });
   type Message = typeof message extends fc.Arbitrary<infer T> ? T : never;
 
@@ -451,7 +486,12 @@ describe("a daemon's transfer listener fed malformed hellos", () => {
   });
   /** What follows an accepted hello: chunk headers with any kind, length and offset, and payloads. */
   const chunks = fc.array(
-    fc.record({ kind: mutable(1, u32), length: mutable(FUZZ_BYTES, u32), offset: mutable(0n, fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })), payload: fc.uint8Array({ maxLength: 64 }) }),
+    fc.record({
+      kind: mutable(1, u32),
+      length: mutable(FUZZ_BYTES, u32),
+      offset: mutable(0n, fc.bigInt({ min: 0n, max: 2n ** 64n - 1n })),
+      payload: fc.uint8Array({ maxLength: 64 }),
+    }),
     { maxLength: 3 },
   );
   const connection = fc.oneof(

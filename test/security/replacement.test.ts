@@ -17,7 +17,12 @@ describe("no command line crosses the network", () => {
     const harness = await startController();
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000 });
     try {
-      const register = { type: "worker.register", worker: { job: "evil", group: 0, host: 0 }, parallelism: { tp: 1, pp: 1, dp: 2 }, checkpointBytes: 0 } as const;
+      const register = {
+        type: "worker.register",
+        worker: { job: "evil", group: 0, host: 0 },
+        parallelism: { tp: 1, pp: 1, dp: 2 },
+        checkpointBytes: 0,
+      } as const;
       // The attacker's message, which no schema of ours lets a client write.
       const forged = { ...register, launch: ["/bin/sh", "-c", "touch /tmp/owned"] } as unknown as RequestBody;
       await expect(client.request(forged)).rejects.toMatchObject({ name: "ControllerError", message: expect.stringContaining(`unknown field "launch"`) });
@@ -50,8 +55,14 @@ describe("a daemon's replacement settings", () => {
   });
 
   it("exits 2 naming the flag when the daemon's replacement settings are wrong", async () => {
-    expect(await runCli("daemon", "--host", "0", "--replacement", "Bad Name=x")).toMatchObject({ code: 2, stderr: expect.stringContaining(`--replacement "Bad Name=x": a replacement name`) });
-    expect(await runCli("daemon", "--host", "0", "--run-as", "root")).toMatchObject({ code: 2, stderr: expect.stringContaining("--run-as root is root (uid 0)") });
+    expect(await runCli("daemon", "--host", "0", "--replacement", "Bad Name=x")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining(`--replacement "Bad Name=x": a replacement name`),
+    });
+    expect(await runCli("daemon", "--host", "0", "--run-as", "root")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining("--run-as root is root (uid 0)"),
+    });
     expect(await runCli("launch", "--job", "j", "--host", "0", "--dp", "1", "--replacement", "../x", "--", "torchrun", "t.py")).toMatchObject({
       code: 2,
       stderr: expect.stringContaining(`--replacement "../x": a replacement name`),

@@ -64,85 +64,96 @@ afterEach(async () => {
 const alive = (pid: number) => existsSync(`/proc/${pid}`) && !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
 
 describe.runIf(canRun("tenants on one host", root(), cgroupV2()))("two tenants on one host", () => {
-  it("runs each job's replacement as its job's user, with staging and credentials the other cannot read, and stops what it leaves behind", async () => {
-    const users = { victim: tenantUser("mt-tenant-victim"), spy: tenantUser("mt-tenant-spy") };
-    // Should an assertion fail first, nothing of theirs outlives the test.
-    for (const user of Object.values(users)) cleanups.push(() => spawnSync("pkill", ["-KILL", "-u", user.user]));
-    const out = mkdtempSync(join(tmpdir(), "monkeytree-tenants-"));
-    chmodSync(out, 0o1777);
-    cleanups.push(() => rmSync(out, { recursive: true, force: true }));
-    // Each job's credential, its user's alone, as an operator hands them out.
-    for (const [job, user] of Object.entries(users)) {
-      writeFileSync(join(out, `job-${job}.json`), `{"secret": "${job}"}`, { mode: 0o600 });
-      chownSync(join(out, `job-${job}.json`), user.uid, user.gid);
-    }
-    const logs: string[] = [];
-    const note = (line: () => string) => void logs.push(line());
-    const controller = await FakeController.start();
-    cleanups.push(() => controller.close());
-    const cgroups = ReplacementCgroups.open(ownCgroup()!);
-    cleanups.push(() => cgroups.close());
-    const daemon = HostDaemon.start({
-      host: HOST,
-      controller: controller.endpoint,
-      stagingBytes: 4 * BYTES,
-      listen: { host: "127.0.0.1", port: 0 },
-      heartbeatMs: 60_000,
-      replacements: new Map([["tenant", `OUT=${out} exec sh -c '${REPLACEMENT.replaceAll("'", `'"'"'`)}'`]]),
-      cgroups,
-      log: { debug: note, info: note, warn: note, error: note },
-    });
-    cleanups.push(() => daemon.close());
-    const registration = await controller.next("daemon.register");
-    await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: registration.id });
-    await daemon.ready();
+  it(
+    "runs each job's replacement as its job's user, with staging and credentials the other cannot read, and stops what it leaves behind",
+    async () => {
+      const users = { victim: tenantUser("mt-tenant-victim"), spy: tenantUser("mt-tenant-spy") };
+      // Should an assertion fail first, nothing of theirs outlives the test.
+      for (const user of Object.values(users)) cleanups.push(() => spawnSync("pkill", ["-KILL", "-u", user.user]));
+      const out = mkdtempSync(join(tmpdir(), "monkeytree-tenants-"));
+      chmodSync(out, 0o1777);
+      cleanups.push(() => rmSync(out, { recursive: true, force: true }));
+      // Each job's credential, its user's alone, as an operator hands them out.
+      for (const [job, user] of Object.entries(users)) {
+        writeFileSync(join(out, `job-${job}.json`), `{"secret": "${job}"}`, { mode: 0o600 });
+        chownSync(join(out, `job-${job}.json`), user.uid, user.gid);
+      }
+      const logs: string[] = [];
+      const note = (line: () => string) => void logs.push(line());
+      const controller = await FakeController.start();
+      cleanups.push(() => controller.close());
+      const cgroups = ReplacementCgroups.open(ownCgroup()!);
+      cleanups.push(() => cgroups.close());
+      const daemon = HostDaemon.start({
+        host: HOST,
+        controller: controller.endpoint,
+        stagingBytes: 4 * BYTES,
+        listen: { host: "127.0.0.1", port: 0 },
+        heartbeatMs: 60_000,
+        replacements: new Map([["tenant", `OUT=${out} exec sh -c '${REPLACEMENT.replaceAll("'", `'"'"'`)}'`]]),
+        cgroups,
+        log: { debug: note, info: note, warn: note, error: note },
+      });
+      cleanups.push(() => daemon.close());
+      const registration = await controller.next("daemon.register");
+      await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: registration.id });
+      await daemon.ready();
 
-    let id = 500;
-    const prepare = async (job: string) => {
-      const command = { v: PROTOCOL_VERSION, type: "daemon.prepare", id: id++, migration: `${job}/0`, bytes: BYTES };
-      const replacement = { job, group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, place: { nodeRank: 1, nodes: 2 }, replacement: "tenant", user: `mt-tenant-${job}` };
-      await controller.send({ ...command, replacement });
-      return controller.next("daemon.prepared") as Promise<{ endpoint: string; token: string }>;
-    };
-    // The victim's checkpoint arrives and is verified; its replacement waits to load it.
-    const victim = await prepare("victim");
-    const weights = StagingBuffer.create({ size: BYTES, lock: false });
-    cleanups.push(() => weights.free());
-    weights.bytes().set(SECRET);
-    await send({ ticket: ticketFor(victim.endpoint, victim.token, BYTES), buffer: weights, offset: 0 });
-    const verified = await controller.next("daemon.transfer-result");
-    expect(verified).toMatchObject({ outcome: "verified" });
-    await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: verified.id });
-    // Then the spy's move to the same host: its replacement starts at once.
-    await prepare("spy");
+      let id = 500;
+      const prepare = async (job: string) => {
+        const command = { v: PROTOCOL_VERSION, type: "daemon.prepare", id: id++, migration: `${job}/0`, bytes: BYTES };
+        const replacement = {
+          job,
+          group: 0,
+          parallelism: { tp: 1, pp: 1, dp: 2 },
+          place: { nodeRank: 1, nodes: 2 },
+          replacement: "tenant",
+          user: `mt-tenant-${job}`,
+        };
+        await controller.send({ ...command, replacement });
+        return controller.next("daemon.prepared") as Promise<{ endpoint: string; token: string }>;
+      };
+      // The victim's checkpoint arrives and is verified; its replacement waits to load it.
+      const victim = await prepare("victim");
+      const weights = StagingBuffer.create({ size: BYTES, lock: false });
+      cleanups.push(() => weights.free());
+      weights.bytes().set(SECRET);
+      await send({ ticket: ticketFor(victim.endpoint, victim.token, BYTES), buffer: weights, offset: 0 });
+      const verified = await controller.next("daemon.transfer-result");
+      expect(verified).toMatchObject({ outcome: "verified" });
+      await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: verified.id });
+      // Then the spy's move to the same host: its replacement starts at once.
+      await prepare("spy");
 
-    const result = (job: string, what: string) => readFileSync(join(out, `${job}.${what}`), "utf8").trim();
-    await expect.poll(() => existsSync(join(out, "spy.uid")) && existsSync(join(out, "victim.uid")), patiently).toBe(true);
-    expect({ spy: Number(result("spy", "uid")), victim: Number(result("victim", "uid")) }).toEqual({ spy: users.spy.uid, victim: users.victim.uid });
-    const reads = result("spy", "reads").split("\n");
-    expect(reads.filter((line) => line.startsWith("read "))).toEqual([]);
-    expect(reads).toContain(`refused ${join(out, "job-victim.json")}`);
-    // The victim's staged checkpoint was there to be read, its user's alone, and the spy was refused it.
-    const name = logs.map((line) => /^migration victim\/0: staging \d+ bytes in (\S+),/.exec(line)?.[1]).find(Boolean);
-    const staged = `/dev/shm/${name}`;
-    expect(reads).toContain(`refused ${staged}`);
-    expect(statSync(staged)).toMatchObject({ uid: users.victim.uid, gid: users.victim.gid, mode: 0o100600 });
+      const result = (job: string, what: string) => readFileSync(join(out, `${job}.${what}`), "utf8").trim();
+      await expect.poll(() => existsSync(join(out, "spy.uid")) && existsSync(join(out, "victim.uid")), patiently).toBe(true);
+      expect({ spy: Number(result("spy", "uid")), victim: Number(result("victim", "uid")) }).toEqual({ spy: users.spy.uid, victim: users.victim.uid });
+      const reads = result("spy", "reads").split("\n");
+      expect(reads.filter((line) => line.startsWith("read "))).toEqual([]);
+      expect(reads).toContain(`refused ${join(out, "job-victim.json")}`);
+      // The victim's staged checkpoint was there to be read, its user's alone, and the spy was refused it.
+      const name = logs.map((line) => /^migration victim\/0: staging \d+ bytes in (\S+),/.exec(line)?.[1]).find(Boolean);
+      const staged = `/dev/shm/${name}`;
+      expect(reads).toContain(`refused ${staged}`);
+      expect(statSync(staged)).toMatchObject({ uid: users.victim.uid, gid: users.victim.gid, mode: 0o100600 });
 
-    // What the spy's replacement left in a session of its own goes when the replacement exits.
-    await expect.poll(() => existsSync(join(out, "spy.spy")), patiently).toBe(true);
-    const leftover = Number(result("spy", "spy"));
-    expect(alive(leftover)).toBe(true);
-    writeFileSync(join(out, "spy.exit"), "");
-    await expect.poll(() => alive(leftover), patiently).toBe(false);
-    // The victim's own leftover is untouched while its replacement runs, and its staging stays.
-    await expect.poll(() => existsSync(join(out, "victim.spy")), patiently).toBe(true);
-    expect(alive(Number(result("victim", "spy")))).toBe(true);
-    expect(existsSync(staged)).toBe(true);
-    writeFileSync(join(out, "victim.exit"), "");
-    await expect.poll(() => alive(Number(result("victim", "spy"))), patiently).toBe(false);
-    // Its grant ended with its replacement: its file is gone.
-    await expect.poll(() => existsSync(staged), patiently).toBe(false);
-  }, SAFETY_NET_MS);
+      // What the spy's replacement left in a session of its own goes when the replacement exits.
+      await expect.poll(() => existsSync(join(out, "spy.spy")), patiently).toBe(true);
+      const leftover = Number(result("spy", "spy"));
+      expect(alive(leftover)).toBe(true);
+      writeFileSync(join(out, "spy.exit"), "");
+      await expect.poll(() => alive(leftover), patiently).toBe(false);
+      // The victim's own leftover is untouched while its replacement runs, and its staging stays.
+      await expect.poll(() => existsSync(join(out, "victim.spy")), patiently).toBe(true);
+      expect(alive(Number(result("victim", "spy")))).toBe(true);
+      expect(existsSync(staged)).toBe(true);
+      writeFileSync(join(out, "victim.exit"), "");
+      await expect.poll(() => alive(Number(result("victim", "spy"))), patiently).toBe(false);
+      // Its grant ended with its replacement: its file is gone.
+      await expect.poll(() => existsSync(staged), patiently).toBe(false);
+    },
+    SAFETY_NET_MS,
+  );
 });
 
 describe("a job's user, named beside its key", () => {
@@ -154,33 +165,49 @@ describe("a job's user, named beside its key", () => {
       code: 0,
       stdout: expect.stringContaining(`${join(keys, "job-a.json")}: give it to alice alone`),
     });
-    expect(await runCli("keys", "--dir", keys, "--job", "b", "--user", "bob")).toMatchObject({ code: 0, stdout: expect.stringContaining("job-b: replacements run as bob") });
+    expect(await runCli("keys", "--dir", keys, "--job", "b", "--user", "bob")).toMatchObject({
+      code: 0,
+      stdout: expect.stringContaining("job-b: replacements run as bob"),
+    });
     const users = loadKeyring(keys).clients.map((c) => [c.name, c.user]);
-    expect(users).toEqual([["job-a", "alice"], ["job-b", "bob"], ["operator-ops", undefined]]);
-    expect(await runCli("keys", "--dir", keys, "--job", "a", "--user", "Alice Smith")).toMatchObject({ code: 2, stderr: expect.stringContaining('--user "Alice Smith": a user name is 1 to 32 of a-z') });
+    expect(users).toEqual([
+      ["job-a", "alice"],
+      ["job-b", "bob"],
+      ["operator-ops", undefined],
+    ]);
+    expect(await runCli("keys", "--dir", keys, "--job", "a", "--user", "Alice Smith")).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--user "Alice Smith": a user name is 1 to 32 of a-z'),
+    });
     expect(await runCli("keys", "--dir", keys, "--user", "alice")).toMatchObject({ code: 2, stderr: expect.stringContaining("--user goes with --job") });
   });
 
-  it("reaches the destination's daemon with the move's staging request", async () => {
-    const keys = tempDir();
-    cleanups.push(() => rmSync(keys, { recursive: true, force: true }));
-    await runCli("keys", "--dir", keys, "--job", "a", "--user", "alice");
-    await runCli("keys", "--dir", keys, "--job", "b", "--user", "bob");
-    const hosts = new RecordingHosts();
-    const harness = await startController({ overrides: { keyring: loadKeyring(keys), transport: hosts, launcher: hosts } });
-    cleanups.push(() => harness.close());
-    const start = async (job: string, on: number[]) => {
-      const client = new ControllerClient({ endpoint: harness.server.endpoint, retryMs: 200, credential: readCredential(join(keys, `job-${job}.json`)) });
-      cleanups.push(() => client.close());
-      const workers = on.map((host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: 2 }, { checkpointBytes: BYTES, replacement: "train" }));
-      await Promise.all(workers.map((w) => w.register()));
-      return client;
-    };
-    // Both jobs cross both racks' single uplinks: one of them moves.
-    await start("a", [0, 4]);
-    await start("b", [1, 5]);
-    await hosts.until(() => hosts.prepared.length > 0, SAFETY_NET_MS);
-    const { job, user } = hosts.prepared[0]!.replacement;
-    expect({ job, user }).toEqual(job === "a" ? { job, user: "alice" } : { job, user: "bob" });
-  }, SAFETY_NET_MS);
+  it(
+    "reaches the destination's daemon with the move's staging request",
+    async () => {
+      const keys = tempDir();
+      cleanups.push(() => rmSync(keys, { recursive: true, force: true }));
+      await runCli("keys", "--dir", keys, "--job", "a", "--user", "alice");
+      await runCli("keys", "--dir", keys, "--job", "b", "--user", "bob");
+      const hosts = new RecordingHosts();
+      const harness = await startController({ overrides: { keyring: loadKeyring(keys), transport: hosts, launcher: hosts } });
+      cleanups.push(() => harness.close());
+      const start = async (job: string, on: number[]) => {
+        const client = new ControllerClient({ endpoint: harness.server.endpoint, retryMs: 200, credential: readCredential(join(keys, `job-${job}.json`)) });
+        cleanups.push(() => client.close());
+        const workers = on.map(
+          (host) => new WorkerClient(client, { job, group: 0, host }, { tp: 1, pp: 1, dp: 2 }, { checkpointBytes: BYTES, replacement: "train" }),
+        );
+        await Promise.all(workers.map((w) => w.register()));
+        return client;
+      };
+      // Both jobs cross both racks' single uplinks: one of them moves.
+      await start("a", [0, 4]);
+      await start("b", [1, 5]);
+      await hosts.until(() => hosts.prepared.length > 0, SAFETY_NET_MS);
+      const { job, user } = hosts.prepared[0]!.replacement;
+      expect({ job, user }).toEqual(job === "a" ? { job, user: "alice" } : { job, user: "bob" });
+    },
+    SAFETY_NET_MS,
+  );
 });

@@ -31,7 +31,14 @@ async function vouchingCluster(): Promise<{ harness: Harness; client: Controller
   const daemons = new DaemonHosts(60_000);
   const harness = await startController({ overrides: { requireVouch: true, transport: daemons, launcher: daemons, daemons } });
   cleanups.push(() => harness.close());
-  const daemon = HostDaemon.start({ host: 0, controller: harness.server.endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 1_000, retryMs: 200 });
+  const daemon = HostDaemon.start({
+    host: 0,
+    controller: harness.server.endpoint,
+    stagingBytes: 1 << 20,
+    listen: { host: "127.0.0.1", port: 0 },
+    heartbeatMs: 1_000,
+    retryMs: 200,
+  });
   cleanups.push(() => daemon.close());
   await daemon.ready();
   const dir = tempDir();
@@ -44,7 +51,11 @@ async function vouchingCluster(): Promise<{ harness: Harness; client: Controller
   return { harness, client, socket: vouching.path, vouchedFor };
 }
 
-const refusal = (promise: Promise<unknown>) => promise.then(() => expect.fail("the request was answered"), (error: unknown) => error);
+const refusal = (promise: Promise<unknown>) =>
+  promise.then(
+    () => expect.fail("the request was answered"),
+    (error: unknown) => error,
+  );
 
 /** One line to the socket, and what comes back before it closes. */
 function exchange(path: string, line: string): Promise<string> {
@@ -68,7 +79,10 @@ describe("a controller that needs its daemons' vouches", () => {
     expect(await client.register({ job: "a", group: 0, host: 0 }, dp1)).toMatchObject({ nodes: 1 });
     // The vouch was for job a on host 0: neither another job there nor job a elsewhere.
     expect(await refusal(client.register({ job: "b", group: 0, host: 0 }, dp1))).toMatchObject({ code: "forbidden" });
-    expect(await refusal(client.register({ job: "c", group: 0, host: 1 }, dp1))).toMatchObject({ code: "forbidden", message: expect.stringContaining("host 1's daemon") });
+    expect(await refusal(client.register({ job: "c", group: 0, host: 1 }, dp1))).toMatchObject({
+      code: "forbidden",
+      message: expect.stringContaining("host 1's daemon"),
+    });
   });
 
   it("answers a malformed or oversized local request with why, vouching for nothing", async () => {
@@ -85,7 +99,13 @@ describe("a controller that needs its daemons' vouches", () => {
   it("gives up on a daemon that cannot vouch, since it is not the host's registered one", async () => {
     const { harness, socket } = await vouchingCluster();
     // A second daemon process for host 0 is not the one registered: it waits to be, and vouches for no one meanwhile.
-    const impostor = HostDaemon.start({ host: 0, controller: harness.server.endpoint, stagingBytes: 1 << 20, listen: { host: "127.0.0.1", port: 0 }, retryMs: 200 });
+    const impostor = HostDaemon.start({
+      host: 0,
+      controller: harness.server.endpoint,
+      stagingBytes: 1 << 20,
+      listen: { host: "127.0.0.1", port: 0 },
+      retryMs: 200,
+    });
     cleanups.push(() => impostor.close());
     const impostorSocket = await VouchSocket.open(`${socket}.2`, (job) => impostor.vouch(job), silent);
     cleanups.push(() => impostorSocket.close());
@@ -97,7 +117,11 @@ describe("vouches", () => {
   it("admit for a minute, then not", () => {
     const vouches = new Vouches();
     vouches.add("a", 0, 1_000);
-    expect([vouches.holds("a", 0, 1_000 + VOUCH_TTL_MS - 1), vouches.holds("a", 0, 1_000 + VOUCH_TTL_MS), vouches.holds("a", 1, 1_000)]).toEqual([true, false, false]);
+    expect([vouches.holds("a", 0, 1_000 + VOUCH_TTL_MS - 1), vouches.holds("a", 0, 1_000 + VOUCH_TTL_MS), vouches.holds("a", 1, 1_000)]).toEqual([
+      true,
+      false,
+      false,
+    ]);
   });
 
   it("are bounded in number, forgetting the oldest", () => {

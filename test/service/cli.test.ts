@@ -23,7 +23,9 @@ describe("monkeytree status", () => {
     harness = await startController();
     const text = await runCli("status", "--connect", harness.server.endpoint);
     expect(text).toMatchObject({ code: 0, stderr: "" });
-    expect(text.stdout).toBe("2 racks × 4 hosts × 8 GPUs, λ 1; 0 jobs, 0 workers, 0 host daemons\nevery rack is within its bound\nroutes: every DP flow has its own links (0 DP flows)\njournal: 1 records\n");
+    expect(text.stdout).toBe(
+      "2 racks × 4 hosts × 8 GPUs, λ 1; 0 jobs, 0 workers, 0 host daemons\nevery rack is within its bound\nroutes: every DP flow has its own links (0 DP flows)\njournal: 1 records\n",
+    );
     const json = await runCli("status", "--connect", harness.server.endpoint, "--json");
     expect(StatusReportSchema.parse(JSON.parse(json.stdout))).toMatchObject({ lambda: 1, fragmentation: [0, 0], withinBounds: true });
   });
@@ -51,9 +53,13 @@ describe("monkeytree controller", () => {
     dirs.push(dir);
     const keys = join(dir, "keys");
     expect((await runCli("keys", "--dir", keys, "--operator", "ops", "--job", "a")).code).toBe(0);
-    const child = spawn(process.execPath, ["bin/monkeytree.js", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--keys", keys], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      ["bin/monkeytree.js", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), "--keys", keys],
+      {
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     try {
       const lines: string[] = [];
@@ -97,9 +103,13 @@ describe("monkeytree controller", () => {
 
 /** A controller process from the sources, its stderr lines, and a wait for one of them. */
 async function controllerProcess(dir: string, ...args: string[]) {
-  const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), ...args], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    process.execPath,
+    ["bin/run-ts.js", "cli/monkeytree.ts", "controller", "--bind", "tcp://127.0.0.1:*", "--journal", join(dir, "journal"), ...args],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const stderr: string[] = [];
   const waiters: { pattern: RegExp; resolve: (line: string) => void }[] = [];
@@ -135,7 +145,8 @@ describe("monkeytree controller on SIGHUP", () => {
     const controller = await controllerProcess(dir, "--keys", keys);
     const revoked = new ControllerClient({ endpoint: controller.endpoint, credential: readCredential(join(keys, "job-a.json")), timeoutMs: 5_000 });
     try {
-      const finish = (job: string, credential: string) => runCli("job", "finish", "--job", job, "--connect", controller.endpoint, "--credentials", join(keys, credential));
+      const finish = (job: string, credential: string) =>
+        runCli("job", "finish", "--job", job, "--connect", controller.endpoint, "--credentials", join(keys, credential));
       // Answered (the job is unknown), so job-a's key is admitted; job-b's does not exist yet.
       await expect(revoked.finish("a")).rejects.toMatchObject({ code: "unknown_job" });
       expect((await runCli("keys", "--dir", keys, "--job", "b")).code).toBe(0);

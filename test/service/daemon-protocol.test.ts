@@ -12,8 +12,18 @@ afterEach(async () => {
 
 async function daemonAgainstFake(): Promise<{ controller: FakeController; daemon: HostDaemon }> {
   const controller = await FakeController.start();
-  const daemon = HostDaemon.start({ host: 2, controller: controller.endpoint, stagingBytes: 1 << 16, listen: { host: "127.0.0.1", port: 0 }, heartbeatMs: 50, retryMs: 100 });
-  cleanups.push(() => controller.close(), () => daemon.close());
+  const daemon = HostDaemon.start({
+    host: 2,
+    controller: controller.endpoint,
+    stagingBytes: 1 << 16,
+    listen: { host: "127.0.0.1", port: 0 },
+    heartbeatMs: 50,
+    retryMs: 100,
+  });
+  cleanups.push(
+    () => controller.close(),
+    () => daemon.close(),
+  );
   return { controller, daemon };
 }
 
@@ -52,7 +62,13 @@ describe("per-host daemon: requests and commands on one connection", () => {
   it("rejects ready() with the controller's reason when it refuses the host", async () => {
     const { controller, daemon } = await daemonAgainstFake();
     const registration = await controller.next("daemon.register");
-    await controller.send({ v: PROTOCOL_VERSION, type: "error", id: registration.id, code: "malformed", message: "host 2 is outside the topology (hosts 0..1)" });
+    await controller.send({
+      v: PROTOCOL_VERSION,
+      type: "error",
+      id: registration.id,
+      code: "malformed",
+      message: "host 2 is outside the topology (hosts 0..1)",
+    });
     await expect(daemon.ready()).rejects.toThrow("the controller refused host 2: host 2 is outside the topology (hosts 0..1)");
   });
 

@@ -70,7 +70,12 @@ async function registered(options: { runAs?: boolean } = {}): Promise<Rig> {
 }
 
 const spec = (replacement: string | null) => ({ job: "a", group: 0, parallelism: { tp: 1, pp: 1, dp: 2 }, place: { nodeRank: 1, nodes: 2 }, replacement });
-const prepare = (migration: string, bytes: number, replacement: string | null = "fake") => ({ type: "daemon.prepare", migration, bytes, replacement: spec(replacement) });
+const prepare = (migration: string, bytes: number, replacement: string | null = "fake") => ({
+  type: "daemon.prepare",
+  migration,
+  bytes,
+  replacement: spec(replacement),
+});
 
 function refused(code: string, message: string) {
   return { v: PROTOCOL_VERSION, type: "daemon.refused", id: expect.any(Number), host: HOST, code, message };
@@ -80,7 +85,10 @@ describe("a daemon refusing the controller's commands", () => {
   it("refuses staging past its --staging-bytes with no_space, and stages it once a grant ends", async () => {
     const rig = await registered();
     expect(await rig.command(prepare("p0/0", STAGING + 1))).toEqual(
-      refused("no_space", `${STAGING + 1} bytes do not fit in host ${HOST}'s staging: ${STAGING} of its ${STAGING} bytes are free; start the daemon with a larger --staging-bytes`),
+      refused(
+        "no_space",
+        `${STAGING + 1} bytes do not fit in host ${HOST}'s staging: ${STAGING} of its ${STAGING} bytes are free; start the daemon with a larger --staging-bytes`,
+      ),
     );
     const first = await rig.command(prepare("p0/1", STAGING / 2));
     expect(first.type).toBe("daemon.prepared");
@@ -93,10 +101,16 @@ describe("a daemon refusing the controller's commands", () => {
   it("refuses a job whose replacement this daemon lacks, or that names none, with unknown_replacement", async () => {
     const rig = await registered();
     expect(await rig.command(prepare("p0/0", 4096, "other"))).toEqual(
-      refused("unknown_replacement", `the daemon on host ${HOST} has no replacement "other" (job a names it); start the daemon with --replacement other=COMMAND`),
+      refused(
+        "unknown_replacement",
+        `the daemon on host ${HOST} has no replacement "other" (job a names it); start the daemon with --replacement other=COMMAND`,
+      ),
     );
     expect(await rig.command(prepare("p0/0", 4096, null))).toEqual(
-      refused("unknown_replacement", `job a named no replacement command; start its launchers with --replacement NAME and the daemon on host ${HOST} with --replacement NAME=COMMAND`),
+      refused(
+        "unknown_replacement",
+        `job a named no replacement command; start its launchers with --replacement NAME and the daemon on host ${HOST} with --replacement NAME=COMMAND`,
+      ),
     );
     expect(rig.logs.filter((line) => /: staging \d+ bytes/.test(line))).toEqual([]);
   });
@@ -115,10 +129,21 @@ describe("a daemon refusing the controller's commands", () => {
     const rig = await registered();
     const as = (user: string) => ({ ...prepare("p0/0", 4096), replacement: { ...spec("fake"), user } });
     expect(await rig.command(as("mt-no-such-user"))).toEqual(
-      refused("unknown_user", `job a's user mt-no-such-user on host ${HOST}: no such user on this host; create it (useradd --system mt-no-such-user) or name an existing unprivileged user`),
+      refused(
+        "unknown_user",
+        `job a's user mt-no-such-user on host ${HOST}: no such user on this host; create it (useradd --system mt-no-such-user) or name an existing unprivileged user`,
+      ),
     );
-    expect(await rig.command(as("root"))).toMatchObject({ type: "daemon.refused", code: "unknown_user", message: expect.stringContaining(`job a's user root on host ${HOST} is root (uid 0)`) });
-    expect(await rig.command(as("Not A User"))).toMatchObject({ type: "daemon.refused", code: "malformed", message: expect.stringContaining("a user name is 1 to 32 of a-z") });
+    expect(await rig.command(as("root"))).toMatchObject({
+      type: "daemon.refused",
+      code: "unknown_user",
+      message: expect.stringContaining(`job a's user root on host ${HOST} is root (uid 0)`),
+    });
+    expect(await rig.command(as("Not A User"))).toMatchObject({
+      type: "daemon.refused",
+      code: "malformed",
+      message: expect.stringContaining("a user name is 1 to 32 of a-z"),
+    });
     expect(rig.logs.filter((line) => /: staging \d+ bytes/.test(line))).toEqual([]);
   });
 
@@ -129,7 +154,9 @@ describe("a daemon refusing the controller's commands", () => {
     const again = await rig.command(prepare("p0/0", 8192));
     expect(again).toEqual({ ...first, id: again.id });
     expect(await rig.command(prepare("p0/0", 4096))).toEqual(refused("malformed", `migration p0/0 is already staging 8192 bytes on host ${HOST}, not 4096`));
-    expect(rig.logs.filter((line) => line.startsWith("migration p0/0: staging"))).toEqual([expect.stringMatching(/^migration p0\/0: staging 8192 bytes in monkeytree-\d+-[0-9a-f]+/)]);
+    expect(rig.logs.filter((line) => line.startsWith("migration p0/0: staging"))).toEqual([
+      expect.stringMatching(/^migration p0\/0: staging 8192 bytes in monkeytree-\d+-[0-9a-f]+/),
+    ]);
     // The repeat reserved nothing: the rest of the staging bytes still fit.
     expect(await rig.command(prepare("p0/1", STAGING - 8192))).toMatchObject({ type: "daemon.prepared" });
   });

@@ -1,7 +1,15 @@
 import type { Cluster } from "../../controller/model/cluster.ts";
 import type { Plan } from "../../controller/plan/planner.ts";
 import type { PlanRunner } from "../../controller/service/plan-thread.ts";
-import type { HostScheduler, SchedulerView, ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "../../controller/service/transport.ts";
+import type {
+  HostScheduler,
+  SchedulerView,
+  ReplacementLauncher,
+  ReplacementRequest,
+  StagingGrant,
+  StagingRequest,
+  StagingTransport,
+} from "../../controller/service/transport.ts";
 
 /**
  * Test double for the hosts' side of a migration: grants staging in process (or refuses it
@@ -98,7 +106,8 @@ export class RecordingScheduler implements HostScheduler {
     this.record(`hold ${job} ${migration} host ${host}`);
     if (this.refuse.has(host)) return Promise.reject(new Error(`host ${host} is reserved for maintenance`));
     const name = `${job}-${migration}`;
-    if (!this.current.holds.some((h) => h.name === name)) this.current = { ...this.current, holds: [...this.current.holds, { name, job, node: `n${host}`, host }] };
+    if (!this.current.holds.some((h) => h.name === name))
+      this.current = { ...this.current, holds: [...this.current.holds, { name, job, node: `n${host}`, host }] };
     return Promise.resolve();
   }
 

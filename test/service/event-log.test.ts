@@ -8,7 +8,11 @@ import { tempDirsPerTest } from "./harness.ts";
 const fresh = tempDirsPerTest();
 
 const lost = (host: number) => ({ event: "daemon-lost", host, silentMs: 10_000 }) as const;
-const linesOf = (file: string) => readFileSync(file, "utf8").trim().split("\n").map((line) => ControllerEventSchema.parse(JSON.parse(line)));
+const linesOf = (file: string) =>
+  readFileSync(file, "utf8")
+    .trim()
+    .split("\n")
+    .map((line) => ControllerEventSchema.parse(JSON.parse(line)));
 
 describe("the event log", () => {
   it("rotates past its size into events.jsonl.1, so the two files never hold more than twice the cap", () => {
@@ -23,7 +27,9 @@ describe("the event log", () => {
     // The newest event is last in the current file, and the rotated one holds those just before.
     expect(current.at(-1)).toMatchObject({ seq: 100, host: 99 });
     expect(rotated.at(-1)!.seq + 1).toBe(current[0]!.seq);
-    expect([...rotated, ...current].map((e) => e.seq)).toEqual(Array.from({ length: rotated.length + current.length }, (_, i) => 101 - rotated.length - current.length + i));
+    expect([...rotated, ...current].map((e) => e.seq)).toEqual(
+      Array.from({ length: rotated.length + current.length }, (_, i) => 101 - rotated.length - current.length + i),
+    );
   });
 
   it("numbers on from the last event on disk, even right after a rotation", () => {

@@ -42,9 +42,7 @@ export function tempDirsPerTest(): () => string {
   };
 }
 
-export async function startController(
-  options: { topology?: Topology; dir?: string; overrides?: Partial<ServerOptions> } = {},
-): Promise<Harness> {
+export async function startController(options: { topology?: Topology; dir?: string; overrides?: Partial<ServerOptions> } = {}): Promise<Harness> {
   const dir = options.dir ?? tempDir();
   const topology = options.topology ?? SMALL;
   const hosts = new RecordingHosts();
@@ -53,7 +51,7 @@ export async function startController(
     bind: "tcp://127.0.0.1:*",
     journalDir: dir,
     config: { kind: "config", topology, lambda: topology.uplinksPerRack, podLambda: null },
-   
+
     transport: hosts,
     launcher: hosts,
     logger: createLogger("controller", (line) => logs.push(line), "debug"),
@@ -73,7 +71,7 @@ export async function startController(
       await server.close();
       // libzmq closes the old listener on its I/O thread after close() returns: until it has,
       // binding the same port fails, so this waits for the port rather than for a fixed time.
-      for (const deadline = Date.now() + 30_000; ; ) {
+      for (const deadline = Date.now() + 30_000; ;) {
         try {
           return await startController({ ...options, dir, overrides: { ...options.overrides, bind: server.endpoint } });
         } catch (error) {

@@ -10,7 +10,15 @@ import { SMALL, tempDirsPerTest } from "./harness.ts";
 // crash during compaction can leave.
 
 const config: Extract<RecordBody, { kind: "config" }> = { kind: "config", topology: SMALL, lambda: 1, podLambda: null };
-const started: RecordBody = { kind: "job-started", job: "a", rings: 1, parallelism: { tp: 1, pp: 1, dp: 2 }, groups: [[0, 4]], checkpointBytes: {}, replacement: null };
+const started: RecordBody = {
+  kind: "job-started",
+  job: "a",
+  rings: 1,
+  parallelism: { tp: 1, pp: 1, dp: 2 },
+  groups: [[0, 4]],
+  checkpointBytes: {},
+  replacement: null,
+};
 const finished: RecordBody = { kind: "job-finished", job: "a" };
 
 const fresh = tempDirsPerTest();
@@ -54,7 +62,11 @@ describe("the journal's first record", () => {
   });
 
   it("refuses a second config record", () => {
-    const { dir, path } = journalOf([[0, config], [1, started], [2, config]]);
+    const { dir, path } = journalOf([
+      [0, config],
+      [1, started],
+      [2, config],
+    ]);
     expect(refusal(dir).message).toMatch(new RegExp(`^${path} line 3: a second config record; a journal has exactly one, first;`));
   });
 
@@ -75,9 +87,35 @@ describe("the journal's first record", () => {
 describe("the journal's sequence numbers", () => {
   it.each<[string, [number, RecordBody][], number, string]>([
     ["a config not numbered 0", [[1, config]], 1, "sequence number 1, expected 0"],
-    ["a gap", [[0, config], [2, started]], 2, "sequence number 2, expected 1"],
-    ["a repeat", [[0, config], [1, started], [1, finished]], 3, "sequence number 1, expected 2"],
-    ["records out of order", [[0, config], [2, started], [1, finished]], 2, "sequence number 2, expected 1"],
+    [
+      "a gap",
+      [
+        [0, config],
+        [2, started],
+      ],
+      2,
+      "sequence number 2, expected 1",
+    ],
+    [
+      "a repeat",
+      [
+        [0, config],
+        [1, started],
+        [1, finished],
+      ],
+      3,
+      "sequence number 1, expected 2",
+    ],
+    [
+      "records out of order",
+      [
+        [0, config],
+        [2, started],
+        [1, finished],
+      ],
+      2,
+      "sequence number 2, expected 1",
+    ],
   ])("refuses %s, naming the line", (_, records, line, detail) => {
     const { dir, path } = journalOf(records);
     const error = refusal(dir);
@@ -86,12 +124,19 @@ describe("the journal's sequence numbers", () => {
   });
 
   it("numbers the records after a compaction on from its snapshot", () => {
-    const { dir, path } = journalOf([[0, config], [1, started]]);
+    const { dir, path } = journalOf([
+      [0, config],
+      [1, started],
+    ]);
     const opened = Journal.open(dir, config);
     opened.journal.compact(opened.state);
     opened.journal.append(finished);
     opened.journal.close();
-    expect(recordsIn(path).map((r) => [r.seq, r.kind])).toEqual([[0, "config"], [1, "snapshot"], [2, "job-finished"]]);
+    expect(recordsIn(path).map((r) => [r.seq, r.kind])).toEqual([
+      [0, "config"],
+      [1, "snapshot"],
+      [2, "job-finished"],
+    ]);
   });
 });
 
@@ -101,7 +146,10 @@ describe("a crash during compaction", () => {
   // the old journal with a new file beside it (here) or the new journal alone (which
   // journal.test.ts replays after a normal compaction).
   it("keeps the old journal when the new file was whole but not renamed, and compacts again later", () => {
-    const { dir, path } = journalOf([[0, config], [1, started]]);
+    const { dir, path } = journalOf([
+      [0, config],
+      [1, started],
+    ]);
     const before = readFileSync(path);
     const opened = Journal.open(dir, config);
     opened.journal.compact(opened.state);

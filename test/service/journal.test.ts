@@ -72,7 +72,12 @@ describe("journal", () => {
     expect(replay).toEqual({ records: 4, tornTail: null });
     expect(state).toEqual(written);
     expect(state.migrations.get("p0/0")).toMatchObject({ state: "planned", bytes: 20, from: 4, to: 2 });
-    expect(recordsIn(dir).map((r) => [r.seq, r.kind])).toEqual([[0, "config"], [1, "job-started"], [2, "job-started"], [3, "plan"]]);
+    expect(recordsIn(dir).map((r) => [r.seq, r.kind])).toEqual([
+      [0, "config"],
+      [1, "job-started"],
+      [2, "job-started"],
+      [3, "plan"],
+    ]);
   });
 
   it("writes each record as its CRC-32C, its length and its JSON", () => {
@@ -103,13 +108,19 @@ describe("journal", () => {
   it("compacts to the config and one snapshot that replays to the same state, and appends after it", () => {
     const dir = fresh();
     const m = write(dir, jobs).migrations.get("p0/0")!;
-    write(dir, [{ kind: "migration", migration: { ...m, state: "committing", stopStep: 9, token: "t" } }, { kind: "job-finished", job: "b" }]);
+    write(dir, [
+      { kind: "migration", migration: { ...m, state: "committing", stopStep: 9, token: "t" } },
+      { kind: "job-finished", job: "b" },
+    ]);
     const opened = Journal.open(dir, config, clock);
     expect(opened.journal.bytesSinceCompaction).toBe(statSync(join(dir, JOURNAL_FILE)).size - journalLine({ seq: 0, at: clockNow, ...config }).length);
     opened.journal.compact(opened.state);
     expect(opened.journal.bytesSinceCompaction).toBe(0);
     opened.journal.close();
-    expect(recordsIn(dir).map((r) => [r.seq, r.kind])).toEqual([[0, "config"], [1, "snapshot"]]);
+    expect(recordsIn(dir).map((r) => [r.seq, r.kind])).toEqual([
+      [0, "config"],
+      [1, "snapshot"],
+    ]);
     const replayed = Journal.open(dir, config, clock);
     replayed.journal.close();
     const state = replayed.state;
@@ -130,10 +141,23 @@ describe("journal", () => {
 
   it("replays a journal compacted in the middle of a swap, and the swap's second commit after it", () => {
     const dir = fresh();
-    let state = write(dir, [...jobs.slice(0, 2), { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 5, step: 0 }, { job: "b", group: 0, from: 5, to: 4, step: 0 }] }]);
+    let state = write(dir, [
+      ...jobs.slice(0, 2),
+      {
+        kind: "plan",
+        plan: "p0",
+        moves: [
+          { job: "a", group: 0, from: 4, to: 5, step: 0 },
+          { job: "b", group: 0, from: 5, to: 4, step: 0 },
+        ],
+      },
+    ]);
     const [ma, mb] = [state.migrations.get("p0/0")!, state.migrations.get("p0/1")!];
     const staged = { ...mb, state: "staged" as const, stopStep: 3, token: "tb" };
-    state = write(dir, [{ kind: "migration", migration: staged }, { kind: "migration", migration: { ...ma, state: "committing", stopStep: 3, token: "ta" } }]);
+    state = write(dir, [
+      { kind: "migration", migration: staged },
+      { kind: "migration", migration: { ...ma, state: "committing", stopStep: 3, token: "ta" } },
+    ]);
     // Host 5 holds a's new worker and b's old one until b's move commits.
     expect(state.jobs.get("a")?.groups).toEqual([[0, 5]]);
     expect(state.jobs.get("b")?.groups).toEqual([[1, 5]]);
@@ -280,7 +304,9 @@ describe("journal records that cannot be true", () => {
 
   it("refuses a host outside the topology", () => {
     expect(refusalOf([{ ...a, groups: [[0, 8]] }])).toMatch(/line 2: job "a": host 8 is out of range: the cluster has hosts 0\.\.7/);
-    expect(refusalOf([a, { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 9, step: 0 }] }])).toMatch(/line 3: plan p0: host 9 is out of range/);
+    expect(refusalOf([a, { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 9, step: 0 }] }])).toMatch(
+      /line 3: plan p0: host 9 is out of range/,
+    );
   });
 
   it("refuses a host that another job runs on, or a job listing one host twice", () => {
@@ -294,7 +320,11 @@ describe("journal records that cannot be true", () => {
     const m = state.migrations.get("p0/0")!;
     const damaged = refusalOf([...jobs, { kind: "migration", migration: { ...m, to: 1 } }]);
     expect(damaged).toMatch(/line 5: migration p0\/0 has to 1, but was planned with 2/);
-    const onto = refusalOf([...jobs.slice(0, 2), { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 5, step: 0 }] }, { kind: "migration", migration: { ...m, to: 5, state: "committing" } }]);
+    const onto = refusalOf([
+      ...jobs.slice(0, 2),
+      { kind: "plan", plan: "p0", moves: [{ job: "a", group: 0, from: 4, to: 5, step: 0 }] },
+      { kind: "migration", migration: { ...m, to: 5, state: "committing" } },
+    ]);
     expect(onto).toMatch(/line 5: host 5 is already job "b"'s/);
   });
 
@@ -336,7 +366,9 @@ describe("journal paths", () => {
       `try { Journal.open("/proc/x/y", ${JSON.stringify(config)}); } catch (e) { console.log(e.name + ": " + e.message); }`,
     );
     expect(result.signal, "Journal.open spun on /proc/x/y until killed").toBeNull();
-    expect(result.stdout.trim()).toBe("JournalPathError: /proc/x/y cannot be created (no such file or directory); give --journal a directory the controller may create and write");
+    expect(result.stdout.trim()).toBe(
+      "JournalPathError: /proc/x/y cannot be created (no such file or directory); give --journal a directory the controller may create and write",
+    );
   });
 
   // Root reads and writes a file whatever its mode, so only another user meets the refusal.
@@ -358,7 +390,9 @@ describe("journal paths", () => {
     const dir = fresh();
     writeFileSync(join(dir, "journal.jsonl"), `${JSON.stringify({ seq: 0, at: 1, ...config })}\n`);
     expect(() => Journal.open(dir, config, clock)).toThrow(JournalPathError);
-    expect(() => Journal.open(dir, config, clock)).toThrow(/journal\.jsonl is a journal of format 1 \(MonkeyTree 0\.1, records without checksums\).*mv .*journal\.jsonl .*journal\.jsonl\.format1/);
+    expect(() => Journal.open(dir, config, clock)).toThrow(
+      /journal\.jsonl is a journal of format 1 \(MonkeyTree 0\.1, records without checksums\).*mv .*journal\.jsonl .*journal\.jsonl\.format1/,
+    );
     expect(existsSync(join(dir, JOURNAL_FILE))).toBe(false);
   });
 });
@@ -372,7 +406,10 @@ describe("recovery after a restart", () => {
     const transferring = { ...m0, state: "transferring" as const, token: "t0", stopStep: 3 };
     const m1 = state.migrations.get("p1/0")!;
     const committing = { ...m1, state: "committing" as const, token: "t1", stopStep: 4 };
-    state = write(dir, [{ kind: "migration", migration: transferring }, { kind: "migration", migration: committing }]);
+    state = write(dir, [
+      { kind: "migration", migration: transferring },
+      { kind: "migration", migration: committing },
+    ]);
 
     clockNow = 9_000;
     const recovery = recoverMigrations(state, clockNow);

@@ -28,7 +28,8 @@ type Body = Request extends infer R ? (R extends Request ? Omit<R, "v" | "id"> :
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 const worker = (job: string, host: number) => ({ job, group: 0, host });
 /** A launcher's timed report: the worker's progress, and the controller's sign that it lives. */
-const report = (job: string, host: number, step: number | null = null) => ({ type: "worker.report", worker: worker(job, host), generation: 0, step, stepMs: null, hold: null }) as const;
+const report = (job: string, host: number, step: number | null = null) =>
+  ({ type: "worker.report", worker: worker(job, host), generation: 0, step, stepMs: null, hold: null }) as const;
 const TIMEOUT = DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS;
 const GRACE = DEFAULT_LOST_JOB_GRACE_MS;
 
@@ -158,8 +159,25 @@ describe("a job whose launcher processes are killed", () => {
     // Each pauses before its second iteration for good: after that it only reports, on its timer.
     const launchers: Managed[] = [0, 1].map((host) =>
       group.start(`worker-${host}`, [
-        ...WORKER, "--controller", h.server.endpoint, "--job", "a", "--host", String(host), "--tp", "1", "--dp", "2",
-        "--state-bytes", "65536", "--pause-at", "1", "--resume-when-exists", join(dir, "never"), "--report-ms", String(reportMs),
+        ...WORKER,
+        "--controller",
+        h.server.endpoint,
+        "--job",
+        "a",
+        "--host",
+        String(host),
+        "--tp",
+        "1",
+        "--dp",
+        "2",
+        "--state-bytes",
+        "65536",
+        "--pause-at",
+        "1",
+        "--resume-when-exists",
+        join(dir, "never"),
+        "--report-ms",
+        String(reportMs),
       ]),
     );
     for (const launcher of launchers) await group.waitFor(launcher, /node rank \d of 2/, patiently.timeout);

@@ -49,7 +49,11 @@ async function plannedMove(client: ControllerClient) {
 }
 
 /** The destination's daemon registers and reports the checkpoint's verdict. */
-async function reportTransfer(client: ControllerClient, move: { id: string; to: number }, verdict: { outcome: "verified" } | { outcome: "checksum-mismatch"; detail: string }) {
+async function reportTransfer(
+  client: ControllerClient,
+  move: { id: string; to: number },
+  verdict: { outcome: "verified" } | { outcome: "checksum-mismatch"; detail: string },
+) {
   await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
   await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, ...verdict });
 }
@@ -99,15 +103,42 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
       token: `token-${move.id}`,
       step: stopStep,
     });
-    expect(harness.hosts.prepared).toEqual([{ migration: move.id, host: move.to, bytes: 1 << 20, replacement: { job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null, user: null } }]);
+    expect(harness.hosts.prepared).toEqual([
+      {
+        migration: move.id,
+        host: move.to,
+        bytes: 1 << 20,
+        replacement: { job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null, user: null },
+      },
+    ]);
 
     // The source has written its checkpoint and waits at the same barrier for the verdict.
     const sourceVerdict = source.barrier(stopStep);
     const daemon = new Dealer({ linger: 0 });
     daemon.connect(harness.server.endpoint);
-    await daemon.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.register", id: 1, host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" }));
+    await daemon.send(
+      JSON.stringify({
+        v: PROTOCOL_VERSION,
+        type: "daemon.register",
+        id: 1,
+        host: move.to,
+        incarnation: INCARNATION,
+        stagingBytes: 1 << 30,
+        endpoint: "tcp://127.0.0.1:1",
+      }),
+    );
     await daemon.receive();
-    await daemon.send(JSON.stringify({ v: PROTOCOL_VERSION, type: "daemon.transfer-result", id: 2, host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "verified" }));
+    await daemon.send(
+      JSON.stringify({
+        v: PROTOCOL_VERSION,
+        type: "daemon.transfer-result",
+        id: 2,
+        host: move.to,
+        token: `token-${move.id}`,
+        bytes: 1 << 20,
+        outcome: "verified",
+      }),
+    );
     const [ack] = await daemon.receive();
     expect(JSON.parse(ack!.toString())).toEqual({ v: PROTOCOL_VERSION, type: "ack", id: 2 });
     daemon.close();
@@ -115,7 +146,16 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     // Verified → committed: the source is told to stop and the destination spawns a replacement.
     expect(await sourceVerdict).toMatchObject({ kind: "stop" });
     await harness.hosts.until(() => harness!.hosts.spawned.length === 1);
-    expect(harness.hosts.spawned[0]).toEqual({ migration: move.id, job: move.job, group: 0, parallelism: dp2, place: { nodeRank: expect.any(Number), nodes: 2 }, replacement: null, host: move.to, token: `token-${move.id}` });
+    expect(harness.hosts.spawned[0]).toEqual({
+      migration: move.id,
+      job: move.job,
+      group: 0,
+      parallelism: dp2,
+      place: { nodeRank: expect.any(Number), nodes: 2 },
+      replacement: null,
+      host: move.to,
+      token: `token-${move.id}`,
+    });
 
     // The replacement registers with the token; the job re-forms with a new generation.
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
@@ -172,7 +212,19 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     expect(await registered).toMatchObject({ generation: 1, resumeStep: step });
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
     const done = (await client.status()).migrations[0]!;
-    expect(done.history.map((h) => h.state)).toEqual(["planned", "staging", "starting", "ready", "pausing", "transferring", "verifying", "staged", "committing", "resuming", "done"]);
+    expect(done.history.map((h) => h.state)).toEqual([
+      "planned",
+      "staging",
+      "starting",
+      "ready",
+      "pausing",
+      "transferring",
+      "verifying",
+      "staged",
+      "committing",
+      "resuming",
+      "done",
+    ]);
   });
 
   it("refuses a replacement that registered early once its move rolls back", async () => {
@@ -232,13 +284,16 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
   it("rolls back as soon as the move starts when the destination's staging buffer is too small", async () => {
     harness = await startController();
     const client = connect(harness);
-    for (const host of [2, 3, 6, 7]) await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
+    for (const host of [2, 3, 6, 7])
+      await client.request({ type: "daemon.register", host, incarnation: INCARNATION, stagingBytes: 1024, endpoint: `tcp://h${host}:1` });
     const { move, moving } = await plannedMove(client);
     // Staging is asked for when the move starts, so the job is not even held at its barrier.
-    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 10_000 }).toMatchObject({
-      state: "rolled-back",
-      reason: `host ${move.to} stages at most 1024 bytes; the checkpoint has ${1 << 20}`,
-    });
+    await expect
+      .poll(async () => (await client.status()).migrations[0], { timeout: 10_000 })
+      .toMatchObject({
+        state: "rolled-back",
+        reason: `host ${move.to} stages at most 1024 bytes; the checkpoint has ${1 << 20}`,
+      });
     expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     expect(harness.hosts.prepared).toEqual([]);
   });
@@ -264,11 +319,9 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     await reportTransfer(client, move, { outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
     // The hold stays for the worker now on the destination; asked again, it changes nothing.
-    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([
-      `hold ${move.job} ${move.id} host ${move.to}`,
-      `hold ${move.job} ${move.id} host ${move.to}`,
-      `give back ${move.job} host ${move.from}`,
-    ]);
+    await expect
+      .poll(() => scheduler.calls, { timeout: 10_000 })
+      .toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`]);
     await new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` }).register(5_000);
     expect(await stayerBarrier).toMatchObject({ kind: "reconfigure" });
   });
@@ -288,10 +341,12 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     const { scheduler, client } = await withScheduler();
     for (const host of [2, 3, 6, 7]) scheduler.refuse.add(host);
     const { move, moving } = await plannedMove(client);
-    await expect.poll(async () => (await client.status()).migrations[0], { timeout: 10_000 }).toMatchObject({
-      state: "rolled-back",
-      reason: `host ${move.to} could not stage: the scheduler would not hold it (host ${move.to} is reserved for maintenance)`,
-    });
+    await expect
+      .poll(async () => (await client.status()).migrations[0], { timeout: 10_000 })
+      .toMatchObject({
+        state: "rolled-back",
+        reason: `host ${move.to} could not stage: the scheduler would not hold it (host ${move.to} is reserved for maintenance)`,
+      });
     expect(harness!.hosts.prepared).toEqual([]);
     expect(await Promise.all(moving.map((w) => w.barrier(move.stopStep ?? 0)))).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([`hold ${move.job} ${move.id} host ${move.to}`, `release ${move.job} ${move.id}`]);
@@ -299,12 +354,20 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
 
   it("counts the scheduler's pinned jobs in fragmentation and shows them, its unavailable hosts and holds", async () => {
     const { scheduler, client } = await withScheduler();
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }], unavailable: [{ host: 3, why: "drain (fan)" }], holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6", host: 6 }], live: [], allocations: [] };
-    await expect.poll(async () => (await client.status()).scheduler, { timeout: 10_000 }).toEqual({
+    scheduler.current = {
       pinned: [{ id: "77", rings: 1, hosts: [0, 4] }],
       unavailable: [{ host: 3, why: "drain (fan)" }],
-      holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }],
-    });
+      holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6", host: 6 }],
+      live: [],
+      allocations: [],
+    };
+    await expect
+      .poll(async () => (await client.status()).scheduler, { timeout: 10_000 })
+      .toEqual({
+        pinned: [{ id: "77", rings: 1, hosts: [0, 4] }],
+        unavailable: [{ host: 3, why: "drain (fan)" }],
+        holds: [{ name: "monkeytree-12-p0-0", job: "12", node: "n6" }],
+      });
     expect((await client.status()).fragmentation).toEqual([1, 1]);
     const text = await runCli("status", "--connect", harness!.server.endpoint);
     expect(text.stdout).toContain(
@@ -342,7 +405,13 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
   it("plans around the scheduler's unavailable hosts", async () => {
     const { scheduler, client } = await withScheduler();
     // Rack 1's free hosts are drained: the one free room left is rack 0's.
-    scheduler.current = { ...scheduler.current, unavailable: [{ host: 6, why: "drain" }, { host: 7, why: "drain" }] };
+    scheduler.current = {
+      ...scheduler.current,
+      unavailable: [
+        { host: 6, why: "drain" },
+        { host: 7, why: "drain" },
+      ],
+    };
     await expect.poll(async () => (await client.status()).scheduler?.unavailable, { timeout: 10_000 }).toHaveLength(2);
     const { move } = await plannedMove(client);
     expect([2, 3]).toContain(move.to);
@@ -370,8 +439,19 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
   it("never carries out a plan that moves a pinned job", async () => {
     const { scheduler, client } = await withScheduler(new Heedless(new PlanThread()));
     // Two jobs that did not register cross both racks' single uplinks: only moving one of them would help.
-    scheduler.current = { pinned: [{ id: "77", rings: 1, hosts: [0, 4] }, { id: "78", rings: 1, hosts: [1, 5] }], unavailable: [], holds: [], live: [], allocations: [] };
-    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move 7[78]\[0\] .*: job "7[78]" is pinned \(movable: false\)\); it is not carried out/);
+    scheduler.current = {
+      pinned: [
+        { id: "77", rings: 1, hosts: [0, 4] },
+        { id: "78", rings: 1, hosts: [1, 5] },
+      ],
+      unavailable: [],
+      holds: [],
+      live: [],
+      allocations: [],
+    };
+    await expect
+      .poll(() => harness!.logs.join("\n"), patiently)
+      .toMatch(/the plan is invalid \(step \d+, move 7[78]\[0\] .*: job "7[78]" is pinned \(movable: false\)\); it is not carried out/);
     const status = await client.status();
     expect(status).toMatchObject({ withinBounds: false, migrations: [] });
     expect(scheduler.calls).toEqual([]);
@@ -428,8 +508,14 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     scheduler.current = { ...scheduler.current, live: ["a"] };
     const outside = client.register({ job: "a", group: 0, host: 6 }, dp2);
     await expect(outside).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining(`host 6 is not in job "a"'s allocation`) });
-    await expect(client.register({ job: "a", group: 0, host: 0 }, { tp: 1, pp: 1, dp: 5 })).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("needs 5 hosts") });
-    await expect(client.register({ job: "zz", group: 0, host: 3 }, dp2)).rejects.toMatchObject({ code: "unknown_job", message: expect.stringContaining(`job "zz" is not a job the scheduler runs`) });
+    await expect(client.register({ job: "a", group: 0, host: 0 }, { tp: 1, pp: 1, dp: 5 })).rejects.toMatchObject({
+      code: "conflict",
+      message: expect.stringContaining("needs 5 hosts"),
+    });
+    await expect(client.register({ job: "zz", group: 0, host: 3 }, dp2)).rejects.toMatchObject({
+      code: "unknown_job",
+      message: expect.stringContaining(`job "zz" is not a job the scheduler runs`),
+    });
     await startJob(client, "a", [0, 4]);
     // Its user shrinks the job to host 0 (scontrol update): host 4 is not MonkeyTree's to hold.
     scheduler.current = { ...scheduler.current, allocations: [{ job: "a", hosts: [0] }] };
@@ -456,7 +542,9 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     // Every one-move repair needs a free host, and every free host is an empty slot.
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
-    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→[2367]: the destination is unavailable\); it is not carried out/);
+    await expect
+      .poll(() => harness!.logs.join("\n"), patiently)
+      .toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→[2367]: the destination is unavailable\); it is not carried out/);
     expect((await client.status()).migrations).toEqual([]);
   });
 
@@ -465,7 +553,9 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     const client = connect(harness);
     await startJob(client, "a", [0, 4]);
     await startJob(client, "b", [1, 5]);
-    await expect.poll(() => harness!.logs.join("\n"), patiently).toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→\d: the source moves twice in one step\); it is not carried out/);
+    await expect
+      .poll(() => harness!.logs.join("\n"), patiently)
+      .toMatch(/the plan is invalid \(step \d+, move [ab]\[0\] \d→\d: the source moves twice in one step\); it is not carried out/);
     // After the backoff the controller plans again (and, with this planner, refuses again).
     await expect.poll(() => harness!.logs.filter((line) => line.includes("it is not carried out")).length, { timeout: 10_000 }).toBeGreaterThan(1);
     expect((await client.status()).migrations).toEqual([]);
@@ -508,7 +598,9 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
     await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual(committed);
     await client.close();
     harness = await harness!.restart();
-    await expect.poll(() => scheduler.calls, { timeout: 10_000 }).toEqual([...committed, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`]);
+    await expect
+      .poll(() => scheduler.calls, { timeout: 10_000 })
+      .toEqual([...committed, `hold ${move.job} ${move.id} host ${move.to}`, `give back ${move.job} host ${move.from}`]);
   });
 
   it("releases the hold of a move a restart rolled back", async () => {

@@ -43,7 +43,18 @@ const after = (n: number): Migration => (n === 0 ? base : run(happy.slice(0, n))
 describe("migration state machine", () => {
   it("walks planned → staging → starting → ready → pausing → transferring → verifying → staged → committing → resuming → done", () => {
     const steps = run(happy);
-    expect(steps.map((t) => t.migration.state)).toEqual(["staging", "starting", "ready", "pausing", "transferring", "verifying", "staged", "committing", "resuming", "done"]);
+    expect(steps.map((t) => t.migration.state)).toEqual([
+      "staging",
+      "starting",
+      "ready",
+      "pausing",
+      "transferring",
+      "verifying",
+      "staged",
+      "committing",
+      "resuming",
+      "done",
+    ]);
     expect(steps.map((t) => t.actions.map((a) => a.type))).toEqual([
       ["prepare-staging"],
       [],
@@ -73,7 +84,9 @@ describe("migration state machine", () => {
     const late = transition(starting, { type: "tick" }, starting.deadline!);
     expect(late.migration).toMatchObject({ state: "ready", deadline: null, reason: null });
     expect(late.actions).toEqual([]);
-    expect(late.log).toContain(`starting → ready on tick (the replacement was not ready after ${DEFAULT_TIMEOUTS.starting} ms; the job pauses without waiting for it)`);
+    expect(late.log).toContain(
+      `starting → ready on tick (the replacement was not ready after ${DEFAULT_TIMEOUTS.starting} ms; the job pauses without waiting for it)`,
+    );
     // Its registration, when it comes, changes nothing before the commit.
     expect(transition(late.migration, { type: "replacement-ready" }, T0).log).toMatch(/ignored replacement-ready in ready/);
   });
@@ -85,13 +98,18 @@ describe("migration state machine", () => {
     expect(raised.actions).toEqual([]);
     expect(raised.log).toBe("migration p0/0: the job stops at barrier 9, where its hosts agreed");
     // An earlier or the same step changes nothing.
-    for (const stopStep of [8, 9]) expect(transition(raised.migration, { type: "raise", stopStep }, T0)).toEqual({ migration: raised.migration, actions: [], log: null });
+    for (const stopStep of [8, 9])
+      expect(transition(raised.migration, { type: "raise", stopStep }, T0)).toEqual({ migration: raised.migration, actions: [], log: null });
     // The source checkpoints at the raised step.
     const out = run([{ type: "paused" }], raised.migration).at(-1)!;
     expect(out.actions).toEqual([{ type: "migrate-out", migration: "p0/0", job: "a", from: 4, to: 2, endpoint: "tcp://h2:1", token: "tk", step: 9 }]);
     // Once the job is held the stop step is settled.
     const transferring = after(5);
-    expect(transition(transferring, { type: "raise", stopStep: 12 }, T0)).toMatchObject({ migration: transferring, actions: [], log: expect.stringMatching(/ignored raise in transferring/) });
+    expect(transition(transferring, { type: "raise", stopStep: 12 }, T0)).toMatchObject({
+      migration: transferring,
+      actions: [],
+      log: expect.stringMatching(/ignored raise in transferring/),
+    });
   });
 
   it("sets a deadline on entering each waiting state", () => {
@@ -134,16 +152,19 @@ describe("migration state machine", () => {
     expect(t.log).toContain(`${state} → rolled-back on fail: source host died`);
   });
 
-  it.each(reversible.filter(([, s]) => s !== "planned" && s !== "ready" && s !== "starting"))("times out in %s events (%s) by the passed-in clock", (n, state) => {
-    const m = after(n);
-    const deadline = m.deadline!;
-    const early = transition(m, { type: "tick" }, deadline - 1);
-    expect(early.migration).toBe(m);
-    expect(early.log).toBeNull();
-    const late = transition(m, { type: "tick" }, deadline);
-    expect(late.migration.state).toBe("rolled-back");
-    expect(late.migration.reason).toBe(`timed out in ${state} after ${deadline - m.since} ms`);
-  });
+  it.each(reversible.filter(([, s]) => s !== "planned" && s !== "ready" && s !== "starting"))(
+    "times out in %s events (%s) by the passed-in clock",
+    (n, state) => {
+      const m = after(n);
+      const deadline = m.deadline!;
+      const early = transition(m, { type: "tick" }, deadline - 1);
+      expect(early.migration).toBe(m);
+      expect(early.log).toBeNull();
+      const late = transition(m, { type: "tick" }, deadline);
+      expect(late.migration.state).toBe("rolled-back");
+      expect(late.migration.reason).toBe(`timed out in ${state} after ${deadline - m.since} ms`);
+    },
+  );
 
   it("rolls back on a checksum mismatch and on a short transfer", () => {
     expect(transition(after(6), { type: "checksum-mismatch", detail: "0x1 ≠ 0x2" }, T0).migration).toMatchObject({
@@ -184,7 +205,14 @@ describe("migration state machine", () => {
 
   it("ignores events that do not fit the state, leaving the record untouched", () => {
     const m = after(4);
-    for (const event of [{ type: "commit" }, { type: "verified" }, { type: "resumed" }, { type: "start" }, { type: "pause", stopStep: 3 }, { type: "replacement-ready" }] as MigrationEvent[]) {
+    for (const event of [
+      { type: "commit" },
+      { type: "verified" },
+      { type: "resumed" },
+      { type: "start" },
+      { type: "pause", stopStep: 3 },
+      { type: "replacement-ready" },
+    ] as MigrationEvent[]) {
       const t = transition(m, event, T0);
       expect(t.migration).toBe(m);
       expect(t.actions).toEqual([]);

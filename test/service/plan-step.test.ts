@@ -17,8 +17,20 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     // restarted would find them: it plans once its backoff passes.
     const dir = tempDir();
     const { journal } = Journal.open(dir, { kind: "config", topology: SMALL, lambda: 1, podLambda: null });
-    for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]], ["c", [2, 6]]] as const) {
-      journal.append({ kind: "job-started", job, rings: 1, parallelism: dp2, groups: [[...hosts]], checkpointBytes: { [hosts[0]]: 32, [hosts[1]]: 32 }, replacement: null });
+    for (const [job, hosts] of [
+      ["a", [0, 4]],
+      ["b", [1, 5]],
+      ["c", [2, 6]],
+    ] as const) {
+      journal.append({
+        kind: "job-started",
+        job,
+        rings: 1,
+        parallelism: dp2,
+        groups: [[...hosts]],
+        checkpointBytes: { [hosts[0]]: 32, [hosts[1]]: 32 },
+        replacement: null,
+      });
     }
     journal.close();
     harness = await startController({ dir, overrides: { replanBackoffMs: 100 } });
@@ -29,7 +41,11 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     }
 
     const workers = new Map<number, WorkerClient>();
-    for (const [job, hosts] of [["a", [0, 4]], ["b", [1, 5]], ["c", [2, 6]]] as const) {
+    for (const [job, hosts] of [
+      ["a", [0, 4]],
+      ["b", [1, 5]],
+      ["c", [2, 6]],
+    ] as const) {
       for (const host of hosts) {
         const w = new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 32, holdTimeoutMs: 10_000 });
         await w.register(5_000);
@@ -74,7 +90,8 @@ describe("a plan step with several moves", { timeout: SAFETY_NET_MS }, () => {
     await Promise.all(moves.map((m) => new WorkerClient(client, { job: m.job, group: 0, host: m.to }, dp2, { token: tokens.get(m.id)! }).register(5_000)));
     for (const m of moves) {
       for (const [host, promise] of pending) {
-        if (host !== m.from && workers.get(host)?.worker.job === m.job) expect(await promise).toMatchObject({ kind: "reconfigure", assignment: { generation: 1 } });
+        if (host !== m.from && workers.get(host)?.worker.job === m.job)
+          expect(await promise).toMatchObject({ kind: "reconfigure", assignment: { generation: 1 } });
       }
     }
     // The moves are done once every worker reports running the new assignment.

@@ -24,7 +24,13 @@ afterEach(async () => {
 const dp2 = { tp: 1, pp: 1, dp: 2 };
 
 /** Two racks of four hosts with one uplink each; jobs a and b both cross them: one move fixes it. */
-const OVER: Cluster = parseSnapshot({ topology: SMALL, jobs: [{ id: "a", hosts: [0, 4] }, { id: "b", hosts: [1, 5] }] });
+const OVER: Cluster = parseSnapshot({
+  topology: SMALL,
+  jobs: [
+    { id: "a", hosts: [0, 4] },
+    { id: "b", hosts: [1, 5] },
+  ],
+});
 
 function thread(options: ConstructorParameters<typeof PlanThread>[0] = {}): PlanThread {
   const planner = new PlanThread(options);
@@ -32,16 +38,27 @@ function thread(options: ConstructorParameters<typeof PlanThread>[0] = {}): Plan
   return planner;
 }
 
-async function harnessWith(planner: PlanRunner, overrides: Parameters<typeof startController>[0] = {}): Promise<{ harness: Harness; client: ControllerClient }> {
+async function harnessWith(
+  planner: PlanRunner,
+  overrides: Parameters<typeof startController>[0] = {},
+): Promise<{ harness: Harness; client: ControllerClient }> {
   const harness = await startController({ ...overrides, overrides: { planner, ...overrides.overrides } });
   const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 10_000, retryMs: 200 });
-  cleanups.push(() => harness.close(), () => client.close());
+  cleanups.push(
+    () => harness.close(),
+    () => client.close(),
+  );
   return { harness, client };
 }
 
 async function startJob(client: ControllerClient, job: string, hosts: number[], reportIntervalMs?: number): Promise<WorkerClient[]> {
   const workers = hosts.map(
-    (host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000, ...(reportIntervalMs === undefined ? {} : { reportIntervalMs }) }),
+    (host) =>
+      new WorkerClient(client, { job, group: 0, host }, dp2, {
+        checkpointBytes: 1 << 20,
+        holdTimeoutMs: 10_000,
+        ...(reportIntervalMs === undefined ? {} : { reportIntervalMs }),
+      }),
   );
   await Promise.all(workers.map((w) => w.register(10_000)));
   return workers;
@@ -159,7 +176,9 @@ describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS },
     expect(["a", "b"]).toContain(moves[0]?.job);
     expect(harness.logs.filter((line) => line.includes("plan discarded: the placement changed while it was computed; planning again"))).toHaveLength(2);
     // Only the plan for the placement as it stands was journaled.
-    const plans = readFileSync(join(harness.dir, JOURNAL_FILE), "utf8").split("\n").filter((line) => line.includes('"kind":"plan"'));
+    const plans = readFileSync(join(harness.dir, JOURNAL_FILE), "utf8")
+      .split("\n")
+      .filter((line) => line.includes('"kind":"plan"'));
     expect(plans).toHaveLength(1);
   });
 
@@ -172,6 +191,8 @@ describe("the controller while a plan is in flight", { timeout: SAFETY_NET_MS },
     await startJob(client, "b", [1, 5]);
     const moves = await plannedMoves(client);
     expect(moves).toHaveLength(1);
-    expect(harness.logs.some((line) => line.includes("planning failed, trying again later: the planner thread crashed: the planner thread failed on purpose"))).toBe(true);
+    expect(
+      harness.logs.some((line) => line.includes("planning failed, trying again later: the planner thread crashed: the planner thread failed on purpose")),
+    ).toBe(true);
   });
 });

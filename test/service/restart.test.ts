@@ -146,7 +146,9 @@ async function startMove(heartbeatTimeoutMs: number) {
   // A held worker waits for the controller, not for its own hold timeout, however slowly the
   // new process starts.
   const make = (job: string, hosts: number[]) =>
-    hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, replacement: "probe", holdTimeoutMs: 3 * SAFETY_NET_MS }));
+    hosts.map(
+      (host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: CHECKPOINT, replacement: "probe", holdTimeoutMs: 3 * SAFETY_NET_MS }),
+    );
   const a = make("a", [0, 4]);
   const b = make("b", [1, 5]);
   await Promise.all([...a, ...b].map((w) => w.register(SAFETY_NET_MS)));
@@ -173,70 +175,89 @@ async function commit({ client, source, step, out }: Awaited<ReturnType<typeof s
 }
 
 describe("controller restart with the hosts' daemons", () => {
-  it("rolls back a move that had not committed, and the destination's daemon releases its staging once it registers again", async () => {
-    const run = await startMove(10_000);
-    const { dir, first, hosts, client, source, step, held, out } = run;
-    const replacement = await launchedOn(dir, run.move.to);
-    expect(alive(replacement.pid)).toBe(true);
+  it(
+    "rolls back a move that had not committed, and the destination's daemon releases its staging once it registers again",
+    async () => {
+      const run = await startMove(10_000);
+      const { dir, first, hosts, client, source, step, held, out } = run;
+      const replacement = await launchedOn(dir, run.move.to);
+      expect(alive(replacement.pid)).toBe(true);
 
-    await first.kill();
-    const second = await launch(dir, first.endpoint, 10_000);
-    // The stayer's hold is reported to the new controller, which knows of no stop: it is let go.
-    expect(await held).toEqual({ kind: "continue" });
-    const status = await client.status();
-    expect(status.jobs.map((j) => [j.id, j.started])).toEqual([["a", true], ["b", true]]);
-    expect(status.migrations[0]).toMatchObject({ id: run.move.id, state: "rolled-back", reason: "the controller restarted before the move committed" });
-    expect(await source.barrier(step)).toEqual({ kind: "continue" });
+      await first.kill();
+      const second = await launch(dir, first.endpoint, 10_000);
+      // The stayer's hold is reported to the new controller, which knows of no stop: it is let go.
+      expect(await held).toEqual({ kind: "continue" });
+      const status = await client.status();
+      expect(status.jobs.map((j) => [j.id, j.started])).toEqual([
+        ["a", true],
+        ["b", true],
+      ]);
+      expect(status.migrations[0]).toMatchObject({ id: run.move.id, state: "rolled-back", reason: "the controller restarted before the move committed" });
+      expect(await source.barrier(step)).toEqual({ kind: "continue" });
 
-    // The release waited for the daemon to register again: the grant is withdrawn and the
-    // replacement launcher the daemon started for it is stopped.
-    const daemonLog = () => hosts[run.move.to]!.lines.join("\n");
-    await expect.poll(daemonLog, { ...patiently, interval: 50 }).toContain(`released the staging of migration ${run.move.id}`);
-    await expect.poll(() => alive(replacement.pid), { ...patiently, interval: 50 }).toBe(false);
-    await expect(send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({ name: "TransferError" });
-    expect(second.log()).not.toMatch(/releasing staging on host/);
-  }, 3 * SAFETY_NET_MS);
+      // The release waited for the daemon to register again: the grant is withdrawn and the
+      // replacement launcher the daemon started for it is stopped.
+      const daemonLog = () => hosts[run.move.to]!.lines.join("\n");
+      await expect.poll(daemonLog, { ...patiently, interval: 50 }).toContain(`released the staging of migration ${run.move.id}`);
+      await expect.poll(() => alive(replacement.pid), { ...patiently, interval: 50 }).toBe(false);
+      await expect(send({ ticket: ticketFor(out.endpoint, out.token, CHECKPOINT), buffer: checkpoint(), offset: 0 })).rejects.toMatchObject({
+        name: "TransferError",
+      });
+      expect(second.log()).not.toMatch(/releasing staging on host/);
+    },
+    3 * SAFETY_NET_MS,
+  );
 
-  it("finishes a committed move: the replacement is asked for once its host's daemon registers again, and the job re-forms", async () => {
-    const run = await startMove(10_000);
-    const { dir, first, client, step, held, out } = run;
-    await commit(run);
-    const launched = await launchedOn(dir, run.move.to);
-    expect(launched.token).toBe(out.token);
+  it(
+    "finishes a committed move: the replacement is asked for once its host's daemon registers again, and the job re-forms",
+    async () => {
+      const run = await startMove(10_000);
+      const { dir, first, client, step, held, out } = run;
+      await commit(run);
+      const launched = await launchedOn(dir, run.move.to);
+      expect(launched.token).toBe(out.token);
 
-    await first.kill();
-    const second = await launch(dir, first.endpoint, 10_000);
-    await expect.poll(() => second.spawns.length, { ...patiently, interval: 20 }).toBe(1);
-    expect(second.spawns[0]).toMatchObject({ request: { migration: run.move.id, job: run.move.job, group: 0, host: run.move.to, token: out.token }, outcome: "done" });
+      await first.kill();
+      const second = await launch(dir, first.endpoint, 10_000);
+      await expect.poll(() => second.spawns.length, { ...patiently, interval: 20 }).toBe(1);
+      expect(second.spawns[0]).toMatchObject({
+        request: { migration: run.move.id, job: run.move.job, group: 0, host: run.move.to, token: out.token },
+        outcome: "done",
+      });
 
-    const replacement = new WorkerClient(client, { job: run.move.job, group: 0, host: run.move.to }, dp2, { token: launched.token });
-    const assignment = await replacement.register(SAFETY_NET_MS);
-    expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
-    // The stayer, sealed, reports generation 0 to the new controller: it is reconfigured.
-    expect(await held).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
-    await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
-    const status = await client.status();
-    expect(status.migrations[0]?.reason).toBeNull();
-    expect(status.withinBounds).toBe(true);
-    expect(second.log()).not.toMatch(/failure after commit/);
-  }, 3 * SAFETY_NET_MS);
+      const replacement = new WorkerClient(client, { job: run.move.job, group: 0, host: run.move.to }, dp2, { token: launched.token });
+      const assignment = await replacement.register(SAFETY_NET_MS);
+      expect(assignment).toMatchObject({ generation: 1, resumeStep: step });
+      // The stayer, sealed, reports generation 0 to the new controller: it is reconfigured.
+      expect(await held).toMatchObject({ kind: "reconfigure", assignment: { generation: 1, ringOrder: assignment.ringOrder } });
+      await expect.poll(async () => (await client.status()).migrations[0]?.state, patiently).toBe("done");
+      const status = await client.status();
+      expect(status.migrations[0]?.reason).toBeNull();
+      expect(status.withinBounds).toBe(true);
+      expect(second.log()).not.toMatch(/failure after commit/);
+    },
+    3 * SAFETY_NET_MS,
+  );
 
-  it("raises an alert for a committed move whose destination's daemon does not come back within the heartbeat timeout", async () => {
-    const run = await startMove(10_000);
-    const { first, hosts, client } = run;
-    const to = run.move.to;
-    await commit(run);
-    await hosts[to]!.daemon.close();
+  it(
+    "raises an alert for a committed move whose destination's daemon does not come back within the heartbeat timeout",
+    async () => {
+      const run = await startMove(10_000);
+      const { first, hosts, client } = run;
+      const to = run.move.to;
+      await commit(run);
+      await hosts[to]!.daemon.close();
 
-    await first.kill();
-    const second = await launch(run.dir, first.endpoint, 3_000);
-    // The move stands (its source was told to stop), so an operator must act: the status and
-    // the log say so once the heartbeat timeout from the restart has passed.
-    const reason = `spawning the replacement on host ${to}: the daemon on host ${to} did not register within 3000 ms of the controller's restart`;
-    await expect.poll(async () => (await client.status()).migrations[0], patiently).toMatchObject({ id: run.move.id, state: "committing", reason });
-    // No command went to the host while it had no daemon.
-    expect(second.spawns).toEqual([]);
-    expect(second.log()).toContain(`migration ${run.move.id}: failure after commit: ${reason}`);
-  }, 3 * SAFETY_NET_MS);
+      await first.kill();
+      const second = await launch(run.dir, first.endpoint, 3_000);
+      // The move stands (its source was told to stop), so an operator must act: the status and
+      // the log say so once the heartbeat timeout from the restart has passed.
+      const reason = `spawning the replacement on host ${to}: the daemon on host ${to} did not register within 3000 ms of the controller's restart`;
+      await expect.poll(async () => (await client.status()).migrations[0], patiently).toMatchObject({ id: run.move.id, state: "committing", reason });
+      // No command went to the host while it had no daemon.
+      expect(second.spawns).toEqual([]);
+      expect(second.log()).toContain(`migration ${run.move.id}: failure after commit: ${reason}`);
+    },
+    3 * SAFETY_NET_MS,
+  );
 });
-

@@ -34,7 +34,9 @@ async function rolledBackMove() {
   const client = connect(h);
   const start = async (job: string, hosts: number[]) => {
     // Frequent reports, so the job's progress shows in the metrics soon after it trains.
-    const workers = hosts.map((host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000, reportIntervalMs: 50 }));
+    const workers = hosts.map(
+      (host) => new WorkerClient(client, { job, group: 0, host }, dp2, { checkpointBytes: 1 << 20, holdTimeoutMs: 10_000, reportIntervalMs: 50 }),
+    );
     await Promise.all(workers.map((w) => w.register(5_000)));
     return workers;
   };
@@ -51,7 +53,14 @@ async function rolledBackMove() {
   expect((await source.barrier(step)).kind).toBe("migrate-out");
   const verdict = source.barrier(step);
   await client.request({ type: "daemon.register", host: move.to, incarnation: INCARNATION, stagingBytes: 1 << 30, endpoint: "tcp://127.0.0.1:1" });
-  await client.request({ type: "daemon.transfer-result", host: move.to, token: `token-${move.id}`, bytes: 1 << 20, outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+  await client.request({
+    type: "daemon.transfer-result",
+    host: move.to,
+    token: `token-${move.id}`,
+    bytes: 1 << 20,
+    outcome: "checksum-mismatch",
+    detail: "crc32c 0x1 != 0x2",
+  });
   expect(await verdict).toEqual({ kind: "continue" });
   expect(await held).toEqual({ kind: "continue" });
   return { metrics, client, move, h, step, other: move.job === "a" ? b : a };
@@ -84,7 +93,10 @@ describe("controller metrics", { timeout: SAFETY_NET_MS }, () => {
     // One sample per phase the move left, each its time in the journaled history.
     for (const [i, entry] of status.history.slice(0, -1).entries()) {
       expect(value(text, `monkeytree_migration_phase_duration_seconds_count{phase="${entry.state}"}`), entry.state).toBe(1);
-      expect(value(text, `monkeytree_migration_phase_duration_seconds_sum{phase="${entry.state}"}`)).toBeCloseTo((status.history[i + 1]!.at - entry.at) / 1000, 9);
+      expect(value(text, `monkeytree_migration_phase_duration_seconds_sum{phase="${entry.state}"}`)).toBeCloseTo(
+        (status.history[i + 1]!.at - entry.at) / 1000,
+        9,
+      );
     }
     expect(value(text, 'monkeytree_migration_phase_duration_seconds_count{phase="verifying"}')).toBe(1);
     expect(value(text, "monkeytree_migration_verified_bytes_total")).toBe(0);
@@ -124,7 +136,14 @@ describe("the controller's event log", { timeout: SAFETY_NET_MS }, () => {
     expect(events[2]).toMatchObject({ event: "fragmentation", racks: [2, 2], lambda: 1, over: [0, 1] });
     expect(events[3]).toMatchObject({ event: "plan", plan: "p0", status: "optimal", moves: 1, steps: 1 });
     const moves = events.filter((e): e is Extract<ControllerEvent, { event: "move" }> => e.event === "move");
-    expect(moves.map((e) => `${e.from}→${e.to}`)).toEqual(["planned→staging", "staging→ready", "ready→pausing", "pausing→transferring", "transferring→verifying", "verifying→rolled-back"]);
+    expect(moves.map((e) => `${e.from}→${e.to}`)).toEqual([
+      "planned→staging",
+      "staging→ready",
+      "ready→pausing",
+      "pausing→transferring",
+      "transferring→verifying",
+      "verifying→rolled-back",
+    ]);
     expect(moves[0]).toMatchObject({ migration: move.id, job: move.job, source: move.from, destination: move.to });
     expect(events.at(-1)).toMatchObject({ event: "rollback", migration: move.id, reason: expect.stringContaining("checksum mismatch: crc32c 0x1 != 0x2") });
 

@@ -23,7 +23,9 @@ describe("constrain", () => {
   });
 
   it("is deterministic in its seed, and leaves the cluster alone at zero", () => {
-    expect(toSnapshot(constrain(cluster, { pinned: 0.3, unavailable: 0.3, seed: 7 }))).toEqual(toSnapshot(constrain(cluster, { pinned: 0.3, unavailable: 0.3, seed: 7 })));
+    expect(toSnapshot(constrain(cluster, { pinned: 0.3, unavailable: 0.3, seed: 7 }))).toEqual(
+      toSnapshot(constrain(cluster, { pinned: 0.3, unavailable: 0.3, seed: 7 })),
+    );
     expect(toSnapshot(constrain(cluster, { pinned: 0, unavailable: 0, seed: 7 }))).toEqual(toSnapshot(cluster));
   });
 });

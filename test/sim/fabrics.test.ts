@@ -24,7 +24,13 @@ const rail: FabricShape = FabricSchema.parse({ racks: 3, hostsPerRack: 2, gpusPe
 
 const clusterOf = (shape: FabricShape, groups: number[][], rings = 2, pods = false): Cluster =>
   clusterFromSnapshot({
-    topology: { racks: shape.racks, hostsPerRack: shape.hostsPerRack, gpusPerHost: shape.gpusPerHost, uplinksPerRack: shape.uplinksPerRack, ...(pods ? { racksPerPod: shape.racksPerPod! } : {}) },
+    topology: {
+      racks: shape.racks,
+      hostsPerRack: shape.hostsPerRack,
+      gpusPerHost: shape.gpusPerHost,
+      uplinksPerRack: shape.uplinksPerRack,
+      ...(pods ? { racksPerPod: shape.racksPerPod! } : {}),
+    },
     jobs: groups.map((hosts, i) => ({ id: `j${i}`, rings, hosts })),
   });
 
@@ -84,7 +90,11 @@ describe("3-tier Clos", () => {
     const { dp, chosen } = route("ecmp", clos3, cluster);
     dp.forEach((f, i) => {
       const key = `${cluster.groups[f.group]!.job}/0/${f.ring}/${f.srcHost}>${f.dstHost}`;
-      expect(chosen.dp[i]).toEqual([ecmpSpine(f.srcHost, f.dstHost, key, 1, 4, "tor"), ecmpSpine(f.srcHost, f.dstHost, key, 1, 1, "aggregation"), ecmpSpine(f.srcHost, f.dstHost, key, 1, 4, "core")]);
+      expect(chosen.dp[i]).toEqual([
+        ecmpSpine(f.srcHost, f.dstHost, key, 1, 4, "tor"),
+        ecmpSpine(f.srcHost, f.dstHost, key, 1, 1, "aggregation"),
+        ecmpSpine(f.srcHost, f.dstHost, key, 1, 4, "core"),
+      ]);
     });
   });
 
@@ -129,9 +139,13 @@ describe("3-tier Clos", () => {
 
   // Fillers hold every host; as pairs of them end, each TP2 job takes the two hosts they
   // free, one in each pod, building `overPods`; the last fillers then free hosts 3 and 7.
-  const filler = (host: number, ends: number): SimJob => SimJobSchema.parse({ id: `f${host}`, arrival: 0, hostsPerStage: 1, iterations: 1, computeSeconds: ends, ringBytes: 0 });
-  const tp2 = (id: string, arrival: number): SimJob => SimJobSchema.parse({ id, arrival, hostsPerStage: 2, rings: 2, iterations: 50, computeSeconds: 1, ringBytes: 1e9 });
-  const trace = [...[1, 2, 3, 4, 1, 3, 2, 4].map((ends, host) => filler(host, ends)), tp2("g1", 1.5), tp2("g2", 2.5), tp2("g3", 3.5)].sort((a, b) => a.arrival - b.arrival);
+  const filler = (host: number, ends: number): SimJob =>
+    SimJobSchema.parse({ id: `f${host}`, arrival: 0, hostsPerStage: 1, iterations: 1, computeSeconds: ends, ringBytes: 0 });
+  const tp2 = (id: string, arrival: number): SimJob =>
+    SimJobSchema.parse({ id, arrival, hostsPerStage: 2, rings: 2, iterations: 50, computeSeconds: 1, ringBytes: 1e9 });
+  const trace = [...[1, 2, 3, 4, 1, 3, 2, 4].map((ends, host) => filler(host, ends)), tp2("g1", 1.5), tp2("g2", 2.5), tp2("g3", 3.5)].sort(
+    (a, b) => a.arrival - b.arrival,
+  );
   const config: SimConfigInput = { fabric: clos3, scheduler: "fifo", restartSeconds: 0 };
   const run = (system: SystemName) => simulateSystem(trace, config, system, planner);
 
@@ -143,7 +157,9 @@ describe("3-tier Clos", () => {
     const worst = (r: typeof plain) => Math.max(...r.jobs.filter((j) => j.id.startsWith("g")).map((j) => j.slowdown));
     expect(worst(plain)).toBeGreaterThan(1.05);
     expect(worst(three)).toBeLessThan(worst(plain));
-    expect(() => simulateSystem(trace, { ...config, fabric: { ...clos3, racksPerPod: undefined, aggUplinks: undefined } }, "monkeytree3", planner)).toThrow(/needs a 3-tier fabric/);
+    expect(() => simulateSystem(trace, { ...config, fabric: { ...clos3, racksPerPod: undefined, aggUplinks: undefined } }, "monkeytree3", planner)).toThrow(
+      /needs a 3-tier fabric/,
+    );
   });
 });
 
@@ -209,7 +225,8 @@ describe("presets on the new fabrics", () => {
   it("gives the same result for the same seed on both fabrics", () => {
     const jobs = generateJobs({ seed: 4, hostCount: 16, mix: "tp8pp", load: 1, jobs: 40 }, 50e9);
     const fabrics = [{ ...small(PRESETS["paper-3tier"].fabric), racksPerPod: 2 }, small(PRESETS["paper-rail"].fabric)];
-    const once = () => fabrics.flatMap((fabric) => (["ecmp", "sglb", "monkeytree"] as const).map((system) => simulateSystem(jobs, { fabric, seed: 2 }, system, planner).jobs));
+    const once = () =>
+      fabrics.flatMap((fabric) => (["ecmp", "sglb", "monkeytree"] as const).map((system) => simulateSystem(jobs, { fabric, seed: 2 }, system, planner).jobs));
     expect(once()).toEqual(once());
   });
 });

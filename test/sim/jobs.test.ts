@@ -12,7 +12,9 @@ describe("generated traces' local batch", () => {
     const full = traceWith();
     expect(traceWith(DEFAULT_TOKENS_PER_REPLICA)).toEqual(full);
     const half = traceWith(DEFAULT_TOKENS_PER_REPLICA / 2);
-    expect(half.map((j) => [j.id, j.arrival, j.stages, j.hostsPerStage, j.ringBytes])).toEqual(full.map((j) => [j.id, j.arrival, j.stages, j.hostsPerStage, j.ringBytes]));
+    expect(half.map((j) => [j.id, j.arrival, j.stages, j.hostsPerStage, j.ringBytes])).toEqual(
+      full.map((j) => [j.id, j.arrival, j.stages, j.hostsPerStage, j.ringBytes]),
+    );
     expect(full.some((j) => j.ppBytes > 0)).toBe(true);
     half.forEach((j, i) => {
       const f = full[i]!;

@@ -41,14 +41,28 @@ function lexicographicMaxMin(problem: MaxMinProblem): number[] {
     return demand === Infinity ? ` r${f} >= 0` : ` 0 <= r${f} <= ${demand}`;
   };
   const solve = (objective: string, extra: string[]): number => {
-    const lp = ["Maximize", ` obj: ${objective}`, "Subject To", ...linkRows(), ...fixedRows(), ...extra, "Bounds", ...problem.flows.map((_, f) => bound(f)), " t >= 0", "End"].join("\n");
+    const lp = [
+      "Maximize",
+      ` obj: ${objective}`,
+      "Subject To",
+      ...linkRows(),
+      ...fixedRows(),
+      ...extra,
+      "Bounds",
+      ...problem.flows.map((_, f) => bound(f)),
+      " t >= 0",
+      "End",
+    ].join("\n");
     const result = highs.solve(lp);
     expect(result.Status).toBe("Optimal");
     return result.ObjectiveValue;
   };
   while (fixed.some((v) => v === undefined)) {
     const open = fixed.flatMap((v, f) => (v === undefined ? [f] : []));
-    const level = solve("t", open.map((f) => ` l${f}: r${f} - t >= 0`));
+    const level = solve(
+      "t",
+      open.map((f) => ` l${f}: r${f} - t >= 0`),
+    );
     const atLevel = open.map((f) => ` m${f}: r${f} >= ${level}`);
     const stuck = open.filter((f) => solve(`r${f}`, atLevel) <= level * (1 + 1e-7) + 1e-9);
     expect(stuck.length).toBeGreaterThan(0);
@@ -120,7 +134,8 @@ describe("maxMinRates", () => {
         expect(rates[f]).toBeLessThanOrEqual(demand * (1 + 1e-9));
         if (rates[f]! >= demand * (1 - 1e-9)) return;
         const bottleneck = links.some(
-          (l) => load[l]! >= problem.capacities[l]! * (1 - 1e-9) && problem.flows.every((other, g) => !other.includes(l) || rates[g]! <= rates[f]! * (1 + 1e-9)),
+          (l) =>
+            load[l]! >= problem.capacities[l]! * (1 - 1e-9) && problem.flows.every((other, g) => !other.includes(l) || rates[g]! <= rates[f]! * (1 + 1e-9)),
         );
         expect(bottleneck).toBe(true);
       });

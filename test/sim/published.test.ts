@@ -26,7 +26,13 @@ describe("the published workload", () => {
   });
 
   it("turns per-GPU rings into hosts: one ring per job for DP and FSDP, one per GPU of a host for TP8", () => {
-    expect(publishedJob(typeNamed("llama2-70b-fsdp"), 24, 8)).toMatchObject({ rings: 1, stages: 1, hostsPerStage: 3, computeSeconds: 2.378, ringBytes: (2 * 23 * 137.43e9) / 24 });
+    expect(publishedJob(typeNamed("llama2-70b-fsdp"), 24, 8)).toMatchObject({
+      rings: 1,
+      stages: 1,
+      hostsPerStage: 3,
+      computeSeconds: 2.378,
+      ringBytes: (2 * 23 * 137.43e9) / 24,
+    });
     expect(publishedJob(typeNamed("llama3-70b-tp-dp"), 32, 8)).toMatchObject({ rings: 8, stages: 1, hostsPerStage: 4, ringBytes: (2 * 3 * 17.18e9) / 4 });
     const pp2 = publishedJob(typeNamed("llama2-70b-tp-dp-pp2"), 48, 8);
     // GPipe with 2 stages and 8 microbatches: 9 slots of a forward and a backward pass.

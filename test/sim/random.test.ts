@@ -32,7 +32,11 @@ describe("Random", () => {
     for (let i = 0; i < n; i++) {
       const k = random.int(1, 4);
       ints.set(k, (ints.get(k) ?? 0) + 1);
-      const w = random.weighted([["a", 1], ["never", 0], ["b", 3]] as const);
+      const w = random.weighted([
+        ["a", 1],
+        ["never", 0],
+        ["b", 3],
+      ] as const);
       weighted.set(w, (weighted.get(w) ?? 0) + 1);
     }
     for (const k of [1, 2, 3, 4]) expect((ints.get(k) ?? 0) / n).toBeCloseTo(0.25, 1);
@@ -56,6 +60,11 @@ describe("Random", () => {
     expect(() => random.exponential(0)).toThrow(RangeError);
     expect(() => random.choice([])).toThrow(RangeError);
     expect(() => random.weighted([["a", 0]])).toThrow(RangeError);
-    expect(() => random.weighted([["a", -1], ["b", 2]])).toThrow(RangeError);
+    expect(() =>
+      random.weighted([
+        ["a", -1],
+        ["b", 2],
+      ]),
+    ).toThrow(RangeError);
   });
 });

@@ -60,7 +60,8 @@ describe("routings in the simulator", () => {
   // 3 racks of 2 one-GPU hosts, two uplinks each: left to right, a spans racks 0-1 and b racks
   // 1-2, so rack 1 carries two flows each way, one per uplink if the routing isolates them.
   const config: SimConfigInput = { fabric: { racks: 3, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 2, nicGbps: 8 }, scheduler: "fifo" };
-  const job = (id: string, hosts: number): SimJob => SimJobSchema.parse({ id, arrival: 0, hostsPerStage: hosts, iterations: 10, computeSeconds: 1, ringBytes: 1e9 });
+  const job = (id: string, hosts: number): SimJob =>
+    SimJobSchema.parse({ id, arrival: 0, hostsPerStage: hosts, iterations: 10, computeSeconds: 1, ringBytes: 1e9 });
   const jobs = [job("x", 1), job("a", 2), job("b", 2)];
 
   it.each(["perfect", "crux", "sglb"] as const)("%s gives each flow of rack 1 its own uplink", (system) => {
@@ -88,7 +89,12 @@ describe("flows kept between routings", () => {
     };
     const a = { id: "a", rings: 2, groups: [[0, 5, 10]] };
     const b = { id: "b", rings: 1, groups: [[1, 6]] };
-    const steps = [[a, b], [a, { ...b, groups: [[1, 14]] }], [{ id: "0", rings: 1, groups: [[2, 7]] }, a], [a, b]];
+    const steps = [
+      [a, b],
+      [a, { ...b, groups: [[1, 14]] }],
+      [{ id: "0", rings: 1, groups: [[2, 7]] }, a],
+      [a, b],
+    ];
     for (const jobs of steps) expect(route(jobs, memo)).toEqual(route(jobs));
   });
 });

@@ -47,7 +47,9 @@ describe("sacctToTrace", () => {
     const noDefault = () => sacctToTrace(fixture, { gpusPerHost: options.gpusPerHost, nicBytesPerSecond: options.nicBytesPerSecond });
     expect(noDefault).toThrow(InvalidInputError);
     expect(noDefault).toThrow("sacct jobs[1] (job 102) at comment.job: names no model: submit with --comment monkeytree:model=NAME, or pass --model NAME");
-    expect(() => sacctToTrace(withJob(0, { comment: { job: "monkeytree:model=gpt5" } }), options)).toThrow(/^sacct jobs\[0\] \(job 101\) at comment\.job: names model "gpt5"/);
+    expect(() => sacctToTrace(withJob(0, { comment: { job: "monkeytree:model=gpt5" } }), options)).toThrow(
+      /^sacct jobs\[0\] \(job 101\) at comment\.job: names model "gpt5"/,
+    );
     expect(() => sacctToTrace(withJob(0, { tres: { allocated: [{ type: "gres", name: "gpu", count: 4 }] } }), options)).toThrow(
       /^sacct jobs\[0\] \(job 101\) at tres\.allocated gres\/gpu: 4 GPUs on 4 nodes; the simulator places whole hosts of 8 GPUs/,
     );

@@ -121,7 +121,10 @@ describe("simulateSystem", () => {
     // Every plan takes 12 s of the machine's time. x ends at 10 s, while the first is computed.
     const slow: Planner = { plan: (cluster, options) => ({ ...planner.plan(cluster, options), solveMs: 12_000 }) };
     const dropped = simulateSystem(collide(), { ...tiny, planTime: "solve" }, "monkeytree", slow);
-    expect(dropped.plans.map((p) => [p.time, p.status, p.moves])).toEqual([[0, "stale", 0], [12, "optimal", 1]]);
+    expect(dropped.plans.map((p) => [p.time, p.status, p.moves])).toEqual([
+      [0, "stale", 0],
+      [12, "optimal", 1],
+    ]);
     expect(simulationReport(tiny, [{ run: dropped, load: null }]).systems[0]?.solver).toMatchObject({ plans: 2, stale: 1 });
     // Planned again when the first arrived, carried out at 24 s, where a and b (3 s an
     // iteration side by side) end their 8th iteration; the one moved resumes after the 10 s
@@ -175,7 +178,9 @@ describe("simulateSystem", () => {
   });
 
   it("refuses an unknown queue discipline, naming the field", () => {
-    expect(() => simulateSystem([job("a", 1)], { ...tiny, queue: "lifo" as "fifo" }, "ecmp", undefined)).toThrow(/simulation config at queue: Invalid option: expected one of "fifo"\|"backfill"/);
+    expect(() => simulateSystem([job("a", 1)], { ...tiny, queue: "lifo" as "fifo" }, "ecmp", undefined)).toThrow(
+      /simulation config at queue: Invalid option: expected one of "fifo"\|"backfill"/,
+    );
   });
 
   it("refuses a job larger than the cluster, naming it", () => {
@@ -209,7 +214,10 @@ describe("simulateSystem", () => {
     const jobsOf = (seed: number) => generateJobs({ seed, hostCount: 64, mix: "dp", load: 0.9, jobs: 120 }, 50e9);
     const once = (seed: number) => {
       const jobs = jobsOf(seed);
-      const report = simulationReport(config, SYSTEMS_2TIER.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })));
+      const report = simulationReport(
+        config,
+        SYSTEMS_2TIER.map((system) => ({ run: simulateSystem(jobs, config, system, planner), load: 0.9 })),
+      );
       // Solve times are wall-clock; everything else must repeat exactly.
       return JSON.parse(JSON.stringify(report, (key, value: unknown) => (key === "solver" ? undefined : value))) as unknown;
     };

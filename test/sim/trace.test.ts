@@ -63,7 +63,9 @@ describe("trace", () => {
       return spans.reduce((a, b) => a + b, 0) / spans.length;
     };
     const options = { ...dp16, events: 5 };
-    expect(collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c))).toEqual(collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c)));
+    expect(collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c))).toEqual(
+      collect({ ...options, scheduler: "random" }).clusters.map((c) => toSnapshot(c)),
+    );
     // Best-fit keeps a job in one rack where it can; drawn at random, hosts lie scattered.
     expect(racksPerGroup(collect({ ...options, scheduler: "random" }).clusters)).toBeGreaterThan(racksPerGroup(collect(options).clusters));
   });
@@ -115,7 +117,10 @@ describe("trace", () => {
     const broken: [(c: Cluster) => Placement, RegExp][] = [
       [(c) => c.placement.map((hosts, g) => (g === 1 ? (c.placement[0] ?? []) : hosts)), /^placement at .*already used/],
       [(c) => c.placement.map((hosts, g) => (g === 0 ? [...hosts, ...hosts.map((h) => h + 1000)] : hosts)), /^placement at .*out of range/],
-      [(c) => c.placement.map((hosts, g) => (g === 0 ? hosts.slice(0, 1) : g === 1 ? [...hosts, ...(c.placement[0] ?? []).slice(1)] : hosts)), /^placement at \[0\]: expected \d+ hosts/],
+      [
+        (c) => c.placement.map((hosts, g) => (g === 0 ? hosts.slice(0, 1) : g === 1 ? [...hosts, ...(c.placement[0] ?? []).slice(1)] : hosts)),
+        /^placement at \[0\]: expected \d+ hosts/,
+      ],
       [(c) => c.placement.slice(1), /^placement: expected \d+ groups/],
     ];
     const run = trace(dp16);

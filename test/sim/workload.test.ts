@@ -39,7 +39,11 @@ describe("workload", () => {
   });
 
   it("states the mean size its draws have", () => {
-    for (const [name, hostCount] of [["dp", 128], ["dp", 1024], ["tp8pp", 128]] as const) {
+    for (const [name, hostCount] of [
+      ["dp", 128],
+      ["dp", 1024],
+      ["tp8pp", 128],
+    ] as const) {
       const mix = workload(name, hostCount);
       expect(mix.shapes.reduce((sum, [, p]) => sum + p, 0)).toBeCloseTo(1, 12);
       const random = new Random(9);

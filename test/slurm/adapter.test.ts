@@ -31,7 +31,12 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
   beforeAll(async () => {
     cluster = await startSlurm({ nodes: 4, racks: 2 });
     topology = parseTopologyFile(topologyFromConf(readFileSync(join(cluster.dir, "topology.conf"), "utf8"), { uplinksPerRack: 1, gpusPerHost: 1 }));
-    adapter = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) });
+    adapter = new SlurmAdapter({
+      slurm: new Slurm({ conf: cluster.conf }),
+      topology,
+      managed: () => managed,
+      log: createLogger("slurm", (line) => lines.push(line)),
+    });
   }, 3 * SAFETY_NET_MS);
   afterAll(() => cluster?.stop());
   // The cluster is this suite's alone: a test that failed half-way leaves no job, drained node
@@ -43,7 +48,8 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
       const [node, nodeState] = line.split(" ");
       if (node && /^dr/.test(nodeState ?? "")) cluster.run("scontrol", "update", `NodeName=${node}`, "State=RESUME");
     }
-    for (const name of cluster.run("scontrol", "show", "reservation", "-o").matchAll(/ReservationName=(\S+)/g)) cluster.run("scontrol", "delete", `ReservationName=${name[1]}`);
+    for (const name of cluster.run("scontrol", "show", "reservation", "-o").matchAll(/ReservationName=(\S+)/g))
+      cluster.run("scontrol", "delete", `ReservationName=${name[1]}`);
     await cluster.until("no jobs left", () => cluster.run("squeue", "-h").trim() === "");
   });
 
@@ -77,14 +83,26 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     await cluster.until("the job running", () => state(job).startsWith("RUNNING"));
     // With 2 GPUs per host the job, one host on each rack, can carry the 2 rings its comment says.
     const twoGpus = parseTopologyFile(topologyFromConf(readFileSync(join(cluster.dir, "topology.conf"), "utf8"), { uplinksPerRack: 1, gpusPerHost: 2 }));
-    const view = await new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology: twoGpus, managed: () => managed, log: createLogger("slurm", (line) => lines.push(line)) }).poll();
+    const view = await new SlurmAdapter({
+      slurm: new Slurm({ conf: cluster.conf }),
+      topology: twoGpus,
+      managed: () => managed,
+      log: createLogger("slurm", (line) => lines.push(line)),
+    }).poll();
     expect(view.pinned).toEqual([{ id: job, rings: 2, hosts: [1, 2] }]);
     expect(view.notes).toEqual([]);
     // With 1 GPU per host it can carry only 1 ring out of either rack: the comment counts up to that, and the view says so.
     const bounded = await adapter.poll();
     expect(bounded.pinned).toEqual([{ id: job, rings: 1, hosts: [1, 2] }]);
-    expect(bounded.notes).toEqual([`Slurm job ${job}: monkeytree:rings=2 is more than its allocation carries (1 GPUs on the rack where it has fewest); counted as 1`]);
-    expect(new Map(view.unavailable.map((u) => [u.host, u.why]))).toEqual(new Map([[1, `allocated to Slurm job ${job}`], [2, `allocated to Slurm job ${job}`]]));
+    expect(bounded.notes).toEqual([
+      `Slurm job ${job}: monkeytree:rings=2 is more than its allocation carries (1 GPUs on the rack where it has fewest); counted as 1`,
+    ]);
+    expect(new Map(view.unavailable.map((u) => [u.host, u.why]))).toEqual(
+      new Map([
+        [1, `allocated to Slurm job ${job}`],
+        [2, `allocated to Slurm job ${job}`],
+      ]),
+    );
     // Once its launchers register, the same job is MonkeyTree's to move: no longer pinned, and its nodes are swap destinations.
     managed.add(job);
     const mine = await adapter.poll();
@@ -120,7 +138,11 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
       ].join("\n"),
     );
     const snapshot = JSON.parse(readFileSync(output, "utf8")) as unknown;
-    expect(snapshot).toEqual({ topology: { ...topology.topology, gpusPerHost: 2 }, jobs: [{ id: job, rings: 2, hosts: [1, 2], movable: false }], unavailable: [1, 2, 3] });
+    expect(snapshot).toEqual({
+      topology: { ...topology.topology, gpusPerHost: 2 },
+      jobs: [{ id: job, rings: 2, hosts: [1, 2], movable: false }],
+      unavailable: [1, 2, 3],
+    });
     // `monkeytree plan` accepts it as a snapshot (exit 2 would be a refused input).
     const plan = await runCli("plan", "--snapshot", output, "--json");
     expect(plan.stderr).toBe("");
@@ -132,7 +154,25 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
 
   it("monkeytree controller --scheduler slurm counts a job that did not register, never moves it, and shows what Slurm says", async () => {
     const journal = join(cluster.dir, "journal");
-    const args = ["controller", "--scheduler", "slurm", "--slurm-conf", cluster.conf, "--scheduler-poll", "0.2", "--topology", join(cluster.dir, "topology.conf"), "--uplinks-per-rack", "1", "--gpus-per-host", "2", "--bind", "tcp://127.0.0.1:*", "--journal", journal];
+    const args = [
+      "controller",
+      "--scheduler",
+      "slurm",
+      "--slurm-conf",
+      cluster.conf,
+      "--scheduler-poll",
+      "0.2",
+      "--topology",
+      join(cluster.dir, "topology.conf"),
+      "--uplinks-per-rack",
+      "1",
+      "--gpus-per-host",
+      "2",
+      "--bind",
+      "tcp://127.0.0.1:*",
+      "--journal",
+      journal,
+    ];
     const child = spawn(process.execPath, ["bin/run-ts.js", "cli/monkeytree.ts", ...args], { stdio: ["ignore", "pipe", "pipe"] });
     const logs: string[] = [];
     createInterface({ input: child.stderr! }).on("line", (line) => logs.push(line));
@@ -230,8 +270,16 @@ describe.runIf(runs)("the Slurm adapter against a real Slurm 22.05", { timeout: 
     const a = cluster.sbatch("sleep 600", "-N2", "--nodelist=n0,n2");
     const c = cluster.sbatch("sleep 600", "-N1", "--nodelist=n3");
     await cluster.until("both jobs running", () => state(a).startsWith("RUNNING") && state(c).startsWith("RUNNING"));
-    const scheduler = new SlurmAdapter({ slurm: new Slurm({ conf: cluster.conf }), topology, managed: () => new Set([a, c]), log: createLogger("slurm", (line) => lines.push(line)) });
-    const harness = await startController({ topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 }, overrides: { scheduler, schedulerPollMs: 200 } });
+    const scheduler = new SlurmAdapter({
+      slurm: new Slurm({ conf: cluster.conf }),
+      topology,
+      managed: () => new Set([a, c]),
+      log: createLogger("slurm", (line) => lines.push(line)),
+    });
+    const harness = await startController({
+      topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },
+      overrides: { scheduler, schedulerPollMs: 200 },
+    });
     const client = new ControllerClient({ endpoint: harness.server.endpoint, timeoutMs: 5_000, retryMs: 200 });
     try {
       await cluster.until("the controller's first look at Slurm", async () => (await client.status()).scheduler !== undefined);

@@ -14,7 +14,14 @@ const nodes = parseSinfo(fixture("sinfo.json"));
 const jobs = parseSqueue(fixture("squeue.json"));
 const reservations = parseReservations(fixture("reservations.txt"));
 // Racks of three slots: r0 holds n0 n1, r1 n2 n3 login (login is no Slurm node).
-const topology = parseTopologyFile({ gpusPerHost: 8, uplinksPerRack: 2, racks: [{ name: "r0", hosts: "n[0-1]" }, { name: "r1", hosts: ["n2", "n3", "login"] }] });
+const topology = parseTopologyFile({
+  gpusPerHost: 8,
+  uplinksPerRack: 2,
+  racks: [
+    { name: "r0", hosts: "n[0-1]" },
+    { name: "r1", hosts: ["n2", "n3", "login"] },
+  ],
+});
 const input = (change: Partial<ViewInput> = {}): ViewInput => ({ topology, nodes, jobs, managed: new Set(), held: new Set(), reserved: new Map(), ...change });
 
 describe("Slurm's reports", () => {
@@ -66,7 +73,9 @@ describe("the view the planner gets", () => {
 
   it("never plans onto another reservation's nodes, nor nodes Slurm marks down, reserved or planned", () => {
     expect(slurmView(input({ reserved: new Map([["n1", "maint"]]) })).unavailable).toContainEqual({ host: 1, why: "reserved (maint)" });
-    const marked = nodes.map((n) => (n.name === "n1" ? { ...n, state: "down", reason: "not responding" } : n.name === "n2" ? { ...n, state: "idle", flags: ["PLANNED"] } : n));
+    const marked = nodes.map((n) =>
+      n.name === "n1" ? { ...n, state: "down", reason: "not responding" } : n.name === "n2" ? { ...n, state: "idle", flags: ["PLANNED"] } : n,
+    );
     const view = slurmView(input({ nodes: marked, jobs: [] }));
     expect(view.unavailable).toEqual([
       { host: 1, why: "down (not responding)" },
@@ -94,7 +103,9 @@ describe("the view the planner gets", () => {
     const comment = (text: string, nodes = jobs[0]!.nodes) => slurmView(input({ jobs: [{ ...jobs[0]!, comment: text, nodes }] }));
     const raised = comment("monkeytree:rings=64");
     expect(raised.pinned).toEqual([{ id: "1", rings: 8, hosts: [0, 3] }]);
-    expect(raised.notes).toEqual(["Slurm job 1: monkeytree:rings=64 is more than its allocation carries (8 GPUs on the rack where it has fewest); counted as 8"]);
+    expect(raised.notes).toEqual([
+      "Slurm job 1: monkeytree:rings=64 is more than its allocation carries (8 GPUs on the rack where it has fewest); counted as 8",
+    ]);
     expect(comment("monkeytree:rings=2").pinned[0]?.rings).toBe(2);
     // Two hosts on r0 and two on r1: 16 GPUs on each.
     expect(comment("monkeytree:rings=16", ["n0", "n1", "n2", "n3"]).pinned[0]?.rings).toBe(16);
