@@ -74,6 +74,8 @@ options:
   --master-port P        the job's process group of generation g meets on P + g (default 29500)
   --replacement NAME     the destination daemons' \`--replacement NAME=COMMAND\` that starts this
                          job's replacements; without it, moves of the job's workers roll back
+  --hold-timeout S       a stop not yet sealed is let go of, and training goes on, after this
+                         long without word from the controller (default ${DEFAULT_HOLD_TIMEOUT_MS / 1000})
   --daemon-socket PATH   the host daemon's local socket (its --vouch-socket), where the launcher
                          first asks the daemon to vouch that it runs on this host: a controller
                          started with --require-vouch takes its worker only then (default
