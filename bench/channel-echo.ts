@@ -1,5 +1,5 @@
 // The floor under the measured host's barrier (bench/control.ts): a bare Unix-socket server that
-// answers every line of the local channel (sdk/protocol/channel.ts) as the launcher answers an
+// answers every line of the local channel (sdk/contract/protocol/channel.ts) as the launcher answers an
 // `attach` and a `continue` barrier. It reads lines as the launcher's ChannelServer does, but
 // checks no schema and asks no HostAgent: what any local channel costs on this machine (the
 // client's write, a sleeping process woken, a line read and written back).
@@ -8,7 +8,7 @@
 import { rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
-import { CHANNEL_VERSION } from "../sdk/protocol/channel.ts";
+import { CHANNEL_VERSION } from "../sdk/contract/protocol/channel.ts";
 
 const path = process.argv[2];
 if (!path) {

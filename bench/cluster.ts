@@ -10,7 +10,7 @@ import { performance } from "node:perf_hooks";
 import { CLI, killByEnvironment, ProcessGroup, shellCommand, WORKER, type Managed } from "../cli/demo/processes.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
 import { removeStaleStagingBuffers } from "../native/index.ts";
-import { ControllerClient } from "../sdk/client.ts";
+import { ControllerClient } from "../sdk/client/client.ts";
 import { script, type ExampleJob } from "./example-jobs.ts";
 
 /** The training program every host of the job runs under its launcher. */

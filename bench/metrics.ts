@@ -15,9 +15,9 @@ import { MetricsServer } from "../controller/metrics/http.ts";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
 import { ControllerServer } from "../controller/service/server.ts";
-import { createLogger } from "../sdk/log.ts";
-import { WorkerClient } from "../sdk/agent.ts";
-import { ControllerClient } from "../sdk/client.ts";
+import { createLogger } from "../sdk/contract/log.ts";
+import { WorkerClient } from "../sdk/client/agent.ts";
+import { ControllerClient } from "../sdk/client/client.ts";
 import { benchMain } from "./entry.ts";
 
 const JOB_HOSTS = 8;

@@ -2,7 +2,7 @@
 // transitions (status history) and from the launchers' logs, whose lines are timestamped here as
 // they appear (±20 ms), since the logs carry no clock of their own.
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import type { MigrationSummarySchema } from "../sdk/protocol/status.ts";
+import type { MigrationSummarySchema } from "../sdk/contract/protocol/status.ts";
 import type { z } from "zod";
 
 export type Move = z.infer<typeof MigrationSummarySchema>;

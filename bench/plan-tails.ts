@@ -4,10 +4,10 @@ import { readFileSync } from "node:fs";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { table } from "../cli/io.ts";
-import { clusterFromSnapshot, parseSnapshotText, rackFragmentation, type Cluster } from "../controller/model/index.ts";
-import { CountState } from "../controller/plan/counts.ts";
-import { PlanTimeoutError, type Planner } from "../controller/plan/index.ts";
-import { syntheticSnapshot } from "../controller/sim/synthetic.ts";
+import { clusterFromSnapshot, parseSnapshotText, rackFragmentation, type Cluster } from "../controller/planner/model/index.ts";
+import { CountState } from "../controller/planner/plan/counts.ts";
+import { PlanTimeoutError, type Planner } from "../controller/planner/plan/index.ts";
+import { syntheticSnapshot } from "../controller/simulator/synthetic.ts";
 
 /** A rare hard event (optimum 8 moves) shipped with the design notes. */
 const HARD_EXAMPLE = new URL("../cli/snapshots/hard-2048gpu-lambda2.json", import.meta.url);

@@ -6,11 +6,19 @@
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
 import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS } from "../sdk/protocol/limits.ts";
+import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS } from "../sdk/contract/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
-import type { Cluster, Placement } from "../controller/model/cluster.ts";
-import { createPlanner, PlanTimeoutError, type Formulation, type Plan, type Planner, type PlanProgress, type PlanStatus } from "../controller/plan/index.ts";
-import { constrain, MIXES, SCHEDULERS, trace, type Mix, type SchedulerName } from "../controller/sim/index.ts";
+import type { Cluster, Placement } from "../controller/planner/model/cluster.ts";
+import {
+  createPlanner,
+  PlanTimeoutError,
+  type Formulation,
+  type Plan,
+  type Planner,
+  type PlanProgress,
+  type PlanStatus,
+} from "../controller/planner/plan/index.ts";
+import { constrain, MIXES, SCHEDULERS, trace, type Mix, type SchedulerName } from "../controller/simulator/index.ts";
 import { anytimeTable, unchangedTable } from "./plan-tails.ts";
 
 const GPUS_PER_HOST = 8;

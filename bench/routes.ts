@@ -10,7 +10,7 @@
 //   npm run bench:routes -- --sizes 1024,8192 --reps 30
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
-import type { Cluster } from "../controller/model/cluster.ts";
+import type { Cluster } from "../controller/planner/model/cluster.ts";
 import {
   colourByRegularMatchings,
   colourEdges,
@@ -20,8 +20,8 @@ import {
   routeCluster,
   type BipartiteMultigraph,
   type ColourMethod,
-} from "../controller/route/index.ts";
-import { syntheticCluster } from "../controller/sim/synthetic.ts";
+} from "../controller/planner/route/index.ts";
+import { syntheticCluster } from "../controller/simulator/synthetic.ts";
 
 const HOSTS_PER_RACK = 8;
 const GPUS_PER_RACK = HOSTS_PER_RACK * 8;

@@ -8,7 +8,7 @@
 //   npm run bench:simulate -- --preset frag-1024 --tokens-per-replica 16384
 //   npm run bench:simulate -- --preset paper-2048-16to1 --gpus-per-rack 64,128,256 --uplinks 4,8,16 --jobs 200
 import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
+import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/contract/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import { defaultThreads, MAX_THREADS, runAll, type RunRequest } from "../cli/simulate/runs.ts";
 import {
@@ -36,7 +36,7 @@ import {
   type SystemReport,
   type PlanEvent,
   type SimJob,
-} from "../controller/sim/index.ts";
+} from "../controller/simulator/index.ts";
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
 

@@ -10,7 +10,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
-import { PACKAGE_ROOT, RUN_TS } from "../sdk/paths.ts";
+import { PACKAGE_ROOT, RUN_TS } from "../sdk/contract/paths.ts";
 import { benchMain } from "./entry.ts";
 
 const help = `usage: npm run bench:startup -- [options]

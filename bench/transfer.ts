@@ -13,7 +13,7 @@ import { byteSize, numberFlag, parseFlags, table } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import { baselineRun, LOOPBACK, Peer, secondsSchema, type Namespaces } from "./socket-baseline.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
-import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, type CheckpointItemInput } from "../sdk/contract/checkpoint/index.ts";
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;

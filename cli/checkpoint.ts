@@ -2,8 +2,8 @@ import { spawn } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { errnoReason, InvalidInputError, quote } from "../sdk/errors.ts";
-import { CRC32C_LIBRARY_ENV } from "../sdk/protocol/channel.ts";
+import { errnoReason, InvalidInputError, quote } from "../sdk/contract/errors.ts";
+import { CRC32C_LIBRARY_ENV } from "../sdk/contract/protocol/channel.ts";
 import { ExitCode, SHM, UsageError, intFlag, type Command, type Io } from "./io.ts";
 
 const PER_SOURCE_DEFAULTS = "rng, *.rng and *rng_state*";

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { InvalidInputError } from "../sdk/errors.ts";
+import { InvalidInputError } from "../sdk/contract/errors.ts";
 import { isZmqAddress, readInputFile, zmqAddressForm } from "./io.ts";
 
 /**

@@ -4,15 +4,15 @@ import { DaemonStartError, DEFAULT_HEARTBEAT_MS, HostDaemon, type DaemonOptions 
 import { parseReplacements, ReplacementConfigError, requireSetpriv, resolveTenant, type Tenant } from "../controller/daemon/replacements.ts";
 import { CgroupConfigError, ownCgroup, ReplacementCgroups } from "../controller/daemon/cgroup.ts";
 import { VouchSocket, VouchSocketError } from "../controller/daemon/vouch-socket.ts";
-import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
-import { createLogger, type Logger } from "../sdk/log.ts";
+import { defaultDaemonSocket } from "../sdk/contract/protocol/vouch.ts";
+import { createLogger, type Logger } from "../sdk/contract/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import type { MetricsServer } from "../controller/metrics/http.ts";
 import { loadConfig } from "./config.ts";
 import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
-import { ControllerRefusedError } from "../sdk/connection.ts";
-import { InvalidInputError } from "../sdk/errors.ts";
+import { ControllerRefusedError } from "../sdk/client/connection.ts";
+import { InvalidInputError } from "../sdk/contract/errors.ts";
 import {
   CREDENTIALS_ENV,
   ExitCode,

@@ -1,10 +1,10 @@
 import { statfsSync } from "node:fs";
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import { InvalidInputError, quote, readFailure, readFileAtMost } from "../sdk/errors.ts";
-import type { ControllerRefusedError } from "../sdk/connection.ts";
-import { readCredential, type Credential } from "../sdk/protocol/auth.ts";
-import { parseSnapshotText, type Cluster } from "../controller/model/cluster.ts";
-import { MAX_SNAPSHOT_BYTES } from "../sdk/protocol/limits.ts";
+import { InvalidInputError, quote, readFailure, readFileAtMost } from "../sdk/contract/errors.ts";
+import type { ControllerRefusedError } from "../sdk/client/connection.ts";
+import { readCredential, type Credential } from "../sdk/contract/protocol/auth.ts";
+import { parseSnapshotText, type Cluster } from "../controller/planner/model/cluster.ts";
+import { MAX_SNAPSHOT_BYTES } from "../sdk/contract/protocol/limits.ts";
 
 /** Exit codes shared by every command: 0 ok, 1 findings, 2 usage or bad input, 3 internal; 130 stopped by SIGINT or SIGTERM, as a shell reports Ctrl-C. */
 export const ExitCode = { ok: 0, findings: 1, usage: 2, internal: 3, interrupted: 130 } as const;

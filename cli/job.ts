@@ -1,4 +1,4 @@
-import { ClientClosedError, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { ClientClosedError, ControllerError, ControllerTimeoutError } from "../sdk/client/client.ts";
 import { operatorClient } from "./status.ts";
 import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, parseFlags, refusalAdvice, secondsFlag, type Command } from "./io.ts";
 

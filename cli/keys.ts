@@ -3,10 +3,10 @@ import { ReplacementConfigError, resolveTenant } from "../controller/daemon/repl
 import { join } from "node:path";
 import { curveKeyPair } from "zeromq";
 import { KEYRING_FILE, loadKeyring, type Keyring } from "../controller/service/keys.ts";
-import type { Credential, Principal } from "../sdk/protocol/auth.ts";
-import { UserNameSchema } from "../sdk/protocol/replacement.ts";
-import { expandHostlist, HostlistError } from "../controller/model/hostlist.ts";
-import type { NamedTopology } from "../controller/model/named-topology.ts";
+import type { Credential, Principal } from "../sdk/contract/protocol/auth.ts";
+import { UserNameSchema } from "../sdk/contract/protocol/replacement.ts";
+import { expandHostlist, HostlistError } from "../controller/planner/model/hostlist.ts";
+import type { NamedTopology } from "../controller/planner/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
 import { ExitCode, UsageError, parseFlags, type Command } from "./io.ts";
 import { outputDir } from "./output.ts";

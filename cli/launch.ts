@@ -1,14 +1,14 @@
 import { hostname } from "node:os";
-import { ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
-import { ControllerRefusedError } from "../sdk/connection.ts";
-import { DEFAULT_HOLD_TIMEOUT_MS } from "../sdk/hold.ts";
-import { createLogger } from "../sdk/log.ts";
-import { Launcher, LaunchError } from "../sdk/launch/launcher.ts";
-import { adaptTorchrun, TorchrunArgsError } from "../sdk/launch/torchrun.ts";
-import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/migrate.ts";
+import { ControllerError, ControllerTimeoutError } from "../sdk/client/client.ts";
+import { ControllerRefusedError } from "../sdk/client/connection.ts";
+import { DEFAULT_HOLD_TIMEOUT_MS } from "../sdk/client/hold.ts";
+import { createLogger } from "../sdk/contract/log.ts";
+import { Launcher, LaunchError } from "../sdk/client/launch/launcher.ts";
+import { adaptTorchrun, TorchrunArgsError } from "../sdk/client/launch/torchrun.ts";
+import { replacementFromEnv, ReplacementEnvironmentError } from "../sdk/client/migrate.ts";
 import { replacementName, ReplacementConfigError } from "../controller/daemon/replacements.ts";
-import { defaultDaemonSocket } from "../sdk/protocol/vouch.ts";
-import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/slurm/environment.ts";
+import { defaultDaemonSocket } from "../sdk/contract/protocol/vouch.ts";
+import { slurmTask, SlurmEnvironmentError, type SlurmTask } from "../controller/schedulers/slurm/environment.ts";
 import { loadConfig, type Config } from "./config.ts";
 import {
   CREDENTIALS_ENV,

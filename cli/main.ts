@@ -1,5 +1,5 @@
 import { createRequire } from "node:module";
-import { InvalidInputError } from "../sdk/errors.ts";
+import { InvalidInputError } from "../sdk/contract/errors.ts";
 import { ExitCode, UsageError, type Command, type Io } from "./io.ts";
 
 /** Subcommands, loaded on demand so `monkeytree plan` does not pay for the others. */

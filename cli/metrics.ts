@@ -1,6 +1,6 @@
 import type { Registry } from "prom-client";
 import { isLoopbackHost, MetricsAddressError, MetricsServer, parseMetricsAddress, type MetricsAddress } from "../controller/metrics/http.ts";
-import type { Logger } from "../sdk/log.ts";
+import type { Logger } from "../sdk/contract/log.ts";
 import { UsageError, type Io } from "./io.ts";
 
 /** The `--metrics ADDR` option's help, its text starting at `column` as the command's other options do. */

@@ -1,6 +1,6 @@
 import { closeSync, constants, existsSync, openSync, rmSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { errnoReason, InvalidInputError, makeDirectory, MakeDirectoryError } from "../sdk/errors.ts";
+import { errnoReason, InvalidInputError, makeDirectory, MakeDirectoryError } from "../sdk/contract/errors.ts";
 
 /**
  * Output paths (`--csv DIR`, `--output FILE`, ...) checked before a command does its work, so a

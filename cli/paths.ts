@@ -1,4 +1,4 @@
-import { nodeArgs } from "../sdk/paths.ts";
+import { nodeArgs } from "../sdk/contract/paths.ts";
 
 /** The `monkeytree` command. */
 export const CLI = nodeArgs(import.meta.url, "./monkeytree");

@@ -1,11 +1,11 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { toSnapshot, type Cluster } from "../controller/model/cluster.ts";
-import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/plan/index.ts";
-import type { BestEffort, PlanDocument } from "../controller/plan/schema.ts";
+import { toSnapshot, type Cluster } from "../controller/planner/model/cluster.ts";
+import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/planner/plan/index.ts";
+import type { BestEffort, PlanDocument } from "../controller/planner/plan/schema.ts";
 import { ExitCode, parseFlags, readSnapshotFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputFile } from "./output.ts";
-import { PACKAGE_ROOT } from "../sdk/paths.ts";
+import { PACKAGE_ROOT } from "../sdk/contract/paths.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
 export const EMBEDDED_SNAPSHOT = join(PACKAGE_ROOT, "cli/snapshots/dp-1024gpu-lambda2.json");

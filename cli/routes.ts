@@ -1,4 +1,4 @@
-import { routeCluster, type Routes } from "../controller/route/index.ts";
+import { routeCluster, type Routes } from "../controller/planner/route/index.ts";
 import { ExitCode, UsageError, parseFlags, readSnapshotFile, table, writeJson, type Command } from "./io.ts";
 
 const help = `usage: monkeytree routes --snapshot FILE [--json]

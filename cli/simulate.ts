@@ -1,7 +1,7 @@
 import { appendFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { InvalidInputError } from "../sdk/errors.ts";
-import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/protocol/limits.ts";
+import { InvalidInputError } from "../sdk/contract/errors.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/contract/protocol/limits.ts";
 import {
   bytesPerSecond,
   DEFAULT_TOKENS_PER_REPLICA,
@@ -41,7 +41,7 @@ import {
   type SystemRun,
   type TraceGeneration,
   type Variant,
-} from "../controller/sim/index.ts";
+} from "../controller/simulator/index.ts";
 import { mergeReports } from "./simulate/merge.ts";
 import { submitArray } from "./simulate/slurm-array.ts";
 import { figures, reportPage, type FragmentationSeries } from "./simulate/page.ts";

@@ -1,11 +1,11 @@
 import { writeFile } from "node:fs/promises";
-import { parseSnapshot } from "../controller/model/cluster.ts";
-import { hostName, type NamedTopology } from "../controller/model/named-topology.ts";
-import type { SnapshotInput } from "../controller/model/snapshot.ts";
-import { SlurmAdapter, type AdapterState } from "../controller/slurm/adapter.ts";
-import { Slurm, SlurmCommandError, SlurmNotInstalledError } from "../controller/slurm/commands.ts";
-import { COMMENT_POLICIES, type CommentPolicy } from "../controller/slurm/view.ts";
-import { createLogger } from "../sdk/log.ts";
+import { parseSnapshot } from "../controller/planner/model/cluster.ts";
+import { hostName, type NamedTopology } from "../controller/planner/model/named-topology.ts";
+import type { SnapshotInput } from "../controller/planner/model/snapshot.ts";
+import { SlurmAdapter, type AdapterState } from "../controller/schedulers/slurm/adapter.ts";
+import { Slurm, SlurmCommandError, SlurmNotInstalledError } from "../controller/schedulers/slurm/commands.ts";
+import { COMMENT_POLICIES, type CommentPolicy } from "../controller/schedulers/slurm/view.ts";
+import { createLogger } from "../sdk/contract/log.ts";
 import { loadConfig } from "./config.ts";
 import { ExitCode, parseFlags, secondsFlag, table, UsageError, writeJson, type Command } from "./io.ts";
 import { outputFile } from "./output.ts";

@@ -1,9 +1,9 @@
-import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client.ts";
+import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError } from "../sdk/client/client.ts";
 import { assertNever } from "../controller/service/migration.ts";
-import type { ControllerEvent } from "../sdk/protocol/events.ts";
-import type { StatusReport } from "../sdk/protocol/status.ts";
-import type { ControllerRefusedError } from "../sdk/connection.ts";
-import type { Credential } from "../sdk/protocol/auth.ts";
+import type { ControllerEvent } from "../sdk/contract/protocol/events.ts";
+import type { StatusReport } from "../sdk/contract/protocol/status.ts";
+import type { ControllerRefusedError } from "../sdk/client/connection.ts";
+import type { Credential } from "../sdk/contract/protocol/auth.ts";
 import {
   CREDENTIALS_ENV,
   ExitCode,

@@ -1,6 +1,6 @@
-import { hostIndexOf, parseTopologyFile, parseTopologyText, UnknownHostError, type NamedTopology } from "../controller/model/named-topology.ts";
-import { topologyFromConf } from "../controller/slurm/topology-conf.ts";
-import { MAX_TOPOLOGY_BYTES } from "../sdk/protocol/limits.ts";
+import { hostIndexOf, parseTopologyFile, parseTopologyText, UnknownHostError, type NamedTopology } from "../controller/planner/model/named-topology.ts";
+import { topologyFromConf } from "../controller/schedulers/slurm/topology-conf.ts";
+import { MAX_TOPOLOGY_BYTES } from "../sdk/contract/protocol/limits.ts";
 import type { Config } from "./config.ts";
 import { intFlag, readInputFile, UsageError } from "./io.ts";
 

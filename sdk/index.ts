@@ -3,10 +3,10 @@
  * schemas are `monkeytree/protocol`, the checkpoint layout `monkeytree/checkpoint`, the
  * transfer engine `monkeytree/native` and the planner `monkeytree/planner`.
  */
-export { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError, UnexpectedReplyError, type ClientOptions } from "./client.ts";
-export { WorkerClient, type AgentOptions } from "./agent.ts";
-export { InvalidInputError, type InputIssue } from "./errors.ts";
-export { CheckpointError, type CheckpointErrorCode, type CheckpointItemInput, type CheckpointView } from "./checkpoint/index.ts";
+export { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError, UnexpectedReplyError, type ClientOptions } from "./client/client.ts";
+export { WorkerClient, type AgentOptions } from "./client/agent.ts";
+export { InvalidInputError, type InputIssue } from "./contract/errors.ts";
+export { CheckpointError, type CheckpointErrorCode, type CheckpointItemInput, type CheckpointView } from "./contract/checkpoint/index.ts";
 export { TransferError, type TransferErrorCode, type TransferResult, type Transport } from "../native/index.ts";
 export {
   openStagedCheckpoint,
@@ -17,8 +17,8 @@ export {
   type SendCheckpointOptions,
   type SentCheckpoint,
   type StagedCheckpoint,
-} from "./migrate.ts";
-export type { ReplacementEnv } from "./protocol/replacement.ts";
-export type { Assignment, Directive, Parallelism, WorkerIdentity } from "./protocol/worker.ts";
-export type { StatusReport } from "./protocol/status.ts";
-export type { ErrorCode } from "./protocol/errors.ts";
+} from "./client/migrate.ts";
+export type { ReplacementEnv } from "./contract/protocol/replacement.ts";
+export type { Assignment, Directive, Parallelism, WorkerIdentity } from "./contract/protocol/worker.ts";
+export type { StatusReport } from "./contract/protocol/status.ts";
+export type { ErrorCode } from "./contract/protocol/errors.ts";

@@ -1,7 +1,7 @@
 import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { formatZodError } from "../../sdk/errors.ts";
+import { formatZodError } from "../../sdk/contract/errors.ts";
 
 /**
  * What the example worker reports, one JSON line per event in `<dir>/<job>.jsonl`. Lines of

@@ -1,5 +1,5 @@
 import { crc32c } from "../../native/index.ts";
-import type { CheckpointItemInput, CheckpointView } from "../../sdk/checkpoint/index.ts";
+import type { CheckpointItemInput, CheckpointView } from "../../sdk/contract/checkpoint/index.ts";
 
 /**
  * A small stand-in for one data-parallel replica's training state: parameters, an SGD momentum

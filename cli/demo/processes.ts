@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { resolveTenant, type Tenant } from "../../controller/daemon/replacements.ts";
 
 export { CLI, WORKER } from "../paths.ts";
-export { RUN_TS } from "../../sdk/paths.ts";
+export { RUN_TS } from "../../sdk/contract/paths.ts";
 
 /**
  * Starts and stops the demo's processes (controller, daemons, workers). Each gets its own

@@ -1,13 +1,13 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { ControllerClient } from "../../sdk/client.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import type { StatusReport } from "../../sdk/contract/protocol/status.ts";
 import { readEvents, type WorkerEvent } from "./events.ts";
 import { digest, initialState, seedOf, trainStep } from "./model.ts";
 import { table } from "../io.ts";
-import { parseSnapshot } from "../../controller/model/cluster.ts";
-import { rackFragmentation, withinBounds } from "../../controller/model/fragmentation.ts";
+import { parseSnapshot } from "../../controller/planner/model/cluster.ts";
+import { rackFragmentation, withinBounds } from "../../controller/planner/model/fragmentation.ts";
 import type { Tenant } from "../../controller/daemon/replacements.ts";
 import { CLI, ProcessGroup, replacementUser, sharedFile, shellCommand, WORKER, type Managed } from "./processes.ts";
 

@@ -18,12 +18,12 @@ import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
 import { intFlag } from "../io.ts";
-import { checkpointCapacity } from "../../sdk/checkpoint/index.ts";
-import { DEFAULT_REPORT_INTERVAL_MS, WorkerClient } from "../../sdk/agent.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { createLogger } from "../../sdk/log.ts";
-import { openStagedCheckpoint, replacementFromEnv, sendCheckpoint } from "../../sdk/migrate.ts";
-import type { Directive } from "../../sdk/protocol/worker.ts";
+import { checkpointCapacity } from "../../sdk/contract/checkpoint/index.ts";
+import { DEFAULT_REPORT_INTERVAL_MS, WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { createLogger } from "../../sdk/contract/log.ts";
+import { openStagedCheckpoint, replacementFromEnv, sendCheckpoint } from "../../sdk/client/migrate.ts";
+import type { Directive } from "../../sdk/contract/protocol/worker.ts";
 import { appendEvent } from "./events.ts";
 import { checkpointItems, digest, initialState, restoreState, seedOf, trainStep, type TrainState } from "./model.ts";
 

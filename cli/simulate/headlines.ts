@@ -1,4 +1,4 @@
-import { HEADLINES, type SimulationReport } from "../../controller/sim/index.ts";
+import { HEADLINES, type SimulationReport } from "../../controller/simulator/index.ts";
 
 /** The paper's headline numbers beside ours, as the report's page and the text output show them. */
 export interface HeadlineTable {

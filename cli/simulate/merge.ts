@@ -1,5 +1,5 @@
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { pooledMoveEvents, SimulationReportSchema, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { pooledMoveEvents, SimulationReportSchema, type SimulationReport, type SystemReport } from "../../controller/simulator/index.ts";
 
 /**
  * `monkeytree simulate --merge`: the JSON reports of one preset's runs, made by separate

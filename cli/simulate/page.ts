@@ -1,4 +1,4 @@
-import { pooledMoveEvents, type SimulationReport, type SystemReport } from "../../controller/sim/index.ts";
+import { pooledMoveEvents, type SimulationReport, type SystemReport } from "../../controller/simulator/index.ts";
 import { headlineTable } from "./headlines.ts";
 import { barChart, escape, lineChart, type Series } from "./plot.ts";
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { InvalidInputError, readJsonFile } from "../../sdk/errors.ts";
+import { InvalidInputError, readJsonFile } from "../../sdk/contract/errors.ts";
 
 /**
  * What `monkeytree simulate --restart-from` reads of `npm run bench:migrate -- --json`: each

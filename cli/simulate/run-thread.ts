@@ -2,9 +2,9 @@
 // with its result, or with why it failed. It loads the planner at its first run of a system
 // that migrates; requests that arrive meanwhile wait in the port's queue.
 import { parentPort } from "node:worker_threads";
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { systemSpec } from "../../controller/sim/index.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { createPlanner, type Planner } from "../../controller/planner/plan/index.ts";
+import { systemSpec } from "../../controller/simulator/index.ts";
 import { simulateRun, type RunRequest, type ThreadMessage } from "./runs.ts";
 
 const port = parentPort;

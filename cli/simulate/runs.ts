@@ -1,9 +1,9 @@
 import { availableParallelism, totalmem } from "node:os";
 import { Worker } from "node:worker_threads";
-import { InvalidInputError, type InputIssue } from "../../sdk/errors.ts";
-import { nodeArgs } from "../../sdk/paths.ts";
-import { createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { simulateSystem, systemSpec, type SimConfigInput, type SimJob, type SystemName, type SystemRun } from "../../controller/sim/index.ts";
+import { InvalidInputError, type InputIssue } from "../../sdk/contract/errors.ts";
+import { nodeArgs } from "../../sdk/contract/paths.ts";
+import { createPlanner, type Planner } from "../../controller/planner/plan/index.ts";
+import { simulateSystem, systemSpec, type SimConfigInput, type SimJob, type SystemName, type SystemRun } from "../../controller/simulator/index.ts";
 
 /**
  * A simulate command's runs (one system on one trace) are independent and each is synchronous

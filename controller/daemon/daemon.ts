@@ -10,14 +10,14 @@ import {
   type ControllerRefusedError,
   type ConnectionOptions,
   type RequestBody,
-} from "../../sdk/connection.ts";
-import type { Logger } from "../../sdk/log.ts";
+} from "../../sdk/client/connection.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
 import { Listener, removeStaleStagingBuffers, StagingBuffer, TransferError, type Grant } from "../../native/index.ts";
-import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/protocol/commands.ts";
-import { safeDecodeCommand, safeDecodeReply } from "../../sdk/protocol/codec.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import { formatTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
-import { replacementEnvironment } from "../../sdk/protocol/replacement.ts";
+import type { Command, CommandReply, PrepareCommand, RefusalCode, SpawnCommand } from "../../sdk/contract/protocol/commands.ts";
+import { safeDecodeCommand, safeDecodeReply } from "../../sdk/contract/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import { formatTransferEndpoint } from "../../sdk/contract/protocol/endpoint.ts";
+import { replacementEnvironment } from "../../sdk/contract/protocol/replacement.ts";
 import type { DaemonMetrics } from "./metrics.ts";
 import type { ReplacementCgroups } from "./cgroup.ts";
 import { baseEnvironment, launchArgv, ReplacementConfigError, resolveTenant, type Tenant } from "./replacements.ts";

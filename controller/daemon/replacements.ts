@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { ReplacementNameSchema } from "../../sdk/protocol/replacement.ts";
+import { ReplacementNameSchema } from "../../sdk/contract/protocol/replacement.ts";
 
 /**
  * What a daemon may start as a replacement is decided on its own host: commands the operator

@@ -1,8 +1,8 @@
 import { chmodSync, lstatSync, mkdirSync, rmSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { dirname } from "node:path";
-import type { Logger } from "../../sdk/log.ts";
-import { LocalVouchRequestSchema, MAX_LOCAL_VOUCH_BYTES, type LocalVouchReply } from "../../sdk/protocol/vouch.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
+import { LocalVouchRequestSchema, MAX_LOCAL_VOUCH_BYTES, type LocalVouchReply } from "../../sdk/contract/protocol/vouch.ts";
 
 /**
  * The daemon's local socket, where its host's launchers ask it to vouch for them: any local

@@ -1,4 +1,4 @@
-import type { Assignment } from "../../sdk/protocol/worker.ts";
+import type { Assignment } from "../../sdk/contract/protocol/worker.ts";
 import type { Migration } from "./migration.ts";
 import { commitMove, type DurableState, type JobState } from "./state.ts";
 

@@ -1,6 +1,6 @@
-import type { Principal } from "../../sdk/protocol/auth.ts";
-import type { Request } from "../../sdk/protocol/codec.ts";
-import type { CommandReply } from "../../sdk/protocol/commands.ts";
+import type { Principal } from "../../sdk/contract/protocol/auth.ts";
+import type { Request } from "../../sdk/contract/protocol/codec.ts";
+import type { CommandReply } from "../../sdk/contract/protocol/commands.ts";
 import { assertNever } from "./migration.ts";
 
 /**

@@ -1,6 +1,6 @@
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import type { Reply } from "../../sdk/protocol/codec.ts";
-import type { Logger } from "../../sdk/log.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import type { Reply } from "../../sdk/contract/protocol/codec.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
 import type { Journal } from "./journal.ts";
 import type { ControllerObserver } from "./observer.ts";
 import { applyRecord, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";

@@ -1,6 +1,6 @@
-import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { Request } from "../../sdk/protocol/codec.ts";
-import { createLogger, type Logger } from "../../sdk/log.ts";
+import { errorReply, ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import type { Request } from "../../sdk/contract/protocol/codec.ts";
+import { createLogger, type Logger } from "../../sdk/contract/log.ts";
 import { authorize, type Caller } from "./authorization.ts";
 import { ControllerContext, type Outgoing, type ReplyTarget } from "./context.ts";
 import { PlanExecution } from "./execution.ts";

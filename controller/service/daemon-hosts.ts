@@ -1,6 +1,6 @@
-import { encode } from "../../sdk/protocol/codec.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import type { Command, CommandReply, RefusalCode } from "../../sdk/protocol/commands.ts";
+import { encode } from "../../sdk/contract/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import type { Command, CommandReply, RefusalCode } from "../../sdk/contract/protocol/commands.ts";
 import type { ReplacementLauncher, ReplacementRequest, StagingGrant, StagingRequest, StagingTransport } from "./transport.ts";
 
 export const DEFAULT_COMMAND_TIMEOUT_MS = 5_000;

@@ -1,9 +1,15 @@
 import { appendFileSync, closeSync, fstatSync, openSync, readSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import type { Logger } from "../../sdk/log.ts";
-import { ControllerEventSchema, MAX_EVENTS_PER_REPLY, type ControllerEvent, type ControllerEventBody, type EventsReply } from "../../sdk/protocol/events.ts";
-import { oneLine } from "../../sdk/protocol/limits.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
+import {
+  ControllerEventSchema,
+  MAX_EVENTS_PER_REPLY,
+  type ControllerEvent,
+  type ControllerEventBody,
+  type EventsReply,
+} from "../../sdk/contract/protocol/events.ts";
+import { oneLine } from "../../sdk/contract/protocol/limits.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import type { DurableState, JournalRecord } from "./state.ts";
 import type { ControllerObserver, PlanOutcome } from "./observer.ts";
 

@@ -1,9 +1,9 @@
-import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
-import type { Cluster } from "../model/cluster.ts";
-import type { Plan } from "../plan/planner.ts";
-import { applyMoves, PlanError } from "../plan/check.ts";
-import { ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { ReplacementExited, TransferResult } from "../../sdk/protocol/daemon.ts";
+import { rackFragmentation, withinBounds } from "../planner/model/fragmentation.ts";
+import type { Cluster } from "../planner/model/cluster.ts";
+import type { Plan } from "../planner/plan/planner.ts";
+import { applyMoves, PlanError } from "../planner/plan/check.ts";
+import { ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import type { ReplacementExited, TransferResult } from "../../sdk/contract/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
 import {

@@ -1,7 +1,7 @@
 import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { InvalidInputError, makeDirectory, MakeDirectoryError } from "../../sdk/errors.ts";
-import { crc32 } from "../route/ecmp.ts";
+import { InvalidInputError, makeDirectory, MakeDirectoryError } from "../../sdk/contract/errors.ts";
+import { crc32 } from "../planner/route/ecmp.ts";
 import { misfit } from "./replay-check.ts";
 import { applyRecord, initialState, RecordSchema, snapshotOf, StateError, type DurableState, type JournalRecord, type RecordBody } from "./state.ts";
 

@@ -1,9 +1,9 @@
 import { join } from "node:path";
 import { z } from "zod";
-import { readJsonFile } from "../../sdk/errors.ts";
-import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema } from "../../sdk/protocol/auth.ts";
-import { ProtocolError } from "../../sdk/protocol/errors.ts";
-import { UserNameSchema } from "../../sdk/protocol/replacement.ts";
+import { readJsonFile } from "../../sdk/contract/errors.ts";
+import { AuthFrameSchema, keyBytes, PrincipalSchema, sharedSecret, verifyFrame, Z85KeySchema } from "../../sdk/contract/protocol/auth.ts";
+import { ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import { UserNameSchema } from "../../sdk/contract/protocol/replacement.ts";
 
 /** The controller's keyring inside the directory `monkeytree keys --dir` writes. */
 export const KEYRING_FILE = "controller.json";

@@ -1,6 +1,6 @@
-import { ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { Heartbeat, HostRegister } from "../../sdk/protocol/daemon.ts";
-import { parseTransferEndpoint } from "../../sdk/protocol/endpoint.ts";
+import { ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import type { Heartbeat, HostRegister } from "../../sdk/contract/protocol/daemon.ts";
+import { parseTransferEndpoint } from "../../sdk/contract/protocol/endpoint.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 
 /**

@@ -1,8 +1,8 @@
 import { statSync } from "node:fs";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
-import { rackFragmentation } from "../model/fragmentation.ts";
+import { rackFragmentation } from "../planner/model/fragmentation.ts";
 import { createRegistry, PREFIX, SECONDS_BUCKETS } from "../metrics/registry.ts";
-import { PLAN_STATUSES } from "../../sdk/protocol/events.ts";
+import { PLAN_STATUSES } from "../../sdk/contract/protocol/events.ts";
 import { isFinished, MIGRATION_STATES } from "./migration.ts";
 import type { ControllerObserver, PlanOutcome } from "./observer.ts";
 import { clusterOf, type DurableState, type JournalRecord } from "./state.ts";

@@ -1,5 +1,5 @@
-import type { Logger } from "../../sdk/log.ts";
-import type { PlanStatus } from "../plan/schema.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
+import type { PlanStatus } from "../planner/plan/schema.ts";
 import type { DurableState, JournalRecord } from "./state.ts";
 
 /**

@@ -4,7 +4,7 @@
 import { readlinkSync } from "node:fs";
 import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
-import { createPlanner } from "../plan/planner.ts";
+import { createPlanner } from "../planner/plan/planner.ts";
 import { PLANNER_NICE, PLANNER_READY, type PlanAnswer, type PlanRequest } from "./plan-thread.ts";
 
 const port = parentPort;

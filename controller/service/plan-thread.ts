@@ -1,7 +1,7 @@
 import { Worker } from "node:worker_threads";
-import type { Cluster } from "../model/cluster.ts";
-import type { Plan } from "../plan/planner.ts";
-import { nodeArgs } from "../../sdk/paths.ts";
+import type { Cluster } from "../planner/model/cluster.ts";
+import type { Plan } from "../planner/plan/planner.ts";
+import { nodeArgs } from "../../sdk/contract/paths.ts";
 
 /**
  * Planning off the controller's event loop. A plan may use its whole time limit (seconds);

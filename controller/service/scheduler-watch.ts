@@ -1,4 +1,4 @@
-import type { Job } from "../model/snapshot.ts";
+import type { Job } from "../planner/model/snapshot.ts";
 import type { ControllerContext } from "./context.ts";
 import type { Allocations } from "./sessions.ts";
 import type { DurableState } from "./state.ts";

@@ -1,8 +1,8 @@
 import { performance } from "node:perf_hooks";
 import { Context, Reply, Router } from "zeromq";
-import { encode, safeDecodeCommandReply, safeDecodeRequest, type Reply as ReplyMessage } from "../../sdk/protocol/codec.ts";
-import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import { MAX_REQUEST_BYTES } from "../../sdk/protocol/limits.ts";
+import { encode, safeDecodeCommandReply, safeDecodeRequest, type Reply as ReplyMessage } from "../../sdk/contract/protocol/codec.ts";
+import { errorReply, ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import { MAX_REQUEST_BYTES } from "../../sdk/contract/protocol/limits.ts";
 import { Controller, type ControllerOptions } from "./controller.ts";
 import type { Outgoing } from "./context.ts";
 import type { DaemonHosts } from "./daemon-hosts.ts";
@@ -10,8 +10,8 @@ import { EventLog } from "./event-log.ts";
 import { Journal, type ReplayReport } from "./journal.ts";
 import { Authenticator, keyringChange, type Keyring, type KeyringClient } from "./keys.ts";
 import { ANYONE, authorize, type Caller } from "./authorization.ts";
-import { BindError } from "../../sdk/errors.ts";
-import { createLogger, type Logger } from "../../sdk/log.ts";
+import { BindError } from "../../sdk/contract/errors.ts";
+import { createLogger, type Logger } from "../../sdk/contract/log.ts";
 import type { RecordBody } from "./state.ts";
 import { RateLimiter, type RateLimits } from "./rate-limit.ts";
 
@@ -24,7 +24,7 @@ export interface ServerOptions extends Omit<ControllerOptions, "journal" | "stat
   readonly acceptJournalLoss?: boolean;
   /**
    * With a keyring the socket speaks CURVE and admits only the keyring's client keys, and every
-   * message must prove its key (`sdk/protocol/auth.ts`); its principal decides what it may do.
+   * message must prove its key (`sdk/contract/protocol/auth.ts`); its principal decides what it may do.
    * Without one, anyone who reaches the address may do anything.
    */
   readonly keyring?: Keyring;

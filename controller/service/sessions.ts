@@ -1,8 +1,8 @@
-import { clusterFromSnapshot, rackOf } from "../model/cluster.ts";
-import { ringOrder } from "../route/ring-order.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import { errorReply, ProtocolError } from "../../sdk/protocol/errors.ts";
-import type { Hold, Order, Parallelism, Register, Report } from "../../sdk/protocol/worker.ts";
+import { clusterFromSnapshot, rackOf } from "../planner/model/cluster.ts";
+import { ringOrder } from "../planner/route/ring-order.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import { errorReply, ProtocolError } from "../../sdk/contract/protocol/errors.ts";
+import type { Hold, Order, Parallelism, Register, Report } from "../../sdk/contract/protocol/worker.ts";
 import { assignmentOf, jobHosts } from "./assignment.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import { assertNever, isCommitted, isReversible, type Migration, type MigrationEvent } from "./migration.ts";
@@ -19,7 +19,7 @@ import type { Vouches } from "./vouches.ts";
  * A launcher reports (`worker.report`) on a timer of its own: its step, step time and hold.
  * Each report is answered with the worker's current order, and every change of that order is
  * pushed to the peer of its latest report, so no training step waits for the controller. A
- * stop is agreed as sdk/protocol/README.md argues: the job stops at the largest step any of its
+ * stop is agreed as sdk/contract/protocol/README.md argues: the job stops at the largest step any of its
  * hosts says it will hold at, and a move goes on only once every host holds there.
  *
  * A worker that reported and then fell silent for the worker heartbeat timeout is lost; once

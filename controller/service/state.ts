@@ -1,10 +1,10 @@
 import { z } from "zod";
-import { clusterFromSnapshot, type Cluster } from "../model/cluster.ts";
-import { TopologySchema, type Job, type Topology } from "../model/snapshot.ts";
-import { ringOrder } from "../route/ring-order.ts";
-import { MoveSchema } from "../plan/schema.ts";
-import { ReplacementNameSchema } from "../../sdk/protocol/replacement.ts";
-import { ParallelismSchema } from "../../sdk/protocol/worker.ts";
+import { clusterFromSnapshot, type Cluster } from "../planner/model/cluster.ts";
+import { TopologySchema, type Job, type Topology } from "../planner/model/snapshot.ts";
+import { ringOrder } from "../planner/route/ring-order.ts";
+import { MoveSchema } from "../planner/plan/schema.ts";
+import { ReplacementNameSchema } from "../../sdk/contract/protocol/replacement.ts";
+import { ParallelismSchema } from "../../sdk/contract/protocol/worker.ts";
 import { isCommitted, MigrationSchema, planned, type Migration } from "./migration.ts";
 
 /**

@@ -1,7 +1,7 @@
-import { rackFragmentation, withinBounds } from "../model/fragmentation.ts";
-import { routeCluster } from "../route/index.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { rackFragmentation, withinBounds } from "../planner/model/fragmentation.ts";
+import { routeCluster } from "../planner/route/index.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import type { StatusReport } from "../../sdk/contract/protocol/status.ts";
 import { jobHosts } from "./assignment.ts";
 import { pinnedJobs } from "./scheduler-watch.ts";
 import { clusterOf, type DurableState } from "./state.ts";

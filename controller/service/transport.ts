@@ -1,4 +1,4 @@
-import type { PrepareCommand, Prepared, SpawnCommand } from "../../sdk/protocol/commands.ts";
+import type { PrepareCommand, Prepared, SpawnCommand } from "../../sdk/contract/protocol/commands.ts";
 /**
  * How the controller reaches destination hosts during a migration. The controller decides
  * when; these carry it out. The per-host daemon implements both over its own connection; the

@@ -18,7 +18,7 @@ __attribute__((visibility("default"))) uint32_t monkeytree_copy_crc32c(void* dst
 
 // A process at barrier `step` says so in its slot, then reads the launcher's stop word, both
 // sequentially consistent: the launcher writes the stop word, then reads the slots, so one of the
-// two sees the other's write (sdk/hold.ts). It may pass the barrier when `step` is below the
+// two sees the other's write (sdk/client/hold.ts). It may pass the barrier when `step` is below the
 // returned word; otherwise it asks the launcher over the channel.
 __attribute__((visibility("default"))) int64_t monkeytree_barrier_enter(int64_t* slot, const int64_t* stop,
                                                                         int64_t step) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { crc32c } from "../../native/index.ts";
-import { HEADER_BYTES, checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { HEADER_BYTES, checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/contract/checkpoint/index.ts";
 import { thrown } from "./thrown.ts";
 
 function bytesOf(length: number, seed: number): Uint8Array {

@@ -13,7 +13,7 @@ import {
   readCheckpoint,
   type CheckpointItemInput,
   type Dtype,
-} from "../../sdk/checkpoint/index.ts";
+} from "../../sdk/contract/checkpoint/index.ts";
 
 const MiB = 2 ** 20;
 

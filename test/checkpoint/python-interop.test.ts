@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { StagingBuffer } from "../../native/index.ts";
-import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/contract/checkpoint/index.ts";
 
 const fixture = new URL("./fixtures/dcp_layout.py", import.meta.url).pathname;
 const hasPython = spawnSync("python3", ["--version"]).status === 0;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { crc32c } from "../../native/index.ts";
-import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointErrorCode } from "../../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointErrorCode } from "../../sdk/contract/checkpoint/index.ts";
 import { thrown } from "./thrown.ts";
 
 // Checkpoints whose every checksum is right but whose structure breaks a rule of FORMAT.md: the

@@ -1,5 +1,5 @@
 import { expect } from "vitest";
-import { CheckpointError } from "../../sdk/checkpoint/index.ts";
+import { CheckpointError } from "../../sdk/contract/checkpoint/index.ts";
 
 /** Runs `fn`, which must throw a CheckpointError, and returns the error. */
 export function thrown(fn: () => unknown): CheckpointError {

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
-import { errorReply } from "../../sdk/protocol/errors.ts";
+import { errorReply } from "../../sdk/contract/protocol/errors.ts";
 import { runCli } from "../helpers/cli.ts";
 import { FakeController } from "../helpers/fake-controller.ts";
 

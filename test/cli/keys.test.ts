@@ -2,7 +2,7 @@ import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { loadKeyring } from "../../controller/service/keys.ts";
-import { readCredential } from "../../sdk/protocol/auth.ts";
+import { readCredential } from "../../sdk/contract/protocol/auth.ts";
 import { runCli } from "../helpers/cli.ts";
 import { tempDir } from "../service/harness.ts";
 

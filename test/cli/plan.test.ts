@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { PlanDocumentSchema } from "../../controller/plan/schema.ts";
+import { PlanDocumentSchema } from "../../controller/planner/plan/schema.ts";
 import { runCli } from "../helpers/cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-cli-"));

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/simulator/index.ts";
 import { runCli } from "../helpers/cli.ts";
 import { canRun, chromium } from "../helpers/prerequisites.ts";
 

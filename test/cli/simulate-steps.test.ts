@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { runRequests } from "../../cli/simulate.ts";
-import { PRESETS, presetConfig } from "../../controller/sim/index.ts";
+import { PRESETS, presetConfig } from "../../controller/simulator/index.ts";
 
 describe("simulate's run requests", () => {
   it("numbers a run per variant, then load, then system, each variant on traces drawn for its hosts", () => {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/simulator/index.ts";
 import { runCli } from "../helpers/cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-simulate-"));

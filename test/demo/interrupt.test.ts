@@ -2,7 +2,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { readdirSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
-import { RUN_TS } from "../../sdk/paths.ts";
+import { RUN_TS } from "../../sdk/contract/paths.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 
 /** Process ids whose parent is `pid`: the demo starts each of its processes as its own group's leader. */

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, expect } from "vitest";
 import { CLI, ProcessGroup, RUN_TS, type Managed } from "../../cli/demo/processes.ts";
 import { launcherArgs, launchTail, otherArgs, otherWorker, replacementFlags } from "../../bench/cluster.ts";
-import { ControllerClient } from "../../sdk/client.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
 import type { ExampleJob } from "../../bench/example-jobs.ts";
 import { createHosts, type Hosts } from "./netns.ts";
 import { referenceRun, type TrainResult } from "./reference.ts";

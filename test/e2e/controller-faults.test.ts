@@ -15,7 +15,7 @@ import {
   type Cluster,
   type ClusterOptions,
 } from "./cluster.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import type { StatusReport } from "../../sdk/contract/protocol/status.ts";
 import type { Hosts } from "./netns.ts";
 import { canRun, networkNamespaces, torch } from "../helpers/prerequisites.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI, ProcessGroup, shellCommand, type Managed } from "../../cli/demo/processes.ts";
-import { ControllerClient } from "../../sdk/client.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
 import { tempDir } from "../service/harness.ts";
 import { TRAIN_ENV } from "./cluster.ts";
 import { createHosts, type Hosts } from "./netns.ts";

@@ -14,18 +14,18 @@ export const LAYERS = ["native", "sdk", "controller", "cli"] as const;
 export const TIERS: Readonly<Record<string, readonly (readonly string[])[]>> = {
   sdk: [
     // The Python hook imports no TypeScript; the launcher points torchrun at it.
-    ["sdk/errors.ts", "sdk/log.ts", "sdk/paths.ts", "sdk/python/"],
-    ["sdk/protocol/", "sdk/checkpoint/"],
-    ["sdk/connection.ts", "sdk/hold.ts"],
-    ["sdk/client.ts"],
-    ["sdk/agent.ts"],
-    ["sdk/migrate.ts", "sdk/launch/"],
+    ["sdk/contract/errors.ts", "sdk/contract/log.ts", "sdk/contract/paths.ts", "sdk/python/"],
+    ["sdk/contract/protocol/", "sdk/contract/checkpoint/"],
+    ["sdk/client/connection.ts", "sdk/client/hold.ts"],
+    ["sdk/client/client.ts"],
+    ["sdk/client/agent.ts"],
+    ["sdk/client/migrate.ts", "sdk/client/launch/"],
   ],
   controller: [
-    ["controller/model/"],
-    ["controller/plan/", "controller/route/", "controller/metrics/", "controller/slurm/"],
+    ["controller/planner/model/"],
+    ["controller/planner/plan/", "controller/planner/route/", "controller/metrics/", "controller/schedulers/slurm/"],
     // The simulator runs the planner and routing in the loop, exactly as the service does.
-    ["controller/sim/"],
+    ["controller/simulator/"],
     ["controller/service/", "controller/daemon/"],
   ],
 };

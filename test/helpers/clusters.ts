@@ -1,5 +1,5 @@
-import { parseSnapshot, type Cluster, type Placement } from "../../controller/model/index.ts";
-import { Random } from "../../controller/sim/random.ts";
+import { parseSnapshot, type Cluster, type Placement } from "../../controller/planner/model/index.ts";
+import { Random } from "../../controller/simulator/random.ts";
 
 /** A small random cluster: few racks and hosts so that a brute-force optimum is cheap. */
 export function smallCluster(seed: number): Cluster {

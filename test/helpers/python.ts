@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { crc32cLibraryPath } from "../../native/index.ts";
-import { CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
+import { CRC32C_LIBRARY_ENV } from "../../sdk/contract/protocol/channel.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** The interpreter with torch that the tests run: $MONKEYTREE_PYTHON, else the checkout's .venv (`npm run setup:python`). */

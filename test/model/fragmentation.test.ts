@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseSnapshot, podFragmentation, rackFragmentation, violations, withinBounds } from "../../controller/model/index.ts";
+import { parseSnapshot, podFragmentation, rackFragmentation, violations, withinBounds } from "../../controller/planner/model/index.ts";
 
 describe("fragmentation degree", () => {
   const cluster = parseSnapshot({

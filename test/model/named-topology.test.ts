@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { expandHostlist, HostlistError } from "../../controller/model/hostlist.ts";
-import { hostIndexOf, hostName, parseTopologyFile, parseTopologyText, UnknownHostError } from "../../controller/model/named-topology.ts";
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { topologyFromConf } from "../../controller/slurm/topology-conf.ts";
+import { expandHostlist, HostlistError } from "../../controller/planner/model/hostlist.ts";
+import { hostIndexOf, hostName, parseTopologyFile, parseTopologyText, UnknownHostError } from "../../controller/planner/model/named-topology.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { topologyFromConf } from "../../controller/schedulers/slurm/topology-conf.ts";
 
 const rejection = (run: () => unknown): string => {
   try {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { InvalidInputError, parseSnapshot, parseSnapshotText, toSnapshot } from "../../controller/model/index.ts";
-import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../../sdk/protocol/limits.ts";
+import { InvalidInputError, parseSnapshot, parseSnapshotText, toSnapshot } from "../../controller/planner/model/index.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../../sdk/contract/protocol/limits.ts";
 
 const topology = { racks: 2, hostsPerRack: 4, gpusPerHost: 8, uplinksPerRack: 2 };
 

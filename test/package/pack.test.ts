@@ -57,7 +57,7 @@ describe("the npm package", () => {
     for (const file of [
       "dist/sdk/index.js",
       "dist/sdk/index.d.ts",
-      "dist/controller/index.js",
+      "dist/controller/planner/index.js",
       "dist/cli/monkeytree.js",
       "bin/monkeytree.js",
       "native/binding.gyp",

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseSnapshot } from "../../controller/model/index.ts";
-import { applyMoves, PlanError, type Move } from "../../controller/plan/index.ts";
+import { parseSnapshot } from "../../controller/planner/model/index.ts";
+import { applyMoves, PlanError, type Move } from "../../controller/planner/plan/index.ts";
 
 const cluster = parseSnapshot({
   topology: { racks: 2, hostsPerRack: 2, gpusPerHost: 8, uplinksPerRack: 1 },

@@ -1,10 +1,10 @@
 import * as highsModule from "highs";
 import type { Highs } from "highs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { CountState, moveDistance } from "../../controller/plan/counts.ts";
-import { monkeytreeProgram, paperProgram } from "../../controller/plan/ilp.ts";
-import { solveMip } from "../../controller/plan/mip.ts";
-import { searchMoves } from "../../controller/plan/search.ts";
+import { CountState, moveDistance } from "../../controller/planner/plan/counts.ts";
+import { monkeytreeProgram, paperProgram } from "../../controller/planner/plan/ilp.ts";
+import { solveMip } from "../../controller/planner/plan/mip.ts";
+import { searchMoves } from "../../controller/planner/plan/search.ts";
 import { bruteForceMoves, smallCluster } from "../helpers/clusters.ts";
 
 let highs: Highs;

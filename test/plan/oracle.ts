@@ -1,6 +1,6 @@
-import { parseSnapshot, type Cluster, type Placement } from "../../controller/model/index.ts";
-import type { Move } from "../../controller/plan/index.ts";
-import { Random } from "../../controller/sim/random.ts";
+import { parseSnapshot, type Cluster, type Placement } from "../../controller/planner/model/index.ts";
+import type { Move } from "../../controller/planner/plan/index.ts";
+import { Random } from "../../controller/simulator/random.ts";
 
 /**
  * A brute-force oracle for the planner that shares none of its code: racks, pods and

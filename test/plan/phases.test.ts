@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it, vi } from "vitest";
-import type { Cluster } from "../../controller/model/index.ts";
-import { createPlanner, PlanTimeoutError, type Plan, type PlanBudget, type Planner, type PlanProgress } from "../../controller/plan/index.ts";
-import { trace } from "../../controller/sim/index.ts";
+import type { Cluster } from "../../controller/planner/model/index.ts";
+import { createPlanner, PlanTimeoutError, type Plan, type PlanBudget, type Planner, type PlanProgress } from "../../controller/planner/plan/index.ts";
+import { trace } from "../../controller/simulator/index.ts";
 import { hardInstance, infeasibleInstance, minimumMoves, planDefect, threeTierCluster, type HardInstance } from "./oracle.ts";
 
 let planner: Planner;

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseSnapshot, toSnapshot, type Cluster } from "../../controller/model/index.ts";
-import { applyMoves, createPlanner, PlanError, type Plan, type PlanBudget, type Planner } from "../../controller/plan/index.ts";
-import { syntheticCluster } from "../../controller/sim/synthetic.ts";
+import { parseSnapshot, toSnapshot, type Cluster } from "../../controller/planner/model/index.ts";
+import { applyMoves, createPlanner, PlanError, type Plan, type PlanBudget, type Planner } from "../../controller/planner/plan/index.ts";
+import { syntheticCluster } from "../../controller/simulator/synthetic.ts";
 import { bestEffortMinimum, boundDefect, minimumMoves, pinnedFloors, pinnedInstance, planDefect } from "./oracle.ts";
 
 let planner: Planner;

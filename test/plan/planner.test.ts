@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseSnapshot, parseSnapshotText, withinBounds } from "../../controller/model/index.ts";
-import { applyMoves, createPlanner, MAX_PROGRAM_CELLS, type Planner } from "../../controller/plan/index.ts";
+import { parseSnapshot, parseSnapshotText, withinBounds } from "../../controller/planner/model/index.ts";
+import { applyMoves, createPlanner, MAX_PROGRAM_CELLS, type Planner } from "../../controller/planner/plan/index.ts";
 import { bruteForceMoves, hostsOf, smallCluster } from "../helpers/clusters.ts";
 
 let planner: Planner;

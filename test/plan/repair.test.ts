@@ -1,11 +1,11 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseSnapshotText, type Cluster } from "../../controller/model/index.ts";
-import { countsOf, CountState, moveDistance } from "../../controller/plan/counts.ts";
-import { createPlanner, type PlanProgress, type Planner } from "../../controller/plan/index.ts";
-import { repair } from "../../controller/plan/repair.ts";
-import { Search } from "../../controller/plan/search.ts";
-import { constrain, trace, type SchedulerName } from "../../controller/sim/index.ts";
+import { parseSnapshotText, type Cluster } from "../../controller/planner/model/index.ts";
+import { countsOf, CountState, moveDistance } from "../../controller/planner/plan/counts.ts";
+import { createPlanner, type PlanProgress, type Planner } from "../../controller/planner/plan/index.ts";
+import { repair } from "../../controller/planner/plan/repair.ts";
+import { Search } from "../../controller/planner/plan/search.ts";
+import { constrain, trace, type SchedulerName } from "../../controller/simulator/index.ts";
 import { planDefect } from "./oracle.ts";
 
 let planner: Planner;

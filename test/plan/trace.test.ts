@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { withinBounds } from "../../controller/model/index.ts";
-import { applyMoves, createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { trace } from "../../controller/sim/index.ts";
+import { withinBounds } from "../../controller/planner/model/index.ts";
+import { applyMoves, createPlanner, type Planner } from "../../controller/planner/plan/index.ts";
+import { trace } from "../../controller/simulator/index.ts";
 
 let planner: Planner;
 beforeAll(async () => {

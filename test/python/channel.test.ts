@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StagingBuffer } from "../../native/index.ts";
-import { readCheckpoint } from "../../sdk/checkpoint/index.ts";
+import { readCheckpoint } from "../../sdk/contract/checkpoint/index.ts";
 import {
   CHANNEL_ENV,
   CHANNEL_VERSION,
@@ -16,7 +16,7 @@ import {
   type ChannelDirective,
   type ChannelReply,
   type ChannelRequest,
-} from "../../sdk/protocol/channel.ts";
+} from "../../sdk/contract/protocol/channel.ts";
 import { freePort, localRendezvous } from "../helpers/net.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";

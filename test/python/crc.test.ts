@@ -1,6 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
+import { CRC32C_LIBRARY_ENV } from "../../sdk/contract/protocol/channel.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";

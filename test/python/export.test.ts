@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StagingBuffer } from "../../native/index.ts";
-import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/contract/checkpoint/index.ts";
 import { runCli } from "../helpers/cli.ts";
 import { localRendezvous } from "../helpers/net.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomFillSync } from "node:crypto";
 import { StagingBuffer, crc32c } from "../../native/index.ts";
-import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/checkpoint/index.ts";
+import { checkpointCapacity, packCheckpoint, readCheckpoint, type CheckpointItemInput } from "../../sdk/contract/checkpoint/index.ts";
 import { canRun, torch } from "../helpers/prerequisites.ts";
 import { HOOK_ENV, PYTHON } from "../helpers/python.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";

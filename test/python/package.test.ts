@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI } from "../../cli/paths.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
-import { CHANNEL_ENV, CRC32C_LIBRARY_ENV } from "../../sdk/protocol/channel.ts";
+import { CHANNEL_ENV, CRC32C_LIBRARY_ENV } from "../../sdk/contract/protocol/channel.ts";
 import { freePort } from "../helpers/net.ts";
 import { canRun, torch, venv } from "../helpers/prerequisites.ts";
 import { PYTHON } from "../helpers/python.ts";

@@ -2,10 +2,10 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { toSnapshot } from "../../controller/model/index.ts";
-import { RoutesSchema } from "../../controller/route/index.ts";
+import { toSnapshot } from "../../controller/planner/model/index.ts";
+import { RoutesSchema } from "../../controller/planner/route/index.ts";
 import { runCli } from "../helpers/cli.ts";
-import { syntheticCluster } from "../../controller/sim/synthetic.ts";
+import { syntheticCluster } from "../../controller/simulator/synthetic.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "monkeytree-routes-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -11,9 +11,9 @@ import {
   defaultAddressOf,
   type Tier,
   type SwitchHashModel,
-} from "../../controller/route/index.ts";
+} from "../../controller/planner/route/index.ts";
 import { referenceBytes, referenceCrc, referenceHop } from "./reference-hash.ts";
-import { syntheticCluster } from "../../controller/sim/synthetic.ts";
+import { syntheticCluster } from "../../controller/simulator/synthetic.ts";
 
 const ascii = (s: string) => new TextEncoder().encode(s);
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { colourEdges, isProperColouring, maxDegree, type BipartiteMultigraph } from "../../controller/route/edge-colouring.ts";
-import { colourByRegularMatchings } from "../../controller/route/hopcroft-karp.ts";
-import { Random } from "../../controller/sim/random.ts";
+import { colourEdges, isProperColouring, maxDegree, type BipartiteMultigraph } from "../../controller/planner/route/edge-colouring.ts";
+import { colourByRegularMatchings } from "../../controller/planner/route/hopcroft-karp.ts";
+import { Random } from "../../controller/simulator/random.ts";
 
 function randomGraph(seed: number): BipartiteMultigraph {
   const random = new Random(seed);

@@ -1,4 +1,4 @@
-import type { FiveTuple, Tier } from "../../controller/route/index.ts";
+import type { FiveTuple, Tier } from "../../controller/planner/route/index.ts";
 
 /**
  * The default switch model rebuilt from its definition, sharing no code with it: the tuple

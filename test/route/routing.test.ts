@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { rackFragmentation, rackOf, type Cluster } from "../../controller/model/index.ts";
-import { colourByRegularMatchings, isContiguous, routeCluster, type Routes } from "../../controller/route/index.ts";
-import { syntheticCluster, type SyntheticShape } from "../../controller/sim/synthetic.ts";
+import { rackFragmentation, rackOf, type Cluster } from "../../controller/planner/model/index.ts";
+import { colourByRegularMatchings, isContiguous, routeCluster, type Routes } from "../../controller/planner/route/index.ts";
+import { syntheticCluster, type SyntheticShape } from "../../controller/simulator/synthetic.ts";
 
 const shapes: SyntheticShape[] = [
   { racks: 4, hostsPerRack: 4, uplinksPerRack: 2, rings: 1 },

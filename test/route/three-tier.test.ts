@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { podFragmentation, podOfRack, rackFragmentation } from "../../controller/model/index.ts";
-import { defaultAddressOf, ROCE_V2_PORT, routeCluster, type Routes } from "../../controller/route/index.ts";
+import { podFragmentation, podOfRack, rackFragmentation } from "../../controller/planner/model/index.ts";
+import { defaultAddressOf, ROCE_V2_PORT, routeCluster, type Routes } from "../../controller/planner/route/index.ts";
 import { referenceHop } from "./reference-hash.ts";
-import { syntheticCluster, type SyntheticShape } from "../../controller/sim/synthetic.ts";
+import { syntheticCluster, type SyntheticShape } from "../../controller/simulator/synthetic.ts";
 
 const shapes: SyntheticShape[] = [
   { racks: 16, hostsPerRack: 4, uplinksPerRack: 8, rings: 2, racksPerPod: 4, podLambda: 16, maxSpan: 6 },

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { curveKeyPair } from "zeromq";
-import { AuthFrameSchema, CredentialSchema, sharedSecret, signFrame, verifyFrame, z85Decode, Z85KeySchema } from "../../sdk/protocol/auth.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { AuthFrameSchema, CredentialSchema, sharedSecret, signFrame, verifyFrame, z85Decode, Z85KeySchema } from "../../sdk/contract/protocol/auth.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 
 // RFC 7748 §6.1's X25519 keys, in the Z85 text CURVE keys are written in.
 const alice = { secretKey: "Cl.%(A#p:4jqL+Nql<!5?+kXU(+F]rV3l8w9L0ZJ", publicKey: "G=]<>I7>&bBC>O5V{aj/4zK}kco8}o(.HIuS*=:#" };

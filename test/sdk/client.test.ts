@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ClientClosedError, ControllerClient, ControllerError, ControllerTimeoutError } from "../../sdk/client/client.ts";
 import { startController, type Harness } from "../service/harness.ts";
 
 let harness: Harness | undefined;

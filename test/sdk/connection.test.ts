@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { curveKeyPair } from "zeromq";
-import { ClientClosedError, ControllerConnection, ControllerError, ControllerTimeoutError } from "../../sdk/connection.ts";
+import { ClientClosedError, ControllerConnection, ControllerError, ControllerTimeoutError } from "../../sdk/client/connection.ts";
 import { Dealer } from "zeromq";
-import { AuthFrameSchema, sharedSecret, verifyFrame } from "../../sdk/protocol/auth.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { AuthFrameSchema, sharedSecret, verifyFrame } from "../../sdk/contract/protocol/auth.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { FakeController, until } from "../helpers/fake-controller.ts";
 import { closeControllersAfterEach, startController } from "../service/harness.ts";
 

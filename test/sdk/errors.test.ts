@@ -7,11 +7,11 @@ import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { readEvents } from "../../cli/demo/events.ts";
-import { ChannelServer } from "../../sdk/launch/channel-server.ts";
-import { formatZodError, InvalidInputError, readFileAtMost } from "../../sdk/errors.ts";
-import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/migrate.ts";
-import { safeDecodeRequest } from "../../sdk/protocol/codec.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { ChannelServer } from "../../sdk/client/launch/channel-server.ts";
+import { formatZodError, InvalidInputError, readFileAtMost } from "../../sdk/contract/errors.ts";
+import { replacementFromEnv, ReplacementEnvironmentError } from "../../sdk/client/migrate.ts";
+import { safeDecodeRequest } from "../../sdk/contract/protocol/codec.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { runIsolated } from "../helpers/isolated.ts";
 import { tempDir } from "../service/harness.ts";
 
@@ -110,7 +110,7 @@ describe("input files, read with a bound", () => {
     expect(spawnSync("mkfifo", [fifo]).status).toBe(0);
     // Nobody writes it, so a plain open would block forever: in a child, that fails the test.
     const result = runIsolated(
-      { readCredential: "sdk/protocol/auth.ts", loadKeyring: "controller/service/keys.ts" },
+      { readCredential: "sdk/contract/protocol/auth.ts", loadKeyring: "controller/service/keys.ts" },
       [
         `for (const read of [() => readCredential("/dev/zero"), () => readCredential(${JSON.stringify(fifo)}), () => loadKeyring(${JSON.stringify(dir)})]) {`,
         `  try { read(); } catch (e) { console.log(e.name + ": " + e.message); }`,

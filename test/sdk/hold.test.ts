@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { advance, holdReport, initialHold, lastStep, NO_STOP, stopWord, type HoldEvent, type HoldStep, type HostHold } from "../../sdk/hold.ts";
-import type { Order } from "../../sdk/protocol/worker.ts";
+import { advance, holdReport, initialHold, lastStep, NO_STOP, stopWord, type HoldEvent, type HoldStep, type HostHold } from "../../sdk/client/hold.ts";
+import type { Order } from "../../sdk/contract/protocol/worker.ts";
 
 /** A host of `ranks` processes, driven event by event on a fixed clock. */
 function host(ranks: number) {
@@ -32,7 +32,7 @@ const stopAt = (step: number, stop = "p0/step0"): Order => ({ kind: "stop-at", s
 const migrateOut = (step: number): Order => ({ kind: "migrate-out", stop: "p0/step0", migration: "p0/0", to: 5, endpoint: "tcp://h5:7000", token: "t", step });
 const kinds = (step: HoldStep) => step.answers.map((a) => [a.rank, a.answer.kind]);
 
-describe("a host's stop point (sdk/hold.ts)", () => {
+describe("a host's stop point (sdk/client/hold.ts)", () => {
   it("answers every barrier at once while no stop is known", () => {
     const h = host(2);
     for (let step = 0; step < 5; step++) {

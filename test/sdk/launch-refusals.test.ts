@@ -3,10 +3,10 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Dealer, Router } from "zeromq";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
-import { Launcher } from "../../sdk/launch/launcher.ts";
-import { adaptTorchrun } from "../../sdk/launch/torchrun.ts";
-import type { Logger } from "../../sdk/log.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { Launcher } from "../../sdk/client/launch/launcher.ts";
+import { adaptTorchrun } from "../../sdk/client/launch/torchrun.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { runCli } from "../helpers/cli.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 

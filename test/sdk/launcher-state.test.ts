@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { launching, LaunchError, transition, type LauncherEvent, type LauncherState, type Transition } from "../../sdk/launch/launcher-state.ts";
-import type { Assignment, Directive } from "../../sdk/protocol/worker.ts";
+import { launching, LaunchError, transition, type LauncherEvent, type LauncherState, type Transition } from "../../sdk/client/launch/launcher-state.ts";
+import type { Assignment, Directive } from "../../sdk/contract/protocol/worker.ts";
 
 const T0 = 1_000_000;
 

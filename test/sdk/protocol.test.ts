@@ -16,8 +16,8 @@ import {
   type Register,
   type Report,
   type Request,
-} from "../../sdk/protocol/index.ts";
-import { MAX_HOSTS, MAX_ID_LENGTH } from "../../sdk/protocol/limits.ts";
+} from "../../sdk/contract/protocol/index.ts";
+import { MAX_HOSTS, MAX_ID_LENGTH } from "../../sdk/contract/protocol/limits.ts";
 
 const register = {
   v: PROTOCOL_VERSION,

@@ -5,10 +5,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ChannelServer } from "../../sdk/launch/channel-server.ts";
-import { createLogger } from "../../sdk/log.ts";
-import { CHANNEL_VERSION, MAX_CHANNEL_LINE_BYTES } from "../../sdk/protocol/channel.ts";
-import { MAX_GPUS_PER_HOST, MAX_ID_LENGTH } from "../../sdk/protocol/limits.ts";
+import { ChannelServer } from "../../sdk/client/launch/channel-server.ts";
+import { createLogger } from "../../sdk/contract/log.ts";
+import { CHANNEL_VERSION, MAX_CHANNEL_LINE_BYTES } from "../../sdk/contract/protocol/channel.ts";
+import { MAX_GPUS_PER_HOST, MAX_ID_LENGTH } from "../../sdk/contract/protocol/limits.ts";
 
 /**
  * The launcher's local channel holds its processes' requests to bounds, as the controller holds

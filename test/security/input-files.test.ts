@@ -3,8 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { MAX_TRACE_JOBS, MAX_TRACE_SECONDS } from "../../controller/sim/jobs.ts";
-import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_TOPOLOGY_BYTES } from "../../sdk/protocol/limits.ts";
+import { MAX_TRACE_JOBS, MAX_TRACE_SECONDS } from "../../controller/simulator/jobs.ts";
+import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_TOPOLOGY_BYTES } from "../../sdk/contract/protocol/limits.ts";
 
 /**
  * Input files that once cost minutes and gigabytes, or ended in an internal error: a hostlist

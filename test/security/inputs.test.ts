@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerError } from "../../sdk/client.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import { MAX_GPUS_PER_HOST, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/protocol/limits.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerError } from "../../sdk/client/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import { MAX_GPUS_PER_HOST, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/contract/protocol/limits.ts";
 import { closeControllersAfterEach, connect, INCARNATION, startController, type Harness } from "../service/harness.ts";
 
 /**

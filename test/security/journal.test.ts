@@ -1,10 +1,10 @@
 import { appendFileSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseSnapshot } from "../../controller/model/cluster.ts";
+import { parseSnapshot } from "../../controller/planner/model/cluster.ts";
 import { Journal, JOURNAL_FILE, journalLine, JournalTruncatedError, MARK_FILE, readJournal } from "../../controller/service/journal.ts";
 import { applyRecord, type JournalRecord, type RecordBody } from "../../controller/service/state.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
 import { runCli } from "../helpers/cli.ts";
 import { closeControllersAfterEach, connect, SMALL, startController, tempDirsPerTest, type Harness } from "../service/harness.ts";
 

@@ -10,16 +10,16 @@ import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { curveKeyPair, Dealer } from "zeromq";
 import { CLI } from "../../cli/paths.ts";
-import { nodeArgs } from "../../sdk/paths.ts";
+import { nodeArgs } from "../../sdk/contract/paths.ts";
 import { send, StagingBuffer, transferTicketSchema } from "../../native/index.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/protocol/auth.ts";
-import { RequestSchema } from "../../sdk/protocol/codec.ts";
-import { CommandReplySchema } from "../../sdk/protocol/commands.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/protocol/limits.ts";
-import { HOLD_PHASES } from "../../sdk/protocol/worker.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { readCredential, sharedSecret, signFrame, type Credential } from "../../sdk/contract/protocol/auth.ts";
+import { RequestSchema } from "../../sdk/contract/protocol/codec.ts";
+import { CommandReplySchema } from "../../sdk/contract/protocol/commands.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import { MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_REQUEST_BYTES, MAX_TEXT_LENGTH } from "../../sdk/contract/protocol/limits.ts";
+import { HOLD_PHASES } from "../../sdk/contract/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseReplacements, resolveTenant } from "../../controller/daemon/replacements.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import type { RequestBody } from "../../sdk/connection.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import type { RequestBody } from "../../sdk/client/connection.ts";
 import { runCli } from "../helpers/cli.ts";
 import { startController } from "../service/harness.ts";
 

@@ -7,10 +7,10 @@ import { VouchSocket } from "../../controller/daemon/vouch-socket.ts";
 import { authorize } from "../../controller/service/authorization.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { MAX_VOUCHES, VOUCH_TTL_MS, Vouches } from "../../controller/service/vouches.ts";
-import { askToVouch, VouchError } from "../../sdk/launch/vouch.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import type { Logger } from "../../sdk/log.ts";
+import { askToVouch, VouchError } from "../../sdk/client/launch/vouch.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
 import { startController, tempDir, type Harness } from "../service/harness.ts";
 
 /**

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { ANYONE, authorize, type Caller } from "../../controller/service/authorization.ts";
-import type { Request } from "../../sdk/protocol/codec.ts";
-import type { CommandReply } from "../../sdk/protocol/commands.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import type { Request } from "../../sdk/contract/protocol/codec.ts";
+import type { CommandReply } from "../../sdk/contract/protocol/commands.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 
 const head = { v: PROTOCOL_VERSION, id: 1 } as const;
 const incarnation = "0".repeat(32);

@@ -3,9 +3,9 @@ import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from "node
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
-import { StatusReportSchema } from "../../sdk/protocol/status.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { readCredential } from "../../sdk/protocol/auth.ts";
+import { StatusReportSchema } from "../../sdk/contract/protocol/status.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { readCredential } from "../../sdk/contract/protocol/auth.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { runCli } from "../helpers/cli.ts";
 import { startController, tempDir, type Harness } from "./harness.ts";

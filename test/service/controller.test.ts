@@ -3,10 +3,10 @@ import { afterEach, describe, expect, it } from "vitest";
 import { ANYONE } from "../../controller/service/authorization.ts";
 import { Controller } from "../../controller/service/controller.ts";
 import { Journal } from "../../controller/service/journal.ts";
-import { createLogger } from "../../sdk/log.ts";
+import { createLogger } from "../../sdk/contract/log.ts";
 import { applyRecord, type RecordBody } from "../../controller/service/state.ts";
-import { PROTOCOL_VERSION, type Reply, type Request } from "../../sdk/protocol/index.ts";
-import type { Hold } from "../../sdk/protocol/worker.ts";
+import { PROTOCOL_VERSION, type Reply, type Request } from "../../sdk/contract/protocol/index.ts";
+import type { Hold } from "../../sdk/contract/protocol/worker.ts";
 import { RecordingHosts } from "./doubles.ts";
 import { SMALL, tempDir } from "./harness.ts";
 

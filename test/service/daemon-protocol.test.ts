@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { FakeController } from "../helpers/fake-controller.ts";
 
 /** The daemon's side of the protocol, against a bare ROUTER that answers as each test needs. */

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
-import type { Logger } from "../../sdk/log.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import type { Logger } from "../../sdk/contract/log.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { FakeController } from "../helpers/fake-controller.ts";
 import { TENANT } from "../helpers/tenant.ts";
 

@@ -1,5 +1,5 @@
-import type { Cluster } from "../../controller/model/cluster.ts";
-import type { Plan } from "../../controller/plan/planner.ts";
+import type { Cluster } from "../../controller/planner/model/cluster.ts";
+import type { Plan } from "../../controller/planner/plan/planner.ts";
 import type { PlanRunner } from "../../controller/service/plan-thread.ts";
 import type {
   HostScheduler,

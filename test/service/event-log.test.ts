@@ -2,7 +2,7 @@ import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { EVENT_LOG_FILE, EventLog } from "../../controller/service/event-log.ts";
-import { ControllerEventSchema, MAX_EVENTS_PER_REPLY } from "../../sdk/protocol/events.ts";
+import { ControllerEventSchema, MAX_EVENTS_PER_REPLY } from "../../sdk/contract/protocol/events.ts";
 import { tempDirsPerTest } from "./harness.ts";
 
 const fresh = tempDirsPerTest();

@@ -5,8 +5,8 @@ import { CLI, ProcessGroup, RUN_TS, sharedFile, shellCommand, WORKER, type Manag
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { readEvents } from "../../cli/demo/events.ts";
 import { digest, initialState, seedOf, trainStep } from "../../cli/demo/model.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import type { StatusReport } from "../../sdk/contract/protocol/status.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { tempDir } from "./harness.ts";
 

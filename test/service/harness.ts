@@ -2,12 +2,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, expect } from "vitest";
-import { ControllerClient } from "../../sdk/client.ts";
-import { createLogger } from "../../sdk/log.ts";
-import type { StatusReport } from "../../sdk/protocol/status.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { createLogger } from "../../sdk/contract/log.ts";
+import type { StatusReport } from "../../sdk/contract/protocol/status.ts";
 import { DEFAULT_TIMEOUTS } from "../../controller/service/migration.ts";
 import { ControllerServer, type ServerOptions } from "../../controller/service/server.ts";
-import type { Topology } from "../../controller/model/snapshot.ts";
+import type { Topology } from "../../controller/planner/model/snapshot.ts";
 import { RecordingHosts } from "./doubles.ts";
 
 /** Two racks of four hosts, one uplink each: a second cross-rack job breaks the bound. */

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { Dealer } from "zeromq";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
-import type { Directive } from "../../sdk/protocol/worker.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
+import type { Directive } from "../../sdk/contract/protocol/worker.ts";
 import { runCli } from "../helpers/cli.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { DEFAULT_TIMEOUTS } from "../../controller/service/migration.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Journal } from "../../controller/service/journal.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
-import type { Directive } from "../../sdk/protocol/worker.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import type { Directive } from "../../sdk/contract/protocol/worker.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";
 

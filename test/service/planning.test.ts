@@ -1,13 +1,13 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseSnapshot, type Cluster } from "../../controller/model/cluster.ts";
-import { createPlanner } from "../../controller/plan/planner.ts";
+import { parseSnapshot, type Cluster } from "../../controller/planner/model/cluster.ts";
+import { createPlanner } from "../../controller/planner/plan/planner.ts";
 import { PlanThread, PlanThreadError, type PlanRunner } from "../../controller/service/plan-thread.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerClient } from "../../sdk/client.ts";
-import { nodeArgs } from "../../sdk/paths.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
+import { nodeArgs } from "../../sdk/contract/paths.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
 import { Gated, Watched } from "./doubles.ts";
 import { plannedMoves, SMALL, startController, tempDir, type Harness } from "./harness.ts";

@@ -2,11 +2,11 @@ import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { JOURNAL_FILE, readJournal } from "../../controller/service/journal.ts";
-import { BindError } from "../../sdk/errors.ts";
+import { BindError } from "../../sdk/contract/errors.ts";
 import { Dealer } from "zeromq";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerError, type ControllerClient } from "../../sdk/client.ts";
-import { PROTOCOL_VERSION } from "../../sdk/protocol/envelope.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerError, type ControllerClient } from "../../sdk/client/client.ts";
+import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 

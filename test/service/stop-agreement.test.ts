@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import type { ControllerClient } from "../../sdk/client.ts";
-import type { Hold, Order, WorkerIdentity } from "../../sdk/protocol/worker.ts";
+import type { ControllerClient } from "../../sdk/client/client.ts";
+import type { Hold, Order, WorkerIdentity } from "../../sdk/contract/protocol/worker.ts";
 import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { closeControllersAfterEach, connect, INCARNATION, plannedMoves, startController, type Harness } from "./harness.ts";
 
 /**
- * The controller's side of the stop-point agreement (sdk/protocol/README.md), driven by hand:
+ * The controller's side of the stop-point agreement (sdk/contract/protocol/README.md), driven by hand:
  * each host is a raw `worker.report`, so every race is set up exactly.
  */
 

@@ -1,8 +1,8 @@
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerEventSchema, type ControllerEvent } from "../../sdk/protocol/events.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerEventSchema, type ControllerEvent } from "../../sdk/contract/protocol/events.ts";
 import { EVENT_LOG_FILE } from "../../controller/service/event-log.ts";
 import { JOURNAL_FILE } from "../../controller/service/journal.ts";
 import { ControllerMetrics } from "../../controller/service/metrics.ts";

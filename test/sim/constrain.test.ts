@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseSnapshot, toSnapshot } from "../../controller/model/index.ts";
-import { constrain } from "../../controller/sim/index.ts";
+import { parseSnapshot, toSnapshot } from "../../controller/planner/model/index.ts";
+import { constrain } from "../../controller/simulator/index.ts";
 
 /** 64 hosts, 40 jobs of one host each on the first 40: 24 free. */
 const cluster = parseSnapshot({

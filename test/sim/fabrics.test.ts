@@ -1,13 +1,13 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { clusterFromSnapshot, type Cluster } from "../../controller/model/cluster.ts";
-import { podFragmentation, rackFragmentation } from "../../controller/model/fragmentation.ts";
-import { applyMoves, createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { dpFlows, ppFlows } from "../../controller/route/index.ts";
-import { Fabric, FabricSchema, type FabricShape } from "../../controller/sim/fabric.ts";
-import { generateJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { PRESETS } from "../../controller/sim/presets.ts";
-import { choosePaths, ecmpSpine, ringRail, type RoutingName } from "../../controller/sim/routing.ts";
-import { simulateSystem, type SimConfigInput, type SystemName } from "../../controller/sim/simulate.ts";
+import { clusterFromSnapshot, type Cluster } from "../../controller/planner/model/cluster.ts";
+import { podFragmentation, rackFragmentation } from "../../controller/planner/model/fragmentation.ts";
+import { applyMoves, createPlanner, type Planner } from "../../controller/planner/plan/index.ts";
+import { dpFlows, ppFlows } from "../../controller/planner/route/index.ts";
+import { Fabric, FabricSchema, type FabricShape } from "../../controller/simulator/fabric.ts";
+import { generateJobs, SimJobSchema, type SimJob } from "../../controller/simulator/jobs.ts";
+import { PRESETS } from "../../controller/simulator/presets.ts";
+import { choosePaths, ecmpSpine, ringRail, type RoutingName } from "../../controller/simulator/routing.ts";
+import { simulateSystem, type SimConfigInput, type SystemName } from "../../controller/simulator/simulate.ts";
 
 let planner: Planner;
 beforeAll(async () => {

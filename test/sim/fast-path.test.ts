@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { clusterFromSnapshot } from "../../controller/model/cluster.ts";
-import { dpFlows, ringOrder } from "../../controller/route/index.ts";
-import { bytesPerSecond, Fabric, type FabricShape } from "../../controller/sim/fabric.ts";
-import { generateJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { maxMinRates } from "../../controller/sim/maxmin.ts";
-import { choosePaths, ringRail } from "../../controller/sim/routing.ts";
-import { firstFree } from "../../controller/sim/scheduler.ts";
-import { simulateSystem } from "../../controller/sim/simulate.ts";
+import { clusterFromSnapshot } from "../../controller/planner/model/cluster.ts";
+import { dpFlows, ringOrder } from "../../controller/planner/route/index.ts";
+import { bytesPerSecond, Fabric, type FabricShape } from "../../controller/simulator/fabric.ts";
+import { generateJobs, SimJobSchema, type SimJob } from "../../controller/simulator/jobs.ts";
+import { maxMinRates } from "../../controller/simulator/maxmin.ts";
+import { choosePaths, ringRail } from "../../controller/simulator/routing.ts";
+import { firstFree } from "../../controller/simulator/scheduler.ts";
+import { simulateSystem } from "../../controller/simulator/simulate.ts";
 
 type Routing = "ecmp" | "perfect" | "spray";
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { generateJobs, idealRates, iterationSeconds } from "../../controller/sim/jobs.ts";
-import { DEFAULT_TOKENS_PER_REPLICA } from "../../controller/sim/models.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { generateJobs, idealRates, iterationSeconds } from "../../controller/simulator/jobs.ts";
+import { DEFAULT_TOKENS_PER_REPLICA } from "../../controller/simulator/models.ts";
 
 const nic = 50e9;
 const traceWith = (tokensPerReplica?: number) =>

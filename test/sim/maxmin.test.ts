@@ -1,8 +1,8 @@
 import * as highsModule from "highs";
 import type { Highs } from "highs";
 import { beforeAll, describe, expect, it } from "vitest";
-import { maxMinRates, type MaxMinProblem } from "../../controller/sim/maxmin.ts";
-import { Random } from "../../controller/sim/random.ts";
+import { maxMinRates, type MaxMinProblem } from "../../controller/simulator/maxmin.ts";
+import { Random } from "../../controller/simulator/random.ts";
 
 let highs: Highs;
 beforeAll(async () => {

@@ -1,9 +1,16 @@
 import { describe, expect, it } from "vitest";
-import { createPlanner } from "../../controller/plan/index.ts";
-import { simulateSystem } from "../../controller/sim/simulate.ts";
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { generateJobs, idealRates, iterationSeconds, SimJobSchema } from "../../controller/sim/jobs.ts";
-import { meanGpuSeconds, PUBLISHED_MIXES, PUBLISHED_TYPES, publishedIterationSeconds, publishedJob, type JobType } from "../../controller/sim/published.ts";
+import { createPlanner } from "../../controller/planner/plan/index.ts";
+import { simulateSystem } from "../../controller/simulator/simulate.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { generateJobs, idealRates, iterationSeconds, SimJobSchema } from "../../controller/simulator/jobs.ts";
+import {
+  meanGpuSeconds,
+  PUBLISHED_MIXES,
+  PUBLISHED_TYPES,
+  publishedIterationSeconds,
+  publishedJob,
+  type JobType,
+} from "../../controller/simulator/published.ts";
 
 /** 400 Gbit/s, the artifact's link and NIC speed. */
 const NIC = 50e9;

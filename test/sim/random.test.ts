@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Random } from "../../controller/sim/random.ts";
+import { Random } from "../../controller/simulator/random.ts";
 
 const draws = (random: Random, n: number) => Array.from({ length: n }, () => random.float());
 

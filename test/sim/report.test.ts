@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { moveEvents, quantile, systemReport } from "../../controller/sim/report.ts";
-import type { SystemRun } from "../../controller/sim/simulate.ts";
+import { moveEvents, quantile, systemReport } from "../../controller/simulator/report.ts";
+import type { SystemRun } from "../../controller/simulator/simulate.ts";
 
 describe("simulation reports", () => {
   it("takes nearest-rank quantiles", () => {

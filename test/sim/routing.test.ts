@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { clusterFromSnapshot } from "../../controller/model/cluster.ts";
-import { defaultAddressOf, dpFlows, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/route/index.ts";
-import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { Fabric } from "../../controller/sim/fabric.ts";
-import { choosePaths, ecmpSpine, RouteMemo, sourcePort } from "../../controller/sim/routing.ts";
-import { simulateSystem, type SimConfigInput } from "../../controller/sim/simulate.ts";
+import { clusterFromSnapshot } from "../../controller/planner/model/cluster.ts";
+import { defaultAddressOf, dpFlows, EPHEMERAL_PORTS, ROCE_V2_PORT } from "../../controller/planner/route/index.ts";
+import { SimJobSchema, type SimJob } from "../../controller/simulator/jobs.ts";
+import { Fabric } from "../../controller/simulator/fabric.ts";
+import { choosePaths, ecmpSpine, RouteMemo, sourcePort } from "../../controller/simulator/routing.ts";
+import { simulateSystem, type SimConfigInput } from "../../controller/simulator/simulate.ts";
 import { referenceHop } from "../route/reference-hash.ts";
 
 describe("ECMP in the simulator", () => {

@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { InvalidInputError } from "../../sdk/errors.ts";
-import { bytesPerSecond } from "../../controller/sim/fabric.ts";
-import { sacctToTrace } from "../../controller/sim/sacct.ts";
-import { simulateSystem } from "../../controller/sim/simulate.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
+import { bytesPerSecond } from "../../controller/simulator/fabric.ts";
+import { sacctToTrace } from "../../controller/simulator/sacct.ts";
+import { simulateSystem } from "../../controller/simulator/simulate.ts";
 
 /**
  * What `sacct --json` prints on Slurm 22.05 (openapi dbv0.0.38's job dump), written from its

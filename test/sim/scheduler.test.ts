@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Random } from "../../controller/sim/random.ts";
-import { bestFit, firstFree, randomFree, scheduler } from "../../controller/sim/scheduler.ts";
+import { Random } from "../../controller/simulator/random.ts";
+import { bestFit, firstFree, randomFree, scheduler } from "../../controller/simulator/scheduler.ts";
 
 /** Occupancy of racks of `hostsPerRack` hosts, given the busy hosts' indices. */
 function occupancy(racks: number, hostsPerRack: number, busy: number[]): boolean[] {

@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { SimConfigSchema, systemSpec, type SimConfigInput } from "../../controller/sim/simulate.ts";
-import { admitArrivals, advance, nextEventTime, settleRunning, startQueued } from "../../controller/sim/simulate-events.ts";
-import { refreshRates } from "../../controller/sim/simulate-network.ts";
-import { createSimState } from "../../controller/sim/simulate-state.ts";
-import { createTraceState, startJob, traceSummary, TraceOptionsSchema } from "../../controller/sim/trace.ts";
+import { SimJobSchema, type SimJob } from "../../controller/simulator/jobs.ts";
+import { SimConfigSchema, systemSpec, type SimConfigInput } from "../../controller/simulator/simulate.ts";
+import { admitArrivals, advance, nextEventTime, settleRunning, startQueued } from "../../controller/simulator/simulate-events.ts";
+import { refreshRates } from "../../controller/simulator/simulate-network.ts";
+import { createSimState } from "../../controller/simulator/simulate-state.ts";
+import { createTraceState, startJob, traceSummary, TraceOptionsSchema } from "../../controller/simulator/trace.ts";
 
 /** 3 racks of 2 one-GPU hosts, one uplink each, links at 1 GB/s; hosts handed out left to right. */
 const tiny: SimConfigInput = { fabric: { racks: 3, hostsPerRack: 2, gpusPerHost: 1, uplinksPerRack: 1, nicGbps: 8 }, scheduler: "fifo", lambda: 1 };

@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { createPlanner, type Planner } from "../../controller/plan/index.ts";
-import { generateJobs, idealRates, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/sim/jobs.ts";
-import { simulationReport } from "../../controller/sim/report.ts";
-import { simulateSystem, SYSTEMS_2TIER, type SimConfigInput, type SystemRun } from "../../controller/sim/simulate.ts";
+import { createPlanner, type Planner } from "../../controller/planner/plan/index.ts";
+import { generateJobs, idealRates, iterationSeconds, parseSimJobs, SimJobSchema, type SimJob } from "../../controller/simulator/jobs.ts";
+import { simulationReport } from "../../controller/simulator/report.ts";
+import { simulateSystem, SYSTEMS_2TIER, type SimConfigInput, type SystemRun } from "../../controller/simulator/simulate.ts";
 
 let planner: Planner;
 beforeAll(async () => {

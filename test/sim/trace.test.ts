@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseSnapshot, SnapshotSchema, toSnapshot, violations, type Cluster, type Placement } from "../../controller/model/index.ts";
-import { trace, type TraceOptions, type TraceSummary } from "../../controller/sim/trace.ts";
+import { parseSnapshot, SnapshotSchema, toSnapshot, violations, type Cluster, type Placement } from "../../controller/planner/model/index.ts";
+import { trace, type TraceOptions, type TraceSummary } from "../../controller/simulator/trace.ts";
 
 const dp16: TraceOptions = {
   seed: 11,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Random } from "../../controller/sim/random.ts";
-import { workload } from "../../controller/sim/workload.ts";
+import { Random } from "../../controller/simulator/random.ts";
+import { workload } from "../../controller/simulator/workload.ts";
 
 const hostsOf = (job: { stages: number; hostsPerStage: number }) => job.stages * job.hostsPerStage;
 

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SimulationReportSchema, type SimulationReport } from "../../controller/sim/index.ts";
+import { SimulationReportSchema, type SimulationReport } from "../../controller/simulator/index.ts";
 import { runCli } from "../helpers/cli.ts";
 import { canRun, slurm } from "../helpers/prerequisites.ts";
 import { startSlurm, type SlurmCluster } from "../helpers/slurm.ts";

@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { parseTopologyFile } from "../../controller/model/named-topology.ts";
-import { holdJob, holdName } from "../../controller/slurm/commands.ts";
-import { parseReservations, parseSinfo, parseSqueue } from "../../controller/slurm/reports.ts";
-import { slurmView, type ViewInput } from "../../controller/slurm/view.ts";
-import { InvalidInputError } from "../../sdk/errors.ts";
+import { parseTopologyFile } from "../../controller/planner/model/named-topology.ts";
+import { holdJob, holdName } from "../../controller/schedulers/slurm/commands.ts";
+import { parseReservations, parseSinfo, parseSqueue } from "../../controller/schedulers/slurm/reports.ts";
+import { slurmView, type ViewInput } from "../../controller/schedulers/slurm/view.ts";
+import { InvalidInputError } from "../../sdk/contract/errors.ts";
 
 // What Slurm 22.05 printed (test/slurm/fixtures, captured from the real cluster of
 // test/helpers/slurm.ts): job 1 runs on n0 and n2 with `--comment=monkeytree:rings=4`, job 2

@@ -1,6 +1,6 @@
 """MonkeyTree's hook for training scripts: ``attach`` to the launcher and meet it at a ``barrier``
 each iteration; a worker's state saved into and loaded from a staging buffer in the checkpoint
-layout of sdk/checkpoint/FORMAT.md, through torch's DCP."""
+layout of sdk/contract/checkpoint/FORMAT.md, through torch's DCP."""
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,4 @@
-"""The launcher's control block: barriers passed without a message (sdk/protocol/channel.ts).
+"""The launcher's control block: barriers passed without a message (sdk/contract/protocol/channel.ts).
 
 Why it exists: almost every barrier answers ``continue``, and a message to the launcher and back
 costs a wake-up of two processes. The launcher publishes the barrier its host stops at in a
@@ -6,7 +6,7 @@ costs a wake-up of two processes. The launcher publishes the barrier its host st
 then reads the stop word, both sequentially consistent through the addon's C library, and passes
 when its step is below it. The launcher writes the stop word before it reads the processes'
 words, so of a process passing a barrier and the launcher taking a stop, one always sees the
-other (sdk/hold.ts). Without the library every barrier is a message, as before.
+other (sdk/client/hold.ts). Without the library every barrier is a message, as before.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Staged checkpoints written out as one standard PyTorch DCP checkpoint directory.
 
 A migration checkpoint is also an ordinary checkpoint: ``export_checkpoint`` reads one or more
-checkpoints in the layout of sdk/checkpoint/FORMAT.md (each a process's range of a staging
+checkpoints in the layout of sdk/contract/checkpoint/FORMAT.md (each a process's range of a staging
 buffer, or a copy of one in a file) and writes what torch's ``FileSystemWriter`` writes for the
 same state: data files ``__<i>_0.distcp`` (a tensor chunk as a ``torch.save`` archive, a bytes
 item as its bytes) and ``.metadata``, a pickled ``Metadata`` whose ``_StorageInfo`` records say
@@ -567,7 +567,7 @@ PROG = "python3 -m monkeytree export"
 HELP = f"""usage: {PROG} (--buffer NAME | --file PATH)... [--offset BYTES] [--length BYTES]
            [--ranges N] --out DIR [--overwrite] [--per-source PATTERN]... [--json]
 
-Writes staged MonkeyTree checkpoints (sdk/checkpoint/FORMAT.md) as one standard PyTorch DCP
+Writes staged MonkeyTree checkpoints (sdk/contract/checkpoint/FORMAT.md) as one standard PyTorch DCP
 checkpoint directory, which torch.distributed.checkpoint.load reads with FileSystemReader(DIR)
 without MonkeyTree. Every blob's CRC32C is verified first. Tensor chunks of one fqn from several
 sources (FSDP shards saved by different ranks) become one tensor; items that several sources

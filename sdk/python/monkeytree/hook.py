@@ -1,4 +1,4 @@
-"""The training process's side of the local channel to ``monkeytree launch`` (sdk/protocol/channel.ts).
+"""The training process's side of the local channel to ``monkeytree launch`` (sdk/contract/protocol/channel.ts).
 
 Why it exists: MonkeyTree moves workers between hosts while a job runs, so the job-wide process
 group cannot be torchrun's. The launcher starts torchrun per host as a single-node job (its
@@ -88,7 +88,7 @@ def _exact(message: object, what: str, fields: tuple[str, ...]) -> None:
     missing = sorted(set(fields) - set(message))
     if extra or missing:
         raise ChannelError(f"{what}: missing fields {missing}, unknown fields {extra}; the launcher and"
-                           f" this hook speak different versions of sdk/protocol/channel.ts")
+                           f" this hook speak different versions of sdk/contract/protocol/channel.ts")
 
 
 _GROUP = ("rank", "worldSize", "masterAddr", "masterPort", "generation")

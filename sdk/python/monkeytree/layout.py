@@ -1,4 +1,4 @@
-"""The checkpoint layout of sdk/checkpoint/FORMAT.md (version 1), read and written in place in a
+"""The checkpoint layout of sdk/contract/checkpoint/FORMAT.md (version 1), read and written in place in a
 writable buffer (an ``mmap`` of a staging buffer, a ``bytearray``): header, aligned item storage,
 metadata JSON, a CRC32C per stored blob. This module needs only the standard library; torch
 enters in ``crc`` and ``storage``.
@@ -66,7 +66,7 @@ Item = Union[BytesItem, TensorItem]
 class CheckpointError(Exception):
     """A checkpoint that cannot be written or read as asked.
 
-    ``code`` is one of the TypeScript reader's codes (sdk/checkpoint/errors.ts): ``invalid_item``,
+    ``code`` is one of the TypeScript reader's codes (sdk/contract/checkpoint/errors.ts): ``invalid_item``,
     ``duplicate_fqn``, ``too_small``, ``bad_header``, ``bad_metadata``, ``checksum_mismatch``,
     ``unknown_fqn``.
     """

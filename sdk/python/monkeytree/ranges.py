@@ -2,7 +2,7 @@
 
 Mapping a range and filling its page table costs about 0.04 s per 512 MiB, and unmapping it
 0.02 s more: at a migration, with the job stopped, that is a third of a checkpoint's write. The
-launcher names each process's ranges before ``attach`` (sdk/protocol/channel.ts): its share of the
+launcher names each process's ranges before ``attach`` (sdk/contract/protocol/channel.ts): its share of the
 host's outbox, and in a replacement its share of the staged checkpoint. The hook maps them then,
 and a save or load whose range is one of them goes through that mapping.
 """

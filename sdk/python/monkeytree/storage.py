@@ -1,6 +1,6 @@
 """A DCP ``StorageWriter``/``StorageReader`` pair that keeps a checkpoint in a staging buffer.
 
-The writer lays DCP's write items out as sdk/checkpoint/FORMAT.md says, in the order the plan
+The writer lays DCP's write items out as sdk/contract/checkpoint/FORMAT.md says, in the order the plan
 lists them, and writes the metadata document and header in ``finish``; the reader rebuilds DCP
 ``Metadata`` from that document and copies each chunk straight out of the mapped buffer into the
 tensor the planner resolves, checking the chunk's CRC32C first. Both speak the interface of

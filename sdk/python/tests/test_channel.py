@@ -1,4 +1,4 @@
-"""The hook's side of sdk/protocol/channel.ts without a launcher: message validation, and a
+"""The hook's side of sdk/contract/protocol/channel.ts without a launcher: message validation, and a
 channel to a socket this process serves itself."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""sdk/checkpoint/FORMAT.md as layout.py writes and reads it, with the standard library alone."""
+"""sdk/contract/checkpoint/FORMAT.md as layout.py writes and reads it, with the standard library alone."""
 from __future__ import annotations
 
 import json
