@@ -5,13 +5,13 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { DEFAULT_PLAN_START_MS } from "../../controller/service/plan-thread.ts";
 import { capabilities, send, StagingBuffer } from "../../native/index.ts";
-import { WorkerClient } from "../../sdk/agent.ts";
-import { ControllerClient } from "../../sdk/client.ts";
+import { WorkerClient } from "../../sdk/client/agent.ts";
+import { ControllerClient } from "../../sdk/client/client.ts";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import type { Tenant } from "../../controller/daemon/replacements.ts";
 import { shellCommand } from "../../cli/demo/processes.ts";
-import { ticketFor } from "../../sdk/protocol/endpoint.ts";
-import type { Directive } from "../../sdk/protocol/worker.ts";
+import { ticketFor } from "../../sdk/contract/protocol/endpoint.ts";
+import type { Directive } from "../../sdk/contract/protocol/worker.ts";
 import { canRun, root } from "../helpers/prerequisites.ts";
 import { TENANT, tenantDir } from "../helpers/tenant.ts";
 import { patiently, SAFETY_NET_MS } from "../helpers/wait.ts";
@@ -235,12 +235,15 @@ describe("per-host daemon: a migration carried out by the destination's daemon",
       const { harness, client } = await controllerWithDaemons();
       await startDaemons(harness, { crash: "exit 3" });
       const { move, step, source, stayer } = await planMove(client, "crash");
-      // Whether the job was told to stop before the exit came or not, it trains on.
-      expect(await Promise.all([source.barrier(step ?? 0), stayer.barrier(step ?? 0)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
+      // No worker reaches a barrier until the controller has heard of the exit: a job already
+      // held at its stop step may be told to save first, as this controller does not wait for
+      // replacements (a race the test lost on a loaded machine).
       await expect.poll(async () => (await client.status()).migrations.find((m) => m.id === move.id)?.state, patiently).toBe("rolled-back");
       expect((await client.status()).migrations.find((m) => m.id === move.id)?.reason).toBe(
         `the replacement launcher on host ${move.to} exited (code 3) before its workers registered; its output is in the log of host ${move.to}'s daemon`,
       );
+      // Whether the job was told to stop before the exit came or not, it trains on.
+      expect(await Promise.all([source.barrier(step ?? 0), stayer.barrier(step ?? 0)])).toEqual([{ kind: "continue" }, { kind: "continue" }]);
     },
     SAFETY_NET_MS,
   );
