@@ -55,6 +55,11 @@ export interface DaemonOptions extends Pick<ConnectionOptions, "credential" | "r
   /** Where each replacement gets a cgroup of its own, stopped whole when its launcher exits (`--cgroup`). */
   readonly cgroups?: ReplacementCgroups;
   readonly heartbeatMs?: number;
+  /**
+   * How long a vouch waits for this daemon to be the host's registered one before it refuses,
+   * so that a local request never waits on it for ever (`DEFAULT_VOUCH_WAIT_MS`).
+   */
+  readonly vouchWaitMs?: number;
   readonly log?: Logger;
   /** Counts transfers and replacements, and reads the staging buffer's use, for `--metrics`. */
   readonly metrics?: DaemonMetrics;
@@ -73,6 +78,8 @@ export class DaemonStartError extends Error {
 }
 
 export const DEFAULT_HEARTBEAT_MS = 2_000;
+/** Under the vouch socket's 5-s bound on a connection, so that the launcher hears why. */
+export const DEFAULT_VOUCH_WAIT_MS = 4_000;
 /**
  * One grant's life: `receiving` until the transfer settles, then `verified` (kept for the
  * replacement until its launcher exits) or `failed` (freed at once).
@@ -263,9 +270,22 @@ export class HostDaemon {
    * local socket). Resolves once the controller took it; rejects with its refusal.
    */
   async vouch(job: string): Promise<void> {
-    await this.registered;
+    await this.registeredWithin(this.options.vouchWaitMs ?? DEFAULT_VOUCH_WAIT_MS);
     await this.connection.request({ type: "daemon.vouch", host: this.options.host, incarnation: this.incarnation, job });
     this.log.info(() => `vouched for a launcher of job ${job} on host ${this.options.host}`);
+  }
+
+  /** Waits for this daemon's registration, `ms` at most: rejects, saying so, past that. */
+  private async registeredWithin(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the daemon on host ${this.options.host} has not registered with the controller within ${ms / 1000} s`)), ms);
+    });
+    try {
+      await Promise.race([this.registered, late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Sends a report until the controller answers it; a refusal is logged, and closing drops it. */

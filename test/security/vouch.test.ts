@@ -8,6 +8,7 @@ import { authorize } from "../../controller/service/authorization.ts";
 import { DaemonHosts } from "../../controller/service/daemon-hosts.ts";
 import { MAX_VOUCHES, VOUCH_TTL_MS, Vouches } from "../../controller/service/vouches.ts";
 import { askToVouch, VouchError } from "../../sdk/client/launch/vouch.ts";
+import { SAFETY_NET_MS } from "../helpers/wait.ts";
 import { ControllerClient } from "../../sdk/client/client.ts";
 import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import type { Logger } from "../../sdk/contract/log.ts";
@@ -105,11 +106,16 @@ describe("a controller that needs its daemons' vouches", () => {
       stagingBytes: 1 << 20,
       listen: { host: "127.0.0.1", port: 0 },
       retryMs: 200,
+      vouchWaitMs: 1_000,
     });
     cleanups.push(() => impostor.close());
     const impostorSocket = await VouchSocket.open(`${socket}.2`, (job) => impostor.vouch(job), silent);
     cleanups.push(() => impostorSocket.close());
-    await expect(askToVouch(impostorSocket.path, "a", 1_000)).rejects.toThrow(new VouchError(`the daemon at ${impostorSocket.path} did not answer within 1 s`));
+    // A launcher that waits less gives up first; the daemon answers why once its own wait is over.
+    await expect(askToVouch(impostorSocket.path, "a", 200)).rejects.toThrow(new VouchError(`the daemon at ${impostorSocket.path} did not answer within 0.2 s`));
+    await expect(askToVouch(impostorSocket.path, "a", SAFETY_NET_MS)).rejects.toThrow(
+      new VouchError("the daemon on host 0 has not registered with the controller within 1 s"),
+    );
   });
 });
 
