@@ -131,6 +131,12 @@ export class WorkerSessions {
   private readonly owners = new Map<number, string>();
   /** Registrations of jobs the scheduler's latest look did not see, by job and host, until the next look. */
   private readonly unseen = new Map<string, Map<number, WaitingRegistration>>();
+  /**
+   * Jobs the journal restored that no worker has spoken for since, with when that silence
+   * began: a job that finished while the controller was down has no launcher left to say so,
+   * and no session that could be declared lost.
+   */
+  private readonly unheard = new Map<string, number>();
 
   constructor(
     private readonly context: ControllerContext,
@@ -143,7 +149,10 @@ export class WorkerSessions {
     /** Daemons' vouches for their hosts' launchers, when a new worker needs one (`--require-vouch`). */
     private readonly vouches: Vouches | null = null,
   ) {
-    for (const job of context.state.jobs.values()) for (const h of jobHosts(job)) this.owners.set(h, job.id);
+    for (const job of context.state.jobs.values()) {
+      for (const h of jobHosts(job)) this.owners.set(h, job.id);
+      this.unheard.set(job.id, context.clock());
+    }
   }
 
   private get state(): DurableState {
@@ -532,6 +541,23 @@ export class WorkerSessions {
         this.end(job.id, `every worker of job ${job.id} lost, the last heard ${Math.round(silentMs)} ms ago: its launchers are gone`);
       }
     }
+    this.endUnheard(now, deafMs, heartbeatTimeoutMs + lostJobGraceMs);
+  }
+
+  /** Ends each restored job none of whose workers came back within `afterMs`: it finished, or its launchers died, while the controller was down. */
+  private endUnheard(now: number, deafMs: number, afterMs: number): void {
+    for (const [jobId, since] of this.unheard) {
+      const from = since + deafMs;
+      this.unheard.set(jobId, from);
+      if (!this.state.jobs.has(jobId)) this.unheard.delete(jobId);
+      else if (now - from >= afterMs) {
+        this.unheard.delete(jobId);
+        this.end(
+          jobId,
+          `no worker of job ${jobId} was heard in the ${Math.round(now - from)} ms since the controller restarted: it finished or its launchers are gone`,
+        );
+      }
+    }
   }
 
   /**
@@ -785,6 +811,7 @@ export class WorkerSessions {
       this.workers.set(host, session);
     }
     if (session.lost) this.context.log.info(() => `worker of job ${job} on host ${host} is back`);
+    this.unheard.delete(job);
     session.heardAt = now;
     session.lost = false;
     return session;

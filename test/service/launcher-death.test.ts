@@ -34,9 +34,9 @@ const TIMEOUT = DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS;
 const GRACE = DEFAULT_LOST_JOB_GRACE_MS;
 
 /** The controller without sockets, on a clock the test moves; its ticks are the server's timer. */
-function open() {
+function open(dir = fresh()) {
   const now = { t: 1_000 };
-  const { journal, state } = Journal.open(fresh(), { kind: "config", topology: SMALL, lambda: 1, podLambda: null }, () => now.t);
+  const { journal, state } = Journal.open(dir, { kind: "config", topology: SMALL, lambda: 1, podLambda: null }, () => now.t);
   const hosts = new RecordingHosts();
   const controller = new Controller({ journal, state, transport: hosts, launcher: hosts, clock: () => now.t, logger: createLogger("controller", () => {}) });
   teardown.push(() => controller.close());
@@ -116,6 +116,26 @@ describe("a job whose launchers died, on the controller's clock", () => {
     c.start("a", [0, 1]);
     c.pass(TIMEOUT + GRACE, TIMEOUT + GRACE);
     expect(c.job("a")).not.toHaveProperty("lost");
+  });
+
+  it("ends a job the journal restored that no worker speaks for after a restart: it finished while the controller was down", () => {
+    const dir = fresh();
+    const before = open(dir);
+    before.start("a", [0, 1]);
+    before.start("b", [2, 3]);
+    const c = open(dir);
+    expect([c.job("a"), c.job("b")]).toMatchObject([{ started: true }, { started: true }]);
+    c.pass(TIMEOUT);
+    // Job b's launchers rejoin the restarted controller; job a's ended during the outage.
+    expect(c.send(report("b", 2, 7))).toMatchObject({ type: "worker.order", order: { kind: "run" } });
+    c.pass(GRACE - 1);
+    expect(c.job("a")).toMatchObject({ started: true });
+    c.pass(1);
+    expect(c.job("a")).toBeUndefined();
+    expect(c.controller.durable.finished).toEqual(["a"]);
+    expect(c.job("b")).toMatchObject({ started: true, hosts: [2, 3] });
+    c.pass(10 * (TIMEOUT + GRACE), 10 * (TIMEOUT + GRACE));
+    expect(c.job("b")).toMatchObject({ started: true });
   });
 
   it("refuses reports of a job still registering and of an unknown one, changing nothing", () => {
