@@ -48,7 +48,8 @@ import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { context, Dealer } from "zeromq";
-import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { bool, checked, helpText, int, num, parseCommandFlags, str } from "../cli/flags.ts";
+import { intFlag, table, UsageError } from "../cli/io.ts";
 import { CLI } from "../cli/paths.ts";
 import { nodeArgs } from "../sdk/contract/paths.ts";
 import { PROTOCOL_VERSION } from "../sdk/contract/protocol/envelope.ts";
@@ -67,26 +68,46 @@ const VENV_PYTHON = join(ROOT, ".venv", "bin", "python");
 const OVERHEAD_GOAL_US = 50;
 const GROWTH_GOAL = 1.25;
 
-const help = `usage: npm run bench:control -- [options]
+const FLAGS = {
+  register: checked(
+    "N",
+    `workers to register, a multiple of ${JOB_HOSTS}; at most ${MAX_HOSTS}, the most hosts a cluster may have`,
+    multipleOf(JOB_HOSTS, JOB_HOSTS, MAX_HOSTS, "the job size"),
+    { default: "2048" },
+  ),
+  connections: int("N", "client connections the registering workers share", { default: 64, min: 1 }),
+  offset: int("N", "shift every job by N hosts, so jobs straddle racks", { default: 4, min: 0 }),
+  hosts: checked("LIST", "hosts of the steady-state job, one row each", hostList, { default: "1,64,1024" }),
+  iterations: int("N", "measured barriers per steady-state row", { default: 5_000, min: 1 }),
+  "period-ms": num(
+    "MS",
+    "the steady-state iteration: every host reaches its barrier this often, on wall-clock boundaries; 0: back to back, with no idle time in " +
+      "which the launcher sleeps (the simulated hosts' rounds follow each other too)",
+    { default: 10, min: 0 },
+  ),
+  python: str(
+    "PATH",
+    "the Python that runs bench/control-client.py; with torch it calls the hook's own barrier, else a stand-in that sends the same bytes " +
+      "(default: .venv/bin/python when it exists, else python3)",
+  ),
+  "stop-hosts": checked(
+    "N",
+    `hosts of the job that the plan stops, a multiple of ${HOSTS_PER_RACK}`,
+    multipleOf(HOSTS_PER_RACK, HOSTS_PER_RACK, MAX_HOSTS - 2 * HOSTS_PER_RACK, "whole racks"),
+    { default: "1024" },
+  ),
+  "step-ms": num("MS", "that job's step: the time from every host's barrier answered to the next", { default: 50, min: 1 }),
+  "stop-runs": int("N", "plans to stop that job, each with a controller of its own; the median is the result", { default: 3, min: 1 }),
+  json: bool("print one JSON document with every row, and nothing else on stdout"),
+};
 
-options:
-  --register N     workers to register (default 2048; at most ${MAX_HOSTS}, the most hosts a cluster may have)
-  --connections N  client connections the registering workers share (default 64)
-  --offset N       shift every job by N hosts, so jobs straddle racks (default 4)
-  --hosts LIST     hosts of the steady-state job, one row each (default 1,64,1024)
-  --iterations N   measured barriers per steady-state row (default 5000)
-  --period-ms MS   the steady-state iteration: every host reaches its barrier this often, on
-                   wall-clock boundaries (default 10); 0: back to back, with no idle time in
-                   which the launcher sleeps (the simulated hosts' rounds follow each other too)
-  --python PATH    the Python that runs bench/control-client.py; with torch it calls the hook's
-                   own barrier, else a stand-in that sends the same bytes (default .venv/bin/python
-                   when it exists, else python3)
-  --stop-hosts N   hosts of the job that the plan stops, a multiple of ${HOSTS_PER_RACK} (default 1024)
-  --step-ms MS     that job's step: the time from every host's barrier answered to the next (default 50)
-  --stop-runs N    plans to stop that job, each with a controller of its own; the median is the
-                   result (default 3)
-  --json           print one JSON document with every row, and nothing else on stdout
-  -h, --help       show this help`;
+const help = helpText({
+  command: "npm run bench:control --",
+  table: FLAGS,
+  about: `Times the controller against workers speaking the real protocol over loopback TCP: registration,
+the barrier in steady state beside a plain loop, and how long a plan takes to stop a job
+(bench/control.ts's opening comment says how each is measured).`,
+});
 
 // ── processes and clocks ─────────────────────────────────────────────────────────────────
 
@@ -711,44 +732,35 @@ async function planToStop(hosts: number, stepMs: number): Promise<PlanToStop> {
 
 // ── command line ─────────────────────────────────────────────────────────────────────────
 
-function hostList(raw: string | undefined): number[] {
-  const list = (raw ?? "1,64,1024").split(",").map((x) => intFlag("hosts", x.trim(), undefined, 1, MAX_HOSTS));
+function hostList(raw: string): number[] {
+  const list = raw.split(",").map((x) => intFlag("hosts", x.trim(), undefined, 1, MAX_HOSTS));
   if (list.length === 0) throw new UsageError("--hosts needs at least one host count");
   return list;
 }
 
+/** A whole number from `min` to `max` that `step` divides; `why` says what `step` is. */
+function multipleOf(step: number, min: number, max: number, why: string) {
+  return (raw: string, name: string): number => {
+    const value = intFlag(name, raw, undefined, min, max);
+    if (value % step) throw new UsageError(`--${name} must be a multiple of ${step} (${why})`);
+    return value;
+  };
+}
+
 function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    register: { type: "string" },
-    connections: { type: "string" },
-    offset: { type: "string" },
-    hosts: { type: "string" },
-    iterations: { type: "string" },
-    "period-ms": { type: "string" },
-    python: { type: "string" },
-    "stop-hosts": { type: "string" },
-    "step-ms": { type: "string" },
-    "stop-runs": { type: "string" },
-    json: { type: "boolean", default: false },
-    help: { type: "boolean", short: "h", default: false },
-  });
-  const registerCount = intFlag("register", flags.register, 2_048, JOB_HOSTS, MAX_HOSTS);
-  if (registerCount % JOB_HOSTS) throw new UsageError(`--register must be a multiple of ${JOB_HOSTS} (the job size)`);
-  const stopHosts = intFlag("stop-hosts", flags["stop-hosts"], 1_024, HOSTS_PER_RACK, MAX_HOSTS - 2 * HOSTS_PER_RACK);
-  if (stopHosts % HOSTS_PER_RACK) throw new UsageError(`--stop-hosts must be a multiple of ${HOSTS_PER_RACK} (whole racks)`);
+  const flags = parseCommandFlags(argv, FLAGS);
   return {
-    help: flags.help,
     json: flags.json,
-    registerCount,
-    connections: intFlag("connections", flags.connections, 64, 1),
-    offset: intFlag("offset", flags.offset, 4, 0),
-    hosts: hostList(flags.hosts),
-    iterations: intFlag("iterations", flags.iterations, 5_000, 1),
-    periodMs: numberFlag("period-ms", flags["period-ms"], 10, 0),
+    registerCount: flags.register,
+    connections: flags.connections,
+    offset: flags.offset,
+    hosts: flags.hosts,
+    iterations: flags.iterations,
+    periodMs: flags["period-ms"],
     python: flags.python ?? (existsSync(VENV_PYTHON) ? VENV_PYTHON : "python3"),
-    stopHosts,
-    stepMs: numberFlag("step-ms", flags["step-ms"], 50, 1),
-    stopRuns: intFlag("stop-runs", flags["stop-runs"], 3, 1),
+    stopHosts: flags["stop-hosts"],
+    stepMs: flags["step-ms"],
+    stopRuns: flags["stop-runs"],
   };
 }
 

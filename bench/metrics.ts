@@ -10,7 +10,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { checked, helpText, num, parseCommandFlags } from "../cli/flags.ts";
+import { numberFlag, table, UsageError } from "../cli/io.ts";
 import { MetricsServer } from "../controller/metrics/http.ts";
 import { JOURNAL_FILE } from "../controller/service/journal.ts";
 import { ControllerMetrics } from "../controller/service/metrics.ts";
@@ -22,13 +23,26 @@ import { benchMain } from "./entry.ts";
 
 const JOB_HOSTS = 8;
 
-const help = `usage: npm run bench:metrics -- [options]
+/** `--workers`: whole jobs, since the workers register in jobs of JOB_HOSTS hosts. */
+function wholeJobs(raw: string, name: string): number {
+  const workers = numberFlag(name, raw, 0, JOB_HOSTS);
+  if (workers % JOB_HOSTS) throw new UsageError(`--${name} must be a multiple of ${JOB_HOSTS} (the job size)`);
+  return workers;
+}
 
-options:
-  --workers N   registered workers per controller, in jobs of 8 (default 256)
-  --rounds N    sequential report rounds per controller (default 20)
-  --scrapes N   GET /metrics requests timed (default 50)
-  -h, --help    show this help`;
+const FLAGS = {
+  workers: checked("N", `registered workers per controller, in jobs of ${JOB_HOSTS}`, wholeJobs, { default: "256" }),
+  rounds: num("N", "sequential report rounds per controller", { default: 20, min: 1 }),
+  scrapes: num("N", "GET /metrics requests timed", { default: 50, min: 1 }),
+};
+
+const help = helpText({
+  command: "npm run bench:metrics --",
+  table: FLAGS,
+  about: `Times report round trips against a controller without metrics and one with them (a
+controller's --metrics), in the same run, rounds alternating between the two; then the cost of
+one scrape.`,
+});
 
 async function start(metrics: ControllerMetrics | null, workers: number) {
   const dir = mkdtempSync(join(tmpdir(), "monkeytree-bench-metrics-"));
@@ -63,15 +77,7 @@ async function start(metrics: ControllerMetrics | null, workers: number) {
 const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    workers: { type: "string" },
-    rounds: { type: "string" },
-    scrapes: { type: "string" },
-    help: { type: "boolean", short: "h", default: false },
-  });
-  const workers = numberFlag("workers", flags.workers, 256, JOB_HOSTS);
-  if (workers % JOB_HOSTS) throw new UsageError(`--workers must be a multiple of ${JOB_HOSTS} (the job size)`);
-  return { help: flags.help, workers, rounds: numberFlag("rounds", flags.rounds, 20, 1), scrapes: numberFlag("scrapes", flags.scrapes, 50, 1) };
+  return parseCommandFlags(argv, FLAGS);
 }
 
 await benchMain("metrics", help, options, async ({ workers, rounds, scrapes }) => {

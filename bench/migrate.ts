@@ -15,7 +15,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { z } from "zod";
-import { byteSize, intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { bool, checked, helpText, int, parseCommandFlags } from "../cli/flags.ts";
+import { byteSize, intFlag, table, UsageError } from "../cli/io.ts";
 import { killByEnvironment, replacementUser } from "../cli/demo/processes.ts";
 import { MigrationBenchSchema } from "../cli/simulate/restart.ts";
 import type { Tenant } from "../controller/daemon/replacements.ts";
@@ -42,37 +43,46 @@ const DEFAULT_JOBS = ["ddp", "fsdp", "tp", "pp"];
 /** The pipeline example's microbatches (examples/pp/train.py), which split each replica's rows. */
 const MICROBATCHES = 4;
 
-const help = `usage: npm run bench:migrate -- [options]
+const FLAGS = {
+  jobs: checked("LIST", `example jobs, comma-separated, of ${EXAMPLE_JOBS.map((job) => job.name).join(", ")}`, exampleJobs, {
+    default: DEFAULT_JOBS.join(","),
+  }),
+  sizes: checked(
+    "LIST",
+    "checkpoint bytes per host, comma-separated, e.g. 100MiB,1GiB: each row's model width is the one whose checkpoint comes closest",
+    (raw, name) => raw.split(",").map((size) => byteSize(name, size)),
+    { default: "100MiB,1GiB" },
+  ),
+  runs: int("N", "moves per job and size; the report gives medians and the downtime's range", { default: 5, min: 1 }),
+  layers: int("N", "transformer blocks, passed to the examples; a multiple of the stages", { default: 4, min: 1 }),
+  rows: checked(
+    "N",
+    `sequences per data-parallel replica per step, passed to the examples; a multiple of the pipeline's ${MICROBATCHES} microbatches. ` +
+      "The default is half theirs: a step on these CPUs stays short beside a move, as a GPU's would",
+    wholeMicrobatches,
+    { default: "4" },
+  ),
+  "no-pin": bool(
+    "leave every process free to run on any CPU. By default, where the machine has a CPU per training process of every host (and taskset), " +
+      "each emulated host's daemon and launcher, and so its training processes and replacements, run on CPUs of their own, so that one " +
+      "host's training does not compete with another's, as on a cluster; with fewer CPUs every process may run on any of them",
+  ),
+  keep: bool("keep each run's working directory (logs, journal)"),
+  json: bool('print one JSON document instead of tables: `{"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}`'),
+};
 
-Downtime of one live move of each example job (under monkeytree launch, gloo on CPU, over
+const help = helpText({
+  command: "npm run bench:migrate --",
+  table: FLAGS,
+  about: `Downtime of one live move of each example job (under monkeytree launch, gloo on CPU, over
 loopback) at each checkpoint size per host, by phase, beside the bytes' floor measured in the
 same run: the slower of copying the host's checkpoint bytes (memcpy) and sending them over a
-plain socket on loopback. Overhead = downtime − floor. Every run starts a fresh cluster.
-
-options:
-  --jobs LIST   example jobs, comma-separated (default ${DEFAULT_JOBS.join(",")}; there are ${EXAMPLE_JOBS.map((job) => job.name).join(", ")})
-  --sizes LIST  checkpoint bytes per host, comma-separated, e.g. 100MiB,1GiB (the default): each
-                row's model width is the one whose checkpoint comes closest
-  --runs N      moves per job and size; the report gives medians and the downtime's range (default 5)
-  --layers N    transformer blocks, passed to the examples (default 4; a multiple of the stages)
-  --rows N      sequences per data-parallel replica per step, passed to the examples (default 4,
-                half theirs: a step on these CPUs stays short beside a move, as a GPU's would;
-                a multiple of the pipeline's 4 microbatches)
-  --no-pin      leave every process free to run on any CPU. By default, where the machine has a
-                CPU per training process of every host (and taskset), each emulated host's
-                daemon and launcher, and so its training processes and replacements, run on
-                CPUs of their own, so that one host's training does not compete with another's,
-                as on a cluster; with fewer CPUs every process may run on any of them
-  --keep        keep each run's working directory (logs, journal)
-  --json        print one JSON document instead of tables:
-                {"rows": [{"job", "bytesPerHost", "downtimeS", "floorS", "overheadS", "phases": {...}, ...}]}
-  -h, --help    show this help
-
-Needs torch for $MONKEYTREE_PYTHON, else for .venv/bin/python (npm run setup:python). Run as
-root, the daemons start replacements as nobody, who must be able to run that interpreter too.`;
+plain socket on loopback. Overhead = downtime − floor. Every run starts a fresh cluster.`,
+  after: `Needs torch for $MONKEYTREE_PYTHON, else for .venv/bin/python (npm run setup:python). Run as
+root, the daemons start replacements as nobody, who must be able to run that interpreter too.`,
+});
 
 interface Options {
-  readonly help: boolean;
   readonly jobs: readonly ExampleJob[];
   readonly sizes: readonly number[];
   readonly runs: number;
@@ -83,39 +93,33 @@ interface Options {
   readonly json: boolean;
 }
 
-function parse(argv: string[]): Options {
-  const flags = parseFlags(argv, {
-    help: { type: "boolean", short: "h" },
-    jobs: { type: "string" },
-    sizes: { type: "string" },
-    runs: { type: "string" },
-    layers: { type: "string" },
-    rows: { type: "string" },
-    "no-pin": { type: "boolean" },
-    keep: { type: "boolean" },
-    json: { type: "boolean" },
-  });
-  const jobs = (flags.jobs ?? DEFAULT_JOBS.join(",")).split(",").map((name) => {
+function exampleJobs(raw: string): ExampleJob[] {
+  return raw.split(",").map((name) => {
     const job = EXAMPLE_JOBS.find((j) => j.name === name.trim());
     if (!job) throw new UsageError(`--jobs: there is no example job "${name}" (there are ${EXAMPLE_JOBS.map((j) => j.name).join(", ")})`);
     return job;
   });
-  const sizes = (flags.sizes ?? "100MiB,1GiB").split(",").map((size) => byteSize("sizes", size));
-  const layers = intFlag("layers", flags.layers, 4, 1);
-  const stages = Math.max(...jobs.map((job) => job.parallelism.pp));
-  if (layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${layers}`);
-  const rows = intFlag("rows", flags.rows, 4, 1);
-  if (rows % MICROBATCHES) throw new UsageError(`--rows must be a multiple of ${MICROBATCHES} (the pipeline's microbatches), got ${rows}`);
+}
+
+function wholeMicrobatches(raw: string, name: string): number {
+  const rows = intFlag(name, raw, undefined, 1);
+  if (rows % MICROBATCHES) throw new UsageError(`--${name} must be a multiple of ${MICROBATCHES} (the pipeline's microbatches), got ${rows}`);
+  return rows;
+}
+
+function parse(argv: string[]): Options {
+  const flags = parseCommandFlags(argv, FLAGS);
+  const stages = Math.max(...flags.jobs.map((job) => job.parallelism.pp));
+  if (flags.layers % stages) throw new UsageError(`--layers must be a multiple of ${stages} (the pipeline's stages), got ${flags.layers}`);
   return {
-    help: flags.help ?? false,
-    jobs,
-    sizes,
-    runs: intFlag("runs", flags.runs, 5, 1),
-    layers,
-    rows,
-    pin: !(flags["no-pin"] ?? false),
-    keep: flags.keep ?? false,
-    json: flags.json ?? false,
+    jobs: flags.jobs,
+    sizes: flags.sizes,
+    runs: flags.runs,
+    layers: flags.layers,
+    rows: flags.rows,
+    pin: !flags["no-pin"],
+    keep: flags.keep,
+    json: flags.json,
   };
 }
 
@@ -282,6 +286,22 @@ async function floor(bytes: number): Promise<{ memcpyS: number; socketS: number;
   }
 }
 
+/**
+ * Seconds a daemon takes to allocate one grant's staging file of `bytes` (zero-filled and mapped
+ * on a worker thread, as the daemon does when a move is prepared), best of three: part of a
+ * move's lead, before its job pauses, not of its downtime.
+ */
+async function grantStaging(bytes: number): Promise<number> {
+  let best = Infinity;
+  for (let run = 0; run < 3; run++) {
+    const started = performance.now();
+    const buffer = await StagingBuffer.createAsync({ size: bytes, lock: false });
+    best = Math.min(best, (performance.now() - started) / 1000);
+    buffer.free();
+  }
+  return best;
+}
+
 /** One row of the report: a job at one checkpoint size, its runs' medians and its floor. */
 interface Row {
   readonly job: string;
@@ -297,13 +317,21 @@ interface Row {
   readonly socketS: number;
   readonly floorS: number;
   readonly overheadS: number;
+  /** A grant's staging file, allocated before the job pauses. */
+  readonly grantS: number;
   readonly phases: Record<Phase, number>;
   /** Medians of what the source wrote and sent. */
   readonly bytesWritten: number;
   readonly bytesSent: number;
 }
 
-function summarize(spec: RowSpec, runs: readonly MoveMeasurement[], failures: readonly string[], bytesFloor: Awaited<ReturnType<typeof floor>>): Row {
+function summarize(
+  spec: RowSpec,
+  runs: readonly MoveMeasurement[],
+  failures: readonly string[],
+  bytesFloor: Awaited<ReturnType<typeof floor>>,
+  grantS: number,
+): Row {
   const of = (value: (run: MoveMeasurement) => number) => (runs.length ? median(runs.map(value)) : NaN);
   const downtimes = runs.map((run) => run.downtime);
   const downtimeS = of((run) => run.downtime);
@@ -318,6 +346,7 @@ function summarize(spec: RowSpec, runs: readonly MoveMeasurement[], failures: re
     downtimeRangeS: [Math.min(...downtimes), Math.max(...downtimes)],
     ...bytesFloor,
     overheadS: downtimeS - bytesFloor.floorS,
+    grantS,
     phases: Object.fromEntries(PHASES.map(([key]) => [key, of((run) => run.phases[key])])) as Record<Phase, number>,
     bytesWritten: of((run) => run.bytesWritten),
     bytesSent: of((run) => run.bytesSent),
@@ -340,8 +369,8 @@ async function benchRow(spec: RowSpec, options: Options, setup: Setup, say: Prog
       progress(`failed: ${(error as Error).message}`);
     }
   }
-  say(`${name}: the floor (memcpy, plain socket)`);
-  return summarize(spec, runs, failures, await floor(bytesOf(spec)));
+  say(`${name}: the floor (memcpy, plain socket) and a grant's staging`);
+  return summarize(spec, runs, failures, await floor(bytesOf(spec)), await grantStaging(bytesOf(spec)));
 }
 
 const fixed = (value: number, digits = 3) => (Number.isFinite(value) ? value.toFixed(digits) : "-");
@@ -367,10 +396,25 @@ function report(options: Options, rows: readonly Row[]): void {
     fixed(r.socketS),
     fixed(r.floorS),
     fixed(r.overheadS),
+    fixed(r.grantS),
   ]);
-  const header = ["job", "checkpoint/host", "width", "CPUs/host", "runs", "downtime s (median)", "min–max", "memcpy s", "socket s", "floor s", "overhead s"];
+  const header = [
+    "job",
+    "checkpoint/host",
+    "width",
+    "CPUs/host",
+    "runs",
+    "downtime s (median)",
+    "min–max",
+    "memcpy s",
+    "socket s",
+    "floor s",
+    "overhead s",
+    "grant staging s",
+  ];
   process.stdout.write(
-    `${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes\n\n${table(header, summary)}\n\n`,
+    `${options.layers} layers, ${options.rows} rows per replica per step; seconds; floor = the slower of memcpy and a plain socket on loopback for the host's bytes; ` +
+      `grant staging = allocating the destination's staging file for the host's bytes, before the job pauses (in the lead, not the downtime)\n\n${table(header, summary)}\n\n`,
   );
   const columns = rows.map((r) => `${r.job} ${mib(r.bytesPerHost)}`);
   const phases = [

@@ -5,7 +5,8 @@
 // ours and the paper's, and the trace continues from our plan, as the controller would.
 //
 //   npm run bench:plan -- --sizes 1024,2048 --mix dp --events 20
-import { intFlag, numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { bool, checked, choice, helpText, int, num, parseCommandFlags, seconds, str } from "../cli/flags.ts";
+import { secondsFlag, table, UsageError } from "../cli/io.ts";
 import { MAX_HOSTS, MAX_HOSTS_PER_RACK, MAX_RACKS } from "../sdk/contract/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster, Placement } from "../controller/planner/model/cluster.ts";
@@ -18,7 +19,7 @@ import {
   type PlanProgress,
   type PlanStatus,
 } from "../controller/planner/plan/index.ts";
-import { constrain, MIXES, SCHEDULERS, trace, type Mix, type SchedulerName } from "../controller/simulator/index.ts";
+import { constrain, MIXES, SCHEDULERS, trace, type Mix } from "../controller/simulator/index.ts";
 import { anytimeTable, unchangedTable } from "./plan-tails.ts";
 
 const GPUS_PER_HOST = 8;
@@ -29,25 +30,39 @@ const MOVE_BUCKETS = ["1", "2", "3", "4", "5+"] as const;
 const STATUSES = ["unchanged", "optimal", "feasible", "infeasible", "timeout", "skipped"] as const satisfies readonly (PlanStatus | "timeout" | "skipped")[];
 type Status = (typeof STATUSES)[number];
 
-const help = `usage: npm run bench:plan -- [options]
+/** `--NAME A,B,…`: positive numbers, or none for an empty list. */
+function positives(raw: string, name: string): number[] {
+  if (raw === "none") return [];
+  return raw.split(",").map((item) => {
+    const value = Number(item);
+    if (!(value > 0)) throw new UsageError(`--${name} takes positive numbers separated by commas, or none; got "${item}"`);
+    return value;
+  });
+}
 
-Generates cluster traces and plans every bound violation with our formulation and the paper's.
+const FLAGS = {
+  sizes: str("LIST", "GPU counts, multiples of a rack's GPUs", { default: "1024,2048,4096,8192" }),
+  "hosts-per-rack": int("N", `hosts of ${GPUS_PER_HOST} GPUs in a rack`, { default: 8, min: 1, max: MAX_HOSTS_PER_RACK }),
+  mix: choice([...MIXES, "all"], "the traces' jobs: DP/FSDP only (dp), TP=8 with pipeline stages among DP/FSDP (tp8pp), or each in turn", "all"),
+  events: int("N", "violation events per size and mix", { default: 40, min: 1 }),
+  seed: int("N", "trace seed", { default: 1, min: 0 }),
+  "time-limit": seconds("SEC", "planner budget per plan", { default: 10, min: 0.001 }),
+  "paper-limit": checked("SEC", "the paper's formulation's budget (default: --time-limit; 0 skips it)", (raw, name) => secondsFlag(name, raw, 0, 0)),
+  scheduler: choice(SCHEDULERS, "front-end that places arrivals", "best-fit"),
+  pinned: num("F", "share of each event's jobs pinned, drawn at random", { default: 0, min: 0, max: 1 }),
+  unavailable: num("F", "share of each event's free hosts unavailable", { default: 0, min: 0, max: 1 }),
+  json: bool("one JSON line per size and mix instead of tables"),
+  "hard-limits": checked("LIST", "time limits (s) for the hard example's table; none skips it", positives, { default: "3,5,7,10,20,60" }),
+  "unchanged-racks": checked("LIST", "racks of 8 hosts for the within-bounds table; none skips it", (raw, name) => positives(raw, name).map(Math.round), {
+    default: "256,2048,8192",
+  }),
+};
 
-options:
-  --sizes LIST       GPU counts, multiples of a rack's GPUs (default 1024,2048,4096,8192)
-  --hosts-per-rack N hosts of ${GPUS_PER_HOST} GPUs in a rack (default 8)
-  --mix NAME         ${MIXES.join(" | ")} | all (default all)
-  --events N         violation events per size and mix (default 40)
-  --seed N           trace seed (default 1)
-  --time-limit SEC   planner budget per plan (default 10)
-  --paper-limit SEC  the paper's formulation's budget (default: --time-limit; 0 skips it)
-  --scheduler NAME   front-end that places arrivals: ${SCHEDULERS.join(" | ")} (default best-fit)
-  --pinned F         share of each event's jobs pinned, drawn at random (default 0)
-  --unavailable F    share of each event's free hosts unavailable (default 0)
-  --json             one JSON line per size and mix instead of tables
-  --hard-limits LIST time limits (s) for the hard example's table (default 3,5,7,10,20,60; none skips)
-  --unchanged-racks LIST  racks of 8 hosts for the within-bounds table (default 256,2048,8192; none skips)
-  --help             this text`;
+const help = helpText({
+  command: "npm run bench:plan --",
+  table: FLAGS,
+  about: "Generates cluster traces and plans every bound violation with our formulation and the paper's.",
+});
 
 interface Outcome {
   readonly status: Status;
@@ -77,31 +92,8 @@ interface Run {
 }
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    sizes: { type: "string", default: "1024,2048,4096,8192" },
-    "hosts-per-rack": { type: "string" },
-    mix: { type: "string", default: "all" },
-    events: { type: "string" },
-    seed: { type: "string" },
-    "time-limit": { type: "string" },
-    "paper-limit": { type: "string" },
-    scheduler: { type: "string", default: "best-fit" },
-    pinned: { type: "string" },
-    unavailable: { type: "string" },
-    json: { type: "boolean", default: false },
-    "hard-limits": { type: "string", default: "3,5,7,10,20,60" },
-    "unchanged-racks": { type: "string", default: "256,2048,8192" },
-    help: { type: "boolean", default: false },
-  });
-  const list = (name: string, raw: string) =>
-    raw === "none"
-      ? []
-      : raw.split(",").map((item) => {
-          const value = Number(item);
-          if (!(value > 0)) throw new UsageError(`--${name} takes positive numbers separated by commas, or none; got "${item}"`);
-          return value;
-        });
-  const hostsPerRack = intFlag("hosts-per-rack", flags["hosts-per-rack"], 8, 1, MAX_HOSTS_PER_RACK);
+  const flags = parseCommandFlags(argv, FLAGS);
+  const hostsPerRack = flags["hosts-per-rack"];
   const sizes = flags.sizes.split(",").map((raw) => {
     const gpus = Number(raw);
     if (!Number.isInteger(gpus) || gpus <= 0 || gpus % (hostsPerRack * GPUS_PER_HOST) !== 0) {
@@ -113,29 +105,20 @@ function options(argv: string[]) {
       throw new UsageError(`--sizes ${raw}: a cluster holds at most ${MAX_RACKS} racks; give more --hosts-per-rack`);
     return gpus;
   });
-  const mixes = flags.mix === "all" ? [...MIXES] : MIXES.filter((mix) => mix === flags.mix);
-  if (mixes.length === 0) throw new UsageError(`--mix must be one of ${[...MIXES, "all"].join(", ")}, got "${flags.mix}"`);
-  const events = numberFlag("events", flags.events, 40, 1);
-  const seed = numberFlag("seed", flags.seed, 1, 0);
-  if (!Number.isInteger(events) || !Number.isInteger(seed)) throw new UsageError("--events and --seed take whole numbers");
-  const scheduler = SCHEDULERS.find((name) => name === flags.scheduler);
-  if (!scheduler) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-  const timeLimitMs = numberFlag("time-limit", flags["time-limit"], 10, 0.001) * 1000;
   return {
-    help: flags.help,
     sizes,
     hostsPerRack,
-    mixes,
-    events,
-    seed,
-    timeLimitMs,
-    paperLimitMs: numberFlag("paper-limit", flags["paper-limit"], timeLimitMs / 1000, 0) * 1000,
-    scheduler: scheduler satisfies SchedulerName,
-    pinned: numberFlag("pinned", flags.pinned, 0, 0, 1),
-    unavailable: numberFlag("unavailable", flags.unavailable, 0, 0, 1),
+    mixes: flags.mix === "all" ? [...MIXES] : [flags.mix],
+    events: flags.events,
+    seed: flags.seed,
+    timeLimitMs: flags["time-limit"],
+    paperLimitMs: flags["paper-limit"] ?? flags["time-limit"],
+    scheduler: flags.scheduler,
+    pinned: flags.pinned,
+    unavailable: flags.unavailable,
     json: flags.json,
-    hardLimits: list("hard-limits", flags["hard-limits"]),
-    unchangedRacks: list("unchanged-racks", flags["unchanged-racks"]).map(Math.round),
+    hardLimits: flags["hard-limits"],
+    unchangedRacks: flags["unchanged-racks"],
   };
 }
 

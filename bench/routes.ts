@@ -8,7 +8,8 @@
 // each), groups dropped on random racks while every rack stays within λ = 32, 95% full.
 //
 //   npm run bench:routes -- --sizes 1024,8192 --reps 30
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { checked, helpText, int, parseCommandFlags } from "../cli/flags.ts";
+import { table, UsageError } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import type { Cluster } from "../controller/planner/model/cluster.ts";
 import {
@@ -28,48 +29,34 @@ const GPUS_PER_RACK = HOSTS_PER_RACK * 8;
 const UPLINKS = 32;
 const RINGS = 8;
 
-const help = `usage: npm run bench:routes -- [options]
-
-Colours the DP flows of synthetic clusters (${HOSTS_PER_RACK}×8 GPUs per rack, ${UPLINKS} uplinks, TP=${RINGS}, λ=${UPLINKS})
-with alternating paths and with padded-regular Hopcroft–Karp, and times the whole routing.
-
-options:
-  --sizes LIST     GPU counts, multiples of ${GPUS_PER_RACK} (default 1024,2048,4096,8192)
-  --clusters N     random clusters per size (default 5)
-  --reps N         timed colourings per cluster and method (default 20)
-  --seed N         first cluster seed (default 1)
-  --pod-reps N     timed 3-tier routings per cluster, 0 to skip them (default 3)
-  --help           this text`;
-
-function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    sizes: { type: "string", default: "1024,2048,4096,8192" },
-    clusters: { type: "string" },
-    reps: { type: "string" },
-    seed: { type: "string" },
-    "pod-reps": { type: "string" },
-    help: { type: "boolean", default: false },
-  });
-  const sizes = flags.sizes.split(",").map((raw) => {
-    const gpus = Number(raw);
+function clusterSizes(raw: string): number[] {
+  return raw.split(",").map((item) => {
+    const gpus = Number(item);
     if (!Number.isInteger(gpus) || gpus <= 0 || gpus % GPUS_PER_RACK !== 0) {
-      throw new UsageError(`--sizes takes multiples of ${GPUS_PER_RACK} GPUs, got "${raw}"`);
+      throw new UsageError(`--sizes takes multiples of ${GPUS_PER_RACK} GPUs, got "${item}"`);
     }
     return gpus;
   });
-  const whole = (name: string, raw: string | undefined, fallback: number, min: number) => {
-    const value = numberFlag(name, raw, fallback, min);
-    if (!Number.isInteger(value)) throw new UsageError(`--${name} takes a whole number, got "${raw}"`);
-    return value;
-  };
-  return {
-    help: flags.help,
-    sizes,
-    clusters: whole("clusters", flags.clusters, 5, 1),
-    reps: whole("reps", flags.reps, 20, 1),
-    seed: whole("seed", flags.seed, 1, 0),
-    podReps: whole("pod-reps", flags["pod-reps"], 3, 0),
-  };
+}
+
+const FLAGS = {
+  sizes: checked("LIST", `GPU counts, multiples of ${GPUS_PER_RACK}`, clusterSizes, { default: "1024,2048,4096,8192" }),
+  clusters: int("N", "random clusters per size", { default: 5, min: 1 }),
+  reps: int("N", "timed colourings per cluster and method", { default: 20, min: 1 }),
+  seed: int("N", "first cluster seed", { default: 1, min: 0 }),
+  "pod-reps": int("N", "timed 3-tier routings per cluster, 0 to skip them", { default: 3, min: 0 }),
+};
+
+const help = helpText({
+  command: "npm run bench:routes --",
+  table: FLAGS,
+  about: `Colours the DP flows of synthetic clusters (${HOSTS_PER_RACK}×8 GPUs per rack, ${UPLINKS} uplinks, TP=${RINGS}, λ=${UPLINKS})
+with alternating paths and with padded-regular Hopcroft–Karp, and times the whole routing.`,
+});
+
+function options(argv: string[]) {
+  const flags = parseCommandFlags(argv, FLAGS);
+  return { sizes: flags.sizes, clusters: flags.clusters, reps: flags.reps, seed: flags.seed, podReps: flags["pod-reps"] };
 }
 
 function quantile(sorted: readonly number[], q: number): number {

@@ -7,7 +7,8 @@
 //   npm run bench:simulate -- --preset paper-1024 --loads 0.5,0.7,0.9,1
 //   npm run bench:simulate -- --preset frag-1024 --tokens-per-replica 16384
 //   npm run bench:simulate -- --preset paper-2048-16to1 --gpus-per-rack 64,128,256 --uplinks 4,8,16 --jobs 200
-import { intFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { checked, choice, helpText, int, parseCommandFlags } from "../cli/flags.ts";
+import { table, UsageError } from "../cli/io.ts";
 import { MAX_HOSTS_PER_RACK, MAX_RACKS, MAX_UPLINKS_PER_RACK } from "../sdk/contract/protocol/limits.ts";
 import { benchMain } from "./entry.ts";
 import { defaultThreads, MAX_THREADS, runAll, type RunRequest } from "../cli/simulate/runs.ts";
@@ -30,8 +31,6 @@ import {
   moveEvents,
   type Preset,
   type PresetName,
-  type QueueName,
-  type SchedulerName,
   type SystemName,
   type SystemReport,
   type PlanEvent,
@@ -40,67 +39,78 @@ import {
 
 const presetNames = Object.keys(PRESETS) as PresetName[];
 
-const help = `usage: npm run bench:simulate -- [options]
+/** `--preset`'s name, once it names a preset this benchmark runs. */
+function presetName(raw: string, name: string): PresetName {
+  const preset: Preset | undefined = PRESETS[raw as PresetName];
+  if (!preset) throw new UsageError(`--${name} must be one of ${presetNames.join(", ")}`);
+  if (preset.variants) throw new UsageError(`--${name} ${raw} sweeps variants beside its loads; run it with monkeytree simulate`);
+  return raw as PresetName;
+}
 
-Runs a simulator preset's systems on its generated traces and prints slowdowns, moves per
-defragmentation event and simulation times.
+function loadList(raw: string, name: string): number[] {
+  const loads = raw.split(",").map(Number);
+  if (loads.some((l) => !(l > 0 && l <= 1))) throw new UsageError(`--${name} must be numbers in (0, 1]`);
+  return loads;
+}
 
-options:
-  --preset NAME   ${presetNames.join(" | ")} (default paper-1024)
-  --loads LIST    offered loads (default: the preset's)
-  --jobs N        jobs per trace (default: the preset's)
-  --systems LIST  (default: the preset's)
-  --seed N        trace seed (default 1)
-  --scheduler S   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
-  --queue Q       queue discipline: ${QUEUES.join(" | ")} (default fifo: the head blocks the
-                  queue; backfill starts any queued job that fits, reserving nothing)
-  --tokens-per-replica N
-                  local batch in tokens per model replica and iteration (default
-                  ${DEFAULT_TOKENS_PER_REPLICA}); prints each model's communication share of its jobs' ideal time
-  --gpus-per-rack LIST
-                  sweep instead (the §7.6 heatmap): the preset's GPUs regrouped into racks of
-                  each of these many GPUs, each with every --uplinks count up to its GPUs
-                  (full bisection), at the first load; prints p99 and average slowdown per
-                  system, GPUs per rack against uplinks
-  --uplinks LIST  uplinks per rack to sweep (default 16,32,64)
-  --threads N     runs of a load (or of a sweep's cells) side by side, each in a thread of its
-                  own (default: one per core, at most one per system); the table of seconds
-                  gives the load's wall-clock time beside its runs' own times summed
-  --help          this text`;
+function systemList(raw: string): SystemName[] {
+  const systems = raw.split(",") as SystemName[];
+  for (const s of systems) if (!SYSTEMS.includes(s)) throw new UsageError(`unknown system ${s}`);
+  return systems;
+}
+
+function counts(raw: string, name: string): number[] {
+  const values = raw.split(",").map(Number);
+  if (values.some((v) => !Number.isInteger(v) || v < 1)) throw new UsageError(`--${name} must be positive integers`);
+  return values;
+}
+
+function uplinkCounts(raw: string, name: string): number[] {
+  const uplinks = counts(raw, name);
+  if (uplinks.some((u) => u > MAX_UPLINKS_PER_RACK)) throw new UsageError(`--${name}: at most ${MAX_UPLINKS_PER_RACK} per rack`);
+  return uplinks;
+}
+
+const FLAGS = {
+  preset: checked("NAME", `the preset to run: ${presetNames.join(" | ")}`, presetName, { default: "paper-1024" }),
+  loads: checked("LIST", "offered loads (default: the preset's)", loadList),
+  jobs: int("N", "jobs per trace (default: the preset's)", { min: 1 }),
+  systems: checked("LIST", `systems to run, of ${SYSTEMS.join(", ")} (default: the preset's)`, systemList),
+  seed: int("N", "trace seed", { default: 1, min: 0 }),
+  scheduler: choice(SCHEDULERS, "front-end scheduler", "best-fit"),
+  queue: choice(QUEUES, "queue discipline: fifo, the head blocks the queue; backfill starts any queued job that fits, reserving nothing", "fifo"),
+  "tokens-per-replica": int("N", "local batch in tokens per model replica and iteration; prints each model's communication share of its jobs' ideal time", {
+    default: DEFAULT_TOKENS_PER_REPLICA,
+    min: 1,
+    max: MAX_TOKENS_PER_REPLICA,
+  }),
+  "gpus-per-rack": checked(
+    "LIST",
+    "sweep instead (the §7.6 heatmap): the preset's GPUs regrouped into racks of each of these many GPUs, each with every --uplinks " +
+      "count up to its GPUs (full bisection), at the first load; prints p99 and average slowdown per system, GPUs per rack against uplinks",
+    counts,
+  ),
+  uplinks: checked("LIST", "uplinks per rack to sweep (default 16,32,64)", uplinkCounts),
+  threads: int(
+    "N",
+    "runs of a load (or of a sweep's cells) side by side, each in a thread of its own (default: one per core, at most one per system); " +
+      "the table of seconds gives the load's wall-clock time beside its runs' own times summed",
+    { min: 1, max: MAX_THREADS },
+  ),
+};
+
+const help = helpText({
+  command: "npm run bench:simulate --",
+  table: FLAGS,
+  about: `Runs a simulator preset's systems on its generated traces and prints slowdowns, moves per
+defragmentation event and simulation times.`,
+});
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    preset: { type: "string", default: "paper-1024" },
-    loads: { type: "string" },
-    jobs: { type: "string" },
-    systems: { type: "string" },
-    seed: { type: "string" },
-    scheduler: { type: "string", default: "best-fit" },
-    queue: { type: "string", default: "fifo" },
-    "tokens-per-replica": { type: "string" },
-    "gpus-per-rack": { type: "string" },
-    uplinks: { type: "string" },
-    threads: { type: "string" },
-    help: { type: "boolean", default: false },
-  });
-  const preset: Preset | undefined = PRESETS[flags.preset as PresetName];
-  if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}`);
-  if (preset.variants) throw new UsageError(`--preset ${flags.preset} sweeps variants beside its loads; run it with monkeytree simulate`);
-  const loads = flags.loads === undefined ? [...preset.loads] : flags.loads.split(",").map(Number);
-  if (loads.some((l) => !(l > 0 && l <= 1))) throw new UsageError("--loads must be numbers in (0, 1]");
-  const systems = (flags.systems === undefined ? [...preset.systems] : flags.systems.split(",")) as SystemName[];
-  for (const s of systems) if (!SYSTEMS.includes(s)) throw new UsageError(`unknown system ${s}`);
-  const scheduler = flags.scheduler as SchedulerName;
-  if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}`);
-  const queue = flags.queue as QueueName;
-  if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}`);
-  const counts = (name: string, raw: string | undefined) => {
-    const values = raw === undefined ? undefined : raw.split(",").map(Number);
-    if (values?.some((v) => !Number.isInteger(v) || v < 1)) throw new UsageError(`--${name} must be positive integers`);
-    return values;
-  };
-  const gpusPerRack = counts("gpus-per-rack", flags["gpus-per-rack"]);
-  const uplinks = counts("uplinks", flags.uplinks) ?? [16, 32, 64];
+  const flags = parseCommandFlags(argv, FLAGS);
+  const preset: Preset = PRESETS[flags.preset];
+  const systems = flags.systems ?? [...preset.systems];
+  const gpusPerRack = flags["gpus-per-rack"];
   if (flags.uplinks !== undefined && !gpusPerRack) throw new UsageError("--uplinks sweeps with --gpus-per-rack");
   const gpus = preset.fabric.racks * preset.fabric.hostsPerRack * preset.fabric.gpusPerHost;
   for (const g of gpusPerRack ?? []) {
@@ -111,20 +121,18 @@ function options(argv: string[]) {
       );
     }
   }
-  if (uplinks.some((u) => u > MAX_UPLINKS_PER_RACK)) throw new UsageError(`--uplinks: at most ${MAX_UPLINKS_PER_RACK} per rack`);
   return {
-    sweep: gpusPerRack ? { gpusPerRack, uplinks } : undefined,
-    scheduler,
-    queue,
-    help: flags.help,
-    name: flags.preset as PresetName,
+    sweep: gpusPerRack ? { gpusPerRack, uplinks: flags.uplinks ?? [16, 32, 64] } : undefined,
+    scheduler: flags.scheduler,
+    queue: flags.queue,
+    name: flags.preset,
     preset,
-    loads,
+    loads: flags.loads ?? [...preset.loads],
     systems,
-    jobs: intFlag("jobs", flags.jobs, preset.jobs, 1),
-    seed: intFlag("seed", flags.seed, 1, 0),
-    threads: intFlag("threads", flags.threads, defaultThreads(systems.length), 1, MAX_THREADS),
-    tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
+    jobs: flags.jobs ?? preset.jobs,
+    seed: flags.seed,
+    threads: flags.threads ?? defaultThreads(systems.length),
+    tokensPerReplica: flags["tokens-per-replica"],
   };
 }
 

@@ -9,18 +9,19 @@ import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { numberFlag, parseFlags, table, UsageError } from "../cli/io.ts";
+import { helpText, int, parseCommandFlags } from "../cli/flags.ts";
+import { table } from "../cli/io.ts";
 import { PACKAGE_ROOT, RUN_TS } from "../sdk/contract/paths.ts";
 import { benchMain } from "./entry.ts";
 
-const help = `usage: npm run bench:startup -- [options]
+const FLAGS = { runs: int("N", "timed runs of each", { default: 10, min: 1 }) };
 
-Times \`monkeytree plan\` on the embedded example from source through tsx and from the compiled
-dist/ with plain Node (npm run bench:startup builds dist/ first).
-
-options:
-  --runs N   timed runs of each (default 10)
-  --help     this text`;
+const help = helpText({
+  command: "npm run bench:startup --",
+  table: FLAGS,
+  about: `Times \`monkeytree plan\` on the embedded example from source through tsx and from the compiled
+dist/ with plain Node (npm run bench:startup builds dist/ first).`,
+});
 
 const WAYS = [
   { name: "source through tsx", args: [RUN_TS, join(PACKAGE_ROOT, "cli/monkeytree.ts"), "plan"] },
@@ -28,10 +29,7 @@ const WAYS = [
 ] as const;
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, { runs: { type: "string" }, help: { type: "boolean", default: false } });
-  const runs = numberFlag("runs", flags.runs, 10, 1);
-  if (!Number.isInteger(runs)) throw new UsageError(`--runs must be a whole number, got "${flags.runs}"`);
-  return { runs, help: flags.help };
+  return parseCommandFlags(argv, FLAGS);
 }
 
 /** One run's wall time in ms; fails unless it planned the example. */

@@ -9,7 +9,8 @@
 //   npm run bench:transfer -- --size 1GiB --rounds 3
 import { spawnSync } from "node:child_process";
 import { z } from "zod";
-import { byteSize, numberFlag, parseFlags, table } from "../cli/io.ts";
+import { bool, checked, helpText, num, parseCommandFlags, size } from "../cli/flags.ts";
+import { byteSize, table } from "../cli/io.ts";
 import { benchMain } from "./entry.ts";
 import { baselineRun, LOOPBACK, Peer, secondsSchema, type Namespaces } from "./socket-baseline.ts";
 import { StagingBuffer, copyWithCrc32c, removeStaleStagingBuffers, transferTicketSchema, type TransferTicket } from "../native/index.ts";
@@ -21,47 +22,34 @@ const here = (file: string): string => new URL(file, import.meta.url).pathname;
 const RUN_TS = here("../bin/run-ts.js");
 const PEER = here("./transfer-peer.ts");
 
-const help = `usage: npm run bench:transfer -- [options]
+const FLAGS = {
+  size: size("BYTES", "transfer size, e.g. 4GiB, 512MiB, 1000000", { default: 4 * GiB, show: "4GiB" }),
+  "pack-size": checked("BYTES", "bytes packed into the checkpoint (default: min(size, 1GiB))", (raw, name) => byteSize(name, raw)),
+  streams: num("N", "parallel TCP streams of the engine", { default: 4, min: 1 }),
+  chunk: size("BYTES", "engine chunk size", { default: 8 * MiB, show: "8MiB" }),
+  rounds: num("N", "runs per method and path; the median is reported", { default: 3, min: 1 }),
+  "no-netns": bool("skip the veth/network-namespace path"),
+  json: bool("one JSON line instead of tables"),
+};
 
-Moves --size bytes between two staging buffers in two processes, with MonkeyTree's TCP engine
+const help = helpText({
+  command: "npm run bench:transfer --",
+  table: FLAGS,
+  about: `Moves --size bytes between two staging buffers in two processes, with MonkeyTree's TCP engine
 and with a plain-socket baseline, over loopback and over a veth pair between two network
-namespaces; then packs a checkpoint into staging and compares it with memcpy.
-
-options:
-  --size BYTES      transfer size, e.g. 4GiB, 512MiB, 1000000 (default 4GiB)
-  --pack-size BYTES bytes packed into the checkpoint (default min(size, 1GiB))
-  --streams N       parallel TCP streams of the engine (default 4)
-  --chunk BYTES     engine chunk size (default 8MiB)
-  --rounds N        runs per method and path; the median is reported (default 3)
-  --no-netns        skip the veth/network-namespace path
-  --json            one JSON line instead of tables
-  --help            this text`;
-
-function byteFlag(name: string, raw: string | undefined, fallback: number): number {
-  return raw === undefined ? fallback : byteSize(name, raw);
-}
+namespaces; then packs a checkpoint into staging and compares it with memcpy.`,
+});
 
 function options(argv: string[]) {
-  const flags = parseFlags(argv, {
-    size: { type: "string" },
-    "pack-size": { type: "string" },
-    streams: { type: "string" },
-    chunk: { type: "string" },
-    rounds: { type: "string" },
-    "no-netns": { type: "boolean", default: false },
-    json: { type: "boolean", default: false },
-    help: { type: "boolean", default: false },
-  });
-  const size = byteFlag("size", flags.size, 4 * GiB);
+  const flags = parseCommandFlags(argv, FLAGS);
   return {
-    size,
-    packSize: byteFlag("pack-size", flags["pack-size"], Math.min(size, GiB)),
-    streams: numberFlag("streams", flags.streams, 4, 1),
-    chunk: byteFlag("chunk", flags.chunk, 8 * MiB),
-    rounds: Math.round(numberFlag("rounds", flags.rounds, 3, 1)),
+    size: flags.size,
+    packSize: flags["pack-size"] ?? Math.min(flags.size, GiB),
+    streams: flags.streams,
+    chunk: flags.chunk,
+    rounds: Math.round(flags.rounds),
     netns: !flags["no-netns"],
     json: flags.json,
-    help: flags.help,
   };
 }
 type Options = ReturnType<typeof options>;

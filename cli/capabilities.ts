@@ -1,19 +1,21 @@
 import { capabilities } from "../native/index.ts";
-import { ExitCode, parseFlags, writeJson, type Command } from "./io.ts";
+import { bool, helpText, parseCommandFlags } from "./flags.ts";
+import { ExitCode, writeJson, type Command } from "./io.ts";
 
-const help = `usage: monkeytree capabilities [--json]
+const FLAGS = { json: bool("print the probe result as JSON") };
 
-What this host's migration data plane can use: TCP (always), RDMA devices (ibverbs), CUDA and
-GPUDirect, and the CRC32C implementation. Absent parts come with the reason.
-
-options:
-  --json  print the probe result as JSON`;
+const help = helpText({
+  command: "monkeytree capabilities",
+  table: FLAGS,
+  about: `What this host's migration data plane can use: TCP (always), RDMA devices (ibverbs), CUDA and
+GPUDirect, and the CRC32C implementation. Absent parts come with the reason.`,
+});
 
 export const command: Command = {
   summary: "show what this host's data plane can use (TCP, RDMA, CUDA, GPUDirect)",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, { json: { type: "boolean", default: false } });
+    const flags = parseCommandFlags(argv, FLAGS);
     const caps = capabilities();
     if (flags.json) {
       await writeJson(io, caps);

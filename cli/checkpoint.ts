@@ -4,15 +4,33 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { errnoReason, InvalidInputError, quote } from "../sdk/contract/errors.ts";
 import { CRC32C_LIBRARY_ENV } from "../sdk/contract/protocol/channel.ts";
-import { ExitCode, SHM, UsageError, intFlag, type Command, type Io } from "./io.ts";
+import { bool, helpText, int, list, parseArgsOptions, parseCommandFlags, required, str } from "./flags.ts";
+import { ExitCode, SHM, UsageError, type Command, type Io } from "./io.ts";
 
 const PER_SOURCE_DEFAULTS = "rng, *.rng and *rng_state*";
 
-const help = `usage: monkeytree checkpoint export (--buffer NAME | --file PATH)... [--ranges N] [--offset BYTES]
-                                     [--length BYTES] --out DIR [--overwrite] [--per-source PATTERN]...
-                                     [--python PATH] [--json]
+const FLAGS = {
+  buffer: list("NAME", `a staging buffer, ${SHM}/NAME`),
+  file: list("PATH", "a file holding a copy of a staging buffer (--buffer and --file repeat; sources count from 0 in the order given)"),
+  ranges: int(
+    "N",
+    "each source holds N local processes' checkpoints, one per page-aligned share, as `monkeytree launch --checkpoint-bytes` " +
+      "splits its staging among torchrun's processes",
+    { default: 1, min: 1 },
+  ),
+  offset: int("BYTES", "where the checkpoint (with --ranges, the first) starts in each source", { default: 0, min: 0 }),
+  length: int("BYTES", "bytes from --offset that the checkpoints may use (default: the rest)", { min: 1 }),
+  out: required("DIR", "the DCP checkpoint directory to write, new or empty", "the directory to write the DCP checkpoint into"),
+  overwrite: bool("replace DIR when it holds something"),
+  "per-source": list("PATTERN", `fqns (shell patterns) of per-process state, besides ${PER_SOURCE_DEFAULTS}`),
+  python: str("PATH", "the interpreter with torch and the monkeytree package (default $MONKEYTREE_PYTHON, else python3)"),
+  json: bool("print what was written as one JSON object"),
+};
 
-Writes staged checkpoints (a launcher's or a daemon's staging buffer, or a copy of one in a
+const help = helpText({
+  command: "monkeytree checkpoint export",
+  table: FLAGS,
+  about: `Writes staged checkpoints (a launcher's or a daemon's staging buffer, or a copy of one in a
 file) as one standard PyTorch DCP checkpoint directory: torch.distributed.checkpoint.load reads
 it with FileSystemReader(DIR) and no MonkeyTree, to inspect a moved worker's state or resume
 from it. Every blob's CRC32C is verified first. Tensor chunks of one fqn from several sources
@@ -23,47 +41,16 @@ source's is kept as monkeytree.source<i>.<fqn>, and <fqn> holds source 0's. DIR 
 beside itself and renamed into place at the end, so a failed export leaves nothing.
 
 It runs the hook's exporter, \`PYTHON -m monkeytree export\`, which needs torch and the
-monkeytree Python package (pip install sdk/python).
-
-options:
-  --buffer NAME         a staging buffer, ${SHM}/NAME
-  --file PATH           a file holding a copy of a staging buffer
-                        (both repeat; sources count from 0 in the order given)
-  --ranges N            each source holds N local processes' checkpoints, one per page-aligned
-                        share, as \`monkeytree launch --checkpoint-bytes\` splits its staging
-                        among torchrun's processes (default 1)
-  --offset BYTES        where the checkpoint (with --ranges, the first) starts in each source
-                        (default 0)
-  --length BYTES        bytes from --offset that the checkpoints may use (default: the rest)
-  --out DIR             the DCP checkpoint directory to write, new or empty (required)
-  --overwrite           replace DIR when it holds something
-  --per-source PATTERN  fqns (shell patterns) of per-process state, besides ${PER_SOURCE_DEFAULTS}
-  --python PATH         the interpreter with torch and the monkeytree package
-                        (default $MONKEYTREE_PYTHON, else python3)
-  --json                print what was written as one JSON object
-  -h, --help            show this help
-
-exit codes: 0 written, 2 bad usage or input (a source that is missing or holds no valid
+monkeytree Python package (pip install sdk/python).`,
+  after: `exit codes: 0 written, 2 bad usage or input (a source that is missing or holds no valid
 checkpoint, a corrupt blob, sources that disagree, DIR not empty, no usable --python),
-3 internal error.`;
+3 internal error.`,
+});
 
 /** What `StagingBuffer.create` accepts as a name (native/index.ts). */
 const SHM_NAME = /^[A-Za-z0-9._-]{1,200}$/;
 /** The exporter's own prefix on its error lines, replaced by this command's. */
 const PYTHON_PREFIX = "python3 -m monkeytree export: ";
-
-const OPTIONS = {
-  buffer: { type: "string", multiple: true },
-  file: { type: "string", multiple: true },
-  ranges: { type: "string" },
-  offset: { type: "string" },
-  length: { type: "string" },
-  out: { type: "string" },
-  overwrite: { type: "boolean" },
-  "per-source": { type: "string", multiple: true },
-  python: { type: "string" },
-  json: { type: "boolean" },
-} as const;
 
 interface Ran {
   readonly code: number | null;
@@ -102,7 +89,7 @@ async function crcLibrary(): Promise<Record<string, string>> {
 function sourceArgs(argv: string[]): string[] {
   let tokens;
   try {
-    tokens = parseArgs({ args: argv, options: OPTIONS, allowPositionals: false, strict: true, tokens: true }).tokens;
+    tokens = parseArgs({ args: argv, options: parseArgsOptions(FLAGS), allowPositionals: false, strict: true, tokens: true }).tokens;
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
@@ -166,12 +153,8 @@ function advice(python: string, ran: Ran): string | null {
 
 async function exportCheckpoint(argv: string[], io: Io): Promise<ExitCode> {
   const sources = sourceArgs(argv);
-  const flags = parseArgs({ args: argv, options: OPTIONS, allowPositionals: false, strict: true }).values;
-  if (flags.out === undefined || flags.out === "") throw new UsageError("--out DIR is required: the directory to write the DCP checkpoint into");
-  const ranges = intFlag("ranges", flags.ranges, 1, 1);
-  const offset = intFlag("offset", flags.offset, 0, 0);
-  const length = flags.length === undefined ? undefined : intFlag("length", flags.length, undefined, 1);
-  checkOut(flags.out, flags.overwrite === true);
+  const { ranges, offset, length, ...flags } = parseCommandFlags(argv, FLAGS);
+  checkOut(flags.out, flags.overwrite);
   const python = flags.python ?? (process.env.MONKEYTREE_PYTHON || "python3");
   const args = [
     "-m",
@@ -186,7 +169,7 @@ async function exportCheckpoint(argv: string[], io: Io): Promise<ExitCode> {
     "--out",
     flags.out,
     ...(flags.overwrite ? ["--overwrite"] : []),
-    ...(flags["per-source"] ?? []).flatMap((pattern) => ["--per-source", pattern]),
+    ...flags["per-source"].flatMap((pattern) => ["--per-source", pattern]),
     ...(flags.json ? ["--json"] : []),
   ];
   const ran = await run(python, args, { ...process.env, ...(await crcLibrary()) });

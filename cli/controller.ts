@@ -6,7 +6,7 @@ import { JournalError } from "../controller/service/journal.ts";
 import { loadKeyring, type Keyring } from "../controller/service/keys.ts";
 import { createLogger, type Logger } from "../sdk/contract/log.ts";
 import { ControllerServer, type ServerOptions } from "../controller/service/server.ts";
-import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
+import { DEFAULT_REPLAN_BACKOFF_MS, DEFAULT_SCHEDULER_POLL_MS, DEFAULT_STOP_LEAD_STEPS } from "../controller/service/controller.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
 import { DEFAULT_TIMEOUTS } from "../controller/service/migration.ts";
 import { DEFAULT_LOST_JOB_GRACE_MS, DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS } from "../controller/service/sessions.ts";
@@ -19,12 +19,13 @@ import { Slurm, SlurmNotInstalledError } from "../controller/schedulers/slurm/co
 import type { CommentPolicy } from "../controller/schedulers/slurm/view.ts";
 import type { NamedTopology } from "../controller/planner/model/named-topology.ts";
 import { loadConfig } from "./config.ts";
-import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
-import { ExitCode, UsageError, addressFlag, intFlag, isLoopback, parseFlags, readSnapshotFile, secondsFlag, type Command, type Io } from "./io.ts";
+import { loadTopology, TOPOLOGY_FLAGS } from "./topology.ts";
+import { bool, checked, helpText, int, parseCommandFlags, seconds, str, type Flag, type FlagValues } from "./flags.ts";
+import { ExitCode, UsageError, addressFlag, isLoopback, readSnapshotFile, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
-import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
+import { METRICS_FLAG, serveMetrics } from "./metrics.ts";
 import type { MetricsAddress, MetricsServer } from "../controller/metrics/http.ts";
-import { SLURM_COMMENTS_FLAG, SLURM_COMMENTS_HELP, slurmCommentsFlag } from "./slurm.ts";
+import { SLURM_COMMENTS_FLAG, SLURM_CONF_FLAG } from "./slurm.ts";
 
 /** 16 racks of 8 hosts with 8 GPUs (1,024 GPUs, the paper's simulated cluster), 8 uplinks each. */
 const DEFAULT_SNAPSHOT = { topology: { racks: 16, hostsPerRack: 8, gpusPerHost: 8, uplinksPerRack: 8 }, jobs: [] };
@@ -41,72 +42,107 @@ const DEFAULT_BIND = "tcp://127.0.0.1:5555";
  */
 const MIN_WORKER_HEARTBEAT_TIMEOUT_S = (4 * DEFAULT_REPORT_INTERVAL_MS) / 1000;
 
-const help = `usage: monkeytree controller [--snapshot FILE | --topology FILE] [--bind ADDR] [--journal DIR] [--accept-journal-loss]
-                             [--keys DIR | --insecure] [--require-vouch] [--plan-time-limit S]
-                             [--heartbeat-timeout S] [--worker-heartbeat-timeout S]
-                             [--lost-job-grace S] [--stop-lead N] [--replacement-wait S] [--replan-backoff S] [--metrics ADDR]
-                             [--scheduler slurm [--slurm-conf FILE] [--scheduler-poll S] [--slurm-comments bounded|ignore]]
+/** How long the controller waits for what, and how far ahead a move stops its job. */
+export const PACING_FLAGS = {
+  "plan-time-limit": seconds("S", "planner budget per event in seconds", { default: DEFAULT_PLAN_TIME_LIMIT_MS / 1000, min: 0.01 }),
+  "heartbeat-timeout": seconds("S", "declare a silent host daemon lost after S seconds", { default: 10, min: 0.1 }),
+  "worker-heartbeat-timeout": seconds(
+    "S",
+    `declare a worker lost after S seconds without a word from its launcher, which reports every ${DEFAULT_REPORT_INTERVAL_MS / 1000} s; ` +
+      "`monkeytree status` lists lost workers",
+    {
+      default: DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000,
+      min: MIN_WORKER_HEARTBEAT_TIMEOUT_S,
+      show: `${DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000}, at least ${MIN_WORKER_HEARTBEAT_TIMEOUT_S}`,
+    },
+  ),
+  "lost-job-grace": seconds("S", "end a job S seconds after every one of its workers is lost, freeing its hosts for other jobs", {
+    default: DEFAULT_LOST_JOB_GRACE_MS / 1000,
+    min: 0,
+  }),
+  "stop-lead": int(
+    "N",
+    "steps a job trains after its replacement is ready, before its workers stop together. The job trains on while the destination's " +
+      "replacement starts (Python, torch, the script) and pauses only then",
+    { default: DEFAULT_STOP_LEAD_STEPS, min: 0 },
+  ),
+  "replacement-wait": seconds(
+    "S",
+    "longest a job trains on while its move's replacement starts; past it the job pauses without waiting, and the move waits for " +
+      "the replacement after its commit. 0 pauses at once",
+    { default: DEFAULT_TIMEOUTS.starting / 1000, min: 0 },
+  ),
+  "replan-backoff": seconds(
+    "S",
+    "after a plan rolls back, and after a restart, plan again S seconds later: a cause that persists (a dead host) then does not pause jobs over and over",
+    { default: DEFAULT_REPLAN_BACKOFF_MS / 1000, min: 0 },
+  ),
+} as const;
 
-Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM; SIGHUP
-reloads the --keys keyring. Launchers
-register their workers and meet it at every iteration barrier; when a job starts or ends it
-checks fragmentation, plans migrations and drives them step by step. Every state change is
-journaled (fsync'd) before the controller acts on it; a restarted controller replays the
-journal, rolls back moves that had not committed and finishes those that had.
+/** `flag`, but undefined when not given: flags that go with another are refused without it, which their defaults would hide. */
+function unlessGiven<T>(flag: Flag<T>): Flag<T | undefined> {
+  return { ...flag, parse: (raw, name) => (raw === undefined ? undefined : flag.parse(raw, name)) };
+}
 
-options:
-  --snapshot FILE        topology and bounds (as for \`monkeytree plan\`, with no jobs);
-                         default: the --topology, else ${describeDefault()}
-${TOPOLOGY_HELP}
-  --bind ADDR            ZeroMQ address to listen on (default ${DEFAULT_BIND}, this machine only)
-  --journal DIR          journal directory (default .monkeytree/journal)
-  --accept-journal-loss  start from a journal that holds fewer records than its mark
-                         (journal.mark) says were written, forgetting the lost ones, instead
-                         of refusing it; only after restoring from a backup failed
-  --keys DIR             the keyring \`monkeytree keys --dir DIR\` writes: the controller speaks
-                         CURVE, admits only the keyring's client keys, and lets each do only
-                         what its role allows (a daemon its host, a job its own workers, an
-                         operator \`status\` and ending any job). Required to bind anything
-                         but loopback. Its file must be readable by its owner only (0600).
-                         SIGHUP reloads it: added keys are admitted, removed keys refused from
-                         their next message on; a keyring that cannot be read is logged and
-                         the one in use kept
-  --insecure             bind another address without a keyring: anyone who reaches it may
-                         register daemons and jobs, and so run commands on every host
-  --require-vouch        take a job's new worker only on a host whose daemon vouched for a
-                         launcher of that job (asked on the host's --vouch-socket), so a job
-                         credential claims only hosts its job runs on; for hosts that tenants
-                         share without --scheduler slurm, which checks allocations instead
-  --plan-time-limit S    planner budget per event in seconds (default ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000})
-  --heartbeat-timeout S  declare a silent host daemon lost after S seconds (default 10)
-  --worker-heartbeat-timeout S
-                         declare a worker lost after S seconds without a word from its
-                         launcher, which reports every ${DEFAULT_REPORT_INTERVAL_MS / 1000} s (default ${DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000}, at least ${MIN_WORKER_HEARTBEAT_TIMEOUT_S});
-                         \`monkeytree status\` lists lost workers
-  --lost-job-grace S     end a job S seconds after every one of its workers is lost, freeing
-                         its hosts for other jobs (default ${DEFAULT_LOST_JOB_GRACE_MS / 1000})
-  --stop-lead N          steps a job trains after its replacement is ready, before its workers
-                         stop together (default ${DEFAULT_STOP_LEAD_STEPS}). The job trains on while the destination's
-                         replacement starts (Python, torch, the script) and pauses only then
-  --replacement-wait S   longest a job trains on while its move's replacement starts (default
-                         ${DEFAULT_TIMEOUTS.starting / 1000}); past it the job pauses without waiting, and the move
-                         waits for the replacement after its commit. 0 pauses at once
-  --replan-backoff S     after a plan rolls back, and after a restart, plan again S seconds
-                         later (default ${DEFAULT_REPLAN_BACKOFF_MS / 1000}): a cause that persists (a dead host) then
-                         does not pause jobs over and over
-  --scheduler slurm      Slurm owns the hosts (needs --topology, which names them as Slurm does):
-                         jobs that did not register are counted where they run and never
-                         moved, no worker moves onto a node Slurm could give another job, a
-                         move's destination is held (a reservation) before it stages and its
-                         source given back (the job shrinks) once it commits. See
-                         docs/slurm.md
-  --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
-  --scheduler-poll S     look at Slurm every S seconds (default 3)
-${SLURM_COMMENTS_HELP}
-${metricsHelp(25)}
-  -h, --help             show this help
+const FLAGS = {
+  snapshot: str(
+    "FILE",
+    `topology and bounds (as for \`monkeytree plan\`, with no jobs); give it or --topology, not both. Default: the --topology, else ${describeDefault()}`,
+  ),
+  ...TOPOLOGY_FLAGS,
+  bind: checked("ADDR", "ZeroMQ address to listen on", (address) => addressFlag("--bind", address, "bind"), {
+    default: DEFAULT_BIND,
+    show: `${DEFAULT_BIND}, this machine only`,
+  }),
+  // Made where the command gets to it, after every other check, so that a mistake elsewhere leaves no directory behind.
+  journal: str("DIR", "journal directory", { default: ".monkeytree/journal" }),
+  "accept-journal-loss": bool(
+    "start from a journal that holds fewer records than its mark (journal.mark) says were written, forgetting the lost ones, " +
+      "instead of refusing it; only after restoring from a backup failed",
+  ),
+  keys: str(
+    "DIR",
+    "the keyring `monkeytree keys --dir DIR` writes: the controller speaks CURVE, admits only the keyring's client keys, and lets " +
+      "each do only what its role allows (a daemon its host, a job its own workers, an operator `status` and ending any job). " +
+      "Required to bind anything but loopback. Its file must be readable by its owner only (0600). SIGHUP reloads it: added keys " +
+      "are admitted, removed keys refused from their next message on; a keyring that cannot be read is logged and the one in use kept",
+  ),
+  insecure: bool(
+    "bind another address without a keyring (not with --keys): anyone who reaches it may register daemons and jobs, and so run commands on every host",
+  ),
+  "require-vouch": bool(
+    "take a job's new worker only on a host whose daemon vouched for a launcher of that job (asked on the host's --vouch-socket), " +
+      "so a job credential claims only hosts its job runs on; for hosts that tenants share without --scheduler slurm, which " +
+      "checks allocations instead",
+  ),
+  ...PACING_FLAGS,
+  scheduler: checked(
+    "slurm",
+    "Slurm owns the hosts (needs --topology, which names them as Slurm does): jobs that did not register are counted where they " +
+      "run and never moved, no worker moves onto a node Slurm could give another job, a move's destination is held (a " +
+      "reservation) before it stages and its source given back (the job shrinks) once it commits. --slurm-conf, " +
+      "--scheduler-poll and --slurm-comments go with it. See docs/slurm.md",
+    (value): "slurm" => {
+      if (value !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${value}"`);
+      return value;
+    },
+  ),
+  "slurm-conf": SLURM_CONF_FLAG["slurm-conf"],
+  "scheduler-poll": unlessGiven(seconds("S", "look at Slurm every S seconds", { default: DEFAULT_SCHEDULER_POLL_MS / 1000, min: 0.1 })),
+  "slurm-comments": unlessGiven(SLURM_COMMENTS_FLAG["slurm-comments"]),
+  ...METRICS_FLAG,
+};
 
-Every decision (a job seen, fragmentation found, a plan, each move's transitions, a rollback
+const help = helpText({
+  command: "monkeytree controller",
+  table: FLAGS,
+  about: `Runs the cluster's controller on a ZeroMQ ROUTER socket until SIGINT or SIGTERM; SIGHUP
+reloads the --keys keyring. Launchers register their workers and meet it at every iteration
+barrier; when a job starts or ends it checks fragmentation, plans migrations and drives them
+step by step. Every state change is journaled (fsync'd) before the controller acts on it; a
+restarted controller replays the journal, rolls back moves that had not committed and
+finishes those that had.`,
+  after: `Every decision (a job seen, fragmentation found, a plan, each move's transitions, a rollback
 and why, a worker or a daemon lost) is one JSON line in events.jsonl beside the journal
 (rotated to events.jsonl.1 past 16 MiB); \`monkeytree status --follow\` streams them.
 
@@ -114,10 +150,17 @@ Each host runs \`monkeytree daemon --host H --connect ADDR\`; the controller sen
 and launch commands over this socket. A move to a host without a registered daemon rolls
 back, and the job keeps running where it is.
 
-exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`;
+exit codes: 0 stopped by a signal, 2 bad usage, input or journal, 3 internal error.`,
+});
 
 /** Slurm's side of the controller, once its commands are known to be installed here. */
-function slurmAdapter(conf: string | undefined, comments: CommentPolicy, topology: NamedTopology, managed: () => ReadonlySet<string>, io: Io): SlurmAdapter {
+function slurmAdapter(
+  conf: string | undefined,
+  comments: CommentPolicy | undefined,
+  topology: NamedTopology,
+  managed: () => ReadonlySet<string>,
+  io: Io,
+): SlurmAdapter {
   const slurm = new Slurm(conf === undefined ? {} : { conf });
   try {
     slurm.requireCommands();
@@ -125,7 +168,13 @@ function slurmAdapter(conf: string | undefined, comments: CommentPolicy, topolog
     if (error instanceof SlurmNotInstalledError) throw new InvalidInputError("--scheduler slurm", [{ path: "", message: error.detail }]);
     throw error;
   }
-  return new SlurmAdapter({ slurm, topology, managed, comments, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+  return new SlurmAdapter({
+    slurm,
+    topology,
+    managed,
+    ...(comments === undefined ? {} : { comments }),
+    log: createLogger("slurm", (line) => io.err.write(`${line}\n`)),
+  });
 }
 
 /**
@@ -153,8 +202,7 @@ export const command: Command = {
   summary: "run the cluster controller (ZeroMQ ROUTER, journaled)",
   help,
   async run(argv, io) {
-    const flags = controllerFlags(argv);
-    const metricsAt = metricsFlag(flags.metrics);
+    const flags = parseCommandFlags(argv, FLAGS);
     const pacing = pacingFlags(flags);
     const { cluster, named } = await controlledCluster(flags);
     const { bind, keyring } = listenFlags(flags);
@@ -166,13 +214,13 @@ export const command: Command = {
     let started: () => ReadonlySet<string> = () => new Set();
     const scheduling = schedulerFlags(flags, named, () => started(), io);
     const daemons = new DaemonHosts();
-    const journalDir = flags.journal ?? ".monkeytree/journal";
+    const journalDir = flags.journal;
     outputDir("journal", journalDir);
-    const metrics = metricsAt === null ? undefined : new ControllerMetrics();
+    const metrics = flags.metrics === undefined ? undefined : new ControllerMetrics();
     const server = await startServer({
       bind,
       journalDir,
-      acceptJournalLoss: flags["accept-journal-loss"] ?? false,
+      acceptJournalLoss: flags["accept-journal-loss"],
       config: { kind: "config", topology: cluster.topology, lambda: cluster.lambda, podLambda: cluster.podLambda ?? null },
       transport: daemons,
       launcher: daemons,
@@ -187,60 +235,30 @@ export const command: Command = {
     });
     started = () => new Set(server.controller.durable.jobs.keys());
     metrics?.attach(() => ({ ...server.controller.view(), journalPath: join(journalDir, JOURNAL_FILE) }));
-    const scrape = await scrapeEndpoint(server, metrics, metricsAt, logger, io);
+    const scrape = await scrapeEndpoint(server, metrics, flags.metrics, logger, io);
     if (keyring) io.out.write(`server key ${keyring.publicKey}, ${keyring.clients.length} client keys from ${flags.keys}\n`);
     await serveUntilStopped(server, scrape, flags.keys, logger, io);
     return ExitCode.ok;
   },
 };
 
-function controllerFlags(argv: string[]) {
-  return parseFlags(argv, {
-    snapshot: { type: "string" },
-    bind: { type: "string" },
-    journal: { type: "string" },
-    "accept-journal-loss": { type: "boolean" },
-    keys: { type: "string" },
-    insecure: { type: "boolean" },
-    "require-vouch": { type: "boolean" },
-    "plan-time-limit": { type: "string" },
-    "heartbeat-timeout": { type: "string" },
-    "worker-heartbeat-timeout": { type: "string" },
-    "lost-job-grace": { type: "string" },
-    "stop-lead": { type: "string" },
-    "replacement-wait": { type: "string" },
-    "replan-backoff": { type: "string" },
-    ...TOPOLOGY_FLAGS,
-    scheduler: { type: "string" },
-    "slurm-conf": { type: "string" },
-    "scheduler-poll": { type: "string" },
-    ...SLURM_COMMENTS_FLAG,
-    metrics: { type: "string" },
-  });
-}
+type ControllerFlags = FlagValues<typeof FLAGS>;
 
-type ControllerFlags = ReturnType<typeof controllerFlags>;
-
-/** How long the controller waits for what, and how far ahead a move stops its job: the flags', else the defaults. */
+/** The pacing flags' values as the server takes them. */
 export function pacingFlags(
-  flags: ControllerFlags,
+  flags: FlagValues<typeof PACING_FLAGS>,
 ): Pick<
   ServerOptions,
   "stopLeadSteps" | "timeouts" | "replanBackoffMs" | "planTimeLimitMs" | "heartbeatTimeoutMs" | "workerHeartbeatTimeoutMs" | "lostJobGraceMs"
 > {
   return {
-    stopLeadSteps: intFlag("stop-lead", flags["stop-lead"], DEFAULT_STOP_LEAD_STEPS, 0),
-    timeouts: { ...DEFAULT_TIMEOUTS, starting: secondsFlag("replacement-wait", flags["replacement-wait"], DEFAULT_TIMEOUTS.starting / 1000, 0) },
-    replanBackoffMs: secondsFlag("replan-backoff", flags["replan-backoff"], DEFAULT_REPLAN_BACKOFF_MS / 1000, 0),
-    planTimeLimitMs: secondsFlag("plan-time-limit", flags["plan-time-limit"], DEFAULT_PLAN_TIME_LIMIT_MS / 1000, 0.01),
-    heartbeatTimeoutMs: secondsFlag("heartbeat-timeout", flags["heartbeat-timeout"], 10, 0.1),
-    workerHeartbeatTimeoutMs: secondsFlag(
-      "worker-heartbeat-timeout",
-      flags["worker-heartbeat-timeout"],
-      DEFAULT_WORKER_HEARTBEAT_TIMEOUT_MS / 1000,
-      MIN_WORKER_HEARTBEAT_TIMEOUT_S,
-    ),
-    lostJobGraceMs: secondsFlag("lost-job-grace", flags["lost-job-grace"], DEFAULT_LOST_JOB_GRACE_MS / 1000, 0),
+    stopLeadSteps: flags["stop-lead"],
+    timeouts: { ...DEFAULT_TIMEOUTS, starting: flags["replacement-wait"] },
+    replanBackoffMs: flags["replan-backoff"],
+    planTimeLimitMs: flags["plan-time-limit"],
+    heartbeatTimeoutMs: flags["heartbeat-timeout"],
+    workerHeartbeatTimeoutMs: flags["worker-heartbeat-timeout"],
+    lostJobGraceMs: flags["lost-job-grace"],
   };
 }
 
@@ -263,7 +281,7 @@ async function controlledCluster(flags: ControllerFlags): Promise<{ cluster: Clu
 
 /** Where the controller listens, and the keyring it admits clients by: required off loopback unless --insecure. */
 function listenFlags(flags: ControllerFlags): { bind: string; keyring: Keyring | undefined } {
-  const bind = addressFlag("--bind", flags.bind ?? DEFAULT_BIND, "bind");
+  const bind = flags.bind;
   if (flags.keys !== undefined && flags.insecure) throw new UsageError("--keys and --insecure contradict each other: give one");
   if (flags.keys === undefined && !flags.insecure && !isLoopback(bind)) {
     throw new UsageError(
@@ -282,15 +300,13 @@ function schedulerFlags(
   managed: () => ReadonlySet<string>,
   io: Io,
 ): Pick<ServerOptions, "scheduler" | "schedulerPollMs"> {
-  if (flags.scheduler !== undefined && flags.scheduler !== "slurm") throw new UsageError(`--scheduler must be slurm, got "${flags.scheduler}"`);
   if (flags.scheduler === undefined && (flags["slurm-conf"] !== undefined || flags["scheduler-poll"] !== undefined || flags["slurm-comments"] !== undefined)) {
     throw new UsageError("--slurm-conf, --scheduler-poll and --slurm-comments go with --scheduler slurm");
   }
   if (flags.scheduler === "slurm" && !named) throw new UsageError("--scheduler slurm needs --topology: the racks with their hosts' names as Slurm knows them");
-  const schedulerPollMs = secondsFlag("scheduler-poll", flags["scheduler-poll"], 3, 0.1);
-  const comments = slurmCommentsFlag(flags["slurm-comments"]);
-  const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], comments, named, managed, io) : undefined;
-  return scheduler ? { scheduler, schedulerPollMs } : {};
+  const scheduler = flags.scheduler === "slurm" && named ? slurmAdapter(flags["slurm-conf"], flags["slurm-comments"], named, managed, io) : undefined;
+  const schedulerPollMs = flags["scheduler-poll"];
+  return scheduler ? { scheduler, ...(schedulerPollMs === undefined ? {} : { schedulerPollMs }) } : {};
 }
 
 /** Starts the server; a journal it cannot open and an address it cannot bind are bad input. */
@@ -311,7 +327,7 @@ async function startServer(options: ServerOptions): Promise<ControllerServer> {
 async function scrapeEndpoint(
   server: ControllerServer,
   metrics: ControllerMetrics | undefined,
-  at: MetricsAddress | null,
+  at: MetricsAddress | undefined,
   logger: Logger,
   io: Io,
 ): Promise<MetricsServer | null> {

@@ -9,84 +9,88 @@ import { createLogger, type Logger } from "../sdk/contract/log.ts";
 import { DaemonMetrics } from "../controller/daemon/metrics.ts";
 import type { MetricsServer } from "../controller/metrics/http.ts";
 import { loadConfig } from "./config.ts";
-import { metricsFlag, metricsHelp, serveMetrics } from "./metrics.ts";
+import { checked, helpText, int, list, parseCommandFlags, required, seconds, str, type Flag, type FlagValues } from "./flags.ts";
+import { METRICS_FLAG, serveMetrics } from "./metrics.ts";
 import { hostFlag, loadTopology } from "./topology.ts";
 import { ControllerRefusedError } from "../sdk/client/connection.ts";
 import { InvalidInputError } from "../sdk/contract/errors.ts";
-import {
-  CREDENTIALS_ENV,
-  ExitCode,
-  UsageError,
-  addressFlag,
-  credentialFlag,
-  isLoopback,
-  parseFlags,
-  refusalAdvice,
-  secondsFlag,
-  shmBytesFlag,
-  type Command,
-  type Io,
-} from "./io.ts";
+import { CREDENTIALS_ENV, ExitCode, UsageError, addressFlag, credentialFlag, isLoopback, refusalAdvice, shmBytesFlag, type Command, type Io } from "./io.ts";
 
 const DEFAULT_STAGING_BYTES = 256 * 1024 * 1024;
 /** With the controller on this machine, transfers need no other address. */
 const DEFAULT_LISTEN = "127.0.0.1:0";
 
-const help = `usage: monkeytree daemon --host H [--topology FILE] [--connect ADDR] [--credentials FILE] [--staging-bytes N]
-                         [--listen HOST:PORT] [--replacement NAME=COMMAND ...]
-                         [--run-as USER] [--cgroup DIR] [--vouch-socket PATH] [--heartbeat S]
-                         [--metrics ADDR]
+/** `--staging-bytes`: at most what /dev/shm holds, which `shmBytesFlag` checks of the default too, and says so. */
+const STAGING_BYTES_FLAG: Flag<number> = {
+  ...int("N", "the most checkpoint bytes staged at once, so the largest checkpoint the host accepts", {
+    default: DEFAULT_STAGING_BYTES,
+    min: 1,
+    show: `${DEFAULT_STAGING_BYTES}, 256 MiB`,
+  }),
+  parse: (raw, name) => shmBytesFlag(name, typeof raw === "string" ? raw : undefined, DEFAULT_STAGING_BYTES, 1),
+};
 
-Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging files left by
+const FLAGS = {
+  host: required("H", "this host's name in the topology, or its global index", "the name (or global index) of the host this daemon runs on"),
+  topology: str("FILE", "the topology that names the hosts (a topology file or Slurm's topology.conf); default: the site configuration's (docs/slurm.md)"),
+  connect: checked("ADDR", `the controller's ZeroMQ address (default: the site configuration's "controller", then tcp://127.0.0.1:5555)`, (address) =>
+    addressFlag("--connect", address, "connect"),
+  ),
+  credentials: str(
+    "FILE",
+    `this host's daemon credential (daemon-H.json from \`monkeytree keys\`), required when the controller has a keyring; default $${CREDENTIALS_ENV}`,
+  ),
+  "staging-bytes": STAGING_BYTES_FLAG,
+  listen: str(
+    "HOST:PORT",
+    "this host's cluster address, where the transfer engine listens (port 0: any free one); required unless the controller is on " +
+      `this machine, when it defaults to ${DEFAULT_LISTEN}. 0.0.0.0 binds every interface (with a warning)`,
+  ),
+  replacement: list(
+    "NAME=COMMAND",
+    "a shell command that starts replacements of jobs naming NAME (their `monkeytree launch --replacement NAME`); repeat for more " +
+      "names. NAME is 1-64 of a-z 0-9 . _ -. It runs with PATH, LANG, LC_ALL, TZ, HOME, USER, LOGNAME and the migration's " +
+      "MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP, _TP, _PP, _DP, _MIGRATION, _TOKEN and the checkpoint's _STAGING_BUFFER, " +
+      "_STAGING_OFFSET, _STAGING_LENGTH; nothing else of the daemon's environment. A move of a job naming none of them rolls back",
+  ),
+  "run-as": str(
+    "USER",
+    "the unprivileged user that replacements of jobs without a user of their own run as, shared by all of them: leave it out where " +
+      "tenants share hosts. A daemon running as root starts such jobs' replacements only with it (it starts none as root); " +
+      "without root, replacements run as the daemon's user",
+  ),
+  cgroup: str(
+    "DIR",
+    "the cgroup v2 directory under which each replacement gets a cgroup of its own (default: this daemon's own cgroup, when it may " +
+      'write there; "none" to do without, when what a replacement leaves running outside its process group outlives it)',
+  ),
+  "vouch-socket": str(
+    "PATH",
+    "a local socket where this host's launchers ask the daemon to vouch that they run here, which a controller with " +
+      "--require-vouch needs before it takes their workers; `monkeytree launch` looks at " +
+      `${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")} unless told otherwise (default: no socket)`,
+  ),
+  heartbeat: seconds("S", "heartbeat interval in seconds; keep it well below the controller's --heartbeat-timeout", {
+    default: DEFAULT_HEARTBEAT_MS / 1000,
+    min: 0.01,
+  }),
+  ...METRICS_FLAG,
+};
+
+const help = helpText({
+  command: "monkeytree daemon",
+  table: FLAGS,
+  about: `Runs the per-host daemon until SIGINT or SIGTERM. At start it removes staging files left by
 dead processes and opens the transfer listener; then it registers the host with the
 controller and heartbeats. During a migration to this host it stages the checkpoint in a file
 of its own, readable by the job's user alone, reports whether every byte arrived intact, and
 starts the replacement: the --replacement command the job names, as the job's user (from its
 Slurm job, or \`monkeytree keys --job J --user U\`), in a cgroup of its own that is stopped
 whole when the replacement exits. Replacement commands are this host's configuration only; no
-message can make it run another.
-
-options:
-  --host H             this host's name in the topology, or its global index (required)
-  --topology FILE      the topology that names the hosts (a topology file or Slurm's
-                       topology.conf); default: the site configuration's (docs/slurm.md)
-  --connect ADDR       the controller's ZeroMQ address (default: the site configuration's
-                       "controller", then tcp://127.0.0.1:5555)
-  --credentials FILE   this host's daemon credential (daemon-H.json from \`monkeytree keys\`),
-                       required when the controller has a keyring; default $${CREDENTIALS_ENV}
-  --staging-bytes N    the most checkpoint bytes staged at once, so the largest checkpoint
-                       the host accepts (default ${DEFAULT_STAGING_BYTES}, 256 MiB)
-  --listen HOST:PORT   this host's cluster address, where the transfer engine listens (port 0:
-                       any free one); required unless the controller is on this machine, when
-                       it defaults to 127.0.0.1:0. 0.0.0.0 binds every interface (with a warning)
-  --replacement NAME=COMMAND
-                       a shell command that starts replacements of jobs naming NAME (their
-                       \`monkeytree launch --replacement NAME\`); repeat for more names. NAME is
-                       1-64 of a-z 0-9 . _ -. It runs with PATH, LANG, LC_ALL, TZ, HOME, USER,
-                       LOGNAME and the migration's MONKEYTREE_CONTROLLER, _HOST, _JOB, _GROUP,
-                       _TP, _PP, _DP, _MIGRATION, _TOKEN and the checkpoint's _STAGING_BUFFER,
-                       _STAGING_OFFSET, _STAGING_LENGTH; nothing else of the daemon's
-                       environment. A move of a job naming none of them rolls back
-  --run-as USER        the unprivileged user that replacements of jobs without a user of
-                       their own run as, shared by all of them: leave it out where tenants
-                       share hosts. A daemon running as root starts such jobs' replacements
-                       only with it (it starts none as root); without root, replacements run
-                       as the daemon's user
-  --cgroup DIR         the cgroup v2 directory under which each replacement gets a cgroup of
-                       its own (default: this daemon's own cgroup, when it may write there;
-                       "none" to do without, when what a replacement leaves running outside
-                       its process group outlives it)
-  --vouch-socket PATH  a local socket where this host's launchers ask the daemon to vouch that
-                       they run here, which a controller with --require-vouch needs before it
-                       takes their workers; \`monkeytree launch\` looks at
-                       ${defaultDaemonSocket(0).replace("-0.sock", "-H.sock")} unless told otherwise (default: no socket)
-  --heartbeat S        heartbeat interval in seconds (default ${DEFAULT_HEARTBEAT_MS / 1000}); keep it well below the
-                       controller's --heartbeat-timeout
-${metricsHelp(23)}
-  -h, --help           show this help
-
-exit codes: 0 stopped by a signal, 2 bad usage or a registration the controller refused,
-3 internal error.`;
+message can make it run another.`,
+  after: `exit codes: 0 stopped by a signal, 2 bad usage or a registration the controller refused,
+3 internal error.`,
+});
 
 function parseListen(raw: string): { host: string; port: number; advertise?: string } {
   const match = /^(.+):(\d+)$/.exec(raw);
@@ -157,40 +161,27 @@ function replacementCgroups(flag: string | undefined): ReplacementCgroups | unde
   }
 }
 
-function daemonFlags(argv: string[]) {
-  return parseFlags(argv, {
-    host: { type: "string" },
-    connect: { type: "string" },
-    credentials: { type: "string" },
-    "staging-bytes": { type: "string" },
-    listen: { type: "string" },
-    replacement: { type: "string", multiple: true },
-    "run-as": { type: "string" },
-    cgroup: { type: "string" },
-    "vouch-socket": { type: "string" },
-    heartbeat: { type: "string" },
-    topology: { type: "string" },
-    metrics: { type: "string" },
-  });
-}
-
-type DaemonFlags = ReturnType<typeof daemonFlags>;
+type DaemonFlags = FlagValues<typeof FLAGS>;
 
 /** Which host this is, where the controller is, where transfers arrive and with which credential: the flags', else the site configuration's and the defaults. */
 async function hostSettings(
   flags: DaemonFlags,
 ): Promise<Pick<DaemonOptions, "host" | "controller" | "stagingBytes" | "listen" | "heartbeatMs"> & { credential: ReturnType<typeof credentialFlag> }> {
-  const heartbeatMs = secondsFlag("heartbeat", flags.heartbeat, DEFAULT_HEARTBEAT_MS / 1000, 0.01);
-  if (flags.host === undefined) throw new UsageError("--host is required: the name (or global index) of the host this daemon runs on");
   const config = await loadConfig();
   const host = hostFlag(flags.host, await loadTopology({ topology: flags.topology }, config, true));
-  const stagingBytes = shmBytesFlag("staging-bytes", flags["staging-bytes"], DEFAULT_STAGING_BYTES, 1);
-  const controller = flags.connect === undefined ? (config.controller ?? "tcp://127.0.0.1:5555") : addressFlag("--connect", flags.connect, "connect");
+  const controller = flags.connect ?? config.controller ?? "tcp://127.0.0.1:5555";
   if (flags.listen === undefined && !isLoopback(controller)) {
     throw new UsageError("--listen is required with a controller on another machine: give this host's cluster address, e.g. --listen 10.0.0.13:0");
   }
   const listen = parseListen(flags.listen ?? DEFAULT_LISTEN);
-  return { host, controller, stagingBytes, listen, heartbeatMs, credential: daemonCredential(flags.credentials, host) };
+  return {
+    host,
+    controller,
+    stagingBytes: flags["staging-bytes"],
+    listen,
+    heartbeatMs: flags.heartbeat,
+    credential: daemonCredential(flags.credentials, host),
+  };
 }
 
 /** Starts the daemon. Failing, it closes `options.cgroups`; an address it cannot listen on (`listenFlag`, as given) is bad input. */
@@ -252,8 +243,7 @@ export const command: Command = {
   summary: "run the per-host daemon (staging buffer, transfers, replacement launches)",
   help,
   async run(argv, io) {
-    const flags = daemonFlags(argv);
-    const metricsAt = metricsFlag(flags.metrics);
+    const flags = parseCommandFlags(argv, FLAGS);
     const { credential, ...settings } = await hostSettings(flags);
     const { host, controller, stagingBytes, listen } = settings;
     // The replacement launchers this daemon starts inherit its environment; they must never
@@ -264,7 +254,7 @@ export const command: Command = {
     const logger = createLogger(`daemon ${host}`, (line) => io.err.write(`${line}\n`));
     if (listen.advertise !== undefined)
       logger.warn(() => `the transfer listener binds every interface (${listen.host}); give --listen this host's cluster address to bind only that`);
-    const metrics = metricsAt === null ? undefined : new DaemonMetrics();
+    const metrics = flags.metrics === undefined ? undefined : new DaemonMetrics();
     const daemon = startDaemon(
       {
         ...settings,
@@ -279,7 +269,7 @@ export const command: Command = {
     );
     const starts = replacements.size === 0 ? "no replacements" : `replacements ${[...replacements.keys()].join(", ")}${runAs ? ` as ${runAs.user}` : ""}`;
     io.out.write(`daemon for host ${host}: ${stagingBytes} staging bytes, transfers on ${daemon.endpoint}, controller ${controller}, ${starts}\n`);
-    const scrape = async () => (metrics && metricsAt ? await serveMetrics(metricsAt, metrics.registry, logger, io) : null);
+    const scrape = async () => (metrics && flags.metrics ? await serveMetrics(flags.metrics, metrics.registry, logger, io) : null);
     const running = await openEndpoints({ daemon, cgroups }, flags["vouch-socket"], scrape, logger);
     const stop = await stopped(daemon);
     await shutdown(running);

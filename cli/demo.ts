@@ -3,76 +3,73 @@ import { removeStaleStagingBuffers } from "../native/index.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEMO_ARRIVING, DEMO_RUNNING, DEMO_TOPOLOGY, DemoError, runDemo } from "./demo/run.ts";
-import { ExitCode, intFlag, numberFlag, parseFlags, secondsFlag, SHM, shmCapacity, UsageError, type Command } from "./io.ts";
-import { outputFile } from "./output.ts";
+import { bool, checked, helpText, int, num, parseCommandFlags, seconds, type Flag } from "./flags.ts";
+import { ExitCode, SHM, shmCapacity, UsageError, type Command } from "./io.ts";
+import { writableFile } from "./output.ts";
 
 const t = DEMO_TOPOLOGY;
-const help = `usage: monkeytree demo [--state-mb N] [--steps N] [--step-ms N] [--keep] [--timeout S]
-                       [--metrics-targets FILE]
 
-Runs MonkeyTree end to end on this machine, with no configuration: a controller, a daemon per
-emulated host (${t.racks} racks × ${t.hostsPerRack} hosts, ${t.uplinksPerRack} uplinks per rack) and three data-parallel jobs of the
-example training loop (cli/demo/), every one a real process. ${DEMO_RUNNING.map((j) => j.id).join(" and ")} start
-first; then ${DEMO_ARRIVING.id} arrives on the free hosts, which takes two racks over their bound. The
-controller plans the fewest moves (swaps: no host is free), the moved workers' checkpoints
-travel through the native transfer engine
-into the destinations' staging buffers, replacements resume from them, and at the end every
-job's state is compared, bit for bit, with an unmigrated replay of the same seed.
-
-options:
-  --state-mb N   training state per worker in MiB (default 64; 8 workers in all)
-  --steps N      iterations every job runs (default 40)
-  --step-ms N    shortest iteration in ms, standing in for GPU time (default 100)
-  --keep         keep the working directory (journal, logs, worker events) afterwards
-  --timeout S    give up on any stage that takes longer than S seconds (default 60)
-  --metrics-targets FILE
-                 the controller and every daemon serve Prometheus metrics on a free
-                 loopback port, listed in FILE for Prometheus's file_sd_configs (labels
-                 role and host)
-  -h, --help     show this help
-
-On SIGINT or SIGTERM (Ctrl-C) it stops every process it started, removes their staging
-buffers from /dev/shm, says so and exits 130.
-
-exit codes: 0 every move done and every job bit-identical, 1 otherwise, 2 bad usage,
-3 internal error, 130 interrupted.`;
+const STATE_MB = num("N", "training state per worker in MiB; 8 workers in all", { default: 64, min: 1 });
 
 /**
  * `--state-mb`, at most what fits /dev/shm: each host's daemon stages two checkpoints of
  * 4 MiB above the state, and its worker holds a third.
  */
-function stateFlag(raw: string | undefined): number {
-  const stateMb = numberFlag("state-mb", raw, 64, 1);
-  const capacity = shmCapacity();
-  const hosts = t.racks * t.hostsPerRack;
-  const needed = hosts * (3 * stateMb + 4) * 2 ** 20;
-  if (capacity !== null && needed > capacity) {
-    const most = Math.floor((capacity / 2 ** 20 / hosts - 4) / 3);
-    const fix = most >= 1 ? `give at most ${most}, or make ${SHM} larger` : `make ${SHM} larger`;
-    throw new UsageError(
-      `--state-mb ${raw ?? `${stateMb} (the default)`} needs ${needed} bytes of ${SHM} (${hosts} hosts × 3 checkpoints), more than its ${capacity}: ${fix}`,
-    );
-  }
-  return stateMb;
-}
+const stateFlag: Flag<number> = {
+  ...STATE_MB,
+  parse: (raw, name) => {
+    const stateMb = STATE_MB.parse(raw, name);
+    const capacity = shmCapacity();
+    const hosts = t.racks * t.hostsPerRack;
+    const needed = hosts * (3 * stateMb + 4) * 2 ** 20;
+    if (capacity !== null && needed > capacity) {
+      const most = Math.floor((capacity / 2 ** 20 / hosts - 4) / 3);
+      const fix = most >= 1 ? `give at most ${most}, or make ${SHM} larger` : `make ${SHM} larger`;
+      const given = typeof raw === "string" ? raw : `${stateMb} (the default)`;
+      throw new UsageError(`--${name} ${given} needs ${needed} bytes of ${SHM} (${hosts} hosts × 3 checkpoints), more than its ${capacity}: ${fix}`);
+    }
+    return stateMb;
+  },
+};
+
+const FLAGS = {
+  "state-mb": stateFlag,
+  steps: int("N", "iterations every job runs", { default: 40, min: 2 }),
+  "step-ms": int("N", "shortest iteration in ms, standing in for GPU time", { default: 100, min: 0 }),
+  keep: bool("keep the working directory (journal, logs, worker events) afterwards"),
+  timeout: seconds("S", "give up on any stage that takes longer than S seconds", { default: 60, min: 1 }),
+  "metrics-targets": checked(
+    "FILE",
+    "the controller and every daemon serve Prometheus metrics on a free loopback port, listed in FILE for " +
+      "Prometheus's file_sd_configs (labels role and host)",
+    writableFile,
+  ),
+};
+
+const help = helpText({
+  command: "monkeytree demo",
+  table: FLAGS,
+  about: `Runs MonkeyTree end to end on this machine, with no configuration: a controller, a daemon per
+emulated host (${t.racks} racks × ${t.hostsPerRack} hosts, ${t.uplinksPerRack} uplinks per rack) and three data-parallel jobs of the
+example training loop (cli/demo/), every one a real process. ${DEMO_RUNNING.map((j) => j.id).join(" and ")} start
+first; then ${DEMO_ARRIVING.id} arrives on the free hosts, which takes two racks over their bound. The
+controller plans the fewest moves (swaps: no host is free), the moved workers' checkpoints
+travel through the native transfer engine into the destinations' staging buffers,
+replacements resume from them, and at the end every job's state is compared, bit for bit,
+with an unmigrated replay of the same seed.`,
+  after: `On SIGINT or SIGTERM (Ctrl-C) it stops every process it started, removes their staging
+buffers from /dev/shm, says so and exits 130.
+
+exit codes: 0 every move done and every job bit-identical, 1 otherwise, 2 bad usage,
+3 internal error, 130 interrupted.`,
+});
 
 export const command: Command = {
   summary: "run controller, daemons and jobs on this machine, with real migrations",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      "state-mb": { type: "string" },
-      steps: { type: "string" },
-      "step-ms": { type: "string" },
-      keep: { type: "boolean" },
-      timeout: { type: "string" },
-      "metrics-targets": { type: "string" },
-    });
-    const stateMb = stateFlag(flags["state-mb"]);
-    const steps = intFlag("steps", flags.steps, 40, 2);
-    const stepMs = intFlag("step-ms", flags["step-ms"], 100, 0);
-    const timeoutMs = secondsFlag("timeout", flags.timeout, 60, 1);
-    if (flags["metrics-targets"] !== undefined) outputFile("metrics-targets", flags["metrics-targets"]);
+    const flags = parseCommandFlags(argv, FLAGS);
+    const { "state-mb": stateMb, steps, "step-ms": stepMs, timeout: timeoutMs } = flags;
     const dir = mkdtempSync(join(tmpdir(), "monkeytree-demo-"));
     const print = (line: string) => io.out.write(`${line}\n`);
     const jobs = [...DEMO_RUNNING, DEMO_ARRIVING];

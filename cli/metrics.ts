@@ -1,18 +1,19 @@
 import type { Registry } from "prom-client";
 import { isLoopbackHost, MetricsAddressError, MetricsServer, parseMetricsAddress, type MetricsAddress } from "../controller/metrics/http.ts";
 import type { Logger } from "../sdk/contract/log.ts";
+import { checked } from "./flags.ts";
 import { UsageError, type Io } from "./io.ts";
 
-/** The `--metrics ADDR` option's help, its text starting at `column` as the command's other options do. */
-export const metricsHelp = (column: number): string =>
-  `  --metrics ADDR`.padEnd(column) +
-  ["serve Prometheus metrics at http://ADDR/metrics; ADDR is PORT (on", "127.0.0.1) or HOST:PORT, port 0 for any free one. Off by default"].join(
-    `\n${" ".repeat(column)}`,
-  );
+/** `--metrics ADDR`: where to serve Prometheus metrics, checked before anything starts; null without the flag. */
+export const METRICS_FLAG = {
+  metrics: checked(
+    "ADDR",
+    "serve Prometheus metrics at http://ADDR/metrics; ADDR is PORT (on 127.0.0.1) or HOST:PORT, port 0 for any free one. Off by default",
+    metricsAddress,
+  ),
+} as const;
 
-/** The address `--metrics` names, checked before anything starts; null without the flag. */
-export function metricsFlag(raw: string | undefined): MetricsAddress | null {
-  if (raw === undefined) return null;
+function metricsAddress(raw: string): MetricsAddress {
   try {
     return parseMetricsAddress(raw);
   } catch (error) {

@@ -46,3 +46,15 @@ export function outputFile(flag: string, path: string): void {
   }
   if (made) rmSync(path);
 }
+
+/** `--FLAG FILE`'s path once `outputFile` proved it writable, for a flag table's `checked`. */
+export function writableFile(path: string, flag: string): string {
+  outputFile(flag, path);
+  return path;
+}
+
+/** `--FLAG DIR`'s path once `outputDir` made it and proved it writable, for a flag table's `checked`. */
+export function writableDir(path: string, flag: string): string {
+  outputDir(flag, path);
+  return path;
+}

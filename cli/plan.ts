@@ -3,8 +3,9 @@ import { join } from "node:path";
 import { toSnapshot, type Cluster } from "../controller/planner/model/cluster.ts";
 import { createPlanner, DEFAULT_TIME_LIMIT_MS, PlanTimeoutError, type Formulation, type Plan, type PlanProgress } from "../controller/planner/plan/index.ts";
 import type { BestEffort, PlanDocument } from "../controller/planner/plan/schema.ts";
-import { ExitCode, parseFlags, readSnapshotFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
-import { outputFile } from "./output.ts";
+import { bool, checked, choice, helpText, parseCommandFlags, seconds, str } from "./flags.ts";
+import { ExitCode, readSnapshotFile, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { writableFile } from "./output.ts";
 import { PACKAGE_ROOT } from "../sdk/contract/paths.ts";
 
 /** The snapshot planned when none is given: a 1,024-GPU cluster where one rack went over λ = 2. */
@@ -12,50 +13,40 @@ export const EMBEDDED_SNAPSHOT = join(PACKAGE_ROOT, "cli/snapshots/dp-1024gpu-la
 
 const formulations = ["monkeytree", "paper"] as const satisfies readonly Formulation[];
 
-const help = `usage: monkeytree plan [--snapshot FILE] [--json] [--time-limit SEC] [--formulation NAME] [--output FILE]
+const FLAGS = {
+  snapshot: str("FILE", `cluster snapshot (JSON, docs/planner.md); default: the embedded example ${EMBEDDED_SNAPSHOT}`),
+  json: bool("print the plan as one JSON document instead of a summary"),
+  "time-limit": seconds("SEC", 'wall-clock budget; past it the best valid plan found is returned with status "feasible"', {
+    default: DEFAULT_TIME_LIMIT_MS / 1000,
+    min: 0.001,
+  }),
+  formulation: choice(formulations, '"paper" solves the published program, which only moves fragmented groups', "monkeytree"),
+  output: checked("FILE", "also write the snapshot as it stands after the plan (for `monkeytree routes`)", writableFile),
+};
 
-Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
+const help = helpText({
+  command: "monkeytree plan",
+  table: FLAGS,
+  about: `Plans the fewest worker moves that bring every rack's fragmentation degree (and every pod's,
 when the snapshot sets podLambda) within its bound, as concrete host moves in steps. Pinned
 jobs ("movable": false) never move and unavailable hosts are never a destination; where they
-leave no way within a bound, the plan is a best effort and names the racks it leaves over.
-
-options:
-  --snapshot FILE     cluster snapshot (JSON, docs/planner.md); default: the embedded example
-                      ${EMBEDDED_SNAPSHOT}
-  --json              print the plan as one JSON document instead of a summary
-  --time-limit SEC    wall-clock budget (default ${DEFAULT_TIME_LIMIT_MS / 1000}); past it the best valid plan
-                      found is returned with status "feasible"
-  --formulation NAME  ${formulations.join(" | ")} (default monkeytree); "paper" solves the published
-                      program, which only moves fragmented groups
-  --output FILE       also write the snapshot as it stands after the plan (for \`monkeytree routes\`)
-
-exit codes: 0 a plan (or nothing to do), 1 no plan (infeasible, or none found in time),
-            2 bad usage or snapshot, 3 internal error`;
+leave no way within a bound, the plan is a best effort and names the racks it leaves over.`,
+  after: `exit codes: 0 a plan (or nothing to do), 1 no plan (infeasible, or none found in time),
+            2 bad usage or snapshot, 3 internal error`,
+});
 
 export const command: Command = {
   summary: "plan the fewest worker moves that restore the fragmentation bounds",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      snapshot: { type: "string" },
-      json: { type: "boolean", default: false },
-      "time-limit": { type: "string" },
-      formulation: { type: "string", default: "monkeytree" },
-      output: { type: "string" },
-    });
-    const formulation = flags.formulation as Formulation;
-    if (!formulations.includes(formulation)) {
-      throw new UsageError(`--formulation must be one of ${formulations.join(", ")}, got "${flags.formulation}"`);
-    }
-    const timeLimitMs = secondsFlag("time-limit", flags["time-limit"], DEFAULT_TIME_LIMIT_MS / 1000, 0.001);
-    if (flags.output !== undefined) outputFile("output", flags.output);
+    const flags = parseCommandFlags(argv, FLAGS);
     const path = flags.snapshot ?? EMBEDDED_SNAPSHOT;
     if (flags.snapshot === undefined && !flags.json) io.err.write(`no --snapshot given: planning the embedded example ${path}\n`);
     const cluster = await readSnapshotFile(path);
     const planner = await createPlanner();
     let plan: Plan;
     try {
-      plan = planner.plan(cluster, { timeLimitMs, formulation, onProgress: (p) => progress(io, p) });
+      plan = planner.plan(cluster, { timeLimitMs: flags["time-limit"], formulation: flags.formulation, onProgress: (p) => progress(io, p) });
     } catch (error) {
       if (!(error instanceof PlanTimeoutError)) throw error;
       io.err.write(`monkeytree plan: ${error.message}\n`);

@@ -1,27 +1,28 @@
 import { routeCluster, type Routes } from "../controller/planner/route/index.ts";
-import { ExitCode, UsageError, parseFlags, readSnapshotFile, table, writeJson, type Command } from "./io.ts";
+import { bool, helpText, parseCommandFlags, required } from "./flags.ts";
+import { ExitCode, readSnapshotFile, table, writeJson, type Command } from "./io.ts";
 
-const help = `usage: monkeytree routes --snapshot FILE [--json]
+const FLAGS = {
+  snapshot: required("FILE", "cluster snapshot (JSON), as for `monkeytree plan`", "the cluster snapshot to route"),
+  json: bool("print the whole routing document as JSON"),
+};
 
-Perfect routing for a cluster snapshot: the host order of every DP ring, a dedicated uplink
+const help = helpText({
+  command: "monkeytree routes",
+  table: FLAGS,
+  about: `Perfect routing for a cluster snapshot: the host order of every DP ring, a dedicated uplink
 (and spine) for every cross-rack DP flow, core links for inter-pod flows when the topology
 has pods, pipeline flows spread round-robin, and the UDP source port that steers each flow
-onto its path under CRC-32 5-tuple ECMP hashing. Hosts are addressed 10.0.0.0 + host + 1.
-
-options:
-  --snapshot FILE  cluster snapshot (JSON), as for \`monkeytree plan\`
-  --json           print the whole routing document as JSON
-  -h, --help       show this help
-
-exit codes: 0 every DP flow has its own links, 1 some links carry several DP flows (the
-snapshot exceeds its fragmentation bound; run \`monkeytree plan\` first), 2 bad usage or input.`;
+onto its path under CRC-32 5-tuple ECMP hashing. Hosts are addressed 10.0.0.0 + host + 1.`,
+  after: `exit codes: 0 every DP flow has its own links, 1 some links carry several DP flows (the
+snapshot exceeds its fragmentation bound; run \`monkeytree plan\` first), 2 bad usage or input.`,
+});
 
 export const command: Command = {
   summary: "assign every DP flow a dedicated uplink and the source port that steers it",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, { snapshot: { type: "string" }, json: { type: "boolean" } });
-    if (flags.snapshot === undefined) throw new UsageError("--snapshot FILE is required");
+    const flags = parseCommandFlags(argv, FLAGS);
     const cluster = await readSnapshotFile(flags.snapshot);
     const routes = routeCluster(cluster);
     if (flags.json) await writeJson(io, routes);

@@ -31,8 +31,6 @@ import {
   type Preset,
   type SimMix,
   type PresetName,
-  type QueueName,
-  type SchedulerName,
   type SimConfigInput,
   type SimJob,
   type SystemName,
@@ -49,7 +47,8 @@ import { restartFromBench } from "./simulate/restart.ts";
 import { headlineTable } from "./simulate/headlines.ts";
 import { Progress } from "./simulate/progress.ts";
 import { defaultThreads, MAX_THREADS, runAll, type CsvLines, type RunRequest } from "./simulate/runs.ts";
-import { ExitCode, intFlag, numberFlag, parseFlags, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
+import { bool, checked, choice, helpText, int, parseCommandFlags, str, type FlagValues } from "./flags.ts";
+import { ExitCode, numberFlag, readInputFile, secondsFlag, table, UsageError, writeJson, type Command, type Io } from "./io.ts";
 import { outputDir } from "./output.ts";
 import { DEFAULT_PLAN_TIME_LIMIT_MS } from "../controller/service/plan-thread.ts";
 
@@ -65,127 +64,203 @@ const MAX_TRACE_BYTES = 256 * 1024 * 1024;
 /** A report of the largest preset (fig-oversubscription: 60 runs) is about 100 KiB. */
 const MAX_REPORT_BYTES = 16 * 1024 * 1024;
 
-const help = `usage: monkeytree simulate [--preset NAME | --trace FILE | --from-sacct FILE] [--systems LIST]
-                           [--loads LIST] [--variants LIST] [--jobs N] [--racks N] [--hosts-per-rack N] [--gpus-per-host N]
-                           [--uplinks N] [--nic-gbps G] [--mix NAME] [--mean-hours H] [--ep-factor X]
-                           [--tokens-per-replica N] [--seed N] [--scheduler NAME] [--queue NAME]
-                           [--queue-in-moves place|hold] [--migrate-by plan|job] [--plan-time free|solve] [--plan-time-limit S]
-                           [--lambda N] [--restart SEC | --restart-from FILE] [--model NAME] [--json] [--csv DIR]
-                           [--plot DIR] [--report DIR] [--save-trace DIR] [--threads N]
+/** A check that the value is one of `values`, for flags whose names are too many (or too pinned) for `choice`'s A|B spelling. */
+const named =
+  <V extends string>(values: readonly V[]) =>
+  (value: string, name: string): V => {
+    const found = values.find((v) => v === value);
+    if (found === undefined) throw new UsageError(`--${name} must be one of ${values.join(", ")}, got "${value}"`);
+    return found;
+  };
 
-What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
+/** A number from `min` (to `max`) whose default the preset or another flag gives, so an absent flag stays undefined. */
+const number =
+  (min: number, max?: number) =>
+  (value: string, name: string): number =>
+    numberFlag(name, value, 0, min, max);
+
+/** A comma-separated list, each item checked by `parse`. */
+const listOf =
+  <T>(parse: (item: string) => T) =>
+  (value: string, name: string): T[] =>
+    listFlag(name, value, [], parse);
+
+const system = (name: string): SystemName => {
+  if (!(SYSTEMS as readonly string[]).includes(name)) throw new UsageError(`--systems: unknown system "${name}"; choose from ${SYSTEMS.join(", ")}`);
+  return name as SystemName;
+};
+
+const load = (item: string): number => {
+  const value = Number(item);
+  if (!(value > 0 && value <= 1)) throw new UsageError(`--loads: each load must be a number in (0, 1], got "${item}"`);
+  return value;
+};
+
+/**
+ * Flags whose defaults are the preset's stay undefined when absent: a replayed trace or a
+ * preset's variants refuse them only when given. Output directories stay text, made once
+ * every flag is checked, so a refused combination leaves no directory behind.
+ */
+const FLAGS = {
+  preset: checked(
+    "NAME",
+    `the fabric, λ, job mix, loads, job count and systems of an experiment (docs/simulator.md; fig-*: docs/paper-evaluation.md): one of ${presetNames.join(", ")}`,
+    named(presetNames),
+    { default: "small" },
+  ),
+  trace: str(
+    "FILE",
+    "replay jobs from a JSON-lines file instead of generating them (one job per line; docs/simulator.md); runs on the preset's fabric unless given one",
+  ),
+  "from-sacct": str(
+    "FILE",
+    "replay your cluster's history: the output of `sacct --json` (Slurm 22.05 or later), converted to a trace: arrival = submit time, " +
+      "DP degree = allocated nodes (each must hold --gpus-per-host GPUs of gres/gpu), elapsed time = iterations of the model named by " +
+      "`sbatch --comment monkeytree:model=NAME` (or --model); jobs that never ran or held no GPU are skipped. " +
+      "With --save-trace DIR, also writes DIR/trace-sacct.jsonl",
+  ),
+  model: str("NAME", `with --from-sacct, the model of jobs whose comment names none (${Object.keys(MODELS).join(", ")})`),
+  systems: checked("LIST", `comma-separated (default: the preset's), from ${SYSTEMS.join(", ")}`, listOf(system)),
+  loads: checked("LIST", "offered loads in (0, 1], comma-separated (default: the preset's)", listOf(load)),
+  variants: str(
+    "LIST",
+    "of a preset that sweeps something beside the load (a fig-* preset's λ, front-ends or fabrics; see its description), " +
+      "the variants to run, by name (default: all); the flags of what it sweeps are then its own",
+  ),
+  jobs: int("N", "jobs per generated trace (default: the preset's)", { min: 1, max: MAX_TRACE_JOBS }),
+  racks: int(
+    "N",
+    "racks of your own 2-tier fabric (default: the preset's, as for the fabric flags below; a 3-tier or rail preset keeps its racks per pod, core links or rails)",
+    {
+      min: 1,
+      max: MAX_RACKS,
+    },
+  ),
+  "hosts-per-rack": int("N", "hosts per rack (default: the preset's)", { min: 1, max: MAX_HOSTS_PER_RACK }),
+  "gpus-per-host": int("N", "GPUs (and NICs) per host (default: the preset's)", { min: 1, max: MAX_GPUS_PER_HOST }),
+  uplinks: int("N", "uplinks per rack, one per spine (default: the preset's)", { min: 1, max: MAX_UPLINKS_PER_RACK }),
+  "nic-gbps": checked("G", "link speed in Gb/s (default: the preset's)", number(0.001, MAX_NIC_GBPS)),
+  mix: checked(
+    "NAME",
+    `job mix of generated traces (default: the preset's): ${MIXES.join(" or ")}, drawn from the paper's model table in hosts and hours, ` +
+      "or paper, the ten job types the paper's authors published (16-64 GPUs, 100-1,000 iterations each), " +
+      "or its DP and FSDP types alone (paper-dp), or its EP figure's models (paper-ep)",
+    named(SIM_MIXES),
+  ),
+  "mean-hours": checked("H", "mean ideal job duration of generated traces (default: the preset's)", number(0.001)),
+  "ep-factor": checked(
+    "X",
+    "expert-parallel all-to-all bytes per host as a multiple of its DP ring bytes (paper §7.10: 10; default: the preset's, else 0); experimental, docs/simulator.md",
+    number(0, MAX_EP_FACTOR),
+  ),
+  "tokens-per-replica": int(
+    "N",
+    "local batch of generated traces in tokens per model replica and iteration (a DP/FSDP replica is one GPU, a TP job's spans its TP × PP GPUs): " +
+      `scales compute, so how communication-bound jobs are (default ${DEFAULT_TOKENS_PER_REPLICA}, 16 × 4,096; 1 to ${MAX_TOKENS_PER_REPLICA}); docs/simulator.md`,
+    { min: 1, max: MAX_TOKENS_PER_REPLICA },
+  ),
+  seed: int("N", "seeds the traces, ECMP source ports, SGLB and the random scheduler", { default: 1, min: 0, max: 2 ** 31 - 1 }),
+  scheduler: choice(SCHEDULERS, "front-end scheduler (default best-fit)"),
+  queue: checked(
+    "NAME",
+    "queue discipline: fifo, where the queue's head waits for room and everyone behind it waits too, " +
+      "or backfill, which starts any queued job the front-end can place now, reserving nothing for the jobs it passes",
+    named(QUEUES),
+    { default: "fifo" },
+  ),
+  "queue-in-moves": choice(
+    ["place", "hold"],
+    "whether queued jobs start while a migration's jobs stop and move their state (place), or wait until the moves are done " +
+      "(hold, as the paper's simulator does; the fig-* presets' setting); default: the preset's, else place",
+  ),
+  "migrate-by": choice(
+    ["plan", "job"],
+    "whether a plan's jobs stop, move and restart together, as the controller moves a plan step (plan), or each on its own: " +
+      "its transfers start once it and the jobs it displaces have stopped, and it restarts once its own state arrived " +
+      "(job, as the paper's simulator moves them; the fig-* presets' setting); default: the preset's, else plan",
+  ),
+  "plan-time": choice(
+    ["free", "solve"],
+    "what planning costs in simulated time: nothing (free, as the paper's simulator charges it), or the planner's own solve time " +
+      "(solve, as the controller plans), during which the cluster runs on and after which a plan for a cluster that changed meanwhile " +
+      "is dropped and the cluster planned again; its results then depend on this machine's speed",
+    "free",
+  ),
+  "plan-time-limit": checked(
+    "S",
+    `the planner's time per event (default: with --plan-time solve the controller's, ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000} s; ` +
+      `else ${FREE_PLAN_TIME_LIMIT_MS / 1000} s, where the planner's work caps end a plan first, so that a replay takes the same path on any machine)`,
+    (value, name) => secondsFlag(name, value, 0, 0.001),
+  ),
+  lambda: int("N", "MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)", { min: 0 }),
+  restart: checked("SEC", "restart cost of a migration after its transfers (default 10)", number(0)),
+  "restart-from": str(
+    "FILE",
+    "the restart cost measured here: `npm run bench:migrate -- --json`'s document, whose largest overhead " +
+      "(a move's downtime beyond its bytes' own time, which the simulator charges as transfers) it takes",
+  ),
+  json: bool("print one JSON document (schema: SimulationReportSchema) instead of tables"),
+  csv: str("DIR", "write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system"),
+  plot: str(
+    "DIR",
+    "write each chart of --report's page as an SVG file: slowdown-p99.svg and slowdown-avg.svg (against load, or per variant), " +
+      "fragmentation-LOAD.svg and fragmentation-total-LOAD.svg (over time), moves.svg (moves per event)",
+  ),
+  report: str(
+    "DIR",
+    "write DIR/index.html: the paper's headline numbers beside this run's (for a fig-* preset), " +
+      "the figures (a chart per variant) and every run's numbers, one page that any browser opens",
+  ),
+  "save-trace": str(
+    "DIR",
+    "write each generated (or converted) trace as DIR/trace-LOAD.jsonl (trace-sacct.jsonl), replayable with --trace; " +
+      "generated ones with DIR/generation.json, the options that drew them",
+  ),
+  threads: int(
+    "N",
+    "runs (a system on a load and variant) side by side, each in a thread of its own; the results are the same for any N " +
+      "(default: one per core, at most one per run and one per 2 GiB of memory; with --plan-time solve, 1, " +
+      "since runs side by side would slow each other's planner down and so change what they charge)",
+    { min: 1, max: MAX_THREADS },
+  ),
+  "slurm-array": str(
+    "DIR",
+    "run the sweep on Slurm: one job array task per variant and load (each a simulate of its own, its JSON report in DIR/part-K.json, " +
+      "its log in DIR/task-K.log), then a job that merges them once all succeeded into DIR/merged.json and DIR/report/index.html. " +
+      "Submits both with sbatch and prints their ids; DIR/array.sh stays for a resubmission",
+  ),
+  sbatch: str("ARGS", "more sbatch options for both jobs, space-separated, such as `--partition=cpu --time=4:00:00`"),
+  merge: checked(
+    "FILES",
+    "comma-separated JSON reports (`--json`'s) of one preset's runs, made apart: one per seed, or the parts of a sweep split by variant or load. " +
+      "Prints one report per seed and the paper's numbers beside their mean and range (--json: the reports' list); " +
+      "--report's page gives the same numbers, and charts the seeds' mean",
+    listOf((path) => path),
+  ),
+};
+
+const help = helpText({
+  command: "monkeytree simulate",
+  table: FLAGS,
+  about: `What-if simulation of a shared GPU cluster: a Poisson trace of jobs from the paper's model
 table (or your own history) runs on a flow-level, max-min fair fabric (a 2-tier Clos; the
 paper-3tier and paper-rail presets: a 3-tier Clos, rail-optimised), once per system:
 routing alone (ECMP, Crux, SGLB, Perfect), MonkeyTree's planner and migrations in front of a
 routing, and packet spraying on a full-bisection fabric as the ideal. Prints, per system and
 load, job slowdown (completion time ÷ ideal), makespan, migrations and planner effort, and
-for a fig-* preset the paper's headline numbers beside this run's.
-
-options:
-  --preset NAME      ${presetNames.join(" | ")}
-                     (default small): the fabric, λ, job mix, loads, job count and systems
-                     of an experiment (docs/simulator.md; fig-*: docs/paper-evaluation.md)
-  --trace FILE       replay jobs from a JSON-lines file instead of generating them (one job per
-                     line; docs/simulator.md); runs on the preset's fabric unless given one
-  --from-sacct FILE  replay your cluster's history: the output of \`sacct --json\` (Slurm
-                     22.05 or later), converted to a trace: arrival = submit time, DP degree =
-                     allocated nodes (each must hold --gpus-per-host GPUs of gres/gpu), elapsed
-                     time = iterations of the model named by \`sbatch --comment
-                     monkeytree:model=NAME\` (or --model); jobs that never ran or held no GPU
-                     are skipped. With --save-trace DIR, also writes DIR/trace-sacct.jsonl
-  --model NAME       with --from-sacct, the model of jobs whose comment names none
-                     (${Object.keys(MODELS).join(", ")})
-  --systems LIST     comma-separated (default: the preset's), from
-                     ${SYSTEMS.join(", ")}
-  --loads LIST       offered loads in (0, 1], comma-separated (default: the preset's)
-  --variants LIST    of a preset that sweeps something beside the load (a fig-* preset's λ,
-                     front-ends or fabrics; see its description), the variants to run, by name
-                     (default: all); the flags of what it sweeps are then its own
-  --jobs N           jobs per generated trace (default: the preset's)
-  --racks N, --hosts-per-rack N, --gpus-per-host N, --uplinks N, --nic-gbps G
-                     your own 2-tier fabric: racks, hosts per rack, GPUs (and NICs) per host,
-                     uplinks per rack (one per spine), link speed (default: the preset's; a
-                     3-tier or rail preset keeps its racks per pod, core links or rails)
-  --mix NAME         job mix of generated traces (default: the preset's): ${MIXES.join(" or ")}, drawn
-                     from the paper's model table in hosts and hours, or paper, the ten job types
-                     the paper's authors published (16-64 GPUs, 100-1,000 iterations each), or
-                     its DP and FSDP types alone (paper-dp), or its EP figure's models (paper-ep)
-  --mean-hours H     mean ideal job duration of generated traces (default: the preset's)
-  --ep-factor X      expert-parallel all-to-all bytes per host as a multiple of its DP ring
-                     bytes (paper §7.10: 10; default: the preset's, else 0); experimental, docs/simulator.md
-  --tokens-per-replica N
-                     local batch of generated traces in tokens per model replica and iteration
-                     (a DP/FSDP replica is one GPU, a TP job's spans its TP × PP GPUs): scales
-                     compute, so how communication-bound jobs are (default ${DEFAULT_TOKENS_PER_REPLICA}, 16 × 4,096;
-                     1 to ${MAX_TOKENS_PER_REPLICA}); docs/simulator.md
-  --seed N           seeds the traces, ECMP source ports, SGLB and the random scheduler (default 1)
-  --scheduler NAME   front-end scheduler: ${SCHEDULERS.join(" | ")} (default best-fit)
-  --queue NAME       queue discipline: ${QUEUES.join(" | ")} (default fifo: the queue's head waits
-                     for room and everyone behind it waits too; backfill starts any queued job
-                     the front-end can place now, reserving nothing for the jobs it passes)
-  --queue-in-moves place|hold
-                     whether queued jobs start while a migration's jobs stop and move their
-                     state (place), or wait until the moves are done (hold, as the paper's
-                     simulator does; the fig-* presets' setting); default: the preset's, else place
-  --migrate-by plan|job
-                     whether a plan's jobs stop, move and restart together, as the controller
-                     moves a plan step (plan), or each on its own: its transfers start once it
-                     and the jobs it displaces have stopped, and it restarts once its own state
-                     arrived (job, as the paper's simulator moves them; the fig-* presets'
-                     setting); default: the preset's, else plan
-  --plan-time free|solve
-                     what planning costs in simulated time: nothing (free, as the paper's
-                     simulator charges it; the default), or the planner's own solve time, during
-                     which the cluster runs on and after which a plan for a cluster that changed
-                     meanwhile is dropped and the cluster planned again (solve, as the controller
-                     plans; its results then depend on this machine's speed)
-  --plan-time-limit S
-                     the planner's time per event (default: with --plan-time solve the
-                     controller's, ${DEFAULT_PLAN_TIME_LIMIT_MS / 1000} s; else ${FREE_PLAN_TIME_LIMIT_MS / 1000} s, where the planner's work caps end
-                     a plan first, so that a replay takes the same path on any machine)
-  --lambda N         MonkeyTree's per-rack bound (default: the preset's, else the uplinks per rack)
-  --restart SEC      restart cost of a migration after its transfers (default 10)
-  --restart-from FILE  the restart cost measured here: \`npm run bench:migrate -- --json\`'s
-                     document, whose largest overhead (a move's downtime beyond its bytes'
-                     own time, which the simulator charges as transfers) it takes
-  --json             print one JSON document (schema: SimulationReportSchema) instead of tables
-  --csv DIR          write jobs.csv, plans.csv, fragmentation.csv and summary.csv, system by system
-  --plot DIR         write each chart of --report's page as an SVG file: slowdown-p99.svg and
-                     slowdown-avg.svg (against load, or per variant), fragmentation-LOAD.svg and
-                     fragmentation-total-LOAD.svg (over time), moves.svg (moves per event)
-  --report DIR       write DIR/index.html: the paper's headline numbers beside this run's
-                     (for a fig-* preset), the figures (a chart per variant) and every run's
-                     numbers, one page that any browser opens
-  --save-trace DIR   write each generated (or converted) trace as DIR/trace-LOAD.jsonl
-                     (trace-sacct.jsonl), replayable with --trace; generated ones with
-                     DIR/generation.json, the options that drew them
-  --threads N        runs (a system on a load and variant) side by side, each in a thread of
-                     its own; the results are the same for any N (default: one per core, at
-                     most one per run and one per 2 GiB of memory; with --plan-time solve, 1,
-                     since runs side by side would slow each other's planner down and so
-                     change what they charge)
-
+for a fig-* preset the paper's headline numbers beside this run's.`,
+  after: `to run a preset's sweep on Slurm, or merge the reports of runs made apart:
        monkeytree simulate --preset NAME [run flags] --slurm-array DIR [--sbatch ARGS]
        monkeytree simulate --merge FILES [--report DIR] [--plot DIR] [--json]
 
---slurm-array DIR    run the sweep on Slurm: one job array task per variant and load (each a
-                     simulate of its own, its JSON report in DIR/part-K.json, its log in
-                     DIR/task-K.log), then a job that merges them once all succeeded into
-                     DIR/merged.json and DIR/report/index.html. Submits both with sbatch and
-                     prints their ids; DIR/array.sh stays for a resubmission
---sbatch ARGS        more sbatch options for both jobs, space-separated ("--partition=cpu --time=4:00:00")
---merge FILES        comma-separated JSON reports (\`--json\`'s) of one preset's runs, made apart: one
-                     per seed, or the parts of a sweep split by variant or load. Prints one report per
-                     seed and the paper's numbers beside their mean and range (--json: the reports'
-                     list); --report's page gives the same numbers, and charts the seeds' mean
-
-Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`;
+Progress goes to stderr. exit codes: 0 done, 2 bad usage or input, 3 internal error`,
+});
 
 export const command: Command = {
   summary: "simulate a cluster trace with and without MonkeyTree, comparing job slowdowns",
   help,
   async run(argv, io) {
-    const flags = simulateFlags(argv);
+    const flags = parseCommandFlags(argv, FLAGS);
     if (flags.merge !== undefined) return merge(argv, flags.merge, flags, io);
     const scenario = scenarioFlags(flags);
     if (flags["slurm-array"] !== undefined) return submitSweep(argv, flags["slurm-array"], flags, scenario, io);
@@ -206,48 +281,7 @@ export const command: Command = {
   },
 };
 
-function simulateFlags(argv: string[]) {
-  return parseFlags(argv, {
-    preset: { type: "string" },
-    trace: { type: "string" },
-    "from-sacct": { type: "string" },
-    model: { type: "string" },
-    systems: { type: "string" },
-    loads: { type: "string" },
-    variants: { type: "string" },
-    jobs: { type: "string" },
-    racks: { type: "string" },
-    "hosts-per-rack": { type: "string" },
-    "gpus-per-host": { type: "string" },
-    uplinks: { type: "string" },
-    "nic-gbps": { type: "string" },
-    mix: { type: "string" },
-    "mean-hours": { type: "string" },
-    "ep-factor": { type: "string" },
-    "tokens-per-replica": { type: "string" },
-    seed: { type: "string" },
-    scheduler: { type: "string" },
-    queue: { type: "string", default: "fifo" },
-    "queue-in-moves": { type: "string" },
-    "migrate-by": { type: "string" },
-    "plan-time": { type: "string", default: "free" },
-    "plan-time-limit": { type: "string" },
-    lambda: { type: "string" },
-    restart: { type: "string" },
-    "restart-from": { type: "string" },
-    json: { type: "boolean", default: false },
-    csv: { type: "string" },
-    plot: { type: "string" },
-    report: { type: "string" },
-    "save-trace": { type: "string" },
-    merge: { type: "string" },
-    "slurm-array": { type: "string" },
-    sbatch: { type: "string" },
-    threads: { type: "string" },
-  });
-}
-
-type SimulateFlags = ReturnType<typeof simulateFlags>;
+type SimulateFlags = FlagValues<typeof FLAGS>;
 
 /** How generated traces are drawn, beside the preset's generation, the job count and the seed. */
 interface Drawing {
@@ -277,19 +311,15 @@ interface Scenario {
 
 /** The scenario the flags ask for, its flags checked and its output directories made ready before any trace is read or drawn. */
 function scenarioFlags(flags: SimulateFlags): Scenario {
-  const presetName = (flags.preset ?? "small") as PresetName;
-  const preset: Preset | undefined = PRESETS[presetName];
-  if (!preset) throw new UsageError(`--preset must be one of ${presetNames.join(", ")}, got "${flags.preset}"`);
-  const systems = listFlag("systems", flags.systems, [...preset.systems], (name) => {
-    if (!(SYSTEMS as readonly string[]).includes(name)) throw new UsageError(`--systems: unknown system "${name}"; choose from ${SYSTEMS.join(", ")}`);
-    return name as SystemName;
-  });
+  const presetName = flags.preset;
+  const preset: Preset = PRESETS[presetName];
+  const systems = flags.systems ?? [...preset.systems];
   const variants = chooseVariants(presetName, preset, flags);
   const scheduling = schedulingFlags(flags, preset);
-  const threads = flags.threads === undefined ? undefined : intFlag("threads", flags.threads, 1, 1, MAX_THREADS);
+  const threads = flags.threads;
   const replayed = replayedFile(flags);
-  const seed = intFlag("seed", flags.seed, 1, 0, 2 ** 31 - 1);
-  const lambda = flags.lambda === undefined ? preset.lambda : intFlag("lambda", flags.lambda, undefined, 0);
+  const seed = flags.seed;
+  const lambda = flags.lambda ?? preset.lambda;
   const fabric = fabricFlags(flags, preset);
   const drawing = drawingFlags(flags, preset);
   for (const flag of ["csv", "plot", "report", "save-trace"] as const) {
@@ -312,23 +342,16 @@ function schedulingFlags(
   flags: SimulateFlags,
   preset: Preset,
 ): Pick<SimConfigInput, "scheduler" | "queue" | "queueInMoves" | "migrateBy" | "planTime" | "planTimeLimitMs"> {
-  const scheduler = (flags.scheduler ?? "best-fit") as SchedulerName;
-  if (!SCHEDULERS.includes(scheduler)) throw new UsageError(`--scheduler must be one of ${SCHEDULERS.join(", ")}, got "${flags.scheduler}"`);
-  const queue = flags.queue as QueueName;
-  if (!QUEUES.includes(queue)) throw new UsageError(`--queue must be one of ${QUEUES.join(", ")}, got "${flags.queue}"`);
-  const queueInMoves = flags["queue-in-moves"] ?? preset.queueInMoves ?? "place";
-  if (queueInMoves !== "place" && queueInMoves !== "hold") throw new UsageError(`--queue-in-moves must be place or hold, got "${queueInMoves}"`);
-  const migrateBy = flags["migrate-by"] ?? preset.migrateBy ?? "plan";
-  if (migrateBy !== "plan" && migrateBy !== "job") throw new UsageError(`--migrate-by must be plan or job, got "${migrateBy}"`);
   const planTime = flags["plan-time"];
-  if (planTime !== "free" && planTime !== "solve") throw new UsageError(`--plan-time must be free or solve, got "${planTime}"`);
-  const planTimeLimitMs = secondsFlag(
-    "plan-time-limit",
-    flags["plan-time-limit"],
-    planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS / 1000 : FREE_PLAN_TIME_LIMIT_MS / 1000,
-    0.001,
-  );
-  return { scheduler, queue, queueInMoves, migrateBy, planTime, planTimeLimitMs: Math.round(planTimeLimitMs) };
+  const planTimeLimitMs = flags["plan-time-limit"] ?? (planTime === "solve" ? DEFAULT_PLAN_TIME_LIMIT_MS : FREE_PLAN_TIME_LIMIT_MS);
+  return {
+    scheduler: flags.scheduler ?? "best-fit",
+    queue: flags.queue,
+    queueInMoves: flags["queue-in-moves"] ?? preset.queueInMoves ?? "place",
+    migrateBy: flags["migrate-by"] ?? preset.migrateBy ?? "plan",
+    planTime,
+    planTimeLimitMs: Math.round(planTimeLimitMs),
+  };
 }
 
 /** The file `--trace` or `--from-sacct` names, where one does: its jobs replace generated traces, so no flag that shapes those may come with it. */
@@ -357,11 +380,11 @@ function replayedFile(flags: SimulateFlags): string | undefined {
 function fabricFlags(flags: SimulateFlags, preset: Preset): FabricShape {
   const fabric = {
     ...preset.fabric,
-    racks: intFlag("racks", flags.racks, preset.fabric.racks, 1, MAX_RACKS),
-    hostsPerRack: intFlag("hosts-per-rack", flags["hosts-per-rack"], preset.fabric.hostsPerRack, 1, MAX_HOSTS_PER_RACK),
-    gpusPerHost: intFlag("gpus-per-host", flags["gpus-per-host"], preset.fabric.gpusPerHost, 1, MAX_GPUS_PER_HOST),
-    uplinksPerRack: intFlag("uplinks", flags.uplinks, preset.fabric.uplinksPerRack, 1, MAX_UPLINKS_PER_RACK),
-    nicGbps: numberFlag("nic-gbps", flags["nic-gbps"], preset.fabric.nicGbps, 0.001, MAX_NIC_GBPS),
+    racks: flags.racks ?? preset.fabric.racks,
+    hostsPerRack: flags["hosts-per-rack"] ?? preset.fabric.hostsPerRack,
+    gpusPerHost: flags["gpus-per-host"] ?? preset.fabric.gpusPerHost,
+    uplinksPerRack: flags.uplinks ?? preset.fabric.uplinksPerRack,
+    nicGbps: flags["nic-gbps"] ?? preset.fabric.nicGbps,
   };
   if (fabric.racks * fabric.hostsPerRack > MAX_HOSTS) {
     throw new UsageError(
@@ -373,17 +396,16 @@ function fabricFlags(flags: SimulateFlags, preset: Preset): FabricShape {
 
 /** The mix of generated traces and, for a mix drawn from the model table, its jobs' durations and costs. */
 function drawingFlags(flags: SimulateFlags, preset: Preset): Drawing {
-  const mix = (flags.mix ?? preset.mix) as SimMix;
-  if (!SIM_MIXES.includes(mix)) throw new UsageError(`--mix must be one of ${SIM_MIXES.join(", ")}, got "${flags.mix}"`);
+  const mix = flags.mix ?? preset.mix;
   const costFlags = (["mean-hours", "ep-factor", "tokens-per-replica"] as const).filter((f) => flags[f] !== undefined);
   if (isPublishedMix(mix) && costFlags.length) {
     throw new UsageError(`--${costFlags.join(", --")} shape the ${MIXES.join(" and ")} mixes; the ${mix} mix's jobs come with their own iterations and costs`);
   }
   return {
     mix,
-    meanHours: numberFlag("mean-hours", flags["mean-hours"], preset.meanHours ?? 2, 0.001),
-    epFactor: numberFlag("ep-factor", flags["ep-factor"], preset.epFactor ?? 0, 0, MAX_EP_FACTOR),
-    tokensPerReplica: intFlag("tokens-per-replica", flags["tokens-per-replica"], DEFAULT_TOKENS_PER_REPLICA, 1, MAX_TOKENS_PER_REPLICA),
+    meanHours: flags["mean-hours"] ?? preset.meanHours ?? 2,
+    epFactor: flags["ep-factor"] ?? preset.epFactor ?? 0,
+    tokensPerReplica: flags["tokens-per-replica"] ?? DEFAULT_TOKENS_PER_REPLICA,
   };
 }
 
@@ -395,7 +417,7 @@ function submitSweep(argv: readonly string[], dir: string, flags: SimulateFlags,
     );
   outputDir("slurm-array", dir);
   const kept = withoutFlags(argv, SWEEP_FLAGS);
-  const loads = loadsFlag(flags.loads, scenario.preset);
+  const loads = flags.loads ?? [...scenario.preset.loads];
   const tasks = scenario.variants.flatMap((v) => loads.map((load) => [...kept, ...(v ? ["--variants", v.name] : []), "--loads", String(load)]));
   const sbatchArgs = flags.sbatch?.split(/\s+/).filter((a) => a !== "") ?? [];
   const submitted = submitArray(dir, tasks, sbatchArgs);
@@ -468,8 +490,8 @@ async function generatedTraces(
   settings: readonly VariantSetting[],
 ): Promise<{ traces: Traces; generation: TraceGeneration }> {
   const { preset, seed, fabric, drawing } = scenario;
-  const loads = loadsFlag(flags.loads, preset);
-  const jobCount = intFlag("jobs", flags.jobs, preset.jobs, 1, MAX_TRACE_JOBS);
+  const loads = flags.loads ?? [...preset.loads];
+  const jobCount = flags.jobs ?? preset.jobs;
   const generation = {
     ...presetGeneration(preset),
     mix: drawing.mix,
@@ -549,15 +571,6 @@ async function runWithProgress(
   return { runs, fragmentation };
 }
 
-/** Offered loads: `--loads`, else the preset's. */
-function loadsFlag(raw: string | undefined, preset: Preset): number[] {
-  return listFlag("loads", raw, [...preset.loads], (item) => {
-    const load = Number(item);
-    if (!(load > 0 && load <= 1)) throw new UsageError(`--loads: each load must be a number in (0, 1], got "${item}"`);
-    return load;
-  });
-}
-
 /**
  * What a `--slurm-array` task is not given of the user's flags: the array's own, the outputs
  * (each task prints its JSON report; the merge writes the page) and what splits the sweep.
@@ -578,14 +591,13 @@ function withoutFlags(argv: readonly string[], names: ReadonlySet<string>): stri
 /** The flags `--merge` works with: it runs nothing, so nothing that shapes a run applies. */
 const MERGE_FLAGS = new Set(["merge", "report", "plot", "json"]);
 
-async function merge(argv: readonly string[], files: string, flags: { report?: string; plot?: string; json: boolean }, io: Io): Promise<ExitCode> {
+async function merge(argv: readonly string[], paths: readonly string[], flags: { report?: string; plot?: string; json: boolean }, io: Io): Promise<ExitCode> {
   const others = argv
     .filter((a) => a.startsWith("--"))
     .map((a) => a.slice(2).split("=")[0]!)
     .filter((name) => !MERGE_FLAGS.has(name));
   if (others.length) throw new UsageError(`--${others.join(", --")}: --merge reads runs already made; give only --report, --plot or --json with it`);
   for (const flag of ["report", "plot"] as const) if (flags[flag] !== undefined) outputDir(flag, flags[flag]);
-  const paths = listFlag("merge", files, [], (path) => path);
   const reports = mergeReports(await Promise.all(paths.map(async (path) => ({ path, text: await readInputFile(path, "report", MAX_REPORT_BYTES) }))));
   await writeCharts(flags, reports, []);
   if (flags.json) await writeJson(io, reports);
@@ -612,7 +624,7 @@ const SWEPT_FLAGS = { racks: "racks", hostsPerRack: "hosts-per-rack", uplinksPer
 const runLabel = (system: string, variant: string | null): string => (variant === null ? system : `${system} ${variant}`);
 
 /** The preset's variants that `--variants` names (all by default); [null] for a preset that sweeps nothing. */
-function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Record<string, string | boolean | undefined>>): (Variant | null)[] {
+function chooseVariants(presetName: string, preset: Preset, flags: SimulateFlags): (Variant | null)[] {
   const all = preset.variants ?? [];
   if (all.length === 0) {
     if (flags.variants !== undefined) throw new UsageError(`--variants: the ${presetName} preset sweeps nothing beside its loads`);
@@ -626,7 +638,7 @@ function chooseVariants(presetName: string, preset: Preset, flags: Readonly<Reco
     throw new UsageError(
       `--${swept.join(", --")}: the ${presetName} preset sweeps ${swept.length > 1 ? "these" : "it"} itself (variants ${names.join(", ")}); pick variants with --variants`,
     );
-  return listFlag("variants", flags.variants as string | undefined, [...all], (name) => {
+  return listFlag("variants", flags.variants, [...all], (name) => {
     const variant = all.find((v) => v.name === name);
     if (!variant) throw new UsageError(`--variants: the ${presetName} preset has no variant "${name}"; choose from ${names.join(", ")}`);
     return variant;
@@ -653,9 +665,9 @@ async function readSacct(path: string): Promise<unknown> {
 }
 
 /** `--restart SEC` or the overhead `--restart-from FILE` measured; 10 s without either. */
-function restartSeconds(seconds: string | undefined, bench: string | undefined): number {
+function restartSeconds(seconds: number | undefined, bench: string | undefined): number {
   if (seconds !== undefined && bench !== undefined) throw new UsageError("--restart and --restart-from both give the restart cost; pass one");
-  return bench === undefined ? numberFlag("restart", seconds, 10, 0) : restartFromBench(bench);
+  return bench === undefined ? (seconds ?? 10) : restartFromBench(bench);
 }
 
 async function readTraceFile(path: string): Promise<SimJob[]> {

@@ -4,72 +4,69 @@ import { hostName, type NamedTopology } from "../controller/planner/model/named-
 import type { SnapshotInput } from "../controller/planner/model/snapshot.ts";
 import { SlurmAdapter, type AdapterState } from "../controller/schedulers/slurm/adapter.ts";
 import { Slurm, SlurmCommandError, SlurmNotInstalledError } from "../controller/schedulers/slurm/commands.ts";
-import { COMMENT_POLICIES, type CommentPolicy } from "../controller/schedulers/slurm/view.ts";
+import { COMMENT_POLICIES } from "../controller/schedulers/slurm/view.ts";
 import { createLogger } from "../sdk/contract/log.ts";
 import { loadConfig } from "./config.ts";
-import { ExitCode, parseFlags, secondsFlag, table, UsageError, writeJson, type Command } from "./io.ts";
-import { outputFile } from "./output.ts";
-import { loadTopology, TOPOLOGY_FLAGS, TOPOLOGY_HELP } from "./topology.ts";
+import { bool, checked, choice, helpText, parseCommandFlags, seconds, str } from "./flags.ts";
+import { ExitCode, table, UsageError, writeJson, type Command } from "./io.ts";
+import { writableFile } from "./output.ts";
+import { loadTopology, TOPOLOGY_FLAGS } from "./topology.ts";
 
 /** `--slurm-comments`, for every command that reads Slurm's jobs: how their ring comments count. */
-export const SLURM_COMMENTS_FLAG = { "slurm-comments": { type: "string" } } as const;
-export const SLURM_COMMENTS_HELP = `  --slurm-comments bounded|ignore
-                         a pinned job's \`monkeytree:rings=N\` comment counts up to the GPUs
-                         it has on the rack where it has fewest (bounded, the default), or
-                         not at all (ignore: every pinned job counts 1 ring)`;
+export const SLURM_COMMENTS_FLAG = {
+  "slurm-comments": choice(
+    COMMENT_POLICIES,
+    "a pinned job's `monkeytree:rings=N` comment counts up to the GPUs it has on the rack where it has fewest (bounded), " +
+      "or not at all (ignore: every pinned job counts 1 ring)",
+    "bounded",
+  ),
+} as const;
 
-export function slurmCommentsFlag(raw: string | undefined): CommentPolicy {
-  if (raw === undefined) return "bounded";
-  const policy = COMMENT_POLICIES.find((p) => p === raw);
-  if (!policy) throw new UsageError(`--slurm-comments must be ${COMMENT_POLICIES.join(" or ")}, got "${raw}"`);
-  return policy;
-}
+/** `--slurm-conf`, for every command that runs Slurm's commands. */
+export const SLURM_CONF_FLAG = { "slurm-conf": str("FILE", "slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)") } as const;
 
-const help = `usage: monkeytree slurm --topology FILE [--uplinks-per-rack N] [--gpus-per-host N]
-                       [--slurm-conf FILE] [--slurm-comments bounded|ignore] [--timeout S] [--json] [--output FILE]
+const FLAGS = {
+  ...TOPOLOGY_FLAGS,
+  ...SLURM_CONF_FLAG,
+  ...SLURM_COMMENTS_FLAG,
+  timeout: seconds("S", "give up on a Slurm command after S seconds", { default: 10, min: 0.1 }),
+  json: bool("print the view as JSON: the snapshot, unavailable hosts with reasons, holds"),
+  output: checked("FILE", 'write the snapshot (pinned jobs "movable": false, "unavailable" hosts) for `monkeytree plan --snapshot FILE`', writableFile),
+};
 
-Reads, once, what Slurm says of the cluster's nodes and jobs and of MonkeyTree's holds, and
+const help = helpText({
+  command: "monkeytree slurm",
+  table: FLAGS,
+  about: `Reads, once, what Slurm says of the cluster's nodes and jobs and of MonkeyTree's holds, and
 prints the cluster as the controller plans it under Slurm: every running job pinned (counted
 in its racks' fragmentation, never moved; its rings from a \`monkeytree:rings=N\` in its
-comment, at most its GPUs on the rack where it has fewest, else 1), every host no worker may move to and why (down, drained, reserved, planned
-by the backfill scheduler, allocated to a job, or an empty slot of a short rack), and the
-holds. It changes nothing in Slurm. Jobs whose launchers registered with a controller are
-movable there; this command, which asks no controller, lists them as pinned too.
-
-options:
-${TOPOLOGY_HELP}
-  --slurm-conf FILE      slurm.conf for Slurm's commands (default: $SLURM_CONF, then theirs)
-${SLURM_COMMENTS_HELP}
-  --timeout S            give up on a Slurm command after S seconds (default 10)
-  --json                 print the view as JSON: the snapshot, unavailable hosts with reasons, holds
-  --output FILE          write the snapshot (pinned jobs "movable": false, "unavailable" hosts)
-                         for \`monkeytree plan --snapshot FILE\`
-  -h, --help             show this help
-
-exit codes: 0 read, 2 bad usage or input, or Slurm's commands not installed here,
-3 Slurm did not answer.`;
+comment, at most its GPUs on the rack where it has fewest, else 1), every host no worker may
+move to and why (down, drained, reserved, planned by the backfill scheduler, allocated to a
+job, or an empty slot of a short rack), and the holds. It changes nothing in Slurm. Jobs whose
+launchers registered with a controller are movable there; this command, which asks no
+controller, lists them as pinned too.`,
+  after: `exit codes: 0 read, 2 bad usage or input, or Slurm's commands not installed here,
+3 Slurm did not answer.`,
+});
 
 export const command: Command = {
   summary: "show the cluster as Slurm holds it: pinned jobs, unavailable hosts, holds",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      ...TOPOLOGY_FLAGS,
-      "slurm-conf": { type: "string" },
-      ...SLURM_COMMENTS_FLAG,
-      timeout: { type: "string" },
-      json: { type: "boolean" },
-      output: { type: "string" },
-    });
+    const flags = parseCommandFlags(argv, FLAGS);
     const topology = await loadTopology(flags, await loadConfig());
     if (!topology) throw new UsageError("--topology is required: the cluster's topology file or Slurm's topology.conf");
     const slurm = new Slurm({
-      timeoutMs: secondsFlag("timeout", flags.timeout, 10, 0.1),
+      timeoutMs: flags.timeout,
       ...(flags["slurm-conf"] === undefined ? {} : { conf: flags["slurm-conf"] }),
     });
-    if (flags.output !== undefined) outputFile("output", flags.output);
-    const comments = slurmCommentsFlag(flags["slurm-comments"]);
-    const adapter = new SlurmAdapter({ slurm, topology, managed: () => new Set(), comments, log: createLogger("slurm", (line) => io.err.write(`${line}\n`)) });
+    const adapter = new SlurmAdapter({
+      slurm,
+      topology,
+      managed: () => new Set(),
+      comments: flags["slurm-comments"],
+      log: createLogger("slurm", (line) => io.err.write(`${line}\n`)),
+    });
     let state: AdapterState;
     try {
       slurm.requireCommands();

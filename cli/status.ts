@@ -4,41 +4,36 @@ import type { ControllerEvent } from "../sdk/contract/protocol/events.ts";
 import type { StatusReport } from "../sdk/contract/protocol/status.ts";
 import type { ControllerRefusedError } from "../sdk/client/connection.ts";
 import type { Credential } from "../sdk/contract/protocol/auth.ts";
-import {
-  CREDENTIALS_ENV,
-  ExitCode,
-  addressFlag,
-  credentialFlag,
-  parseFlags,
-  refusalAdvice,
-  secondsFlag,
-  table,
-  writeJson,
-  type Command,
-  type Io,
-} from "./io.ts";
+import { bool, checked, helpText, parseCommandFlags, seconds, str } from "./flags.ts";
+import { CREDENTIALS_ENV, ExitCode, addressFlag, credentialFlag, refusalAdvice, table, writeJson, type Command, type Io } from "./io.ts";
 
-const help = `usage: monkeytree status [--connect ADDR] [--credentials FILE] [--timeout S] [--json] [--follow]
+/** The flags of the commands that ask a running controller something; `credential` says whose credential they take. */
+export const controllerFlags = (credential: string) =>
+  ({
+    connect: checked("ADDR", "controller address", (value, name) => addressFlag(`--${name}`, value, "connect"), { default: "tcp://127.0.0.1:5555" }),
+    credentials: str("FILE", `${credential}, required when the controller has a keyring; default $${CREDENTIALS_ENV}`),
+    timeout: seconds("S", "give up after S seconds", { default: 5, min: 0.1 }),
+  }) as const;
 
-Asks a running controller what it holds: jobs and their workers (a job's \`lost\` column
+const FLAGS = {
+  ...controllerFlags("an operator credential (operator-NAME.json from `monkeytree keys`)"),
+  json: bool("print the status document as JSON; with --follow, each event as its JSON line"),
+  follow: bool("stream the controller's events, one line each"),
+};
+
+const help = helpText({
+  command: "monkeytree status",
+  table: FLAGS,
+  about: `Asks a running controller what it holds: jobs and their workers (a job's \`lost\` column
 lists the hosts whose launcher fell silent), host daemons, per-rack fragmentation against
 the bound, and every migration with its state; under a cluster scheduler (Slurm), also the
 jobs it counts but never moves, the hosts no worker may move to, and the holds that keep its
 destinations. With --follow, streams the controller's decisions instead (its event log: a
 job seen, fragmentation found, a plan, each move's transitions, a rollback and why, a worker
-or a daemon lost), starting with the latest few, until SIGINT or SIGTERM.
-
-options:
-  --connect ADDR    controller address (default tcp://127.0.0.1:5555)
-  --credentials FILE  an operator credential (operator-NAME.json from \`monkeytree keys\`),
-                    required when the controller has a keyring; default $${CREDENTIALS_ENV}
-  --timeout S       give up after S seconds (default 5)
-  --json            print the status document as JSON; with --follow, each event as its JSON line
-  --follow          stream the controller's events, one line each
-  -h, --help        show this help
-
-exit codes: 0 within bounds (with --follow: stopped by a signal), 1 some rack is over its
-bound, 2 bad usage, 3 no answer, or a refusal.`;
+or a daemon lost), starting with the latest few, until SIGINT or SIGTERM.`,
+  after: `exit codes: 0 within bounds (with --follow: stopped by a signal), 1 some rack is over its
+bound, 2 bad usage, 3 no answer, or a refusal.`,
+});
 
 /** How often a follower asks for new events when there were none. */
 const FOLLOW_POLL_MS = 250;
@@ -69,19 +64,11 @@ export const command: Command = {
   summary: "show a running controller's jobs, hosts and migrations",
   help,
   async run(argv, io) {
-    const flags = parseFlags(argv, {
-      connect: { type: "string" },
-      credentials: { type: "string" },
-      timeout: { type: "string" },
-      json: { type: "boolean" },
-      follow: { type: "boolean" },
-    });
-    const timeoutMs = secondsFlag("timeout", flags.timeout, 5, 0.1);
-    const endpoint = addressFlag("--connect", flags.connect ?? "tcp://127.0.0.1:5555", "connect");
+    const flags = parseCommandFlags(argv, FLAGS);
     const credential = credentialFlag(flags.credentials);
-    const { client, refused: refusal } = operatorClient(endpoint, credential?.credential, timeoutMs);
+    const { client, refused: refusal } = operatorClient(flags.connect, credential?.credential, flags.timeout);
     try {
-      return await (flags.follow ? follow(client, io, flags.json === true) : report(client, io, flags.json === true));
+      return await (flags.follow ? follow(client, io, flags.json) : report(client, io, flags.json));
     } catch (error) {
       const refused = refusal();
       if (!(refused && error instanceof ClientClosedError)) throw error;

@@ -2,22 +2,24 @@ import { hostIndexOf, parseTopologyFile, parseTopologyText, UnknownHostError, ty
 import { topologyFromConf } from "../controller/schedulers/slurm/topology-conf.ts";
 import { MAX_TOPOLOGY_BYTES } from "../sdk/contract/protocol/limits.ts";
 import type { Config } from "./config.ts";
+import { str } from "./flags.ts";
 import { intFlag, readInputFile, UsageError } from "./io.ts";
 
-/** Flags shared by the commands that read a topology by name. */
+/**
+ * Flags shared by the commands that read a topology by name. A topology.conf's uplink and GPU
+ * counts stay text here: a YAML or JSON topology refuses them, and the site configuration
+ * fills in what they leave out (`loadTopology`).
+ */
 export const TOPOLOGY_FLAGS = {
-  topology: { type: "string" },
-  "uplinks-per-rack": { type: "string" },
-  "gpus-per-host": { type: "string" },
+  topology: str(
+    "FILE",
+    "the cluster's racks (and pods) with their hosts' names: a MonkeyTree topology file (YAML or JSON), or Slurm's topology.conf " +
+      "(tree plugin: leaf switches are racks, the switches above them pods), which also needs --uplinks-per-rack. " +
+      "Default: the site configuration's (docs/slurm.md)",
+  ),
+  "uplinks-per-rack": str("N", "uplinks of every rack, for a topology.conf (default: the site configuration's)"),
+  "gpus-per-host": str("N", "GPUs of every host, for a topology.conf (default: the site configuration's, else 8)"),
 } as const;
-
-export const TOPOLOGY_HELP = `  --topology FILE        the cluster's racks (and pods) with their hosts' names: a MonkeyTree
-                         topology file (YAML or JSON), or Slurm's topology.conf (tree plugin:
-                         leaf switches are racks, the switches above them pods), which also
-                         needs --uplinks-per-rack
-  --uplinks-per-rack N   uplinks of every rack, for a topology.conf
-  --gpus-per-host N      GPUs of every host, for a topology.conf (default 8)
-                         (all three default to the site configuration's, docs/slurm.md)`;
 
 /** Whether `text` is Slurm's topology.conf rather than a YAML or JSON document. */
 const isTopologyConf = (path: string, text: string): boolean => path.endsWith(".conf") || /^\s*SwitchName=/im.test(text);
