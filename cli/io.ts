@@ -1,5 +1,4 @@
 import { statfsSync } from "node:fs";
-import { parseArgs, type ParseArgsConfig } from "node:util";
 import { InvalidInputError, quote, readFailure, readFileAtMost } from "../sdk/contract/errors.ts";
 import type { ControllerRefusedError } from "../sdk/client/connection.ts";
 import { readCredential, type Credential } from "../sdk/contract/protocol/auth.ts";
@@ -25,22 +24,6 @@ export interface Command {
   readonly summary: string;
   readonly help: string;
   run(argv: string[], io: Io): Promise<ExitCode>;
-}
-
-type StrictConfig<T> = { args: string[]; options: T; allowPositionals: false; strict: true };
-
-/** `parseArgs` with unknown flags and stray positionals reported as `UsageError`. */
-// The return type is spelled out because the one inferred names @types/node types that a
-// declaration file cannot import.
-export function parseFlags<T extends NonNullable<ParseArgsConfig["options"]>>(
-  argv: string[],
-  options: T,
-): ReturnType<typeof parseArgs<StrictConfig<T>>>["values"] {
-  try {
-    return parseArgs({ args: argv, options, allowPositionals: false, strict: true }).values;
-  } catch (error) {
-    throw new UsageError(error instanceof Error ? error.message : String(error));
-  }
 }
 
 /**
