@@ -84,7 +84,7 @@ describe("`monkeytree checkpoint export` usage", () => {
       /^monkeytree checkpoint: --ranges must be a whole number ≥ 1, got "0"\n/,
     );
     expect((await runCli("checkpoint")).code).toBe(2);
-    expect((await runCli("checkpoint", "--help")).stdout).toMatch(/^usage: monkeytree checkpoint export \(--buffer NAME \| --file PATH\)\.\.\./);
+    expect((await runCli("checkpoint", "--help")).stdout).toMatch(/^usage: monkeytree checkpoint export \[--buffer NAME\]\.\.\. \[--file PATH\]\.\.\./);
     expect(existsSync(join(dir, "x"))).toBe(false);
   });
 
