@@ -77,69 +77,52 @@ interface Range {
   readonly max?: number;
 }
 
+/** A text flag whose value is `check`ed, else `fallback` when absent, which help shows as `show`. */
+function valued<T>(arg: string, help: string, check: (value: string, name: string) => T, fallback: T, show: string | number | undefined): Flag<T> {
+  return {
+    kind: "string",
+    arg,
+    help,
+    ...(show === undefined ? {} : { default: String(show) }),
+    parse: (raw, name) => {
+      const value = text(raw);
+      return value === undefined ? fallback : check(value, name);
+    },
+  };
+}
+
 /** A whole number from `min` (to `max`); undefined when absent unless it has a `default`. */
 export function int(arg: string, help: string, range: Range & { default: number; show?: string }): Flag<number>;
 export function int(arg: string, help: string, range: Range): Flag<number | undefined>;
 export function int(arg: string, help: string, range: Range & { default?: number; show?: string }): Flag<number | undefined> {
-  return {
-    kind: "string",
-    arg,
-    help,
-    ...shown(range.default, range.show),
-    parse: (raw, name) => {
-      const value = text(raw);
-      return value === undefined ? range.default : intFlag(name, value, undefined, range.min, range.max);
-    },
-  };
+  return valued(arg, help, (value, name) => intFlag(name, value, undefined, range.min, range.max), range.default, range.show ?? range.default);
 }
 
 /** A number from `min` (to `max`), such as `--ep-factor 2.5`. */
 export function num(arg: string, help: string, range: Range & { default: number; show?: string }): Flag<number> {
-  return {
-    kind: "string",
-    arg,
-    help,
-    ...shown(range.default, range.show),
-    parse: (raw, name) => numberFlag(name, text(raw), range.default, range.min, range.max),
-  };
+  return valued(arg, help, (value, name) => numberFlag(name, value, range.default, range.min, range.max), range.default, range.show ?? range.default);
 }
 
 /** A duration given in seconds, at least `min`, returned in milliseconds. */
 export function seconds(arg: string, help: string, range: { min: number; default: number; show?: string }): Flag<number> {
-  return { kind: "string", arg, help, ...shown(range.default, range.show), parse: (raw, name) => secondsFlag(name, text(raw), range.default, range.min) };
+  return valued(arg, help, (value, name) => secondsFlag(name, value, range.default, range.min), range.default * 1000, range.show ?? range.default);
 }
 
 /** A size such as 4GiB or 1048576 bytes. */
 export function size(arg: string, help: string, options: { default: number; show?: string }): Flag<number> {
-  return {
-    kind: "string",
-    arg,
-    help,
-    ...shown(options.default, options.show),
-    parse: (raw, name) => {
-      const value = text(raw);
-      return value === undefined ? options.default : byteSize(name, value);
-    },
-  };
+  return valued(arg, help, (value, name) => byteSize(name, value), options.default, options.show ?? options.default);
 }
 
 /** One of `values`; `fallback` when absent. */
 export function choice<const V extends string>(values: readonly V[], help: string, fallback: V): Flag<V>;
 export function choice<const V extends string>(values: readonly V[], help: string): Flag<V | undefined>;
 export function choice<const V extends string>(values: readonly V[], help: string, fallback?: V): Flag<V | undefined> {
-  return {
-    kind: "string",
-    arg: values.join("|"),
-    help,
-    ...(fallback === undefined ? {} : { default: fallback }),
-    parse: (raw, name) => {
-      const value = text(raw);
-      if (value === undefined) return fallback;
-      const found = values.find((v) => v === value);
-      if (found === undefined) throw new UsageError(`--${name} must be ${oneOf(values)}, got "${value}"`);
-      return found;
-    },
+  const pick = (value: string, name: string): V => {
+    const found = values.find((v) => v === value);
+    if (found === undefined) throw new UsageError(`--${name} must be ${oneOf(values)}, got "${value}"`);
+    return found;
   };
+  return valued<V | undefined>(values.join("|"), help, pick, fallback, fallback);
 }
 
 /** A text flag checked by `check`, which throws `UsageError` or returns the value; undefined when absent. */
@@ -161,11 +144,6 @@ export function checked<T>(
       return value === undefined ? undefined : check(value, name);
     },
   };
-}
-
-function shown(fallback: number | undefined, show: string | undefined): { default?: string } {
-  if (show !== undefined) return { default: show };
-  return fallback === undefined ? {} : { default: String(fallback) };
 }
 
 const oneOf = (values: readonly string[]): string => (values.length <= 2 ? values.join(" or ") : `one of ${values.join(", ")}`);
@@ -216,7 +194,7 @@ function wrap(words: readonly string[], first: string, indent: string, width = W
 const wordsOf = (text: string): string[] => text.replace(/\s+/g, " ").match(/`[^`]*`\S*|\S+/g) ?? [];
 
 /** The usage line: `usage: monkeytree CMD --needed X [--optional Y] [--repeatable Z]...`, wrapped under its first flag. */
-export function usageLine(command: string, table: FlagTable, tail = ""): string {
+function usageLine(command: string, table: FlagTable, tail = ""): string {
   const head = `usage: ${command} `;
   const parts = Object.entries(table).map(([name, flag]) => {
     const part = flag.required ? spelled(name, flag) : `[${spelled(name, flag)}]`;
@@ -227,7 +205,7 @@ export function usageLine(command: string, table: FlagTable, tail = ""): string 
 }
 
 /** The options section: each flag, its description wrapped beside it, its default; then -h. */
-export function optionsSection(table: FlagTable): string {
+function optionsSection(table: FlagTable): string {
   const names = Object.entries(table).map(([name, flag]) => spelled(name, flag));
   const column = 2 + Math.max(...names.map((n) => n.length).filter((n) => n <= MAX_NAME), "-h, --help".length) + 2;
   const indent = " ".repeat(column);
