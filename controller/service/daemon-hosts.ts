@@ -15,6 +15,13 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 5_000;
 export const SLOWEST_STAGING_BYTES_PER_MS = (64 * 2 ** 20) / 1000;
 
 /**
+ * The longest a prepare waits, whatever bytes a job declared (30 minutes, 112.5 GiB at the
+ * slowest rate): a job's `checkpointBytes` is its own word, and a timer past 2^31 - 1 ms would
+ * fire at once.
+ */
+export const MAX_PREPARE_WAIT_MS = 30 * 60_000;
+
+/**
  * Why a command to a host's daemon failed: `no_daemon` (none registered for the host),
  * `timeout` (no answer in time: the daemon died or is unreachable), `closed` (the controller is
  * stopping), `unexpected_reply`, or the daemon's own refusal code.
@@ -100,7 +107,8 @@ export class DaemonHosts implements StagingTransport, ReplacementLauncher {
   }
 
   async prepare({ host, ...body }: StagingRequest): Promise<StagingGrant> {
-    const reply = await this.command(host, { type: "daemon.prepare", ...body }, this.timeoutMs + body.bytes / SLOWEST_STAGING_BYTES_PER_MS);
+    const waitMs = Math.min(this.timeoutMs + body.bytes / SLOWEST_STAGING_BYTES_PER_MS, MAX_PREPARE_WAIT_MS);
+    const reply = await this.command(host, { type: "daemon.prepare", ...body }, waitMs);
     if (reply.type !== "daemon.prepared") throw unexpected(host, "daemon.prepare", reply);
     // A ticket names only the endpoint the host's daemon registered with, under its own key.
     const registered = this.peers.get(host)?.endpoint;

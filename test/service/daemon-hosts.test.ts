@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { DaemonHosts, DEFAULT_COMMAND_TIMEOUT_MS, SLOWEST_STAGING_BYTES_PER_MS } from "../../controller/service/daemon-hosts.ts";
+import { DaemonHosts, DEFAULT_COMMAND_TIMEOUT_MS, MAX_PREPARE_WAIT_MS, SLOWEST_STAGING_BYTES_PER_MS } from "../../controller/service/daemon-hosts.ts";
 
 /**
  * How long the controller waits for a daemon's answer: a prepare, which zero-fills the grant's
@@ -45,5 +45,14 @@ describe("commands to a daemon that does not answer", () => {
     expect(prepare.error).toBeUndefined();
     await vi.advanceTimersByTimeAsync(1);
     expect(prepare.error?.message).toBe(`the daemon on host 1 did not answer daemon.prepare #2 within ${DEFAULT_COMMAND_TIMEOUT_MS + forBytes} ms`);
+  });
+
+  it("waits no longer than the bound for a prepare, however many bytes a job declared", async () => {
+    const { daemons, outcome } = silentDaemons();
+    const prepare = outcome(daemons.prepare({ host: 1, migration: "p0/0", bytes: Number.MAX_SAFE_INTEGER, replacement }));
+    await vi.advanceTimersByTimeAsync(MAX_PREPARE_WAIT_MS - 1);
+    expect(prepare.error).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(1);
+    expect(prepare.error?.message).toBe(`the daemon on host 1 did not answer daemon.prepare #1 within ${MAX_PREPARE_WAIT_MS} ms`);
   });
 });
