@@ -6,6 +6,7 @@ import { ProtocolError } from "../../sdk/contract/protocol/errors.ts";
 import type { ReplacementExited, TransferResult } from "../../sdk/contract/protocol/daemon.ts";
 import type { ControllerContext, ReplyTarget } from "./context.ts";
 import type { DaemonLiveness } from "./liveness.ts";
+import { DaemonCommandError } from "./daemon-hosts.ts";
 import {
   assertNever,
   isCommitted,
@@ -528,12 +529,24 @@ export class PlanExecution implements SessionMoves {
 
   private releaseStaging(action: Extract<MigrationAction, { type: "release-staging" }>): void {
     this.sessions.refuseEarly(action.token, "its migration rolled back");
-    this.context.effect(() =>
-      this.daemons
-        .registered(action.host)
-        .then(() => this.options.transport.release(action.host, action.token))
-        .catch((error: unknown) => this.context.log.warn(() => `releasing staging on host ${action.host}: ${message(error)}`)),
-    );
+    this.context.effect(() => void this.release(action.host, action.token, 1));
+  }
+
+  /**
+   * Frees a rolled-back move's staging on `host`. A release is idempotent on the daemon, so one
+   * that went unanswered (the host cut off, as a daemon is when its move rolls back) is sent
+   * again when the daemon is next heard from, up to `MAX_RELEASE_ATTEMPTS` times: unreleased,
+   * the staging stays reserved for as long as the daemon runs.
+   */
+  private release(host: number, token: string, attempt: number): Promise<void> {
+    return this.daemons
+      .registered(host)
+      .then(() => this.options.transport.release(host, token))
+      .catch((error: unknown) => {
+        const again = error instanceof DaemonCommandError && error.code === "timeout" && attempt < MAX_RELEASE_ATTEMPTS;
+        this.context.log.warn(() => `releasing staging on host ${host}: ${message(error)}${again ? "; sending it again once the daemon is heard from" : ""}`);
+        if (again) this.daemons.whenHeard(host, () => this.context.effect(() => void this.release(host, token, attempt + 1)));
+      });
   }
 
   private spawnReplacement(action: Extract<MigrationAction, { type: "spawn-replacement" }>): void {
@@ -584,5 +597,8 @@ export class PlanExecution implements SessionMoves {
  * changes it as a started job does.
  */
 const placementKey = (cluster: Cluster): string => JSON.stringify([cluster.groups, cluster.placement, cluster.unavailable]);
+
+/** How often a rolled-back move's staging release is sent to a daemon that does not answer it. */
+const MAX_RELEASE_ATTEMPTS = 5;
 
 const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -30,6 +30,8 @@ export class DaemonLiveness {
   private readonly daemons = new Map<number, DaemonSession>();
   /** Commands waiting for their host's daemon to register again after a restart, by host. */
   private readonly waiting = new Map<number, Waiter[]>();
+  /** What waits for its host's daemon to be heard from again, by host (`whenHeard`). */
+  private readonly hearing = new Map<number, (() => void)[]>();
   /**
    * Until when commands wait for a host's daemon after a restart: a live daemon hears from the
    * new controller within a heartbeat and registers again, so one silent for a heartbeat
@@ -70,6 +72,7 @@ export class DaemonLiveness {
     this.context.log.info(() => `daemon on host ${req.host} registered (${req.stagingBytes} staging bytes at ${req.endpoint})`);
     for (const waiter of this.waiting.get(req.host) ?? []) waiter.resolve();
     this.waiting.delete(req.host);
+    this.heard(req.host);
     this.context.ack(target);
   }
 
@@ -93,7 +96,23 @@ export class DaemonLiveness {
     if (daemon.lost) this.context.log.info(() => `daemon on host ${req.host} is back`);
     daemon.lastSeen = this.context.clock();
     daemon.lost = false;
+    this.heard(req.host);
     this.context.ack(target);
+  }
+
+  /**
+   * Calls `then` when the daemon of `host` is next heard from (a heartbeat or a registration):
+   * for a command that went unanswered while the host was cut off, to be sent again once it
+   * can arrive.
+   */
+  whenHeard(host: number, then: () => void): void {
+    this.hearing.set(host, [...(this.hearing.get(host) ?? []), then]);
+  }
+
+  private heard(host: number): void {
+    const calls = this.hearing.get(host);
+    this.hearing.delete(host);
+    for (const call of calls ?? []) call();
   }
 
   /** Throws unless `req` comes from the daemon registered for its host; `what` says what it then cannot do. */

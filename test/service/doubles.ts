@@ -1,6 +1,7 @@
 import type { Cluster } from "../../controller/planner/model/cluster.ts";
 import type { Plan } from "../../controller/planner/plan/planner.ts";
 import type { PlanRunner } from "../../controller/service/plan-thread.ts";
+import { DaemonCommandError } from "../../controller/service/daemon-hosts.ts";
 import type {
   HostScheduler,
   SchedulerView,
@@ -21,6 +22,8 @@ export class RecordingHosts implements StagingTransport, ReplacementLauncher {
   readonly released: { host: number; token: string }[] = [];
   readonly spawned: ReplacementRequest[] = [];
   readonly refuse = new Set<number>();
+  /** Hosts whose next release goes unanswered, as a daemon cut off from the controller's does. */
+  readonly unanswered = new Set<number>();
   private waiters: (() => void)[] = [];
 
   prepare(request: StagingRequest): Promise<StagingGrant> {
@@ -33,6 +36,8 @@ export class RecordingHosts implements StagingTransport, ReplacementLauncher {
   release(host: number, token: string): Promise<void> {
     this.released.push({ host, token });
     this.notify();
+    if (this.unanswered.delete(host))
+      return Promise.reject(new DaemonCommandError("timeout", host, `the daemon on host ${host} did not answer daemon.release`));
     return Promise.resolve();
   }
 

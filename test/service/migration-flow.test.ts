@@ -241,6 +241,23 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
     expect(await source.barrier(step)).toEqual({ kind: "continue" });
   });
 
+  it("sends a rolled-back move's release again once a daemon that did not answer it is heard from", async () => {
+    harness = await startController();
+    const client = connect(harness);
+    const { move, step, source, stayer } = await plannedMove(client);
+    void stayer.barrier(step);
+    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    harness.hosts.unanswered.add(move.to);
+    await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
+    const release = { host: move.to, token: `token-${move.id}` };
+    await harness.hosts.until(() => harness!.hosts.released.length === 1);
+    await expect.poll(() => harness!.logs.join("\n"), patiently).toContain("sending it again once the daemon is heard from");
+    expect(harness.hosts.released).toEqual([release]);
+    await client.request({ type: "daemon.heartbeat", host: move.to, incarnation: INCARNATION });
+    await harness.hosts.until(() => harness!.hosts.released.length === 2);
+    expect(harness.hosts.released).toEqual([release, release]);
+  });
+
   it("rolls back when the checksum does not match: the source continues where it stopped", async () => {
     harness = await startController();
     const client = connect(harness);
