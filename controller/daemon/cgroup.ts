@@ -39,9 +39,19 @@ function writable(dir: string): boolean {
   }
 }
 
-/** Removes a cgroup and its children, deepest first; one still running something stays (EBUSY). */
+/**
+ * Removes a cgroup and its children, deepest first; one still running something stays (EBUSY).
+ * Daemons starting together sweep the same stale directories, so one already gone is no error.
+ */
 function removeTree(dir: string): void {
-  for (const entry of readdirSync(dir, { withFileTypes: true })) if (entry.isDirectory()) removeTree(join(dir, entry.name));
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  for (const entry of entries) if (entry.isDirectory()) removeTree(join(dir, entry.name));
   try {
     rmdirSync(dir);
   } catch {
