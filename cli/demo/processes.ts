@@ -39,6 +39,22 @@ export function shellCommand(argv: readonly string[]): string {
   return argv.map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(" ");
 }
 
+/** Lines a failure quotes from the failed process's log, so that its reason is seen where the failure is. */
+const QUOTED_LINES = 8;
+const QUOTED_CHARS = 2_000;
+
+/** The end of `log`, indented under the failure that quotes it; empty when there is none. */
+function lastLines(log: string): string {
+  let text: string;
+  try {
+    text = readFileSync(log, "utf8");
+  } catch {
+    return "";
+  }
+  const lines = text.trimEnd().split("\n").slice(-QUOTED_LINES).join("\n").slice(-QUOTED_CHARS);
+  return lines === "" ? "" : `; it ended with:\n${lines.replace(/^/gm, "    ")}`;
+}
+
 export class ProcessGroup {
   private readonly running = new Set<Managed>();
   private stopping = false;
@@ -62,7 +78,7 @@ export class ProcessGroup {
     this.running.add(managed);
     void exited.then((outcome) => {
       this.running.delete(managed);
-      if (outcome !== 0 && !this.stopping) this.failure ??= `${name} exited (${outcome}); see ${log}`;
+      if (outcome !== 0 && !this.stopping) this.failure ??= `${name} exited (${outcome}); see ${log}${lastLines(log)}`;
     });
     return managed;
   }
@@ -75,7 +91,7 @@ export class ProcessGroup {
     for (;;) {
       const match = pattern.exec(readFileSync(managed.log, "utf8"));
       if (match) return match;
-      if (ended) throw new Error(`${managed.name} exited (${await managed.exited}) before printing ${pattern}; see ${managed.log}`);
+      if (ended) throw new Error(`${managed.name} exited (${await managed.exited}) before printing ${pattern}; see ${managed.log}${lastLines(managed.log)}`);
       if (Date.now() > deadline) throw new Error(`${managed.name} did not print ${pattern} within ${timeoutMs} ms; see ${managed.log}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
@@ -90,13 +106,13 @@ export class ProcessGroup {
     }
   }
 
-  /** SIGTERM to every group, SIGKILL to those still running after `graceMs`. */
   /**
    * The controller whose replacements `stopAll` ends too: daemons start them in process groups
    * of their own, which outlive the daemons (as they must on a real host, where they train on).
    */
   controller: string | null = null;
 
+  /** SIGTERM to every group, SIGKILL to those still running after `graceMs`. */
   async stopAll(graceMs = 3_000): Promise<void> {
     this.stopping = true;
     if (this.controller !== null) killReplacements(this.controller);
