@@ -48,6 +48,14 @@ async function plannedMove(client: ControllerClient) {
   };
 }
 
+/** `plannedMove`, with both workers at its stop step: the stayer waiting there, the source told to migrate out. */
+async function movedOut(client: ControllerClient) {
+  const planned = await plannedMove(client);
+  const stayerBarrier = planned.stayer.barrier(planned.step);
+  expect((await planned.source.barrier(planned.step)).kind).toBe("migrate-out");
+  return { ...planned, stayerBarrier };
+}
+
 /** The destination's daemon registers and reports the checkpoint's verdict. */
 async function reportTransfer(
   client: ControllerClient,
@@ -230,9 +238,7 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
   it("refuses a replacement that registered early once its move rolls back", async () => {
     harness = await startController();
     const client = connect(harness);
-    const { move, step, source, stayer } = await plannedMove(client);
-    void stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source } = await movedOut(client);
     const replacement = new WorkerClient(client, { job: move.job, group: 0, host: move.to }, dp2, { token: `token-${move.id}` });
     const registered = replacement.register(5_000);
     registered.catch(() => undefined);
@@ -244,9 +250,7 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
   it("sends a rolled-back move's release again once a daemon that did not answer it is heard from", async () => {
     harness = await startController();
     const client = connect(harness);
-    const { move, step, source, stayer } = await plannedMove(client);
-    void stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move } = await movedOut(client);
     harness.hosts.unanswered.add(move.to);
     await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
     const release = { host: move.to, token: `token-${move.id}` };
@@ -261,9 +265,7 @@ describe("controller service: a job start that breaks the bound", { timeout: SAF
   it("rolls back when the checksum does not match: the source continues where it stopped", async () => {
     harness = await startController();
     const client = connect(harness);
-    const { move, step, source, stayer } = await plannedMove(client);
-    const stayerBarrier = stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source, stayerBarrier } = await movedOut(client);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
     expect(await verdict).toEqual({ kind: "continue" });
@@ -328,9 +330,7 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
 
   it("holds the destination before staging, and gives the source back once the move commits", async () => {
     const { scheduler, client } = await withScheduler();
-    const { move, step, source, stayer } = await plannedMove(client);
-    const stayerBarrier = stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source, stayerBarrier } = await movedOut(client);
     expect(scheduler.calls).toEqual([`hold ${move.job} ${move.id} host ${move.to}`]);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "verified" });
@@ -345,9 +345,7 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
 
   it("releases the hold when the move rolls back", async () => {
     const { scheduler, client } = await withScheduler();
-    const { move, step, source, stayer } = await plannedMove(client);
-    void stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source } = await movedOut(client);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "checksum-mismatch", detail: "crc32c 0x1 != 0x2" });
     expect(await verdict).toEqual({ kind: "continue" });
@@ -507,9 +505,7 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
   it("holds again a host a committed move brought a running job to, once its hold is lost", async () => {
     const { scheduler, client } = await withScheduler();
     scheduler.current = { ...scheduler.current, live: ["a", "b"] };
-    const { move, step, source, stayer } = await plannedMove(client);
-    void stayer.barrier(step);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source } = await movedOut(client);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
@@ -605,9 +601,8 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
 
   it("asks again for the hold and the give-back of a move that committed before a restart", async () => {
     const { scheduler, client } = await withScheduler();
-    const { move, step, source, stayer } = await plannedMove(client);
-    stayer.barrier(step).catch(() => undefined);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, step, source, stayerBarrier } = await movedOut(client);
+    stayerBarrier.catch(() => undefined);
     const verdict = source.barrier(step);
     await reportTransfer(client, move, { outcome: "verified" });
     expect(await verdict).toMatchObject({ kind: "stop" });
@@ -622,9 +617,8 @@ describe("controller service: keeping the scheduler's books", { timeout: SAFETY_
 
   it("releases the hold of a move a restart rolled back", async () => {
     const { scheduler, client } = await withScheduler();
-    const { move, step, source, stayer } = await plannedMove(client);
-    stayer.barrier(step).catch(() => undefined);
-    expect((await source.barrier(step)).kind).toBe("migrate-out");
+    const { move, stayerBarrier } = await movedOut(client);
+    stayerBarrier.catch(() => undefined);
     await client.close();
     // The restarted controller gets the same scheduler (the harness keeps its overrides).
     harness = await harness!.restart();
