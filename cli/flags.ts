@@ -42,14 +42,7 @@ export function bool(help: string): Flag<boolean> {
 export function str(arg: string, help: string): Flag<string | undefined>;
 export function str(arg: string, help: string, options: { default: string; show?: string }): Flag<string>;
 export function str(arg: string, help: string, options?: { default: string; show?: string }): Flag<string | undefined> {
-  const fallback = options?.default;
-  return {
-    kind: "string",
-    arg,
-    help,
-    ...(fallback === undefined ? {} : { default: options?.show ?? fallback }),
-    parse: (raw) => text(raw) ?? fallback,
-  };
+  return valued(arg, help, (value) => value, options?.default, options?.show ?? options?.default);
 }
 
 /** A text flag that must be given and not empty; `what` says what it is, for the error. */
