@@ -1,4 +1,4 @@
-import { UsageError } from "../cli/io.ts";
+import { programOptions } from "../cli/flags.ts";
 
 /**
  * A benchmark's command line: `--help` or `-h` prints its usage, whatever else is given; a bad
@@ -11,19 +11,6 @@ export async function benchMain<Options>(
   parse: (argv: string[]) => Options,
   run: (options: Options) => Promise<number> | number,
 ): Promise<void> {
-  const argv = process.argv.slice(2);
-  if (argv.includes("--help") || argv.includes("-h")) {
-    process.stdout.write(`${help}\n`);
-    return;
-  }
-  let options: Options;
-  try {
-    options = parse(argv);
-  } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`bench:${name}: ${error.message}\n${help}\n`);
-    process.exitCode = 2;
-    return;
-  }
-  process.exitCode = await run(options);
+  const options = programOptions(`bench:${name}`, help, parse);
+  if (options !== undefined) process.exitCode = await run(options);
 }

@@ -159,6 +159,26 @@ export function parseCommandFlags<T extends FlagTable>(argv: readonly string[], 
   return Object.fromEntries(Object.entries(table).map(([name, flag]) => [name, flag.parse(values[name], name)])) as FlagValues<T>;
 }
 
+/**
+ * The options of a program started on its own rather than as a `monkeytree` command (a
+ * benchmark, the demo's worker): undefined, with the exit code set, when `--help` or `-h` asked
+ * for `help` (0) or `parse` refused the command line (2, with the reason and the usage on stderr).
+ */
+export function programOptions<T>(name: string, help: string, parse: (argv: string[]) => T, argv = process.argv.slice(2)): T | undefined {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${help}\n`);
+    return undefined;
+  }
+  try {
+    return parse(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`${name}: ${error.message}\n${help}\n`);
+    process.exitCode = 2;
+    return undefined;
+  }
+}
+
 /** Widest help line, and the longest option spelling its description starts beside; longer ones get a line of their own. */
 const WIDTH = 100;
 const MAX_NAME = 24;

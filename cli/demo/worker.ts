@@ -1,23 +1,19 @@
 /**
  * An example launcher written against the TypeScript SDK: one data-parallel worker of a job,
  * training `model.ts`'s state and taking the controller's orders at every iteration's barrier.
+ * `--help` lists its flags.
  *
- *   node bin/run-ts.js cli/demo/worker.ts --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
  *   node dist/cli/demo/worker.js --job llama --host 3 --dp 2 --events DIR --replacement demo-worker
  *
- * `--replacement` names the destination daemons' command that starts its replacement
- * (`monkeytree daemon --replacement demo-worker="node …/worker.js --steps N --events DIR"`):
- * for a migration the daemon runs this same program, the job, host and parallelism then come
- * from the MONKEYTREE_* environment and the state from the staging buffer, and the worker
- * carries on at the step its source stopped at. `--start-when-exists PATH` holds the start, and
- * `--pause-at N --resume-when-exists PATH` iteration N, until PATH exists (given again, further
- * pauses, each pair in order). It reports every `--report-ms` (default 1,000) throughout,
- * paused or not.
+ * For a migration the destination daemon runs this same program as the replacement that its
+ * `--replacement demo-worker="node …/worker.js --steps N --events DIR"` names: the job, host and
+ * parallelism then come from the MONKEYTREE_* environment and the state from the staging
+ * buffer, and the worker carries on at the step its source stopped at.
  */
 import { existsSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
-import { intFlag } from "../io.ts";
+import { intFlag, UsageError } from "../io.ts";
+import { helpText, int, list, parseCommandFlags, programOptions, size, str } from "../flags.ts";
 import { checkpointCapacity } from "../../sdk/contract/checkpoint/index.ts";
 import { DEFAULT_REPORT_INTERVAL_MS, WorkerClient } from "../../sdk/client/agent.ts";
 import { ControllerClient } from "../../sdk/client/client.ts";
@@ -27,63 +23,73 @@ import type { Directive } from "../../sdk/contract/protocol/worker.ts";
 import { appendEvent } from "./events.ts";
 import { checkpointItems, digest, initialState, restoreState, seedOf, trainStep, type TrainState } from "./model.ts";
 
-const { values: flags } = parseArgs({
-  options: {
-    controller: { type: "string", default: "tcp://127.0.0.1:5555" },
-    job: { type: "string" },
-    group: { type: "string", default: "0" },
-    host: { type: "string" },
-    tp: { type: "string", default: "8" },
-    pp: { type: "string", default: "1" },
-    dp: { type: "string", default: "1" },
-    steps: { type: "string", default: "40" },
-    "step-ms": { type: "string", default: "0" },
-    "state-bytes": { type: "string", default: String(64 * 2 ** 20) },
-    events: { type: "string" },
-    "start-when-exists": { type: "string" },
-    "pause-at": { type: "string", multiple: true },
-    "resume-when-exists": { type: "string", multiple: true },
-    replacement: { type: "string" },
-    "report-ms": { type: "string", default: String(DEFAULT_REPORT_INTERVAL_MS) },
-  },
+const FLAGS = {
+  controller: str("ADDR", "the controller's ZeroMQ address", { default: "tcp://127.0.0.1:5555" }),
+  job: str("J", "the job's name; a daemon's replacement takes it, and the group, host and degrees below, from its MONKEYTREE_* environment"),
+  group: int("G", "the job's data-parallel group this worker belongs to", { min: 0, default: 0 }),
+  host: int("H", "the host this worker runs on", { min: 0 }),
+  tp: int("N", "tensor-parallel degree", { min: 1, default: 8 }),
+  pp: int("N", "pipeline-parallel degree", { min: 1, default: 1 }),
+  dp: int("N", "data-parallel degree", { min: 1, default: 1 }),
+  steps: int("N", "iterations to train", { min: 0, default: 40 }),
+  "step-ms": int("MS", "shortest iteration, standing in for the GPU time a real step takes", { min: 0, default: 0 }),
+  "state-bytes": size("SIZE", "the model and optimizer state to train and move", { default: 64 * 2 ** 20, show: "64MiB" }),
+  events: str("DIR", "append this worker's events (resumed, sent, kept, finished) to DIR/J.jsonl"),
+  "start-when-exists": str("PATH", "wait for PATH to exist before registering"),
+  "pause-at": list("N", "wait before iteration N until the matching --resume-when-exists PATH exists"),
+  "resume-when-exists": list("PATH", "the file whose creation ends the matching --pause-at wait"),
+  replacement: str("NAME", "the destination daemons' --replacement NAME that starts this program for a migration"),
+  "report-ms": int("MS", "how often to report progress, paused or not", { min: 1, default: DEFAULT_REPORT_INTERVAL_MS }),
+};
+
+const HELP = helpText({
+  command: "node dist/cli/demo/worker.js",
+  table: FLAGS,
+  about: `One data-parallel worker of a demo job, written against the TypeScript SDK: it trains a
+synthetic state and takes the controller's orders at every iteration's barrier. Started by a
+daemon as a migration's replacement, it resumes from the staged checkpoint at its source's step.`,
 });
 
-const replacement = replacementFromEnv();
-const whole = (name: string, raw: string | undefined): number => intFlag(name, raw, undefined, 0);
-const job = replacement?.MONKEYTREE_JOB ?? flags.job;
-if (job === undefined) throw new Error("--job is required (or start this as a daemon's replacement)");
-const identity = {
-  job,
-  group: replacement?.MONKEYTREE_GROUP ?? whole("group", flags.group),
-  host: replacement?.MONKEYTREE_HOST ?? whole("host", flags.host),
-};
-const parallelism = {
-  tp: replacement?.MONKEYTREE_TP ?? whole("tp", flags.tp),
-  pp: replacement?.MONKEYTREE_PP ?? whole("pp", flags.pp),
-  dp: replacement?.MONKEYTREE_DP ?? whole("dp", flags.dp),
-};
-const steps = whole("steps", flags.steps);
-/** Shortest iteration, standing in for the GPU time a real step takes. */
-const stepMs = whole("step-ms", flags["step-ms"]);
+interface Pause {
+  readonly before: number;
+  readonly until: string;
+}
+
 /**
  * Lets a scheduler keep a job from training past an iteration until an event of its choosing
  * (in the demo: the controller planned the moves of another job's arrival), whatever the
  * machine's speed.
  */
-function pauseFlags(): { readonly before: number; readonly until: string }[] {
-  const [at, until] = [flags["pause-at"] ?? [], flags["resume-when-exists"] ?? []];
+function pausesOf(at: readonly string[], until: readonly string[]): Pause[] {
   if (at.length !== until.length)
-    throw new Error("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
-  return at.map((raw, i) => ({ before: whole("pause-at", raw), until: until[i]! }));
+    throw new UsageError("--pause-at N and --resume-when-exists PATH go together: the iteration to wait before, and the file whose creation ends the wait");
+  return at.map((raw, i) => ({ before: intFlag("pause-at", raw, undefined, 0), until: until[i]! }));
 }
-const pauses = pauseFlags();
+
+const replacement = replacementFromEnv();
+const options = programOptions("demo worker", HELP, (argv) => {
+  const flags = parseCommandFlags(argv, FLAGS);
+  const job = replacement?.MONKEYTREE_JOB ?? flags.job;
+  const host = replacement?.MONKEYTREE_HOST ?? flags.host;
+  if (job === undefined || host === undefined) throw new UsageError("--job and --host are required, unless a daemon starts this as a replacement");
+  return { flags, job, host, pauses: pausesOf(flags["pause-at"], flags["resume-when-exists"]) };
+});
+if (options === undefined) process.exit();
+const { flags, job, pauses } = options;
+const identity = { job, group: replacement?.MONKEYTREE_GROUP ?? flags.group, host: options.host };
+const parallelism = {
+  tp: replacement?.MONKEYTREE_TP ?? flags.tp,
+  pp: replacement?.MONKEYTREE_PP ?? flags.pp,
+  dp: replacement?.MONKEYTREE_DP ?? flags.dp,
+};
+const { steps, "step-ms": stepMs } = flags;
 const log = createLogger(`worker ${job}[${identity.group}]@${identity.host}`);
 const report = (event: Parameters<typeof appendEvent>[1]) => flags.events !== undefined && appendEvent(flags.events, event);
 const who = { ...identity, pid: process.pid };
 
 // A replacement's checkpoint is still on its way when it starts: it registers first, and the
 // controller admits it only once the move committed, so the staged bytes are verified by then.
-const fresh = replacement ? null : initialState(seedOf(job), whole("state-bytes", flags["state-bytes"]));
+const fresh = replacement ? null : initialState(seedOf(job), flags["state-bytes"]);
 const checkpointBytes = replacement ? replacement.MONKEYTREE_STAGING_LENGTH : checkpointCapacity(checkpointItems(fresh!));
 const untilExists = async (path: string) => {
   while (!existsSync(path)) await new Promise((resolve) => setTimeout(resolve, 10));
@@ -93,7 +99,7 @@ if (flags["start-when-exists"] !== undefined) await untilExists(flags["start-whe
 const client = new ControllerClient({ endpoint: replacement?.MONKEYTREE_CONTROLLER ?? flags.controller });
 const worker = new WorkerClient(client, identity, parallelism, {
   checkpointBytes,
-  reportIntervalMs: intFlag("report-ms", flags["report-ms"], undefined, 1),
+  reportIntervalMs: flags["report-ms"],
   log,
   ...(flags.replacement === undefined ? {} : { replacement: flags.replacement }),
   ...(replacement ? { token: replacement.MONKEYTREE_TOKEN } : {}),
