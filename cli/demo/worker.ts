@@ -36,7 +36,7 @@ const FLAGS = {
   "state-bytes": size("SIZE", "the model and optimizer state to train and move", { default: 64 * 2 ** 20, show: "64MiB" }),
   events: str("DIR", "append this worker's events (resumed, sent, kept, finished) to DIR/J.jsonl"),
   "start-when-exists": str("PATH", "wait for PATH to exist before registering"),
-  "pause-at": list("N", "wait before iteration N until the matching --resume-when-exists PATH exists"),
+  "pause-at": list("N", "wait before iteration N until the matching --resume-when-exists PATH exists; pairs given again pause again, in order"),
   "resume-when-exists": list("PATH", "the file whose creation ends the matching --pause-at wait"),
   replacement: str("NAME", "the destination daemons' --replacement NAME that starts this program for a migration"),
   "report-ms": int("MS", "how often to report progress, paused or not", { min: 1, default: DEFAULT_REPORT_INTERVAL_MS }),
