@@ -401,7 +401,9 @@ export class HostDaemon {
         staged.state = "verified";
         this.options.metrics?.received(result);
         this.log.info(() => `migration ${command.migration}: received ${result.bytes} bytes in ${result.seconds.toFixed(3)} s`);
-        this.report({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
+        // A transfer can end just after a `release` withdrew its grant: that move is already rolled back.
+        if (this.staged.get(token) === staged)
+          this.report({ type: "daemon.transfer-result", host: this.options.host, token, bytes: result.bytes, outcome: "verified" });
       },
       (error: unknown) => {
         staged.state = "failed";
@@ -573,10 +575,21 @@ export class HostDaemon {
     return buffer;
   }
 
-  /** Forgets a grant and removes its file (a replacement that mapped it keeps its mapping). */
+  /**
+   * Forgets a grant and removes its file (a replacement that mapped it keeps its mapping). A
+   * revoked grant's transfer may still be writing into the file for a moment; the grant settles
+   * only once no transfer thread holds it, so the file goes then.
+   */
   private drop(token: string, staged: Staged): void {
     this.staged.delete(token);
-    staged.buffer.free();
+    const free = () => {
+      try {
+        staged.buffer.free();
+      } catch (error) {
+        this.log.error(() => `migration ${staged.migration}: could not free its staging: ${(error as Error).message}`);
+      }
+    };
+    void staged.grant.completion.then(free, free);
   }
 
   private done(id: number): CommandReply {

@@ -262,7 +262,7 @@ export class ControllerConnection {
         // A frame of another type (a command) is no reply, even when its id matches a request's.
         const id = decoded.success ? decoded.data.id : decoded.error.code === "unknown_type" ? null : decoded.id;
         const waiting = id === null ? undefined : this.take(id);
-        if (!waiting) this.options.onMessage?.(frame);
+        if (!waiting) this.deliver(frame);
         else if (decoded.success) waiting.resolve(decoded.data);
         else if (decoded.error.code === "unsupported_version")
           waiting.reject(
@@ -273,6 +273,15 @@ export class ControllerConnection {
     } catch (error) {
       // The iterator ends with an error only when the socket is closed under it.
       if (!this.closed) this.log.error(() => `receive loop stopped: ${(error as Error).message}`);
+    }
+  }
+
+  /** Hands a frame no request waits for to `onMessage`; one it fails on must not stop the loop that reads the next. */
+  private deliver(frame: Buffer): void {
+    try {
+      this.options.onMessage?.(frame);
+    } catch (error) {
+      this.log.error(() => `a message from the controller could not be handled: ${(error as Error).message}`);
     }
   }
 }

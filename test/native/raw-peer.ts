@@ -49,7 +49,7 @@ export interface Peer {
 }
 
 /** A raw connection to `listener`, connected: a stranger, or a sender written by hand. */
-export async function peer(listener: Listener): Promise<Peer> {
+export async function peer(listener: Pick<Listener, "port">): Promise<Peer> {
   const socket = connect(listener.port, "127.0.0.1");
   const chunks: Buffer[] = [];
   socket.on("data", (chunk: Buffer) => chunks.push(chunk));

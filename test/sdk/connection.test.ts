@@ -61,6 +61,35 @@ describe("controller connection", () => {
     expect(await waiting).toMatchObject({ type: "ack" });
   });
 
+  it("reads on when onMessage throws: the error is logged, and later replies and commands still arrive", async () => {
+    const controller = await FakeController.start();
+    const handled: string[] = [];
+    const errors: string[] = [];
+    const connection = new ControllerConnection({
+      endpoint: controller.endpoint,
+      retryMs: 10_000,
+      onMessage: (frame) => {
+        const { token } = JSON.parse(frame.toString()) as { token: string };
+        if (token === "bad") throw new Error("staging buffer is busy");
+        handled.push(token);
+      },
+      log: { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (make) => void errors.push(make()) },
+    });
+    cleanups.push(
+      () => controller.close(),
+      () => connection.close(),
+    );
+    const waiting = connection.request({ type: "status" });
+    const request = await controller.next();
+    await controller.send({ v: PROTOCOL_VERSION, type: "daemon.release", id: 1, token: "bad" });
+    await controller.send({ v: PROTOCOL_VERSION, type: "ack", id: request.id });
+    expect(await waiting).toMatchObject({ type: "ack" });
+    await controller.send({ v: PROTOCOL_VERSION, type: "daemon.release", id: 2, token: "good" });
+    await until(() => handled.length === 1);
+    expect(handled).toEqual(["good"]);
+    expect(errors).toEqual(["a message from the controller could not be handled: staging buffer is busy"]);
+  });
+
   it("answers a command on the same socket", async () => {
     const { controller, connection } = await setup();
     connection.answer({ v: PROTOCOL_VERSION, type: "daemon.done", id: 7, host: 2 });

@@ -1,9 +1,13 @@
+import { existsSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { HostDaemon } from "../../controller/daemon/daemon.ts";
 import type { Logger } from "../../sdk/contract/log.ts";
 import { PROTOCOL_VERSION } from "../../sdk/contract/protocol/envelope.ts";
 import { FakeController } from "../helpers/fake-controller.ts";
 import { TENANT } from "../helpers/tenant.ts";
+import { patiently } from "../helpers/wait.ts";
+import { chunkHeader, hello, peer, replyCode } from "../native/raw-peer.ts";
+import { ticketFor } from "../../sdk/contract/protocol/endpoint.ts";
 
 // What a daemon refuses of the controller's commands, each with its refusal code, against a
 // bare ROUTER standing in for the controller.
@@ -169,5 +173,27 @@ describe("a daemon refusing the controller's commands", () => {
     const { token } = await rig.command(prepare("p0/1", 4096));
     await rig.command({ type: "daemon.release", token });
     expect(await rig.command({ ...body, migration: "p0/1", token })).toMatchObject({ type: "daemon.refused", code: "unknown_token" });
+  });
+});
+
+describe("a daemon released while its checkpoint is arriving", () => {
+  it("answers the release and every later command, and removes the staging file once the transfer stopped", async () => {
+    const rig = await registered();
+    const bytes = 4 * 4096;
+    const prepared = await rig.command(prepare("p0/0", bytes));
+    const token = prepared.token as string;
+    const name = /: staging \d+ bytes in (\S+?),? /.exec(rig.logs.join("\n"))?.[1];
+    expect(existsSync(`/dev/shm/${name}`)).toBe(true);
+    // A sender halfway through its only chunk: the listener's thread is writing into the file.
+    const sender = await peer(ticketFor(prepared.endpoint as string, token, bytes));
+    sender.socket.write(hello(token, { length: bytes }));
+    expect(await replyCode(sender)).toBe("");
+    sender.socket.write(Buffer.concat([chunkHeader(1, 0, bytes), Buffer.alloc(bytes / 2)]));
+
+    expect(await rig.command({ type: "daemon.release", token })).toMatchObject({ type: "daemon.done" });
+    expect(await rig.command(prepare("p0/1", 4096))).toMatchObject({ type: "daemon.prepared" });
+    await sender.closed;
+    await expect.poll(() => existsSync(`/dev/shm/${name}`), patiently).toBe(false);
+    expect(rig.logs.filter((line) => /could not|transfer failed|received/.test(line))).toEqual([]);
   });
 });
